@@ -1,0 +1,1 @@
+"""The cache directory: layout, filesystem probe, records, publish."""

@@ -1,0 +1,111 @@
+"""Pure path logic: file-list validation and every on-disk name (spec §4.2).
+
+No I/O here. The names are the shell scripts' names so that a cache written by
+either can be read by the other (CONTRACT §4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import secrets
+import string
+
+from llmkube_stager.errors import InvalidFileSet
+
+SIZE_RECORD_SUFFIX = ".llmkube-size"
+ATOMIC_TMP_INFIX = ".llmkube-tmp."
+PARTIAL_SUFFIX = ".tmp"
+LOCK_NAME = ".llmkube.lock"
+# Names the agent derives from a manifest file; a repository file carrying one
+# of them would collide with the agent's own bookkeeping.
+_RESERVED_MARKERS = (SIZE_RECORD_SUFFIX, ATOMIC_TMP_INFIX, ".sha256-rejected")
+_TMP_ALPHABET = string.ascii_letters + string.digits
+
+
+def parse_file_list(text: str) -> tuple[str, ...]:
+    """MODEL_FILES -> validated relative paths, order kept (first = primary).
+
+    Leading/trailing blank lines are tolerated (the operator joins with "\\n");
+    any other defect is `InvalidFileSet` before any request or write.
+    """
+    body = text.strip("\n")
+    if not body.strip():
+        return ()
+    entries = body.split("\n")
+    seen: set[str] = set()
+    for rel in entries:
+        _check_rel(rel)
+        if rel in seen:
+            raise InvalidFileSet(f"MODEL_FILES lists {rel!r} twice")
+        seen.add(rel)
+    _check_no_dir_clash(entries)
+    return tuple(entries)
+
+
+def _check_rel(rel: str) -> None:
+    shown = repr(rel)[:200]
+    if not rel.strip():
+        raise InvalidFileSet("MODEL_FILES has an empty entry")
+    if rel != rel.strip():
+        raise InvalidFileSet(f"MODEL_FILES entry {shown} has leading or trailing whitespace")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in rel):
+        raise InvalidFileSet(f"MODEL_FILES entry {shown} contains a control or NUL character")
+    if rel.startswith("/"):
+        raise InvalidFileSet(f"MODEL_FILES entry {shown} is an absolute path")
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise InvalidFileSet(f"MODEL_FILES entry {shown} has an empty, '.' or '..' path part")
+    if any(marker in parts[-1] for marker in _RESERVED_MARKERS):
+        raise InvalidFileSet(f"MODEL_FILES entry {shown} uses a name reserved for cache records")
+
+
+def _check_no_dir_clash(entries: list[str]) -> None:
+    """`a` and `a/b` cannot both be files."""
+    names = set(entries)
+    for rel in entries:
+        parent = posixpath.dirname(rel)
+        while parent:
+            if parent in names:
+                raise InvalidFileSet(f"MODEL_FILES entry {parent!r} is also a directory of {rel!r}")
+            parent = posixpath.dirname(parent)
+
+
+def validator_of(size_bytes: int | None, etag: str | None) -> str:
+    """The shell's `CL<content-length>ET<etag>` validator (spec §4.2)."""
+    return f"CL{'' if size_bytes is None else size_bytes}ET{etag or ''}"
+
+
+def partial_key(validator: str) -> str:
+    """First 12 hex of sha256 of the validator, as `partialKey` in the scripts."""
+    return hashlib.sha256(validator.encode()).hexdigest()[:12]
+
+
+def partial_path(dest: str, validator: str) -> str:
+    """`<dest>.<key>.tmp`: a changed upstream gets a different partial, so old
+    and new bytes never splice (scenario 80)."""
+    return f"{dest}.{partial_key(validator)}{PARTIAL_SUFFIX}"
+
+
+def record_path(dest: str) -> str:
+    return dest + SIZE_RECORD_SUFFIX
+
+
+def atomic_tmp_path(target: str) -> str:
+    """`<target>.llmkube-tmp.XXXXXX`, the L4 `llmkube_atomic_write` temp that
+    the 10-minute sweep recognises (scenario 63)."""
+    suffix = "".join(secrets.choice(_TMP_ALPHABET) for _ in range(6))
+    return f"{target}{ATOMIC_TMP_INFIX}{suffix}"
+
+
+def dest_path(root: str, rel: str) -> str:
+    """The published path of a validated relative path under the model root."""
+    return posixpath.join(root, rel)
+
+
+def parse_size_record(text: str) -> int | None:
+    """A record is valid when it is non-empty and all digits (seed-001)."""
+    value = text.strip()
+    if not value or not value.isascii() or not value.isdigit():
+        return None
+    return int(value)

@@ -1,0 +1,87 @@
+"""The only owner of the small on-disk formats: size records (and, later,
+stamps and markers), read and written atomically (CONTRACT §4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from llmkube_stager.cache.layout import atomic_tmp_path, parse_size_record, record_path
+from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest
+
+# Group-writable: the cache is shared by pods of one fsGroup (spec §1).
+FILE_MODE = 0o664
+_RECORD_MAX_BYTES = 64
+
+
+def read_size_record(dest: str) -> int | None:
+    try:
+        with open(record_path(dest), "rb") as handle:
+            raw = handle.read(_RECORD_MAX_BYTES)
+    except OSError:
+        return None
+    return parse_size_record(raw.decode("ascii", errors="replace"))
+
+
+def read_local_file(rel: str, dest: str) -> LocalFile:
+    try:
+        st = os.stat(dest)
+    except FileNotFoundError:
+        return LocalFile(rel, LocalState.MISSING)
+    except NotADirectoryError:
+        return LocalFile(rel, LocalState.NOT_A_FILE)
+    if not stat.S_ISREG(st.st_mode):
+        return LocalFile(rel, LocalState.NOT_A_FILE)
+    record = read_size_record(dest)
+    if record is None:
+        return LocalFile(rel, LocalState.LEGACY, size_bytes=st.st_size)
+    state = LocalState.COMPLETE if record == st.st_size else LocalState.MISMATCH
+    return LocalFile(rel, state, size_bytes=st.st_size, record_bytes=record)
+
+
+def read_cache_state(manifest: Manifest) -> CacheState:
+    """Local stat calls only: the warm path never touches the network."""
+    return CacheState(
+        root_exists=os.path.isdir(manifest.root),
+        files={f.rel: read_local_file(f.rel, f.dest) for f in manifest.files},
+    )
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename durable. Some FUSE drivers refuse fsync on a directory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(target: str, data: bytes) -> None:
+    """`llmkube_atomic_write`: temp `<target>.llmkube-tmp.XXXXXX` + rename, the
+    temp removed on any failure (scenario 62); a concurrent reader never sees a
+    partial record (scenario 39)."""
+    tmp = atomic_tmp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(os.path.dirname(target) or ".")
+
+
+def write_size_record(dest: str, size_bytes: int) -> None:
+    """Decimal byte count, no newline, as the shell's printf wrote it."""
+    write_atomic(record_path(dest), str(size_bytes).encode("ascii"))

@@ -1,0 +1,152 @@
+"""The command line. The ONLY place that turns errors into a termination
+message and an exit code (CONTRACT §2, §5):
+
+0 success; 1 a failure with a contract reason; 2 usage or configuration
+error found before any I/O; 3 internal error (a bug: traceback in the log).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any, NoReturn
+
+import click
+
+from llmkube_stager.config import VARS, early_settings, load_config, secret_values
+from llmkube_stager.errors import Cancelled, Reason, StagerError
+from llmkube_stager.logs import Log, Redactor, display_url
+from llmkube_stager.termination import (
+    encode,
+    failure_doc,
+    failure_message,
+    success_doc,
+    write_termination,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+Flags = dict[str, str | None]
+
+
+def _param(var_env: str) -> str:
+    return var_env.lower()
+
+
+def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Every contract variable as a flag (`--model-source` for MODEL_SOURCE)."""
+    for var in reversed(VARS):
+        func = click.option(
+            var.flag, _param(var.env), default=None, metavar="TEXT", help=f"{var.help} [{var.env}]"
+        )(func)
+    return func
+
+
+def _flags(kwargs: Mapping[str, Any]) -> Flags:
+    return {var.env: kwargs.get(_param(var.env)) for var in VARS}
+
+
+class Boundary:
+    """Builds the redacting logger first, then runs a command and translates
+    whatever it raises, exactly once."""
+
+    def __init__(self, flags: Flags, environ: Mapping[str, str], *, terminate: bool) -> None:
+        fmt, self.termination_path = early_settings(environ, flags)
+        self.redact = Redactor(secret_values(environ, flags))
+        self.log = Log(sys.stderr, fmt, self.redact)
+        self.terminate = terminate
+        self.source = display_url(flags.get("MODEL_SOURCE") or environ.get("MODEL_SOURCE", ""))
+
+    def run(self, body: Callable[[], dict[str, Any] | None]) -> NoReturn:
+        try:
+            doc = body()
+        except StagerError as err:
+            self._fail(err)
+        except KeyboardInterrupt:
+            self._fail(Cancelled("interrupted"))
+        except Exception as exc:
+            self._internal(exc)
+        if doc is not None and self.terminate:
+            write_termination(self.termination_path, encode(doc))
+        sys.exit(EXIT_OK)
+
+    def _fail(self, err: StagerError) -> NoReturn:
+        data = encode(failure_doc(err, self.source, self.redact))
+        # The log line and the termination message say the same thing, remedy
+        # included (scenario 40: log and condition cannot disagree).
+        self.log.error("failed", failure_message(err, self.redact), reason=err.reason.value)
+        if self.terminate:
+            write_termination(self.termination_path, data)
+        sys.exit(err.exit_code)
+
+    def _internal(self, exc: BaseException) -> NoReturn:
+        trace = "".join(traceback.format_exception(exc))
+        self.log.error("internal_error", f"internal error: {trace}")
+        err = StagerError(f"internal error: {type(exc).__name__}", reason=Reason.INTERNAL)
+        if self.terminate:
+            write_termination(
+                self.termination_path, encode(failure_doc(err, self.source, self.redact))
+            )
+        sys.exit(EXIT_INTERNAL)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Raised in the main thread between bytecodes (PEP 475 retries the
+    # interrupted recv only if the handler returns): partials stay for resume.
+    raise Cancelled("received SIGTERM during staging")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """llmkube-stager: stage LLM model files into a shared cache."""
+
+
+@main.command()
+@config_options
+def stage(**kwargs: Any) -> None:
+    """Make the cache hold the model, then exit (init container / prefetch Job)."""
+    flags = _flags(kwargs)
+    boundary = Boundary(flags, os.environ, terminate=True)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def body() -> dict[str, Any]:
+        from llmkube_stager.cache.fs import probe_fs
+        from llmkube_stager.stage import Effects, run_stage
+
+        config = load_config(os.environ, flags)
+        prepared, outcome = run_stage(config, Effects(log=boundary.log, probe_fs=probe_fs))
+        doc = success_doc(outcome, prepared.manifest.display_source)
+        boundary.log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
+        return doc
+
+    boundary.run(body)
+
+
+@main.command()
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@click.option("--probe", is_flag=True, help="ask the origin (HEAD) for sizes and validators")
+def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
+    """Print the per-file decisions of `stage` without writing anything."""
+    flags = _flags(kwargs)
+    boundary = Boundary(flags, os.environ, terminate=False)
+
+    def body() -> None:
+        from llmkube_stager.cache.fs import probe_fs
+        from llmkube_stager.planview import render_plan
+        from llmkube_stager.stage import Effects, prepare
+
+        config = load_config(os.environ, flags)
+        prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
+        text = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
+        click.echo(boundary.redact(text))
+
+    boundary.run(body)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,289 @@
+"""Environment and flags -> one frozen `Config` (CONTRACT §3).
+
+This module is the only reader of the process environment, and it reads it
+once, through the mapping the CLI passes in. Every variable also has a flag;
+a flag that was given wins over the environment. A bad value raises
+`ConfigError` naming the variable (never echoing a secret's value) before any
+I/O, so the cache is left untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from llmkube_stager.cache.layout import parse_file_list
+from llmkube_stager.errors import ConfigError
+
+RefreshPolicy = Literal["IfNotPresent", "OnChange"]
+LogFormat = Literal["text", "json"]
+
+
+@dataclass(frozen=True)
+class Var:
+    """One environment variable of the contract and its flag."""
+
+    env: str
+    help: str
+    secret: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.env.lower().replace("_", "-")
+
+
+VARS: tuple[Var, ...] = (
+    Var("MODEL_SOURCE", "model source URL (http(s)://, hf://, s3://, file://, /path, pvc://)"),
+    Var("CACHE_DIR", "the model's directory in the cache"),
+    Var("MODEL_PATH", "single-file: the destination file"),
+    Var("MODEL_FILES", "multi-file: newline-separated repo-relative paths, primary first"),
+    Var("S3_BUCKET", "S3 bucket (derived from MODEL_SOURCE when absent)"),
+    Var("S3_KEY", "S3 key of a single-file model"),
+    Var("S3_PREFIX", "S3 prefix of a multi-file model"),
+    Var("MODEL_SHA256", "single-file sha256 pin (64 hex)"),
+    Var("MODEL_FILE_SHA256", "multi-file pins, lines '<digest> <rel>'"),
+    Var("LLMKUBE_REFRESH_POLICY", "IfNotPresent (default) or OnChange"),
+    Var("LLMKUBE_PREFETCH_STAGER", "true in prefetch Jobs (may stage on FUSE)"),
+    Var("HF_TOKEN", "Hugging Face token", secret=True),
+    Var("HF_ENDPOINT", "Hugging Face mirror endpoint"),
+    Var("AWS_ACCESS_KEY_ID", "S3 access key id", secret=True),
+    Var("AWS_SECRET_ACCESS_KEY", "S3 secret key", secret=True),
+    Var("AWS_SESSION_TOKEN", "S3 session token", secret=True),
+    Var("AWS_REGION", "S3 region"),
+    Var("AWS_ENDPOINT_URL", "S3 endpoint URL"),
+    Var("LLMKUBE_CA_DIR", "extra CA certificates, added to the system roots"),
+    Var("LLMKUBE_HOST_MODEL", "host-path model file for local sources"),
+    Var("LLMKUBE_TERMINATION_LOG", "termination message path"),
+    Var("PROGRESS_INTERVAL", "seconds between progress lines"),
+    Var("LLMKUBE_LOG_FORMAT", "text (default) or json"),
+    Var("LLMKUBE_CONNECT_TIMEOUT", "seconds to establish a connection"),
+    Var("LLMKUBE_STALL_TIMEOUT", "seconds without a received byte before an attempt is retried"),
+    Var("LLMKUBE_RETRIES", "attempts per request after the first, for transient failures"),
+    Var("LLMKUBE_MAX_RETRY_WAIT", "longest single wait between attempts, Retry-After included"),
+    Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock"),
+)
+
+SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 10.0
+    stall_s: float = 60.0
+    retries: int = 5
+    max_retry_wait_s: float = 60.0
+    lock_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Credential values. `repr` never shows them."""
+
+    hf_token: str = field(default="", repr=False)
+    aws_access_key_id: str = field(default="", repr=False)
+    aws_secret_access_key: str = field(default="", repr=False)
+    aws_session_token: str = field(default="", repr=False)
+
+    def values(self) -> tuple[str, ...]:
+        return tuple(
+            v
+            for v in (
+                self.hf_token,
+                self.aws_access_key_id,
+                self.aws_secret_access_key,
+                self.aws_session_token,
+            )
+            if v
+        )
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str
+    cache_dir: str
+    model_path: str
+    model_files: tuple[str, ...]
+    refresh_policy: RefreshPolicy = "IfNotPresent"
+    prefetch_stager: bool = False
+    model_sha256: str = ""
+    model_file_sha256: str = ""
+    s3_bucket: str = ""
+    s3_key: str = ""
+    s3_prefix: str = ""
+    hf_endpoint: str = ""
+    aws_region: str = ""
+    aws_endpoint_url: str = ""
+    ca_dir: str = "/custom-certs"
+    host_model: str = "/host-model/model.gguf"
+    termination_log: str = "/dev/termination-log"
+    progress_interval_s: float = 10.0
+    log_format: LogFormat = "text"
+    timeouts: Timeouts = Timeouts()
+    secrets: Secrets = Secrets()
+
+    @property
+    def multi_file(self) -> bool:
+        return bool(self.model_files)
+
+
+class _Reader:
+    """Looks a variable up: flag first, then environment, then default."""
+
+    def __init__(self, environ: Mapping[str, str], flags: Mapping[str, str | None]) -> None:
+        self._environ = environ
+        self._flags = flags
+
+    def raw(self, name: str, default: str = "") -> str:
+        flagged = self._flags.get(name)
+        if flagged is not None:
+            return flagged
+        return self._environ.get(name, default)
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        text = self.raw(name).strip()
+        if not text:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value <= minimum:
+            raise ConfigError(f"{name} must be a finite number above {minimum:g}, got {text!r}")
+        return value
+
+    def count(self, name: str, default: int) -> int:
+        text = self.raw(name).strip()
+        if not text:
+            return default
+        if not text.isdigit():
+            raise ConfigError(f"{name} must be a whole number >= 0, got {text!r}")
+        return int(text)
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        text = self.raw(name).strip()
+        if not text:
+            return default
+        for choice in choices:
+            if text.lower() == choice.lower():
+                return choice
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+
+    def boolean(self, name: str) -> bool:
+        text = self.raw(name).strip().lower()
+        if text in ("", "false", "0", "no"):
+            return False
+        if text in ("true", "1", "yes"):
+            return True
+        raise ConfigError(f"{name} must be true or false, got {text!r}")
+
+
+def load_timeouts(read: _Reader) -> Timeouts:
+    return Timeouts(
+        connect_s=read.number("LLMKUBE_CONNECT_TIMEOUT", 10.0),
+        stall_s=read.number("LLMKUBE_STALL_TIMEOUT", 60.0),
+        retries=read.count("LLMKUBE_RETRIES", 5),
+        max_retry_wait_s=read.number("LLMKUBE_MAX_RETRY_WAIT", 60.0),
+        lock_s=read.number("LLMKUBE_LOCK_TIMEOUT", 3600.0),
+    )
+
+
+def load_secrets(read: _Reader) -> Secrets:
+    return Secrets(
+        hf_token=read.raw("HF_TOKEN").strip(),
+        aws_access_key_id=read.raw("AWS_ACCESS_KEY_ID").strip(),
+        aws_secret_access_key=read.raw("AWS_SECRET_ACCESS_KEY").strip(),
+        aws_session_token=read.raw("AWS_SESSION_TOKEN").strip(),
+    )
+
+
+def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> tuple[str, ...]:
+    """Secret values, readable even when the rest of the config is invalid,
+    so that the redactor exists before any error can be printed."""
+    return load_secrets(_Reader(environ, flags)).values()
+
+
+def _check_sha256(name: str, text: str) -> str:
+    value = text.strip()
+    if value and not _SHA256_RE.fullmatch(value.lower()):
+        raise ConfigError(f"{name} must be 64 hexadecimal characters")
+    return value.lower()
+
+
+def _layout_paths(read: _Reader) -> tuple[str, str, tuple[str, ...]]:
+    """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
+    cache_dir = read.raw("CACHE_DIR").strip()
+    model_path = read.raw("MODEL_PATH").strip()
+    files = parse_file_list(read.raw("MODEL_FILES"))
+    if files and model_path:
+        raise ConfigError("set MODEL_FILES (multi-file) or MODEL_PATH (single-file), not both")
+    if files and not cache_dir:
+        raise ConfigError("CACHE_DIR is required with MODEL_FILES")
+    if not files and not model_path:
+        raise ConfigError("MODEL_PATH (single-file) or MODEL_FILES (multi-file) is required")
+    for name, path in (("CACHE_DIR", cache_dir), ("MODEL_PATH", model_path)):
+        if path and not path.startswith("/"):
+            raise ConfigError(f"{name} must be an absolute path, got {path!r}")
+    return cache_dir, model_path, files
+
+
+_Loader = Callable[[_Reader], object]
+
+
+def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> Config:
+    """Parse everything once. Raises ConfigError / InvalidFileSet."""
+    read = _Reader(environ, flags)
+    source = read.raw("MODEL_SOURCE").strip()
+    if not source:
+        raise ConfigError("MODEL_SOURCE is required")
+    cache_dir, model_path, files = _layout_paths(read)
+    return Config(
+        source=source,
+        cache_dir=cache_dir,
+        model_path=model_path,
+        model_files=files,
+        refresh_policy=_policy(read),
+        prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
+        model_sha256=_check_sha256("MODEL_SHA256", read.raw("MODEL_SHA256")),
+        model_file_sha256=read.raw("MODEL_FILE_SHA256"),
+        s3_bucket=read.raw("S3_BUCKET").strip(),
+        s3_key=read.raw("S3_KEY").strip(),
+        s3_prefix=read.raw("S3_PREFIX").strip(),
+        # Trimmed like the controller's hfEndpointFromSecret (scenario 90).
+        hf_endpoint=read.raw("HF_ENDPOINT").strip(),
+        aws_region=read.raw("AWS_REGION").strip(),
+        aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
+        ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
+        host_model=read.raw("LLMKUBE_HOST_MODEL", "/host-model/model.gguf").strip(),
+        termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
+        progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
+        log_format=_log_format(read),
+        timeouts=load_timeouts(read),
+        secrets=load_secrets(read),
+    )
+
+
+def _policy(read: _Reader) -> RefreshPolicy:
+    value = read.choice("LLMKUBE_REFRESH_POLICY", ("IfNotPresent", "OnChange"), "IfNotPresent")
+    return "OnChange" if value == "OnChange" else "IfNotPresent"
+
+
+def _log_format(read: _Reader) -> LogFormat:
+    return (
+        "json" if read.choice("LLMKUBE_LOG_FORMAT", ("text", "json"), "text") == "json" else "text"
+    )
+
+
+def early_settings(
+    environ: Mapping[str, str], flags: Mapping[str, str | None]
+) -> tuple[LogFormat, str]:
+    """Log format and termination path, read leniently so that even an invalid
+    configuration is reported in the right format at the right place."""
+    read = _Reader(environ, flags)
+    fmt = read.raw("LLMKUBE_LOG_FORMAT").strip().lower()
+    path = read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip()
+    return ("json" if fmt == "json" else "text"), path

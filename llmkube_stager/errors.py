@@ -1,0 +1,259 @@
+"""Reasons, remedies and the one error hierarchy (CONTRACT §5).
+
+Every failure the agent can report is a `StagerError` carrying a `Reason` (the
+CamelCase token a controller turns into a condition reason) and a remedy
+constant. Third-party exceptions are translated into these at the source
+adapters; `cli.py` is the only place that turns them into a termination
+message and an exit code.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+SourceKind = Literal["http", "hf", "s3", "local", "pvc"]
+
+
+class Reason(StrEnum):
+    SUCCEEDED = "ModelTransferSucceeded"
+    SOURCE_UNREACHABLE = "ModelSourceUnreachable"
+    SOURCE_UNAVAILABLE = "ModelSourceUnavailable"
+    SOURCE_UNAUTHORIZED = "ModelSourceUnauthorized"
+    SOURCE_NOT_FOUND = "ModelSourceNotFound"
+    SOURCE_REJECTED = "ModelSourceRejected"
+    SOURCE_UNTRUSTED = "ModelSourceUntrusted"
+    SOURCE_RATE_LIMITED = "ModelSourceRateLimited"
+    SOURCE_CHANGED = "ModelSourceChanged"
+    OUT_OF_SPACE = "ModelTransferOutOfSpace"
+    SIZE_MISMATCH = "ModelTransferSizeMismatch"
+    CHECKSUM_MISMATCH = "ModelTransferChecksumMismatch"
+    CACHE_TRUNCATED = "ModelCacheTruncated"
+    CACHE_LOCK_UNSUPPORTED = "ModelCacheLockUnsupported"
+    CACHE_LOCK_TIMEOUT = "ModelCacheLockTimeout"
+    CACHE_UNWRITABLE = "ModelCacheUnwritable"
+    CACHE_EMPTY = "ModelCacheEmpty"
+    CACHE_INCOMPLETE = "ModelCacheIncomplete"
+    INVALID_FILE_SET = "InvalidFileSet"
+    SOURCE_NOT_ALLOWED = "SourceNotAllowed"
+    INVALID_CONFIGURATION = "InvalidConfiguration"
+    CANCELLED = "ModelTransferCancelled"
+    INTERNAL = "ModelStagerInternalError"
+
+
+# Restarting the pod can help by itself (CONTRACT §5 "retryable").
+RETRYABLE: frozenset[Reason] = frozenset(
+    {
+        Reason.SOURCE_UNREACHABLE,
+        Reason.SOURCE_UNAVAILABLE,
+        Reason.SOURCE_RATE_LIMITED,
+        Reason.SOURCE_CHANGED,
+        Reason.CANCELLED,
+        Reason.CACHE_LOCK_TIMEOUT,
+    }
+)
+
+# Remedy constants. The first five are byte-identical to the operator's
+# transfer-diagnosis signatures (spec/behavior.md §11.2) so that the
+# controller's remedy lookup keeps matching (§11.3, scenario 40/55).
+REMEDY_UNTRUSTED = (
+    "the endpoint's CA is not trusted by the downloader; publish it via the operator's "
+    "--ca-cert-configmap (the ConfigMap must exist in the workload's namespace, not the "
+    "operator's)"
+)
+REMEDY_UNAUTHORIZED = "check spec.sourceSecretRef and the credentials it names"
+REMEDY_NOT_FOUND = "check spec.source: the bucket, key or file name does not exist at the endpoint"
+REMEDY_OUT_OF_SPACE = (
+    "raise spec.resources.ephemeralStorage (which also sizes the emptyDir) or give the model "
+    "cache a larger volume"
+)
+REMEDY_UNREACHABLE = (
+    "check the endpoint address, cluster DNS, and any NetworkPolicy or egress restriction"
+)
+# spec/behavior.md §9.4: one constant per source kind. The http/hf text is the
+# operator's (seed-000, TestCacheLockRemedyLogMatchesCondition).
+REMEDY_LOCK_UNSUPPORTED_PREFETCH = (
+    "set spec.modelCache.prefetch: true on every InferenceService using this claim, or use "
+    "storage with cross-node flock support"
+)
+REMEDY_LOCK_UNSUPPORTED_S3 = (
+    "s3:// sources cannot be prefetched: stage the model onto this claim from a pod on storage "
+    "with cross-node flock support (NFSv4, CephFS), or use such storage for the model cache"
+)
+REMEDY_LOCK_UNSUPPORTED_LOCAL = (
+    "local/hostPath sources cannot be prefetched: copy the model onto the claim from a single "
+    "writer first, or use storage with cross-node flock support for the model cache"
+)
+REMEDY_UNAVAILABLE = (
+    "the origin answered with a server error after every retry; check the origin's health, "
+    "or raise LLMKUBE_RETRIES"
+)
+REMEDY_REJECTED = "the origin refused the request; check spec.source and the endpoint's logs"
+REMEDY_RATE_LIMITED = (
+    "the origin is rate limiting this client; set HF_TOKEN (authenticated quotas are higher), "
+    "prefetch the model once into a shared cache, or retry later"
+)
+REMEDY_CHANGED = (
+    "the origin's content changed during the transfer; pin a revision or retry once the "
+    "upstream is stable"
+)
+REMEDY_SIZE_MISMATCH = (
+    "the origin delivered a different number of bytes than it announced; check the origin or "
+    "any proxy in between, then retry"
+)
+REMEDY_CHECKSUM = (
+    "the bytes do not match the pinned sha256; correct spec.sha256/spec.fileSha256 or the "
+    "source, then delete the .sha256-rejected marker to retry"
+)
+REMEDY_TRUNCATED = (
+    "a cached file is shorter or longer than its own size record and the origin could not "
+    "repair it now; restore origin access or delete the file so it is staged again"
+)
+REMEDY_LOCK_TIMEOUT = (
+    "another writer held the cache lock for longer than LLMKUBE_LOCK_TIMEOUT; check for a stuck "
+    "stager pod on this claim"
+)
+REMEDY_UNWRITABLE = (
+    "the cache must be written but is read-only or not permitted for this uid; check the "
+    "volume's access mode, fsGroup and the model-cache-prep container"
+)
+REMEDY_EMPTY = (
+    "the model directory is missing or empty: the reader volume may not be the writer's volume, "
+    "or the model was never staged; run the prefetch Job or check the claim binding"
+)
+REMEDY_INCOMPLETE = (
+    "some model files are missing or short: re-run the stager (prefetch Job) for this model"
+)
+REMEDY_INVALID_FILE_SET = (
+    "check spec.files/spec.mmproj: paths must be relative, unique, without '..' or empty parts"
+)
+REMEDY_NOT_ALLOWED = (
+    "the model's local/hostPath source is not within the operator's --allowed-host-path-roots"
+)
+REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager stage --help"
+REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
+REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"
+
+REMEDIES: dict[Reason, str] = {
+    Reason.SUCCEEDED: "",
+    Reason.SOURCE_UNREACHABLE: REMEDY_UNREACHABLE,
+    Reason.SOURCE_UNAVAILABLE: REMEDY_UNAVAILABLE,
+    Reason.SOURCE_UNAUTHORIZED: REMEDY_UNAUTHORIZED,
+    Reason.SOURCE_NOT_FOUND: REMEDY_NOT_FOUND,
+    Reason.SOURCE_REJECTED: REMEDY_REJECTED,
+    Reason.SOURCE_UNTRUSTED: REMEDY_UNTRUSTED,
+    Reason.SOURCE_RATE_LIMITED: REMEDY_RATE_LIMITED,
+    Reason.SOURCE_CHANGED: REMEDY_CHANGED,
+    Reason.OUT_OF_SPACE: REMEDY_OUT_OF_SPACE,
+    Reason.SIZE_MISMATCH: REMEDY_SIZE_MISMATCH,
+    Reason.CHECKSUM_MISMATCH: REMEDY_CHECKSUM,
+    Reason.CACHE_TRUNCATED: REMEDY_TRUNCATED,
+    Reason.CACHE_LOCK_UNSUPPORTED: REMEDY_LOCK_UNSUPPORTED_PREFETCH,
+    Reason.CACHE_LOCK_TIMEOUT: REMEDY_LOCK_TIMEOUT,
+    Reason.CACHE_UNWRITABLE: REMEDY_UNWRITABLE,
+    Reason.CACHE_EMPTY: REMEDY_EMPTY,
+    Reason.CACHE_INCOMPLETE: REMEDY_INCOMPLETE,
+    Reason.INVALID_FILE_SET: REMEDY_INVALID_FILE_SET,
+    Reason.SOURCE_NOT_ALLOWED: REMEDY_NOT_ALLOWED,
+    Reason.INVALID_CONFIGURATION: REMEDY_CONFIG,
+    Reason.CANCELLED: REMEDY_CANCELLED,
+    Reason.INTERNAL: REMEDY_INTERNAL,
+}
+
+_LOCK_REMEDY_BY_KIND: dict[SourceKind, str] = {
+    "http": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
+    "hf": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
+    "s3": REMEDY_LOCK_UNSUPPORTED_S3,
+    "local": REMEDY_LOCK_UNSUPPORTED_LOCAL,
+    "pvc": REMEDY_LOCK_UNSUPPORTED_LOCAL,
+}
+
+
+def remedy_for(reason: Reason, kind: SourceKind | None = None) -> str:
+    """The remedy constant for a reason, per source kind where they differ."""
+    if reason is Reason.CACHE_LOCK_UNSUPPORTED and kind is not None:
+        return _LOCK_REMEDY_BY_KIND[kind]
+    return REMEDIES[reason]
+
+
+class StagerError(Exception):
+    """A failure with a contract reason. `detail` is already free of secrets."""
+
+    reason: Reason = Reason.INTERNAL
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        file: str | None = None,
+        source_kind: SourceKind | None = None,
+        reason: Reason | None = None,
+    ) -> None:
+        super().__init__(detail)
+        if reason is not None:
+            self.reason = reason
+        self.detail = detail
+        self.file = file
+        self.source_kind = source_kind
+
+    @property
+    def remedy(self) -> str:
+        return remedy_for(self.reason, self.source_kind)
+
+    @property
+    def retryable(self) -> bool:
+        return self.reason in RETRYABLE
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.reason in _USAGE_REASONS else 1
+
+
+_USAGE_REASONS = frozenset({Reason.INVALID_CONFIGURATION, Reason.INVALID_FILE_SET})
+
+
+class ConfigError(StagerError):
+    reason = Reason.INVALID_CONFIGURATION
+
+
+class InvalidFileSet(StagerError):
+    reason = Reason.INVALID_FILE_SET
+
+
+class SourceError(StagerError):
+    """The origin failed or refused. `transient` errors are retried with backoff."""
+
+    reason = Reason.SOURCE_UNREACHABLE
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: Reason | None = None,
+        transient: bool = False,
+        retry_after_s: float | None = None,
+        file: str | None = None,
+        answered: bool = False,
+    ) -> None:
+        super().__init__(detail, file=file, reason=reason)
+        self.transient = transient
+        self.retry_after_s = retry_after_s
+        # True when the origin answered (an HTTP status), so the log never
+        # calls an answering origin "unreachable" (scenario 51).
+        self.answered = answered
+
+
+class TransferError(StagerError):
+    """The bytes could not be made into a complete, right file."""
+
+    reason = Reason.SIZE_MISMATCH
+
+
+class CacheError(StagerError):
+    """The cache itself is in a state that stops staging or serving."""
+
+    reason = Reason.CACHE_UNWRITABLE
+
+
+class Cancelled(StagerError):
+    reason = Reason.CANCELLED

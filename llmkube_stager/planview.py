@@ -1,0 +1,118 @@
+"""`plan` output: the per-file decisions as a table or one JSON document.
+
+Writes nothing. Asks the origin only with `--probe` (one HEAD per file).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from llmkube_stager.config import Config
+from llmkube_stager.errors import StagerError
+from llmkube_stager.logs import Log
+from llmkube_stager.model import Action, LocalFile
+
+if TYPE_CHECKING:
+    from llmkube_stager.stage import Prepared
+
+
+def _row(action: Action, local: LocalFile) -> dict[str, Any]:
+    return {
+        "file": action.rel,
+        "decision": action.decision.value,
+        "why": action.why,
+        "local_state": local.state.value,
+        "size_bytes": local.size_bytes,
+        "record_bytes": local.record_bytes,
+        "backfill_record": action.backfill_record,
+        "refusal": action.refusal.value if action.refusal else None,
+    }
+
+
+def _probe_rows(prepared: Prepared, rows: list[dict[str, Any]], log: Log) -> None:
+    fetcher = prepared.source.fetcher()
+    try:
+        for row in rows:
+            try:
+                meta = fetcher.probe(prepared.manifest.file(row["file"]))
+            except StagerError as err:
+                row["remote"] = {"error": err.reason.value, "detail": err.detail}
+                continue
+            row["remote"] = {
+                "size_bytes": meta.size_bytes,
+                "etag": meta.etag,
+                "accept_ranges": meta.accept_ranges,
+            }
+    finally:
+        fetcher.close()
+
+
+def plan_document(config: Config, prepared: Prepared, *, probe: bool, log: Log) -> dict[str, Any]:
+    rows = [_row(a, prepared.cache.files[a.rel]) for a in prepared.plan.actions]
+    if probe:
+        _probe_rows(prepared, rows, log)
+    fs = prepared.fs
+    return {
+        "source": prepared.manifest.display_source,
+        "kind": prepared.manifest.kind,
+        "root": prepared.manifest.root,
+        "policy": config.refresh_policy,
+        "role": prepared.role,
+        "fs": {
+            "path": fs.path,
+            "fstype": fs.fstype,
+            "driver": fs.driver,
+            "fuse": fs.is_fuse,
+            "read_only": fs.read_only,
+            "lock_scope": fs.lock_scope,
+            "free_bytes": fs.free_bytes,
+        },
+        "may_write": prepared.plan.may_write,
+        "needs_network": prepared.plan.needs_network,
+        "warnings": list(prepared.plan.warnings),
+        "files": rows,
+    }
+
+
+def render_plan(config: Config, prepared: Prepared, *, as_json: bool, probe: bool, log: Log) -> str:
+    doc = plan_document(config, prepared, probe=probe, log=log)
+    if as_json:
+        return json.dumps(doc, indent=2, sort_keys=False)
+    return _table(doc)
+
+
+def _table(doc: dict[str, Any]) -> str:
+    fs = doc["fs"]
+    lines = [
+        f"source:  {doc['source']} ({doc['kind']})",
+        f"cache:   {doc['root']} on {fs['fstype']} (driver {fs['driver']}, "
+        f"fuse={fs['fuse']}, read_only={fs['read_only']}, lock scope {fs['lock_scope']})",
+        f"policy:  {doc['policy']}, role {doc['role']}, may write: {doc['may_write']}, "
+        f"network needed: {doc['needs_network']}",
+        "",
+    ]
+    header = ("FILE", "DECISION", "LOCAL", "SIZE", "RECORD", "REMOTE", "WHY")
+    table = [header] + [_cells(row) for row in doc["files"]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
+    for cells in table:
+        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=True)]
+        lines.append("  ".join([*padded, cells[-1]]).rstrip())
+    lines.extend(f"warning: {w}" for w in doc["warnings"])
+    return "\n".join(lines)
+
+
+def _cells(row: dict[str, Any]) -> tuple[str, ...]:
+    remote = row.get("remote")
+    remote_text = "-"
+    if remote is not None:
+        remote_text = remote.get("error") or str(remote.get("size_bytes") or "unknown")
+    return (
+        row["file"],
+        row["decision"] + ("+backfill" if row["backfill_record"] else ""),
+        row["local_state"],
+        "-" if row["size_bytes"] is None else str(row["size_bytes"]),
+        "-" if row["record_bytes"] is None else str(row["record_bytes"]),
+        remote_text,
+        row["why"],
+    )

@@ -1,0 +1,68 @@
+"""The small seam every source kind implements (fsspec-style scheme registry).
+
+A `Source` turns the configuration into a `Manifest` (no network for plain
+HTTP) and opens a `Fetcher` for ranged reads. A `Fetcher` translates its
+library's exceptions into `SourceError` (the one boundary where third-party
+exceptions are caught, ARCHITECTURE idea 3); the transfer engine above it
+never sees httpx, http.client or botocore types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from llmkube_stager.model import Manifest, RemoteFile
+
+
+@dataclass(frozen=True)
+class RemoteMeta:
+    """What the origin says about a file before the body is fetched."""
+
+    url: str  # where the bytes are (after redirects the probe followed)
+    size_bytes: int | None  # None: unknown (no Content-Length, or 0: spec §8.1)
+    etag: str | None
+    last_modified: str | None
+    accept_ranges: bool
+
+    @property
+    def strong_etag(self) -> str | None:
+        """Only a strong validator may go into If-Range (RFC 9110 §13.1.5)."""
+        if self.etag and not self.etag.startswith("W/"):
+            return self.etag
+        return None
+
+
+class Body(Protocol):
+    """One response body being received."""
+
+    # Offset of the first body byte in the file: the requested offset for a
+    # 206, 0 when the origin restarted with a 200 (pip's rule).
+    start: int
+    # Full size of the object, when the response says it.
+    total_bytes: int | None
+    # A 416 to `bytes=<size>-`: the partial is already complete (spec §5.2 5).
+    complete: bool
+
+    def readinto(self, buffer: memoryview) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Fetcher(Protocol):
+    def probe(self, file: RemoteFile) -> RemoteMeta: ...
+
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body: ...
+
+    def close(self) -> None: ...
+
+
+class Source(Protocol):
+    def manifest(self) -> Manifest: ...
+
+    def fetcher(self) -> Fetcher: ...
+
+
+class RangeUnusable(Exception):
+    """The origin answered a Range request inconsistently (wrong
+    Content-Range): the transfer restarts from zero without ranges."""

@@ -1,0 +1,136 @@
+"""http(s):// sources: one file (MODEL_PATH), or a base URL + MODEL_FILES.
+
+Also serves `https://huggingface.co/<org>/<repo>/resolve/<rev>/` base URLs as
+plain HTTP with the HF bearer-token rule (spec §3.2).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlsplit
+
+from llmkube_stager.cache.layout import dest_path
+from llmkube_stager.config import Config
+from llmkube_stager.errors import ConfigError, SourceKind
+from llmkube_stager.logs import display_url
+from llmkube_stager.model import Manifest, RemoteFile
+from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.http_status import USER_AGENT, AuthPolicy, Origin, is_hf_auth_origin
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+    from llmkube_stager.sources.http_wire import ConnectionPool
+
+
+def check_http_url(url: str, name: str = "MODEL_SOURCE") -> None:
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{name} must be an http(s) URL with a host, got {display_url(url)!r}")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(f"{name} has an invalid port: {display_url(url)!r}") from None
+
+
+def file_url(base: str, rel: str) -> str:
+    """`${SOURCE%/}/$rel` with each path part percent-encoded (the shell sent
+    raw spaces, an invalid request line)."""
+    return base.rstrip("/") + "/" + quote(rel, safe="/")
+
+
+def http_manifest(config: Config, kind: SourceKind) -> Manifest:
+    check_http_url(config.source)
+    if config.multi_file:
+        files = tuple(
+            RemoteFile(
+                rel=rel, url=file_url(config.source, rel), dest=dest_path(config.cache_dir, rel)
+            )
+            for rel in config.model_files
+        )
+        root = config.cache_dir
+    else:
+        rel = posixpath.basename(config.model_path)
+        files = (RemoteFile(rel=rel, url=config.source, dest=config.model_path),)
+        root = posixpath.dirname(config.model_path)
+    return Manifest(
+        kind=kind,
+        root=root,
+        files=files,
+        multi_file=config.multi_file,
+        display_source=display_url(config.source),
+    )
+
+
+class HttpFetcher:
+    """HEAD through httpx (control path), GET through http.client (data path)."""
+
+    def __init__(self, config: Config) -> None:
+        # Imported here: a warm start builds the manifest but never a fetcher.
+        from llmkube_stager.sources.http_wire import ConnectionPool
+
+        self._config = config
+        self._auth = AuthPolicy(config.secrets.hf_token, config.hf_endpoint)
+        self._ssl: ssl.SSLContext | None = None
+        self._client: httpx.Client | None = None
+        timeouts = config.timeouts
+        self._pool: ConnectionPool = ConnectionPool(
+            timeouts.connect_s, timeouts.stall_s, self._ssl_context
+        )
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            from llmkube_stager.sources.tls import make_ssl_context
+
+            self._ssl = make_ssl_context(self._config.ca_dir)
+        return self._ssl
+
+    def probe(self, file: RemoteFile) -> RemoteMeta:
+        from llmkube_stager.sources import http_probe
+
+        if self._client is None:
+            https = urlsplit(file.url).scheme.lower() == "https"
+            context = self._ssl_context() if https else None
+            self._client = http_probe.make_client(self._config.timeouts, context)
+        return http_probe.probe_head(self._client, file.url, self._auth)
+
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body:
+        from llmkube_stager.sources.http_wire import open_get
+
+        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        if offset > 0:
+            headers["Range"] = f"bytes={offset}-"
+            validator = meta.strong_etag or meta.last_modified
+            if validator:
+                # The origin answers 200 (whole new body) instead of splicing
+                # when the object changed since the partial was written (#80).
+                headers["If-Range"] = validator
+        # The probe already followed redirects; when the request goes there
+        # directly, auth is judged against where this request starts.
+        return open_get(self._pool, meta.url, headers, self._auth_from(file.url, meta.url), offset)
+
+    def _auth_from(self, first_url: str, url: str) -> AuthPolicy:
+        if Origin.of(first_url) != Origin.of(url):
+            return AuthPolicy("", self._auth.hf_endpoint)
+        return self._auth
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._client is not None:
+            self._client.close()
+
+
+class HttpSource:
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        hf = is_hf_auth_origin(Origin.of(config.source), config.hf_endpoint)
+        self.kind: SourceKind = "hf" if hf else "http"
+
+    def manifest(self) -> Manifest:
+        return http_manifest(self._config, self.kind)
+
+    def fetcher(self) -> HttpFetcher:
+        return HttpFetcher(self._config)

@@ -1,0 +1,110 @@
+"""The control path: a HEAD probe through httpx (size, ETag, Accept-Ranges and
+the final URL after redirects). httpx is imported here, lazily, so a warm
+start never pays for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
+
+from llmkube_stager.config import Timeouts
+from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.logs import display_url
+from llmkube_stager.sources.base import RemoteMeta
+from llmkube_stager.sources.http_status import (
+    MAX_REDIRECTS,
+    REDIRECT_STATUSES,
+    USER_AGENT,
+    AuthPolicy,
+    content_length,
+    status_error,
+)
+from llmkube_stager.sources.http_wire import translate_network_error
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+# HEAD refused where GET may work: method not allowed / not implemented, or a
+# presigned URL signed for GET only (403 on HEAD). The GET then decides.
+_HEAD_UNSUPPORTED = frozenset({405, 501})
+
+
+def make_client(timeouts: Timeouts, ssl_context: ssl.SSLContext | None) -> httpx.Client:
+    import httpx
+
+    return httpx.Client(
+        verify=ssl_context if ssl_context is not None else True,
+        timeout=httpx.Timeout(
+            connect=timeouts.connect_s,
+            read=timeouts.stall_s,
+            write=timeouts.stall_s,
+            pool=timeouts.connect_s,
+        ),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
+    )
+
+
+def unknown_meta(url: str) -> RemoteMeta:
+    return RemoteMeta(url=url, size_bytes=None, etag=None, last_modified=None, accept_ranges=False)
+
+
+def probe_head(client: httpx.Client, url: str, auth: AuthPolicy) -> RemoteMeta:
+    first_url = url
+    for _ in range(MAX_REDIRECTS + 1):
+        response = _head(client, url, auth.headers_for(url, first_url))
+        if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
+            url = urljoin(url, response.headers["location"])
+            continue
+        return _meta_from(response, url)
+    raise SourceError(
+        f"too many redirects from {display_url(first_url)}",
+        reason=Reason.SOURCE_REJECTED,
+        answered=True,
+    )
+
+
+def _head(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
+    import httpx
+
+    where = display_url(url)
+    try:
+        return client.head(url, headers=headers)
+    except httpx.TimeoutException as exc:
+        phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "probe"
+        raise SourceError(
+            f"{phase} timed out for {where}", reason=Reason.SOURCE_UNREACHABLE, transient=True
+        ) from exc
+    except httpx.TransportError as exc:
+        raise translate_network_error(_root_cause(exc), where, "probe") from exc
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """httpx wraps the socket/ssl error; classify by the innermost one."""
+    current = exc
+    for _ in range(10):
+        inner = current.__cause__ or current.__context__
+        if inner is None:
+            break
+        current = inner
+    return current
+
+
+def _meta_from(response: httpx.Response, url: str) -> RemoteMeta:
+    status = response.status_code
+    if 200 <= status < 300:
+        headers = response.headers
+        return RemoteMeta(
+            url=url,
+            size_bytes=content_length(headers.get),
+            etag=headers.get("etag"),
+            last_modified=headers.get("last-modified"),
+            accept_ranges=headers.get("accept-ranges", "").strip().lower() == "bytes",
+        )
+    if status in _HEAD_UNSUPPORTED or (status == 403 and urlsplit(url).query):
+        return unknown_meta(url)
+    raise status_error(status, response.headers.get, display_url(url))

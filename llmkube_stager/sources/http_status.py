@@ -1,0 +1,138 @@
+"""HTTP status and header math shared by the probe (httpx) and the data path
+(http.client). Pure functions: classify by status code, never by message text.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from llmkube_stager.errors import Reason, SourceError
+
+USER_AGENT = "llmkube-stager/0.1"
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10
+_CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
+_UNSATISFIED_RANGE_RE = re.compile(r"bytes\s+\*/(\d+)")
+
+HeaderGet = Callable[[str], str | None]
+
+
+@dataclass(frozen=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        return cls(scheme, (parts.hostname or "").lower(), port)
+
+
+_HF_HOSTS = frozenset({"huggingface.co", "www.huggingface.co"})
+
+
+def is_hf_auth_origin(origin: Origin, hf_endpoint: str) -> bool:
+    """spec §3.2: https://huggingface.co (optional www., case-folded), or
+    exactly the scheme+host+port of HF_ENDPOINT. Lookalikes get nothing."""
+    if origin.scheme == "https" and origin.host in _HF_HOSTS:
+        return True
+    return bool(hf_endpoint) and Origin.of(hf_endpoint.strip()) == origin
+
+
+@dataclass(frozen=True)
+class AuthPolicy:
+    """Bearer token only for the HF host / HF_ENDPOINT origin the request was
+    first sent to; never across a redirect to another host (spec §3.2)."""
+
+    token: str
+    hf_endpoint: str
+
+    def headers_for(self, url: str, first_url: str) -> dict[str, str]:
+        if not self.token:
+            return {}
+        origin = Origin.of(url)
+        if origin != Origin.of(first_url) or not is_hf_auth_origin(origin, self.hf_endpoint):
+            return {}
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+def content_length(get: HeaderGet) -> int | None:
+    """Content-Length, with absent or 0 meaning "unknown" (spec §8.1 CL0)."""
+    value = (get("content-length") or "").strip()
+    if not value.isdigit() or int(value) == 0:
+        return None
+    return int(value)
+
+
+def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
+    """`bytes start-end/total` -> (start, end, total|None)."""
+    match = _CONTENT_RANGE_RE.fullmatch((value or "").strip())
+    if not match:
+        return None
+    total = None if match.group(3) == "*" else int(match.group(3))
+    return int(match.group(1)), int(match.group(2)), total
+
+
+def parse_unsatisfied_range(value: str | None) -> int | None:
+    """`bytes */total` of a 416 -> total."""
+    match = _UNSATISFIED_RANGE_RE.fullmatch((value or "").strip())
+    return int(match.group(1)) if match else None
+
+
+def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    now = time.time() if now_s is None else now_s
+    return max(0.0, when.timestamp() - now)
+
+
+def rate_limit_wait_s(get: HeaderGet) -> float | None:
+    """Retry-After, else the IETF RateLimit reset hint HF sends."""
+    wait = retry_after_s(get("retry-after"))
+    if wait is not None:
+        return wait
+    reset = (get("ratelimit-reset") or get("x-ratelimit-reset") or "").strip()
+    return float(reset) if reset.isdigit() else None
+
+
+def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
+    """Map an HTTP error status to a contract reason; 429/5xx are transient."""
+    text = f"{where} returned HTTP {status}"
+    if status in (401, 403):
+        return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
+    if status in (404, 410):
+        return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True)
+    if status == 429:
+        return SourceError(
+            text,
+            reason=Reason.SOURCE_RATE_LIMITED,
+            transient=True,
+            retry_after_s=rate_limit_wait_s(get),
+            answered=True,
+        )
+    if status >= 500:
+        wait = retry_after_s(get("retry-after"))
+        return SourceError(
+            text,
+            reason=Reason.SOURCE_UNAVAILABLE,
+            transient=True,
+            retry_after_s=wait,
+            answered=True,
+        )
+    return SourceError(text, reason=Reason.SOURCE_REJECTED, answered=True)

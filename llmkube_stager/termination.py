@@ -1,0 +1,128 @@
+"""Outcome / StagerError -> the bounded JSON termination message (CONTRACT §5).
+
+Kubernetes keeps at most 4096 bytes of /dev/termination-log; a longer message
+is cut, which would make it invalid JSON. So the document is shrunk field by
+field (longest free-text first) and re-encoded until it fits: always valid
+JSON, never over the limit, `v`/`outcome`/`reason`/`retryable` always present.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from llmkube_stager.errors import Reason, StagerError
+from llmkube_stager.model import Decision, Outcome
+
+MAX_BYTES = 4096
+_ELLIPSIS = "..."
+_SHRINKABLE = ("detail", "source", "file", "remedy")
+
+
+def success_doc(outcome: Outcome, source: str) -> dict[str, Any]:
+    fetched = outcome.count(Decision.FETCH, Decision.REPAIR)
+    reused = outcome.count(Decision.REUSE)
+    kept = outcome.count(Decision.KEEP)
+    return {
+        "v": 1,
+        "outcome": "succeeded",
+        "reason": Reason.SUCCEEDED.value,
+        "retryable": False,
+        "message": (
+            f"Model staged: {len(outcome.results)} files "
+            f"({fetched} fetched, {reused} reused, {kept} kept)"
+        ),
+        "source": source,
+        "stats": {
+            "files": len(outcome.results),
+            "fetched": fetched,
+            "reused": reused,
+            "kept": kept,
+            "bytes": outcome.bytes_fetched,
+            "seconds": round(outcome.seconds, 3),
+        },
+    }
+
+
+def failure_doc(err: StagerError, source: str, redact: Callable[[str], str]) -> dict[str, Any]:
+    """`message` starts `ERROR: <Reason>:` (today's substring-matching
+    controller) and ends with the remedy, identical to `remedy`."""
+    doc: dict[str, Any] = {
+        "v": 1,
+        "outcome": "failed",
+        "reason": err.reason.value,
+        "retryable": err.retryable,
+        "detail": redact(err.detail),
+        "remedy": err.remedy,
+    }
+    if err.file:
+        doc["file"] = redact(err.file)
+    if source:
+        doc["source"] = redact(source)
+    return doc
+
+
+def _message(reason: str, detail: str, remedy: str) -> str:
+    return f"ERROR: {reason}: {detail}" + (f"; {remedy}" if remedy else "")
+
+
+def failure_message(err: StagerError, redact: Callable[[str], str]) -> str:
+    """The full failure line, as logged (the termination copy may be shrunk)."""
+    return _message(err.reason.value, redact(err.detail), err.remedy)
+
+
+def _finish(doc: dict[str, Any]) -> dict[str, Any]:
+    """Build `message` from detail + remedy for failures; drop the helper key."""
+    out = dict(doc)
+    detail = out.pop("detail", None)
+    if detail is not None:
+        out["message"] = _message(out["reason"], detail, out.get("remedy", ""))
+    return out
+
+
+def encode(doc: dict[str, Any], max_bytes: int = MAX_BYTES) -> bytes:
+    """Compact JSON of at most `max_bytes`, shrinking free text as needed."""
+    work = dict(doc)
+    while True:
+        data = json.dumps(_finish(work), separators=(",", ":"), ensure_ascii=True).encode()
+        if len(data) <= max_bytes:
+            return data
+        if not _shrink_longest(work):
+            minimal = {k: work[k] for k in ("v", "outcome", "reason", "retryable")}
+            return json.dumps(minimal, separators=(",", ":")).encode()
+
+
+def _shrink_longest(work: dict[str, Any]) -> bool:
+    candidates = [k for k in _SHRINKABLE if isinstance(work.get(k), str) and len(work[k]) > 8]
+    if not candidates:
+        if "stats" in work or "message" in work:
+            work.pop("stats", None)
+            if "detail" not in work:
+                work.pop("message", None)
+            return True
+        return False
+    key = max(candidates, key=lambda k: len(work[k]))
+    text: str = work[key]
+    work[key] = text[: len(text) // 2] + _ELLIPSIS
+    return True
+
+
+def write_termination(path: str, data: bytes) -> bool:
+    """Write in place: the path is a bind mount, so never rename onto it.
+    Skipped quietly when not writable (a local run, a read-only /dev)."""
+    if not path:
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return False
+    try:
+        with contextlib.suppress(OSError):
+            os.write(fd, data)
+            return True
+        return False
+    finally:
+        os.close(fd)

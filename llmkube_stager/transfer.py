@@ -1,0 +1,228 @@
+"""One ranged, resumable, size-checked transfer of one file (spec §5.2).
+
+probe -> partial named per origin validator (`<dest>.<key>.tmp`, spec §4.2)
+-> ranged GET from the partial's size with If-Range -> receive with
+`readinto` into a reusable buffer and `pwrite` at explicit offsets -> size
+check -> publish by rename -> size record.
+
+Rules kept from the scripts and pip: a 200 to a Range request restarts the
+file; a 416 on a complete partial publishes without a body; no Accept-Ranges
+(or no known size) means no resume; a short body is resumed, a long one is a
+size mismatch. Writing at explicit offsets (not O_APPEND) keeps a partial
+consistent with the offsets the origin declared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmkube_stager.cache.layout import partial_path, validator_of
+from llmkube_stager.cache.publish import disk_error, publish, stale_partials
+from llmkube_stager.cache.records import FILE_MODE
+from llmkube_stager.config import Timeouts
+from llmkube_stager.errors import Reason, SourceError, TransferError
+from llmkube_stager.logs import Log
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.progress import ProgressTicker
+from llmkube_stager.retry import RetryBudget
+from llmkube_stager.sources.base import Body, Fetcher, RangeUnusable, RemoteMeta
+
+BUFFER_BYTES = 1 << 20
+# Progress worth a fresh retry budget (see RetryBudget.refund).
+_REFUND_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TransferEffects:
+    log: Log
+    sleep: Callable[[float], None]
+    timeouts: Timeouts
+    progress_interval_s: float
+    free_bytes: Callable[[], int | None]
+
+
+@dataclass
+class _State:
+    """Where the partial stands; mutated as attempts go."""
+
+    partial: str
+    offset: int
+    expected_bytes: int | None
+    ranges: bool
+
+
+@dataclass(frozen=True)
+class Fetched:
+    bytes_received: int
+    size_bytes: int
+
+
+def fetch_file(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> Fetched:
+    """Stage one file into the cache and publish it. Raises StagerError."""
+    budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
+    meta = budget.call(lambda: fetcher.probe(file), f"the probe of {file.rel}")
+    state = _open_state(file, meta, effects.log)
+    _check_space(state, effects, file.rel)
+    received = 0
+    with ProgressTicker(effects.log, effects.progress_interval_s, file.rel) as ticker:
+        ticker.total_bytes = state.expected_bytes
+        while True:
+            before = state.offset
+            try:
+                if _attempt(fetcher, file, meta, state, ticker):
+                    break
+                error = _short_body_error(file, state)
+            except RangeUnusable as exc:
+                effects.log.warning("range_unusable", f"{exc}; restarting from zero", file=file.rel)
+                _restart(state, ranges=False)
+                error = SourceError(str(exc), transient=True, answered=True)
+            except SourceError as exc:
+                error = exc
+            received += max(0, state.offset - before)
+            if state.offset - before >= _REFUND_BYTES:
+                budget.refund()
+            if not state.ranges:
+                _restart(state, ranges=False)
+            budget.spend(error, f"the download of {file.rel}")
+        received += max(0, state.offset - before)
+    size = publish(state.partial, file.dest, state.expected_bytes, file.rel)
+    return Fetched(bytes_received=received, size_bytes=size)
+
+
+def _open_state(file: RemoteFile, meta: RemoteMeta, log: Log) -> _State:
+    partial = partial_path(file.dest, validator_of(meta.size_bytes, meta.etag))
+    for stale in stale_partials(file.dest, keep=partial):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+            log.info("swept_partial", "removed a partial of another upstream version", path=stale)
+    ranges = meta.accept_ranges and meta.size_bytes is not None
+    offset = _partial_size(partial) if ranges else 0
+    if meta.size_bytes is not None and offset > meta.size_bytes:
+        offset = 0
+    state = _State(partial, offset, meta.size_bytes, ranges)
+    if offset:
+        log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
+    return state
+
+
+def _partial_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _restart(state: _State, *, ranges: bool) -> None:
+    state.offset = 0
+    state.ranges = state.ranges and ranges
+
+
+def _check_space(state: _State, effects: TransferEffects, rel: str) -> None:
+    free = effects.free_bytes()
+    if state.expected_bytes is None or free is None:
+        return
+    needed = state.expected_bytes - state.offset
+    if needed > free:
+        raise TransferError(
+            f"{rel} needs {needed} more bytes but the cache has {free} free",
+            reason=Reason.OUT_OF_SPACE,
+            file=rel,
+        )
+
+
+def _short_body_error(file: RemoteFile, state: _State) -> SourceError:
+    return SourceError(
+        f"the origin closed {file.rel} after {state.offset} of {state.expected_bytes} bytes",
+        transient=True,
+        answered=True,
+    )
+
+
+def _attempt(
+    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, state: _State, ticker: ProgressTicker
+) -> bool:
+    """One request. True when the partial is complete."""
+    body = fetcher.open(file, meta, state.offset if state.ranges else 0)
+    try:
+        if body.complete:
+            return _complete_by_416(state, body)
+        _adopt_body(state, body)
+        ticker.total_bytes = state.expected_bytes
+        _receive(body, state, ticker, file.rel)
+    finally:
+        body.close()
+    return _judge_size(state, file.rel)
+
+
+def _complete_by_416(state: _State, body: Body) -> bool:
+    total = body.total_bytes if body.total_bytes is not None else state.expected_bytes
+    if total is not None and state.offset == total:
+        return True
+    # A 416 for a partial that is not complete: start over without ranges.
+    state.offset, state.ranges = 0, False
+    raise SourceError("the origin refused the resume range", transient=True, answered=True)
+
+
+def _adopt_body(state: _State, body: Body) -> None:
+    """Reconcile what the response says with what the partial holds."""
+    if body.start == 0:
+        state.offset = 0  # a 200 to a Range request restarts the file (pip)
+    total = body.total_bytes
+    if total is None or total == state.expected_bytes:
+        return
+    if body.start > 0:
+        # Resumed bytes would belong to another version: never splice (#80).
+        state.offset, state.ranges = 0, False
+        raise SourceError(
+            "the object changed size during the transfer",
+            transient=True,
+            reason=Reason.SOURCE_CHANGED,
+            answered=True,
+        )
+    state.expected_bytes = total
+
+
+def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> None:
+    buffer = bytearray(BUFFER_BYTES)
+    view = memoryview(buffer)
+    try:
+        fd = os.open(state.partial, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        raise disk_error(exc, "creating the partial of", rel) from exc
+    try:
+        os.ftruncate(fd, state.offset)
+        ticker.done_bytes = state.offset
+        while n := body.readinto(view):
+            _write_all(fd, view[:n], state.offset)
+            state.offset += n
+            ticker.done_bytes = state.offset
+        os.fsync(fd)
+    except OSError as exc:
+        raise disk_error(exc, "writing", rel) from exc
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data = data[written:]
+        offset += written
+
+
+def _judge_size(state: _State, rel: str) -> bool:
+    expected = state.expected_bytes
+    if expected is None or state.offset == expected:
+        return True
+    if state.offset > expected:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(state.partial)
+        raise TransferError(
+            f"received {state.offset} bytes of {rel}, the origin promised {expected}",
+            reason=Reason.SIZE_MISMATCH,
+            file=rel,
+        )
+    return False
