@@ -1,0 +1,35 @@
+# llmkube-stager developer entry points. Every target sets up what it needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Stage a generated sample model from a loopback origin, twice (cold, then warm).
+demo: $(STAMP)
+	$(BIN)/python -m llmkube_stager.testing.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check llmkube_stager tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict llmkube_stager
+
+## The whole suite: lint, types, then every test.
+test: lint typecheck
+	$(BIN)/pytest -q
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache demo-cache

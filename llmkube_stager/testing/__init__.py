@@ -1,0 +1,1 @@
+"""Test-support helpers: a loopback HTTP origin with fault injection and sample model files."""

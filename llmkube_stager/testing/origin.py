@@ -1,0 +1,674 @@
+"""Loopback HTTP origin with fault injection, used by tests, the demo and the benchmark.
+
+Everything binds to 127.0.0.1 only. Files live in memory (``put``) or on disk
+(``serve_directory``); ``Fault`` makes a path misbehave the way real upstreams do
+(errors, truncation, stalls, broken Range support, redirects, throttling) so the
+stager's resume and validation logic can be exercised deterministically.
+
+Run ``python -m llmkube_stager.testing.origin --dir DIR`` to serve a directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import email.utils
+import hashlib
+import os
+import re
+import signal
+import socket
+import socketserver
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from types import FrameType, TracebackType
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+_HOST = "127.0.0.1"
+_CHUNK = 256 * 1024
+_FAULT_BODY = b"injected fault\n"
+_NOT_FOUND_BODY = b"not found\n"
+_CLOSE_JOIN_S = 0.9  # close() budget for handler threads; callers expect ~1 s worst case
+_RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One answered request, as the origin saw and answered it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    status: int
+    body_bytes: int
+
+
+@dataclass
+class Fault:
+    """Misbehaviour for one path; fields combine. ``times`` counts matching requests."""
+
+    status: int | None = None
+    methods: tuple[str, ...] = ("GET", "HEAD")
+    times: int | None = None
+    retry_after: str | None = None
+    truncate_after: int | None = None
+    stall_after: int | None = None
+    ignore_range: bool = False
+    wrong_content_range: bool = False
+    no_content_length: bool = False
+    head_content_length_zero: bool = False
+    redirect_to: str | None = None
+    rate_bytes_per_s: int | None = None
+    delay_s: float = 0.0
+
+
+@dataclass
+class _Entry:
+    """Live log entry, updated while the response is written (see ``_Handler._write``)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    status: int = 0
+    body_bytes: int = 0
+
+    def freeze(self) -> RequestRecord:
+        return RequestRecord(
+            self.method, self.path, dict(self.headers), self.status, self.body_bytes
+        )
+
+
+@dataclass(frozen=True)
+class _Resource:
+    """A servable body: in memory (``data``) or a file read on each request."""
+
+    size: int
+    etag: str | None
+    last_modified: float
+    data: bytes | None = None
+    file_path: str | None = None
+
+    def chunks(self, start: int, end: int, chunk: int) -> Iterator[bytes | memoryview]:
+        if self.data is not None:
+            view = memoryview(self.data)
+            for pos in range(start, end, chunk):
+                yield view[pos : min(pos + chunk, end)]
+            return
+        assert self.file_path is not None
+        with open(self.file_path, "rb") as fh:
+            fh.seek(start)
+            remaining = end - start
+            while remaining > 0:
+                piece = fh.read(min(chunk, remaining))
+                if not piece:  # file shrank under us: stop short, like a real origin would
+                    return
+                remaining -= len(piece)
+                yield piece
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What to answer for a (possibly ranged) request: status and body byte span [start, end)."""
+
+    status: int
+    start: int
+    end: int
+
+
+def _auto_etag(data: bytes) -> str:
+    return '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+
+
+def _route(raw_path: str) -> str:
+    """Key used for files and faults: the decoded path without query string."""
+    return unquote(urlsplit(raw_path).path)
+
+
+def _strong_match(if_range: str, etag: str | None) -> bool:
+    # RFC 9110 If-Range uses strong comparison: weak tags never match.
+    if etag is None or etag.startswith("W/"):
+        return False
+    return if_range.strip() == etag
+
+
+def _parse_range(value: str) -> tuple[int, int | None] | None:
+    # Only the single-range forms the stager sends; anything else is ignored (answered
+    # 200 with the whole body), which RFC 9110 permits.
+    match = _RANGE_RE.fullmatch(value)
+    if match is None:
+        return None
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) else None
+    if last is not None and last < first:
+        return None
+    return first, last
+
+
+def _plan(res: _Resource, range_hdr: str | None, if_range: str | None, fault: Fault) -> _Plan:
+    whole = _Plan(200, 0, res.size)
+    if range_hdr is None or fault.ignore_range:
+        return whole
+    if if_range is not None and not _strong_match(if_range, res.etag):
+        return whole  # the client's partial copy is stale: hand it the new full body
+    parsed = _parse_range(range_hdr)
+    if parsed is None:
+        return whole
+    first, last = parsed
+    if first >= res.size:
+        return _Plan(416, 0, 0)
+    end = res.size if last is None else min(last + 1, res.size)
+    return _Plan(206, first, end)
+
+
+def _disk_resource(root: str, prefix: str, route: str) -> _Resource | None:
+    if not route.startswith(prefix):
+        return None
+    rel = os.path.normpath(route[len(prefix) :].lstrip("/"))
+    # Refuse "../" escapes; symlinks inside root are followed on purpose (HF-cache style trees).
+    if rel in (".", "") or rel.startswith("..") or os.path.isabs(rel):
+        return None
+    full = os.path.join(root, rel)
+    try:
+        st = os.stat(full)
+    except OSError:
+        return None
+    if not os.path.isfile(full):
+        return None
+    etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+    return _Resource(st.st_size, etag, st.st_mtime, file_path=full)
+
+
+def _hard_shutdown(sock: socket.socket) -> None:
+    # socket.socket.shutdown (not SSLSocket.shutdown) so a TLS handler thread blocked in
+    # read/write wakes up with EOF instead of racing on a torn-down SSL object.
+    with contextlib.suppress(OSError):  # already closed or never connected: nothing to wake
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _State:
+    """Everything handler threads share with the Origin; guarded by ``lock``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.files: dict[str, _Resource] = {}
+        self.dirs: list[tuple[str, str]] = []
+        self.faults: dict[str, Fault] = {}
+        self.fault_uses: dict[str, int] = {}
+        self.log: list[_Entry] = []
+        self.clients: dict[socket.socket, threading.Thread] = {}
+
+    def take_fault(self, route: str, method: str) -> Fault | None:
+        """Return the fault to apply to this request, consuming one of its ``times``."""
+        with self.lock:
+            fault = self.faults.get(route)
+            if fault is None or method not in fault.methods:
+                return None
+            used = self.fault_uses.get(route, 0)
+            if fault.times is not None and used >= fault.times:
+                return None
+            self.fault_uses[route] = used + 1
+            return fault
+
+    def lookup(self, route: str) -> _Resource | None:
+        with self.lock:
+            res = self.files.get(route)
+            dirs = list(self.dirs)
+        if res is not None:
+            return res
+        for prefix, root in dirs:
+            found = _disk_resource(root, prefix, route)
+            if found is not None:
+                return found
+        return None
+
+    def register(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.clients[sock] = threading.current_thread()
+            stopping = self.stop.is_set()
+        if stopping:  # accepted just as close() snapshotted the clients: hang up ourselves
+            _hard_shutdown(sock)
+
+    def unregister(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.clients.pop(sock, None)
+
+    def hang_up_clients(self, timeout: float) -> None:
+        with self.lock:
+            clients = list(self.clients.items())
+        for sock, _ in clients:
+            _hard_shutdown(sock)
+        deadline = time.monotonic() + timeout
+        for _, thread in clients:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Server(socketserver.ThreadingMixIn, HTTPServer):
+    daemon_threads = True
+    block_on_close = False  # close() joins handler threads itself, with a deadline
+
+    def __init__(self, state: _State, tls: ssl.SSLContext | None, port: int) -> None:
+        self.state = state
+        self.tls = tls
+        super().__init__((_HOST, port), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind does a reverse-DNS lookup (getfqdn) that can take seconds.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = _HOST
+        self.server_port = self.server_address[1]
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = self.socket.accept()
+        if self.tls is not None:
+            # Handshake later, in the handler thread, so a slow TLS client cannot block accept().
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up mid-body is routine in these tests; keep stderr quiet.
+        return
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    _entry: _Entry  # log entry of the request being answered
+
+    def setup(self) -> None:
+        self.server.state.register(self.request)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        super().setup()
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.state.unregister(self.request)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # quiet: test output should only show the stager's own logs
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_HEAD(self) -> None:
+        self._answer("HEAD")
+
+    def _answer(self, method: str) -> None:
+        # Logged up front and updated as bytes go out, so a client that has read the whole
+        # response never races the handler thread to the log.
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self._entry = _Entry(method, self.path, headers)
+        with self.server.state.lock:
+            self.server.state.log.append(self._entry)
+        try:
+            self._dispatch(method)
+        except OSError:  # client went away (incl. TLS errors): just drop the connection
+            self.close_connection = True
+
+    def _write(self, data: bytes | memoryview) -> None:
+        # Count first (see _answer); a failed write is taken back out, so body_bytes only
+        # counts bytes handed to the socket by completed writes.
+        self._entry.body_bytes += len(data)
+        try:
+            self.wfile.write(data)
+        except OSError:
+            self._entry.body_bytes -= len(data)
+            raise
+
+    def _dispatch(self, method: str) -> None:
+        state = self.server.state
+        route = _route(self.path)
+        fault = state.take_fault(route, method) or Fault()
+        if fault.delay_s > 0 and state.stop.wait(fault.delay_s):
+            self.close_connection = True  # shutting down mid-delay: answer nothing
+            return
+        if fault.redirect_to is not None:
+            self._send_simple(method, 302, b"", [("Location", fault.redirect_to)])
+            return
+        if fault.status is not None:
+            extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
+            self._send_simple(method, fault.status, _FAULT_BODY, extra)
+            return
+        resource = state.lookup(route)
+        if resource is None:
+            self._send_simple(method, 404, _NOT_FOUND_BODY, [])
+            return
+        self._send_resource(method, resource, fault)
+
+    def _send_simple(
+        self, method: str, status: int, body: bytes, extra: list[tuple[str, str]]
+    ) -> None:
+        self._entry.status = status
+        self.send_response(status)
+        for name, value in extra:
+            self.send_header(name, value)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if method == "GET" and body:
+            self._write(body)
+
+    def _send_resource(self, method: str, res: _Resource, fault: Fault) -> None:
+        plan = _plan(res, self.headers.get("Range"), self.headers.get("If-Range"), fault)
+        if plan.status == 416:
+            self._send_simple(method, 416, b"", [("Content-Range", f"bytes */{res.size}")])
+            return
+        self._entry.status = plan.status
+        self.send_response(plan.status)
+        self._entity_headers(method, res, plan, fault)
+        self.end_headers()
+        if method == "GET":
+            self._send_body(res, plan, fault)
+
+    def _entity_headers(self, method: str, res: _Resource, plan: _Plan, fault: Fault) -> None:
+        length = plan.end - plan.start
+        if plan.status == 206:
+            # wrong_content_range shifts the whole span by one so the length stays consistent
+            # and only a client that checks the start offset notices.
+            first = plan.start + (1 if fault.wrong_content_range else 0)
+            self.send_header("Content-Range", f"bytes {first}-{first + length - 1}/{res.size}")
+        if fault.no_content_length:
+            # Close-delimited body: the connection closing is the only framing left.
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        elif method == "HEAD" and fault.head_content_length_zero:
+            self.send_header("Content-Length", "0")
+        else:
+            self.send_header("Content-Length", str(length))
+        if res.etag is not None:
+            self.send_header("ETag", res.etag)
+        if not fault.ignore_range:
+            self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Last-Modified", email.utils.formatdate(res.last_modified, usegmt=True))
+        self.send_header("Content-Type", "application/octet-stream")
+
+    def _send_body(self, res: _Resource, plan: _Plan, fault: Fault) -> None:
+        stop = self.server.state.stop
+        limit = plan.end - plan.start
+        for cut in (fault.truncate_after, fault.stall_after):
+            if cut is not None:
+                limit = min(limit, cut)
+        rate = fault.rate_bytes_per_s
+        # Small chunks when throttled so the pacing is smooth (~20 writes/s).
+        chunk = _CHUNK if rate is None else max(1, min(_CHUNK, rate // 20))
+        started = time.monotonic()
+        for piece in res.chunks(plan.start, plan.start + limit, chunk):
+            if stop.is_set():
+                break
+            self._write(piece)
+            if rate is not None:
+                self._pace(started, rate)
+        if self._entry.body_bytes < plan.end - plan.start:
+            if fault.stall_after is not None:
+                stop.wait()  # hold the socket open, silent, until the origin closes
+            # The promised length was not delivered; the only honest end is a hang-up.
+            self.close_connection = True
+
+    def _pace(self, started: float, rate: int) -> None:
+        ahead = self._entry.body_bytes / rate - (time.monotonic() - started)
+        if ahead > 0:
+            self.server.state.stop.wait(ahead)
+
+
+class Origin:
+    """Threaded HTTP/1.1 origin on 127.0.0.1 with files in memory, faults and a request log."""
+
+    def __init__(self, *, tls: ssl.SSLContext | None = None, port: int = 0) -> None:
+        self._tls = tls
+        self._port = port
+        self._state = _State()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Origin:
+        if self._server is not None:
+            raise RuntimeError("origin already started")
+        self._server = _Server(self._state, self._tls, self._port)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.01},  # shutdown() waits up to one poll interval
+            name=f"origin-{self._server.server_port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        server = self._server
+        if server is None or self._state.stop.is_set():
+            return
+        self._state.stop.set()  # wakes stalled, delayed and throttled handlers
+        server.shutdown()
+        server.server_close()
+        self._state.hang_up_clients(_CLOSE_JOIN_S)
+        if self._thread is not None:
+            self._thread.join(_CLOSE_JOIN_S)
+
+    def __enter__(self) -> Origin:
+        return self if self._server is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("origin not started")
+        scheme = "http" if self._tls is None else "https"
+        return f"{scheme}://{_HOST}:{self._server.server_port}"
+
+    def put(self, path: str, data: bytes, *, etag: str | None = "auto") -> None:
+        """Serve ``data`` at ``path``; replaces any previous content (an upstream change)."""
+        _check_path(path)
+        tag = _auto_etag(data) if etag == "auto" else etag
+        res = _Resource(len(data), tag, time.time(), data=bytes(data))
+        with self._state.lock:
+            self._state.files[path] = res
+
+    def remove(self, path: str) -> None:
+        with self._state.lock:
+            self._state.files.pop(path, None)
+
+    def set_fault(self, path: str, fault: Fault | None) -> None:
+        """Install (or clear, with None) the fault for ``path``; resets its ``times`` count."""
+        _check_path(path)
+        with self._state.lock:
+            self._state.fault_uses.pop(path, None)
+            if fault is None:
+                self._state.faults.pop(path, None)
+            else:
+                self._state.faults[path] = fault
+
+    def requests(self, path: str | None = None, method: str | None = None) -> list[RequestRecord]:
+        """Snapshot of the log, oldest first; ``path`` matches with or without the query.
+
+        A request still being answered appears with the body bytes sent so far.
+        """
+        with self._state.lock:
+            log = [entry.freeze() for entry in self._state.log]
+        return [
+            rec
+            for rec in log
+            if (path is None or path in (rec.path, _route(rec.path)))
+            and (method is None or rec.method == method)
+        ]
+
+    def clear_log(self) -> None:
+        with self._state.lock:
+            self._state.log.clear()
+
+    def serve_directory(self, root: str, prefix: str = "/") -> None:
+        """Also serve files under ``root`` at ``prefix``; read from disk on every request."""
+        if not os.path.isdir(root):
+            raise NotADirectoryError(root)
+        _check_path(prefix)
+        prefix = prefix if prefix.endswith("/") else prefix + "/"
+        with self._state.lock:
+            self._state.dirs.append((prefix, os.path.abspath(root)))
+
+
+def _check_path(path: str) -> None:
+    if not path.startswith("/"):
+        raise ValueError(f"path must start with '/': {path!r}")
+
+
+class Blackhole:
+    """127.0.0.1 listener for timeout tests.
+
+    mode="accept": the kernel accepts connections, nobody ever answers (read/stall timeout).
+    mode="syn-drop": listen(0) backlog filled by a few pre-made connections so further
+    connects hang in SYN (connect timeout).
+    """
+
+    def __init__(self, mode: Literal["accept", "syn-drop"]) -> None:
+        if mode not in ("accept", "syn-drop"):
+            raise ValueError(f"unknown Blackhole mode {mode!r}")
+        self._mode = mode
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener: socket.socket | None = None
+        self._held: list[socket.socket] = []
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Blackhole:
+        if self._listener is not None:
+            raise RuntimeError("blackhole already started")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((_HOST, 0))
+        self._listener = listener
+        if self._mode == "accept":
+            listener.listen(64)
+            listener.settimeout(0.05)  # lets the accept loop notice close()
+            self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+            self._thread.start()
+        else:
+            listener.listen(0)
+            self._fill_backlog()
+        return self
+
+    def _accept_loop(self) -> None:
+        # Accept (and hold, silently) so the backlog never fills and every connect succeeds.
+        assert self._listener is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self._held.append(conn)
+
+    def _fill_backlog(self) -> None:
+        # Linux drops SYNs once the accept queue is full, and nobody ever accepts here, so
+        # connect until one attempt stalls; that attempt proves the queue is full.
+        for _ in range(8):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.settimeout(0.1)
+            try:
+                probe.connect((_HOST, self.port))
+            except TimeoutError:
+                probe.close()
+                return
+            self._held.append(probe)
+        raise RuntimeError("could not fill the listen backlog; syn-drop unsupported here")
+
+    @property
+    def port(self) -> int:
+        if self._listener is None:
+            raise RuntimeError("blackhole not started")
+        port: int = self._listener.getsockname()[1]
+        return port
+
+    @property
+    def url(self) -> str:
+        return f"http://{_HOST}:{self.port}"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+        with self._lock:
+            held, self._held = self._held, []
+        for sock in held:
+            sock.close()
+        if self._listener is not None:
+            self._listener.close()
+
+    def __enter__(self) -> Blackhole:
+        return self if self._listener is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def closed_port_url() -> str:
+    """URL of a 127.0.0.1 port with nothing listening (connects are refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        port = sock.getsockname()[1]
+    return f"http://{_HOST}:{port}"
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m llmkube_stager.testing.origin",
+        description="Serve a directory over HTTP on 127.0.0.1 (Range, HEAD, ETag).",
+    )
+    parser.add_argument("--dir", required=True, help="directory served at /")
+    parser.add_argument("--port", type=int, default=0, help="port (0 = pick a free one)")
+    parser.add_argument("--port-file", help="write the origin URL to this file once listening")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.dir):
+        parser.error(f"--dir {args.dir!r} is not a directory")
+    return args
+
+
+def _write_atomically(path: str, text: str) -> None:
+    # Readers poll for the file; rename makes sure they never see a half-written URL.
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    done = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    with Origin(port=args.port) as origin:
+        origin.serve_directory(args.dir)
+        if args.port_file:
+            _write_atomically(args.port_file, origin.url)
+        print(f"origin listening on {origin.url}", file=sys.stderr, flush=True)
+        while not done.wait(0.5):  # timed wait keeps the main thread responsive to signals
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
