@@ -8,6 +8,8 @@ old `download_with_progress` did by stat-ing the file. Never `\\r`.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 from llmkube_stager.logs import Log
@@ -24,24 +26,43 @@ def progress_text(done_bytes: int, total_bytes: int | None) -> str:
 
 
 class ProgressTicker:
-    """A daemon thread that reports a shared byte counter at an interval."""
+    """A daemon thread that reports a shared byte counter at an interval and
+    calls `heartbeat` every `heartbeat_s` (a live writer's proof of life)."""
 
-    def __init__(self, log: Log, interval_s: float, rel: str) -> None:
+    def __init__(
+        self,
+        log: Log,
+        interval_s: float,
+        rel: str,
+        heartbeat: Callable[[], None] | None = None,
+        heartbeat_s: float = 5.0,
+    ) -> None:
         self._log = log
         self._interval_s = interval_s
         self._rel = rel
+        self._heartbeat = heartbeat
+        self._heartbeat_s = heartbeat_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
         self.done_bytes = 0
         self.total_bytes: int | None = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            # Reading two ints written by another thread is safe under the GIL;
-            # a line one buffer behind is fine for a progress report.
-            self._log.info(
-                "progress", progress_text(self.done_bytes, self.total_bytes), file=self._rel
-            )
+        next_report = time.monotonic() + self._interval_s
+        next_beat = time.monotonic() + self._heartbeat_s
+        while not self._stop.wait(max(0.0, min(next_report, next_beat) - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_report:
+                # Two ints written by another thread, read under the GIL; a
+                # line one buffer behind is fine for a progress report.
+                self._log.info(
+                    "progress", progress_text(self.done_bytes, self.total_bytes), file=self._rel
+                )
+                next_report = now + self._interval_s
+            if now >= next_beat:
+                if self._heartbeat is not None:
+                    self._heartbeat()
+                next_beat = now + self._heartbeat_s
 
     def __enter__(self) -> ProgressTicker:
         self._thread.start()

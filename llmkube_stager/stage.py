@@ -8,12 +8,16 @@ imports no HTTP library (spec §8.4).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from llmkube_stager.cache.lock import CacheLock
+from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import read_cache_state, write_size_record
+from llmkube_stager.cache.sweep import sweep
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, StagerError
 from llmkube_stager.logs import Log
@@ -40,6 +44,7 @@ class Effects:
     probe_fs: Callable[[str], FsInfo]
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,60 @@ def prepare(config: Config, effects: Effects) -> Prepared:
 
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
-    for warning in prepared.plan.warnings:
-        effects.log.warning("no_size_record", warning)
+    _check_plan(prepared, effects.log)
+    if not prepared.plan.writes:
+        # Warm start: no lock, no mkdir, no sweep, no connection (spec §8.4).
+        results = _Executor(config, effects, prepared).run()
+        return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+    _ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
+    with _writer_lock(config, effects, prepared):
+        if prepared.fs.is_fuse is not True:
+            # Another writer may have staged while we waited for the lock.
+            prepared = _replan(prepared)
+            _check_plan(prepared, effects.log, warn=False)
+        _sweep(prepared, effects)
+        results = _Executor(config, effects, prepared).run()
+    return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+
+
+def _check_plan(prepared: Prepared, log: Log, *, warn: bool = True) -> None:
+    if warn:
+        for warning in prepared.plan.warnings:
+            log.warning("no_size_record", warning)
     refusal = refused(prepared.plan)
     if refusal is not None:
         raise _refusal_error(refusal, prepared)
-    results = _Executor(config, effects, prepared).run()
-    return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+
+
+def _replan(prepared: Prepared) -> Prepared:
+    cache = read_cache_state(prepared.manifest)
+    plan = make_plan(prepared.manifest, cache, prepared.fs, prepared.role)
+    return replace(prepared, cache=cache, plan=plan)
+
+
+def _writer_lock(
+    config: Config, effects: Effects, prepared: Prepared
+) -> contextlib.AbstractContextManager[object]:
+    """Off FUSE (and when the type is unknown: the previous behavior, spec
+    §16 item 3) writers take the flock; on FUSE nobody does (spec §9.3)."""
+    if prepared.fs.is_fuse:
+        return contextlib.nullcontext()
+    return CacheLock(
+        prepared.manifest.root,
+        config.timeouts.lock_s,
+        effects.log,
+        effects.monotonic,
+        effects.sleep,
+    )
+
+
+def _sweep(prepared: Prepared, effects: Effects) -> None:
+    manifest = prepared.manifest
+    staging = frozenset(manifest.file(a.rel).dest for a in prepared.plan.actions if a.transfers)
+    listed = frozenset(f.dest for f in manifest.files)
+    root = manifest.root
+    for path in sweep(root, listed, staging, effects.wall_clock()):
+        effects.log.info("swept", "removed stale temp file", path=os.path.relpath(path, root))
 
 
 def _refusal_error(action: Action, prepared: Prepared) -> StagerError:
@@ -109,8 +161,6 @@ class _Executor:
 
     def run(self) -> tuple[FileResult, ...]:
         manifest = self._prepared.manifest
-        if self._prepared.plan.writes:
-            _ensure_dir(manifest.root, manifest.root, "")
         try:
             return tuple(self._act(a, manifest.file(a.rel)) for a in self._prepared.plan.actions)
         finally:
@@ -162,6 +212,8 @@ class _Executor:
         effects = TransferEffects(
             log=self._log,
             sleep=self._effects.sleep,
+            wall_clock=self._effects.wall_clock,
+            idle_s=0.0 if self._prepared.fs.is_fuse is False else IDLE_S,
             timeouts=self._config.timeouts,
             progress_interval_s=self._config.progress_interval_s,
             free_bytes=self._free_bytes,

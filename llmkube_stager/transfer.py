@@ -19,8 +19,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llmkube_stager.cache.layout import partial_path, validator_of
-from llmkube_stager.cache.publish import disk_error, publish, stale_partials
+from llmkube_stager.cache.layout import validator_of
+from llmkube_stager.cache.partials import (
+    HEARTBEAT_S,
+    adopt_partial,
+    busy_partials,
+    new_writer_id,
+    remove_stale,
+)
+from llmkube_stager.cache.publish import PartialLost, disk_error, publish
 from llmkube_stager.cache.records import FILE_MODE
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, SourceError, TransferError
@@ -39,9 +46,13 @@ _REFUND_BYTES = 1 << 20
 class TransferEffects:
     log: Log
     sleep: Callable[[float], None]
+    wall_clock: Callable[[], float]
     timeouts: Timeouts
     progress_interval_s: float
     free_bytes: Callable[[], int | None]
+    # How long a partial must be untouched before it is adopted or removed:
+    # 0 under an exclusive cross-node lock, partials.IDLE_S without one.
+    idle_s: float
 
 
 @dataclass
@@ -64,16 +75,43 @@ def fetch_file(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> 
     """Stage one file into the cache and publish it. Raises StagerError."""
     budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
     meta = budget.call(lambda: fetcher.probe(file), f"the probe of {file.rel}")
-    state = _open_state(file, meta, effects.log)
-    _check_space(state, effects, file.rel)
     received = 0
-    with ProgressTicker(effects.log, effects.progress_interval_s, file.rel) as ticker:
+    while True:
+        state = _open_state(file, meta, effects)
+        _check_space(state, effects, file.rel)
+        received += _fill(fetcher, file, meta, state, budget, effects)
+        try:
+            size = publish(state.partial, file.dest, state.expected_bytes, file.rel)
+        except PartialLost:
+            effects.log.warning(
+                "partial_lost",
+                f"another writer adopted the partial of {file.rel}; starting over",
+                file=file.rel,
+            )
+            continue
+        return Fetched(bytes_received=received, size_bytes=size)
+
+
+def _fill(
+    fetcher: Fetcher,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    state: _State,
+    budget: RetryBudget,
+    effects: TransferEffects,
+) -> int:
+    """Attempts until the partial holds the whole file; bytes received."""
+    received = 0
+    heartbeat = _heartbeat(state)
+    with ProgressTicker(
+        effects.log, effects.progress_interval_s, file.rel, heartbeat, HEARTBEAT_S
+    ) as ticker:
         ticker.total_bytes = state.expected_bytes
         while True:
             before = state.offset
             try:
                 if _attempt(fetcher, file, meta, state, ticker):
-                    break
+                    return received + max(0, state.offset - before)
                 error = _short_body_error(file, state)
             except RangeUnusable as exc:
                 effects.log.warning("range_unusable", f"{exc}; restarting from zero", file=file.rel)
@@ -87,25 +125,51 @@ def fetch_file(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> 
             if not state.ranges:
                 _restart(state, ranges=False)
             budget.spend(error, f"the download of {file.rel}")
-        received += max(0, state.offset - before)
-    size = publish(state.partial, file.dest, state.expected_bytes, file.rel)
-    return Fetched(bytes_received=received, size_bytes=size)
 
 
-def _open_state(file: RemoteFile, meta: RemoteMeta, log: Log) -> _State:
-    partial = partial_path(file.dest, validator_of(meta.size_bytes, meta.etag))
-    for stale in stale_partials(file.dest, keep=partial):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stale)
-            log.info("swept_partial", "removed a partial of another upstream version", path=stale)
+def _heartbeat(state: _State) -> Callable[[], None]:
+    def touch() -> None:
+        # Tells other writers this partial is alive (partials.IDLE_S).
+        with contextlib.suppress(OSError):
+            os.utime(state.partial)
+
+    return touch
+
+
+def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) -> _State:
+    validator = validator_of(meta.size_bytes, meta.etag)
+    now = effects.wall_clock()
+    for stale in remove_stale(file.dest, validator, now, effects.idle_s):
+        effects.log.info(
+            "swept_partial", "removed a partial of another upstream version", path=stale
+        )
+    partial = adopt_partial(file.dest, validator, new_writer_id(), now, effects.idle_s)
     ranges = meta.accept_ranges and meta.size_bytes is not None
     offset = _partial_size(partial) if ranges else 0
     if meta.size_bytes is not None and offset > meta.size_bytes:
         offset = 0
-    state = _State(partial, offset, meta.size_bytes, ranges)
     if offset:
-        log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
-    return state
+        effects.log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
+    return _State(partial, offset, meta.size_bytes, ranges)
+
+
+def _await_idle(file: RemoteFile, validator: str, effects: TransferEffects) -> None:
+    """A partial touched recently may belong to our own previous container
+    (a restart within seconds): wait until it is idle so it can be adopted
+    and resumed; a truly live writer keeps it busy and we start our own."""
+    waited_s = 0.0
+    while busy_partials(file.dest, validator, effects.wall_clock(), effects.idle_s):
+        if waited_s >= effects.idle_s + HEARTBEAT_S:
+            effects.log.info(
+                "partial_busy", f"another writer is staging {file.rel}; using a new partial"
+            )
+            return
+        if waited_s == 0.0:
+            effects.log.info(
+                "partial_wait", f"waiting for a recent partial of {file.rel} to go idle"
+            )
+        effects.sleep(HEARTBEAT_S)
+        waited_s += HEARTBEAT_S
 
 
 def _partial_size(path: str) -> int:

@@ -15,11 +15,16 @@ from llmkube_stager.errors import InvalidFileSet
 
 SIZE_RECORD_SUFFIX = ".llmkube-size"
 ATOMIC_TMP_INFIX = ".llmkube-tmp."
-PARTIAL_SUFFIX = ".tmp"
+# The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
+LEGACY_PARTIAL_SUFFIX = ".tmp"
+# The agent's own partials: `<dest>.<key>.<writer>.llmkube-part`, one per
+# writer, so that two writers never share an inode (#2158, see partials.py).
+PART_SUFFIX = ".llmkube-part"
 LOCK_NAME = ".llmkube.lock"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
-_RESERVED_MARKERS = (SIZE_RECORD_SUFFIX, ATOMIC_TMP_INFIX, ".sha256-rejected")
+_RESERVED_MARKERS = (SIZE_RECORD_SUFFIX, ATOMIC_TMP_INFIX, ".sha256-rejected", PART_SUFFIX)
+_RESERVED_NAMES = frozenset({LOCK_NAME})
 _TMP_ALPHABET = string.ascii_letters + string.digits
 
 
@@ -56,7 +61,7 @@ def _check_rel(rel: str) -> None:
     parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise InvalidFileSet(f"MODEL_FILES entry {shown} has an empty, '.' or '..' path part")
-    if any(marker in parts[-1] for marker in _RESERVED_MARKERS):
+    if parts[-1] in _RESERVED_NAMES or any(m in parts[-1] for m in _RESERVED_MARKERS):
         raise InvalidFileSet(f"MODEL_FILES entry {shown} uses a name reserved for cache records")
 
 
@@ -81,10 +86,35 @@ def partial_key(validator: str) -> str:
     return hashlib.sha256(validator.encode()).hexdigest()[:12]
 
 
-def partial_path(dest: str, validator: str) -> str:
-    """`<dest>.<key>.tmp`: a changed upstream gets a different partial, so old
-    and new bytes never splice (scenario 80)."""
-    return f"{dest}.{partial_key(validator)}{PARTIAL_SUFFIX}"
+def legacy_partial_path(dest: str, validator: str) -> str:
+    """The shell's `<dest>.<key>.tmp`: a changed upstream gets a different
+    partial, so old and new bytes never splice (scenario 80)."""
+    return f"{dest}.{partial_key(validator)}{LEGACY_PARTIAL_SUFFIX}"
+
+
+def private_partial_path(dest: str, validator: str, writer_id: str) -> str:
+    """`<dest>.<key>.<writer>.llmkube-part`: keyed on the validator like the
+    shell's name, and private to one writer."""
+    return f"{dest}.{partial_key(validator)}.{writer_id}{PART_SUFFIX}"
+
+
+def key_of_partial(dest: str, path: str) -> str | None:
+    """The validator key of a partial of `dest` (either naming), else None."""
+    if not path.startswith(dest + "."):
+        return None
+    rest = path[len(dest) + 1 :]
+    if rest.endswith(PART_SUFFIX):
+        key, _, writer = rest[: -len(PART_SUFFIX)].partition(".")
+        ok = _is_hex(key, 12) and _is_hex(writer, 8)
+        return key if ok else None
+    if rest.endswith(LEGACY_PARTIAL_SUFFIX):
+        key = rest[: -len(LEGACY_PARTIAL_SUFFIX)]
+        return key if _is_hex(key, 12) else None
+    return None
+
+
+def _is_hex(text: str, length: int) -> bool:
+    return len(text) == length and all(c in "0123456789abcdef" for c in text)
 
 
 def record_path(dest: str) -> str:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import os
 
-from llmkube_stager.cache.layout import PARTIAL_SUFFIX, partial_key
 from llmkube_stager.cache.records import fsync_dir, write_size_record
 from llmkube_stager.errors import CacheError, Reason, TransferError
 
@@ -36,15 +34,29 @@ def disk_error(exc: OSError, what: str, rel: str) -> Exception:
     return exc
 
 
+class PartialLost(Exception):
+    """Our private partial was adopted by another writer (it looked idle):
+    never publish it; start over (see partials.py)."""
+
+
 def publish(partial: str, dest: str, expected_bytes: int | None, rel: str) -> int:
     """Rename `partial` onto `dest`, check the published size, write the record."""
     try:
+        inode = os.stat(partial).st_ino
         os.replace(partial, dest)
-        fsync_dir(os.path.dirname(dest))
-        published = os.stat(dest).st_size
+    except FileNotFoundError as exc:
+        raise PartialLost(partial) from exc
     except OSError as exc:
         raise disk_error(exc, "publishing", rel) from exc
-    if expected_bytes is not None and published != expected_bytes:
+    try:
+        fsync_dir(os.path.dirname(dest))
+        st = os.stat(dest)
+    except OSError as exc:
+        raise disk_error(exc, "publishing", rel) from exc
+    published = st.st_size
+    # Only judge (and remove) what we published: a racing writer may already
+    # have renamed its own complete file over ours.
+    if st.st_ino == inode and expected_bytes is not None and published != expected_bytes:
         for path in (dest, dest + ".sha256"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -58,20 +70,3 @@ def publish(partial: str, dest: str, expected_bytes: int | None, rel: str) -> in
     except OSError as exc:
         raise disk_error(exc, "recording the size of", rel) from exc
     return published
-
-
-def stale_partials(dest: str, keep: str) -> list[str]:
-    """This file's partials for other origin validators, and the legacy
-    `<dest>.tmp`: the keep-one sweep of spec §10, narrowed to ONE file so it
-    can never delete another manifest file's partial (spec §10 hazard)."""
-    pattern = glob.escape(dest) + ".*" + PARTIAL_SUFFIX
-    found = [p for p in glob.glob(pattern) if _is_partial_of(dest, p) and p != keep]
-    legacy = dest + PARTIAL_SUFFIX
-    if os.path.exists(legacy):
-        found.append(legacy)
-    return found
-
-
-def _is_partial_of(dest: str, path: str) -> bool:
-    key = path[len(dest) + 1 : -len(PARTIAL_SUFFIX)]
-    return len(key) == len(partial_key("")) and all(c in "0123456789abcdef" for c in key)

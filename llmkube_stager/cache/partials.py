@@ -1,0 +1,103 @@
+"""Partials: one private file per writer, adopted across restarts by rename.
+
+Why private: on FUSE, flock does not exclude across nodes, and two pods that
+resumed into one shared partial published a truncated file that every later
+pod accepted (#2158, #2254). Here a writer only ever writes a file whose name
+carries its own random id. To resume, it adopts an idle partial (one whose
+owner stopped writing: live writers touch theirs every few seconds) by
+renaming it to its own name; if two writers race for it, only one rename
+finds the source. A writer whose file was adopted away notices at publish
+(its own name is gone) and never publishes that inode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from dataclasses import dataclass
+
+from llmkube_stager.cache.layout import (
+    key_of_partial,
+    partial_key,
+    private_partial_path,
+)
+
+# A live writer refreshes its partial's mtime at least this often (heartbeat).
+HEARTBEAT_S = 5.0
+# A partial untouched this long has no live writer (6 missed heartbeats).
+IDLE_S = 30.0
+
+
+def new_writer_id() -> str:
+    return secrets.token_hex(4)
+
+
+@dataclass(frozen=True)
+class PartialFile:
+    path: str
+    key: str
+    size_bytes: int
+    mtime_s: float
+
+
+def list_partials(dest: str) -> list[PartialFile]:
+    """Every partial of `dest` in its directory, both namings."""
+    directory = os.path.dirname(dest) or "."
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(directory, name)
+        key = key_of_partial(dest, path)
+        if key is None:
+            continue
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            found.append(PartialFile(path, key, st.st_size, st.st_mtime))
+    return found
+
+
+def is_idle(partial: PartialFile, now_s: float, idle_s: float) -> bool:
+    return now_s - partial.mtime_s >= idle_s
+
+
+def adopt_partial(dest: str, validator: str, writer_id: str, now_s: float, idle_s: float) -> str:
+    """Our private partial path; holding the largest idle partial of the same
+    validator when there is one (resume), else not existing yet."""
+    own = private_partial_path(dest, validator, writer_id)
+    key = partial_key(validator)
+    candidates = [
+        p
+        for p in list_partials(dest)
+        if p.key == key and p.path != own and is_idle(p, now_s, idle_s)
+    ]
+    for candidate in sorted(candidates, key=lambda p: p.size_bytes, reverse=True):
+        try:
+            os.rename(candidate.path, own)
+        except FileNotFoundError:
+            continue  # another writer adopted it first
+        return own
+    return own
+
+
+def remove_stale(dest: str, validator: str, now_s: float, idle_s: float) -> list[str]:
+    """Idle partials of `dest` for other origin validators: bytes of another
+    upstream version, never to be resumed (the keep-one sweep of spec §10,
+    narrowed to one file so it cannot touch another file's partial)."""
+    key = partial_key(validator)
+    removed = []
+    for partial in list_partials(dest):
+        if partial.key != key and is_idle(partial, now_s, idle_s):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial.path)
+                removed.append(partial.path)
+    return removed
+
+
+def busy_partials(dest: str, validator: str, now_s: float, idle_s: float) -> list[PartialFile]:
+    """Partials of the same version that a writer touched recently."""
+    key = partial_key(validator)
+    return [p for p in list_partials(dest) if p.key == key and not is_idle(p, now_s, idle_s)]
