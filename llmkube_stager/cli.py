@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from llmkube_stager.config import VARS, early_settings, load_config, secret_values
-from llmkube_stager.errors import Cancelled, Reason, StagerError
+from llmkube_stager.errors import Cancelled, ConfigError, Reason, StagerError
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.termination import (
     encode,
@@ -144,6 +144,52 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
         prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
         text = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
         click.echo(boundary.redact(text))
+
+    boundary.run(body)
+
+
+@main.command()
+@config_options
+@click.option("--strict", is_flag=True, help="a file without a size record fails too")
+def verify(strict: bool, **kwargs: Any) -> None:
+    """Read-only, offline check that the cache holds the whole model."""
+    flags = _flags(kwargs)
+    boundary = Boundary(flags, os.environ, terminate=True)
+
+    def body() -> dict[str, Any]:
+        import time
+
+        from llmkube_stager.model import Decision, FileResult, Outcome
+        from llmkube_stager.verify import check_files, judge
+
+        started = time.monotonic()
+        config = load_config(os.environ, flags, require_source=False)
+        report = check_files(config)
+        judge(report, strict, boundary.log)
+        results = tuple(FileResult(rel, Decision.REUSE) for rel in report.checked)
+        doc = success_doc(Outcome(results, time.monotonic() - started), boundary.source, "verified")
+        boundary.log.info("verified", doc["message"])
+        return doc
+
+    boundary.run(body)
+
+
+@main.command()
+@click.argument("cache_dir", required=False)
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+def inspect(cache_dir: str | None, as_json: bool) -> None:
+    """Report a cache directory: files, records, stamps, leftovers, filesystem."""
+    boundary = Boundary({}, os.environ, terminate=False)
+
+    def body() -> None:
+        import time
+
+        from llmkube_stager.inspectview import inspect_dir, render
+
+        target = cache_dir or os.environ.get("CACHE_DIR", "")
+        if not target or not os.path.isdir(target):
+            raise ConfigError(f"CACHE_DIR {target!r} is not a directory")
+        click.echo(boundary.redact(render(inspect_dir(target, time.time()), as_json)))
 
     boundary.run(body)
 

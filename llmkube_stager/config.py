@@ -10,13 +10,14 @@ I/O, so the cache is left untouched.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Mapping
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from llmkube_stager.cache.layout import parse_file_list
 from llmkube_stager.errors import ConfigError
+from llmkube_stager.pins import file_pins, single_pin
 
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
 LogFormat = Literal["text", "json"]
@@ -68,8 +69,6 @@ VARS: tuple[Var, ...] = (
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
 
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
-
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -110,8 +109,8 @@ class Config:
     model_files: tuple[str, ...]
     refresh_policy: RefreshPolicy = "IfNotPresent"
     prefetch_stager: bool = False
-    model_sha256: str = ""
-    model_file_sha256: str = ""
+    # sha256 pins by relative path (single-file: the basename of MODEL_PATH).
+    pins: Mapping[str, str] = field(default_factory=dict)
     s3_bucket: str = ""
     s3_key: str = ""
     s3_prefix: str = ""
@@ -137,6 +136,12 @@ class _Reader:
     def __init__(self, environ: Mapping[str, str], flags: Mapping[str, str | None]) -> None:
         self._environ = environ
         self._flags = flags
+
+    def optional(self, name: str) -> str | None:
+        """The value, or None when neither flag nor variable is set at all
+        (a pin variable set to "" must fail closed, not read as absent)."""
+        flagged = self._flags.get(name)
+        return flagged if flagged is not None else self._environ.get(name)
 
     def raw(self, name: str, default: str = "") -> str:
         flagged = self._flags.get(name)
@@ -207,11 +212,12 @@ def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -
     return load_secrets(_Reader(environ, flags)).values()
 
 
-def _check_sha256(name: str, text: str) -> str:
-    value = text.strip()
-    if value and not _SHA256_RE.fullmatch(value.lower()):
-        raise ConfigError(f"{name} must be 64 hexadecimal characters")
-    return value.lower()
+def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str, str]:
+    single = single_pin(read.optional("MODEL_SHA256"), bool(files))
+    pins = file_pins(read.optional("MODEL_FILE_SHA256"), files)
+    if single is not None:
+        return {posixpath.basename(model_path): single}
+    return pins
 
 
 def _layout_paths(read: _Reader) -> tuple[str, str, tuple[str, ...]]:
@@ -231,14 +237,16 @@ def _layout_paths(read: _Reader) -> tuple[str, str, tuple[str, ...]]:
     return cache_dir, model_path, files
 
 
-_Loader = Callable[[_Reader], object]
-
-
-def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> Config:
+def load_config(
+    environ: Mapping[str, str],
+    flags: Mapping[str, str | None],
+    *,
+    require_source: bool = True,
+) -> Config:
     """Parse everything once. Raises ConfigError / InvalidFileSet."""
     read = _Reader(environ, flags)
     source = read.raw("MODEL_SOURCE").strip()
-    if not source:
+    if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
     cache_dir, model_path, files = _layout_paths(read)
     return Config(
@@ -248,8 +256,7 @@ def load_config(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> 
         model_files=files,
         refresh_policy=_policy(read),
         prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
-        model_sha256=_check_sha256("MODEL_SHA256", read.raw("MODEL_SHA256")),
-        model_file_sha256=read.raw("MODEL_FILE_SHA256"),
+        pins=_pins(read, model_path, files),
         s3_bucket=read.raw("S3_BUCKET").strip(),
         s3_key=read.raw("S3_KEY").strip(),
         s3_prefix=read.raw("S3_PREFIX").strip(),

@@ -22,7 +22,7 @@ _ELLIPSIS = "..."
 _SHRINKABLE = ("detail", "source", "file", "remedy")
 
 
-def success_doc(outcome: Outcome, source: str) -> dict[str, Any]:
+def success_doc(outcome: Outcome, source: str, verb: str = "staged") -> dict[str, Any]:
     fetched = outcome.count(Decision.FETCH, Decision.REPAIR)
     reused = outcome.count(Decision.REUSE)
     kept = outcome.count(Decision.KEEP)
@@ -32,7 +32,7 @@ def success_doc(outcome: Outcome, source: str) -> dict[str, Any]:
         "reason": Reason.SUCCEEDED.value,
         "retryable": False,
         "message": (
-            f"Model staged: {len(outcome.results)} files "
+            f"Model {verb}: {len(outcome.results)} files "
             f"({fetched} fetched, {reused} reused, {kept} kept)"
         ),
         "source": source,

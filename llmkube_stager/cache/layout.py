@@ -14,6 +14,8 @@ import string
 from llmkube_stager.errors import InvalidFileSet
 
 SIZE_RECORD_SUFFIX = ".llmkube-size"
+STAMP_SUFFIX = ".sha256"
+MARKER_SUFFIX = ".sha256-rejected"
 ATOMIC_TMP_INFIX = ".llmkube-tmp."
 # The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
 LEGACY_PARTIAL_SUFFIX = ".tmp"
@@ -23,7 +25,7 @@ PART_SUFFIX = ".llmkube-part"
 LOCK_NAME = ".llmkube.lock"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
-_RESERVED_MARKERS = (SIZE_RECORD_SUFFIX, ATOMIC_TMP_INFIX, ".sha256-rejected", PART_SUFFIX)
+_RESERVED_MARKERS = (SIZE_RECORD_SUFFIX, ATOMIC_TMP_INFIX, MARKER_SUFFIX, PART_SUFFIX)
 _RESERVED_NAMES = frozenset({LOCK_NAME})
 _TMP_ALPHABET = string.ascii_letters + string.digits
 
@@ -121,6 +123,18 @@ def record_path(dest: str) -> str:
     return dest + SIZE_RECORD_SUFFIX
 
 
+def stamp_path(dest: str) -> str:
+    """`<file>.sha256`: `<digest> <size> <mtime-seconds>`, shared with the
+    metal agent's writeSHA256Stamp (spec §4.2)."""
+    return dest + STAMP_SUFFIX
+
+
+def marker_path(dest: str, expected_digest: str) -> str:
+    """`<file>.<expected>.sha256-rejected`: keyed on the EXPECTED digest, so
+    correcting the pin makes an old marker inert (spec §4.2)."""
+    return f"{dest}.{expected_digest}{MARKER_SUFFIX}"
+
+
 def atomic_tmp_path(target: str) -> str:
     """`<target>.llmkube-tmp.XXXXXX`, the L4 `llmkube_atomic_write` temp that
     the 10-minute sweep recognises (scenario 63)."""
@@ -131,6 +145,16 @@ def atomic_tmp_path(target: str) -> str:
 def dest_path(root: str, rel: str) -> str:
     """The published path of a validated relative path under the model root."""
     return posixpath.join(root, rel)
+
+
+def destinations(
+    cache_dir: str, model_path: str, files: tuple[str, ...]
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(model root, ((rel, dest), ...)): multi-file under CACHE_DIR, single
+    file at MODEL_PATH (CACHE_DIR may be empty for an emptyDir, spec §2.1)."""
+    if files:
+        return cache_dir, tuple((rel, dest_path(cache_dir, rel)) for rel in files)
+    return posixpath.dirname(model_path), ((posixpath.basename(model_path), model_path),)
 
 
 def parse_size_record(text: str) -> int | None:

@@ -1,5 +1,5 @@
-"""The only owner of the small on-disk formats: size records (and, later,
-stamps and markers), read and written atomically (CONTRACT §4).
+"""The only owner of the small on-disk formats: size records, sha256 stamps
+and rejection markers, read and written atomically (CONTRACT §4).
 """
 
 from __future__ import annotations
@@ -8,7 +8,13 @@ import contextlib
 import os
 import stat
 
-from llmkube_stager.cache.layout import atomic_tmp_path, parse_size_record, record_path
+from llmkube_stager.cache.layout import (
+    atomic_tmp_path,
+    marker_path,
+    parse_size_record,
+    record_path,
+    stamp_path,
+)
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest
 
 # Group-writable: the cache is shared by pods of one fsGroup (spec §1).
@@ -85,3 +91,35 @@ def write_atomic(target: str, data: bytes) -> None:
 def write_size_record(dest: str, size_bytes: int) -> None:
     """Decimal byte count, no newline, as the shell's printf wrote it."""
     write_atomic(record_path(dest), str(size_bytes).encode("ascii"))
+
+
+def read_stamp(dest: str) -> tuple[str, int, int] | None:
+    """(digest, size, mtime) of a stamp triple; a legacy bare-digest stamp or
+    anything malformed is a miss (re-hashed once and rewritten, spec §4.2)."""
+    try:
+        with open(stamp_path(dest), "rb") as handle:
+            parts = handle.read(256).decode("ascii", errors="replace").split()
+    except OSError:
+        return None
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
+        return None
+    return parts[0].lower(), int(parts[1]), int(parts[2])
+
+
+def stamp_matches(dest: str, digest: str, st: os.stat_result) -> bool:
+    """Trust semantics of the scripts: a file whose stamp still matches its
+    size and mtime is accepted without being read (`stamp hit`)."""
+    return read_stamp(dest) == (digest, st.st_size, int(st.st_mtime))
+
+
+def write_stamp(dest: str, digest: str, st: os.stat_result) -> None:
+    write_atomic(stamp_path(dest), f"{digest} {st.st_size} {int(st.st_mtime)}".encode("ascii"))
+
+
+def has_marker(dest: str, expected_digest: str) -> bool:
+    return os.path.exists(marker_path(dest, expected_digest))
+
+
+def write_marker(dest: str, expected_digest: str, actual_digest: str) -> None:
+    """Durable: no publish ever clears it; delete by hand to retry (spec §7)."""
+    write_atomic(marker_path(dest, expected_digest), actual_digest.encode("ascii"))

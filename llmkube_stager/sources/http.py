@@ -6,11 +6,10 @@ plain HTTP with the HF bearer-token rule (spec §3.2).
 
 from __future__ import annotations
 
-import posixpath
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
-from llmkube_stager.cache.layout import dest_path
+from llmkube_stager.cache.layout import destinations
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, SourceKind
 from llmkube_stager.logs import display_url
@@ -44,18 +43,16 @@ def file_url(base: str, rel: str) -> str:
 
 def http_manifest(config: Config, kind: SourceKind) -> Manifest:
     check_http_url(config.source)
-    if config.multi_file:
-        files = tuple(
-            RemoteFile(
-                rel=rel, url=file_url(config.source, rel), dest=dest_path(config.cache_dir, rel)
-            )
-            for rel in config.model_files
+    root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
+    files = tuple(
+        RemoteFile(
+            rel=rel,
+            url=file_url(config.source, rel) if config.multi_file else config.source,
+            dest=dest,
+            sha256=config.pins.get(rel),
         )
-        root = config.cache_dir
-    else:
-        rel = posixpath.basename(config.model_path)
-        files = (RemoteFile(rel=rel, url=config.source, dest=config.model_path),)
-        root = posixpath.dirname(config.model_path)
+        for rel, dest in pairs
+    )
     return Manifest(
         kind=kind,
         root=root,

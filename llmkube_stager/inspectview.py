@@ -1,0 +1,162 @@
+"""`inspect`: a read-only report of a cache directory.
+
+Files with their size records and whether they match, sha256 stamps and
+rejection markers, partials and temp debris with their ages (and whether the
+sweep would take them), the filesystem (FUSE or not, driver, lock scope, free
+space). Classifies by the names of spec §4.2; writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llmkube_stager.cache.fs import probe_fs
+from llmkube_stager.cache.layout import (
+    LOCK_NAME,
+    MARKER_SUFFIX,
+    PART_SUFFIX,
+    SIZE_RECORD_SUFFIX,
+    STAMP_SUFFIX,
+)
+from llmkube_stager.cache.records import read_size_record, read_stamp
+from llmkube_stager.cache.sweep import DEBRIS_AGE_S, is_atomic_debris
+
+_MARKER_RE = re.compile(r"^(?P<base>.+)\.(?P<digest>[0-9a-f]{64})" + re.escape(MARKER_SUFFIX) + "$")
+_LEGACY_PARTIAL_RE = re.compile(r"^(?P<base>.+)\.[0-9a-f]{12}\.tmp$")
+_STAMP_TMP_RE = re.compile(r"^.+\.sha256\.[A-Za-z0-9]{6}$")
+
+
+@dataclass
+class ModelFile:
+    path: str
+    size_bytes: int
+    record_bytes: int | None
+    record_matches: bool | None
+    stamp: str  # "absent", "matches", "stale", "legacy"
+    markers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Leftover:
+    path: str
+    kind: str
+    size_bytes: int
+    age_s: float
+    swept_by_writers: bool
+
+
+@dataclass
+class Report:
+    root: str
+    fs: dict[str, Any]
+    files: list[ModelFile] = field(default_factory=list)
+    leftovers: list[Leftover] = field(default_factory=list)
+    lock_file: bool = False
+
+
+def _leftover_kind(name: str) -> str | None:
+    if name.endswith(PART_SUFFIX):
+        return "partial"
+    if _LEGACY_PARTIAL_RE.match(name):
+        return "legacy-partial"
+    if is_atomic_debris(name):
+        return "atomic-temp"
+    if _STAMP_TMP_RE.match(name):
+        return "stamp-temp (never swept: delete by hand)"
+    return None
+
+
+def _is_metadata(name: str) -> bool:
+    return (
+        name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX))
+        or bool(_MARKER_RE.match(name))
+        or name == LOCK_NAME
+    )
+
+
+def _stamp_state(path: str, st: os.stat_result) -> str:
+    if not os.path.exists(path + STAMP_SUFFIX):
+        return "absent"
+    stamp = read_stamp(path)
+    if stamp is None:
+        return "legacy"
+    return "matches" if stamp[1:] == (st.st_size, int(st.st_mtime)) else "stale"
+
+
+def _model_file(path: str, rel: str, st: os.stat_result, markers: list[str]) -> ModelFile:
+    record = read_size_record(path)
+    return ModelFile(
+        path=rel,
+        size_bytes=st.st_size,
+        record_bytes=record,
+        record_matches=None if record is None else record == st.st_size,
+        stamp=_stamp_state(path, st),
+        markers=markers,
+    )
+
+
+def inspect_dir(root: str, now_s: float) -> Report:
+    fs = probe_fs(root)
+    report = Report(root, {**asdict(fs), "lock_scope": fs.lock_scope})
+    markers: dict[str, list[str]] = {}
+    entries: list[tuple[str, str, os.stat_result]] = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in sorted(names):
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            marker = _MARKER_RE.match(name)
+            if marker:
+                base = os.path.join(dirpath, marker.group("base"))
+                markers.setdefault(base, []).append(marker.group("digest"))
+            try:
+                entries.append((path, rel, os.lstat(path)))
+            except OSError:
+                continue
+    for path, rel, st in entries:
+        name = os.path.basename(path)
+        kind = _leftover_kind(name)
+        if name == LOCK_NAME:
+            report.lock_file = True
+        elif kind is not None:
+            age = max(0.0, now_s - st.st_mtime)
+            swept = not kind.startswith("stamp-temp") and age >= DEBRIS_AGE_S
+            report.leftovers.append(Leftover(rel, kind, st.st_size, round(age, 1), swept))
+        elif not _is_metadata(name):
+            report.files.append(_model_file(path, rel, st, markers.get(path, [])))
+    return report
+
+
+def render(report: Report, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(asdict(report), indent=2)
+    fs = report.fs
+    lines = [
+        f"cache:  {report.root}",
+        f"fs:     {fs['fstype']} (driver {fs['driver']}), fuse={fs['is_fuse']}, "
+        f"read_only={fs['read_only']}, lock scope {fs['lock_scope']}, "
+        f"free {_size(fs['free_bytes'])}, lock file {'present' if report.lock_file else 'absent'}",
+        "",
+        "FILES",
+    ]
+    for f in report.files:
+        record = "no record" if f.record_bytes is None else f"record {f.record_bytes}"
+        verdict = {None: "unproven", True: "ok", False: "MISMATCH"}[f.record_matches]
+        marks = f", REJECTED for {len(f.markers)} pin(s)" if f.markers else ""
+        lines.append(
+            f"  {f.path}  {f.size_bytes} bytes, {record} ({verdict}), stamp {f.stamp}{marks}"
+        )
+    lines.append("LEFTOVERS" if report.leftovers else "LEFTOVERS: none")
+    for item in report.leftovers:
+        swept = "swept by the next writer" if item.swept_by_writers else "kept"
+        lines.append(
+            f"  {item.path}  {item.kind}, {item.size_bytes} bytes, age {item.age_s:.0f}s ({swept})"
+        )
+    return "\n".join(lines)
+
+
+def _size(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / 1024**3:.1f} GiB"
