@@ -74,6 +74,9 @@ class Boundary:
             write_termination(self.termination_path, encode(doc))
         sys.exit(EXIT_OK)
 
+    def usage_error(self, text: str) -> NoReturn:
+        self._fail(ConfigError(f"usage: {text}"))
+
     def _fail(self, err: StagerError) -> NoReturn:
         data = encode(failure_doc(err, self.source, self.redact))
         # The log line and the termination message say the same thing, remedy
@@ -101,11 +104,27 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+def cli() -> None:
     """llmkube-stager: stage LLM model files into a shared cache."""
 
 
-@main.command()
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console entry: click's own usage errors (unknown flag, missing value)
+    also end with an InvalidConfiguration termination message (CONTRACT §5)."""
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.Abort:
+        sys.exit(EXIT_FAILED)
+    except click.ClickException as exc:
+        exc.show()
+        boundary = Boundary({}, os.environ, terminate=True)
+        boundary.usage_error(exc.format_message())
+    sys.exit(EXIT_OK)
+
+
+@cli.command()
 @config_options
 def stage(**kwargs: Any) -> None:
     """Make the cache hold the model, then exit (init container / prefetch Job)."""
@@ -126,7 +145,7 @@ def stage(**kwargs: Any) -> None:
     boundary.run(body)
 
 
-@main.command()
+@cli.command()
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.option("--probe", is_flag=True, help="ask the origin (HEAD) for sizes and validators")
@@ -148,7 +167,7 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
     boundary.run(body)
 
 
-@main.command()
+@cli.command()
 @config_options
 @click.option("--strict", is_flag=True, help="a file without a size record fails too")
 def verify(strict: bool, **kwargs: Any) -> None:
@@ -174,7 +193,7 @@ def verify(strict: bool, **kwargs: Any) -> None:
     boundary.run(body)
 
 
-@main.command()
+@cli.command()
 @click.argument("cache_dir", required=False)
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 def inspect(cache_dir: str | None, as_json: bool) -> None:

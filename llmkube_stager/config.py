@@ -165,7 +165,7 @@ class _Reader:
         text = self.raw(name).strip()
         if not text:
             return default
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise ConfigError(f"{name} must be a whole number >= 0, got {text!r}")
         return int(text)
 

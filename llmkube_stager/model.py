@@ -74,12 +74,41 @@ class LocalState(StrEnum):
     NOT_A_FILE = "not-a-file"
 
 
+class PinState(StrEnum):
+    UNPINNED = "unpinned"
+    STAMP_HIT = "stamp-hit"  # stamp triple matches: accepted without reading
+    HASHED = "hashed"  # read and verified; the stamp is (re)written where allowed
+    MISMATCH = "mismatch"  # the bytes do not match the pin
+    ABSENT = "absent"  # pinned but no file to check
+
+
 @dataclass(frozen=True)
 class LocalFile:
     rel: str
     state: LocalState
     size_bytes: int | None = None
     record_bytes: int | None = None
+    pin: PinState = PinState.UNPINNED
+    # A rejection marker exists for the EXPECTED digest (spec §4.2).
+    marker: bool = False
+
+    @property
+    def present(self) -> bool:
+        return self.state not in (LocalState.MISSING, LocalState.NOT_A_FILE)
+
+    @property
+    def usable(self) -> bool:
+        """Passes the local checks: its pin where pinned (which outranks the
+        size record), else its own size record or, legacy, no record."""
+        if not self.present or self.pin is PinState.MISMATCH:
+            return False
+        if self.pin in (PinState.STAMP_HIT, PinState.HASHED):
+            return True
+        return self.state in (LocalState.COMPLETE, LocalState.LEGACY)
+
+    @property
+    def record_stale(self) -> bool:
+        return self.present and self.record_bytes != self.size_bytes
 
 
 @dataclass(frozen=True)
@@ -88,12 +117,23 @@ class CacheState:
     files: dict[str, LocalFile] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Remote:
+    """What an OnChange probe learned: whether the origin answered at all,
+    and the size it announced (absent or 0 is unknown, spec §8.1 CL0)."""
+
+    answered: bool
+    size_bytes: int | None = None
+    detail: str = ""
+
+
 class Decision(StrEnum):
-    REUSE = "reuse"  # complete by its record: no network
-    KEEP = "keep"  # legacy copy kept as-is: no network (spec §6.2 last row)
-    FETCH = "fetch"  # missing: stage it
-    REPAIR = "repair"  # present but not matching its own record: stage again
-    REFUSE = "refuse"  # must stage but may not write here (FUSE serving pod)
+    REUSE = "reuse"  # passes its checks (and, OnChange, upstream unchanged)
+    KEEP = "keep"  # kept as-is without proof from upstream (legacy, offline)
+    FETCH = "fetch"  # missing: stage it; failure fails the run
+    REPAIR = "repair"  # fails its local checks: stage again; failure fails
+    REFRESH = "refresh"  # OnChange, upstream changed: stage; failure keeps
+    FAIL = "fail"  # cannot be made servable here (refusal, known-bad origin)
 
 
 @dataclass(frozen=True)
@@ -101,12 +141,14 @@ class Action:
     rel: str
     decision: Decision
     why: str
+    message: str = ""  # the log line of this decision (spec §13)
     backfill_record: bool = False
-    refusal: Reason | None = None
+    write_stamp: bool = False
+    failure: Reason | None = None
 
     @property
     def transfers(self) -> bool:
-        return self.decision in (Decision.FETCH, Decision.REPAIR)
+        return self.decision in (Decision.FETCH, Decision.REPAIR, Decision.REFRESH)
 
 
 @dataclass(frozen=True)

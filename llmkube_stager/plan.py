@@ -1,13 +1,21 @@
-"""The planner: (manifest, cache state, filesystem, role, policy) -> Plan.
+"""The planner: (manifest, cache state, filesystem, role, policy, probes) -> Plan.
 
-PURE: no disk, no network, no clock. Every row of spec/behavior.md §8 and
-§9.3 is a unit test of this module.
+PURE: no disk, no network, no clock. Every row of spec/behavior.md §8.1-§8.3
+and §9.3 is a unit test of this module.
+
+IfNotPresent judges a present file only by its own checks (size record, pin),
+never by the origin (§8.1 first column). OnChange asks the origin (`Remote`)
+and never goes down because the origin is unreachable: a copy that passes its
+local checks is kept (§8.4 item 4).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from llmkube_stager import messages
+from llmkube_stager.config import RefreshPolicy
 from llmkube_stager.errors import Reason
 from llmkube_stager.model import (
     Action,
@@ -17,7 +25,9 @@ from llmkube_stager.model import (
     LocalFile,
     LocalState,
     Manifest,
+    PinState,
     Plan,
+    Remote,
     Role,
 )
 
@@ -29,11 +39,17 @@ class Permission:
     may_write: bool
     refusal: Reason | None = None
     why: str = ""
+    keep_why: str = ""
 
 
 def write_permission(fs: FsInfo, role: Role) -> Permission:
     if fs.read_only:
-        return Permission(False, Reason.CACHE_UNWRITABLE, "the cache volume is mounted read-only")
+        return Permission(
+            False,
+            Reason.CACHE_UNWRITABLE,
+            "the cache volume is mounted read-only",
+            messages.READ_ONLY_WHY,
+        )
     if fs.is_fuse and role == "serving":
         # A serving pod on FUSE writes nothing at all: flock does not exclude
         # across nodes there (#2158, #2254; seed-000).
@@ -41,61 +57,173 @@ def write_permission(fs: FsInfo, role: Role) -> Permission:
             False,
             Reason.CACHE_LOCK_UNSUPPORTED,
             "FUSE cache cannot guarantee cross-node file locking",
+            messages.FUSE_READER_WHY,
         )
     return Permission(True)
 
 
-def make_plan(manifest: Manifest, cache: CacheState, fs: FsInfo, role: Role) -> Plan:
-    """IfNotPresent: a present file is judged only by its own size record, never
-    by the origin (spec §8.1 first column, §8.3, §8.4)."""
-    permission = write_permission(fs, role)
-    actions = tuple(_decide(cache.files[f.rel], permission) for f in manifest.files)
+@dataclass(frozen=True)
+class _Ctx:
+    multi: bool
+    cached: bool  # a cache path (PVC), not an emptyDir: wording only
+    permission: Permission
+
+
+def probes_needed(manifest: Manifest, cache: CacheState, policy: RefreshPolicy) -> tuple[str, ...]:
+    """OnChange asks the origin about present files; a marker for the pinned
+    digest already answers (0 requests, spec §5.3 item 9)."""
+    if policy != "OnChange":
+        return ()
+    return tuple(
+        f.rel
+        for f in manifest.files
+        if cache.files[f.rel].present and not cache.files[f.rel].marker
+    )
+
+
+def make_plan(
+    manifest: Manifest,
+    cache: CacheState,
+    fs: FsInfo,
+    role: Role,
+    policy: RefreshPolicy = "IfNotPresent",
+    remote: Mapping[str, Remote] | None = None,
+    cached: bool = True,
+) -> Plan:
+    ctx = _Ctx(manifest.multi_file, cached, write_permission(fs, role))
+    probes = remote or {}
+    actions = tuple(
+        _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel)) for f in manifest.files
+    )
     warnings = tuple(
         f"no valid size record for {a.rel}; completeness cannot be proven until a stager "
         "backfills it"
-        for a in actions
-        if a.decision is Decision.KEEP and not a.backfill_record
+        for a, f in zip(actions, manifest.files, strict=True)
+        if cache.files[f.rel].present
+        and cache.files[f.rel].record_bytes is None
+        and a.decision in (Decision.KEEP, Decision.REUSE)
+        and not a.backfill_record
     )
-    return Plan(actions=actions, may_write=permission.may_write, warnings=warnings)
+    return Plan(actions=actions, may_write=ctx.permission.may_write, warnings=warnings)
 
 
-def _decide(local: LocalFile, permission: Permission) -> Action:
-    state = local.state
-    if state is LocalState.COMPLETE:
-        return Action(local.rel, Decision.REUSE, "size matches its size record")
-    if state is LocalState.LEGACY:
-        # Legacy caches (before #2185) are kept without contacting the origin;
-        # the record is backfilled where this pod may write (§6.2, scenario 44).
+def _decide(ctx: _Ctx, local: LocalFile, policy: RefreshPolicy, remote: Remote | None) -> Action:
+    if local.marker and not local.usable:
+        return _marker_failure(ctx, local)
+    if local.state is LocalState.NOT_A_FILE:
         return Action(
             local.rel,
-            Decision.KEEP,
-            "present without a valid size record; kept as-is",
-            backfill_record=permission.may_write,
-        )
-    if state is LocalState.NOT_A_FILE:
-        return Action(
-            local.rel,
-            Decision.REFUSE,
+            Decision.FAIL,
             "the destination exists but is not a regular file",
-            refusal=Reason.CACHE_UNWRITABLE,
+            failure=Reason.CACHE_UNWRITABLE,
         )
-    decision, why = _transfer_decision(local)
-    if not permission.may_write:
+    if policy == "OnChange":
+        return _on_change(ctx, local, remote)
+    if local.usable:
+        legacy = local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED
+        decision = Decision.KEEP if legacy else Decision.REUSE
+        return _accept(ctx, local, decision, messages.hit(ctx.multi, local.rel, ctx.cached))
+    return _transfer(ctx, local, Decision.REPAIR if local.present else Decision.FETCH)
+
+
+def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Action:
+    """Keep a usable copy; backfill a missing or stale record and the stamp
+    where this pod may write (legacy caches, scenario 44/52)."""
+    may_write = ctx.permission.may_write
+    if local.pin is PinState.STAMP_HIT:
+        message += " (stamp hit)"
+    return Action(
+        local.rel,
+        decision,
+        _accept_why(local),
+        message,
+        backfill_record=may_write and local.record_stale,
+        write_stamp=may_write and local.pin is PinState.HASHED,
+    )
+
+
+def _accept_why(local: LocalFile) -> str:
+    if local.pin in (PinState.STAMP_HIT, PinState.HASHED):
+        return f"matches its sha256 pin ({local.pin.value})"
+    if local.record_bytes is None:
+        return "present without a valid size record; kept as-is"
+    return "size matches its size record"
+
+
+def _transfer(ctx: _Ctx, local: LocalFile, decision: Decision) -> Action:
+    why = _bad_why(local) if local.present else "not in the cache"
+    if not ctx.permission.may_write:
         return Action(
-            local.rel, Decision.REFUSE, f"{why}; {permission.why}", refusal=permission.refusal
+            local.rel,
+            Decision.FAIL,
+            f"{why}; {ctx.permission.why}",
+            failure=ctx.permission.refusal,
         )
     return Action(local.rel, decision, why)
 
 
-def _transfer_decision(local: LocalFile) -> tuple[Decision, str]:
-    if local.state is LocalState.MISMATCH:
-        return (
-            Decision.REPAIR,
-            f"size {local.size_bytes} differs from its size record {local.record_bytes}",
+def _bad_why(local: LocalFile) -> str:
+    if local.pin is PinState.MISMATCH:
+        return "does not match its sha256 pin"
+    return f"size {local.size_bytes} differs from its size record {local.record_bytes}"
+
+
+def _marker_failure(ctx: _Ctx, local: LocalFile) -> Action:
+    """The origin already served bytes that failed this pin: do not fetch
+    them again (spec §7: the marker bounds re-download loops)."""
+    field = messages.pin_field(ctx.multi)
+    return Action(
+        local.rel,
+        Decision.FAIL,
+        f"{field} mismatch for {local.rel} was recorded earlier; delete the "
+        f"{local.rel}.<digest>.sha256-rejected marker to retry",
+        failure=Reason.CHECKSUM_MISMATCH,
+    )
+
+
+def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
+    multi, rel = ctx.multi, local.rel
+    if not local.present:
+        return _transfer(ctx, local, Decision.FETCH)
+    if local.marker:  # usable, else _marker_failure ran
+        return _accept(ctx, local, Decision.KEEP, messages.pinned_kept(multi, rel))
+    probe = remote if remote is not None else Remote(answered=False)
+    same_size = probe.size_bytes is not None and probe.size_bytes == local.size_bytes
+    if local.usable:
+        if same_size:
+            return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
+        return _changed_or_unknown(ctx, local, probe)
+    if same_size and local.pin is PinState.UNPINNED:
+        # The record is stale, the origin confirms the size (§8.1 row 3).
+        return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
+    if ctx.permission.may_write and not probe.answered:
+        return Action(
+            rel,
+            Decision.FAIL,
+            f"{_bad_why(local)} and the origin is unreachable ({probe.detail or 'no answer'})",
+            failure=Reason.CACHE_TRUNCATED,
         )
-    return Decision.FETCH, "not in the cache"
+    return _transfer(ctx, local, Decision.REPAIR)
 
 
-def refused(plan: Plan) -> Action | None:
-    """The first refused action, if any: the run fails before any transfer."""
-    return next((a for a in plan.actions if a.decision is Decision.REFUSE), None)
+def _changed_or_unknown(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
+    multi, rel = ctx.multi, local.rel
+    if not ctx.permission.may_write:
+        if probe.answered:
+            text = messages.reader_kept(rel, ctx.permission.keep_why, probe.size_bytes is not None)
+        else:
+            text = messages.unreachable_kept(multi, rel)
+        return _accept(ctx, local, Decision.KEEP, text)
+    if not probe.answered:
+        return _accept(ctx, local, Decision.KEEP, messages.unreachable_kept(multi, rel))
+    why = (
+        f"upstream size {probe.size_bytes} differs from the cached {local.size_bytes}"
+        if probe.size_bytes is not None
+        else "upstream size unknown"
+    )
+    return Action(rel, Decision.REFRESH, why)
+
+
+def failed(plan: Plan) -> Action | None:
+    """The first failing action, if any: the run fails before any transfer."""
+    return next((a for a in plan.actions if a.decision is Decision.FAIL), None)

@@ -23,10 +23,12 @@ def _row(action: Action, local: LocalFile) -> dict[str, Any]:
         "decision": action.decision.value,
         "why": action.why,
         "local_state": local.state.value,
+        "pin": local.pin.value,
         "size_bytes": local.size_bytes,
         "record_bytes": local.record_bytes,
         "backfill_record": action.backfill_record,
-        "refusal": action.refusal.value if action.refusal else None,
+        "failure": action.failure.value if action.failure else None,
+        "message": action.message,
     }
 
 

@@ -1,9 +1,11 @@
 """Orchestration: resolve -> probe fs -> inspect -> plan -> act -> Outcome.
 
 `prepare` does everything up to the plan with local reads only (it is also
-`plan`'s dry run); `execute` acts on the plan. A plan with nothing to write
-returns before any fetcher exists, so a warm start opens no connection and
-imports no HTTP library (spec §8.4).
+`plan`'s dry run). `run_stage` revalidates (OnChange), takes the writer lock
+where it means something, re-plans under it, sweeps, and hands the plan to
+the executor. A plan with nothing to write returns before any fetcher exists,
+so a warm IfNotPresent start opens no connection and imports no HTTP library
+(spec §8.4).
 """
 
 from __future__ import annotations
@@ -11,31 +13,32 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
+from llmkube_stager import messages
 from llmkube_stager.cache.lock import CacheLock
-from llmkube_stager.cache.partials import IDLE_S
-from llmkube_stager.cache.records import read_cache_state, write_size_record
+from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.cache.sweep import sweep
 from llmkube_stager.config import Config
-from llmkube_stager.errors import CacheError, StagerError
+from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
+from llmkube_stager.executor import Executor, Session, ensure_dir
 from llmkube_stager.logs import Log
 from llmkube_stager.model import (
     Action,
     CacheState,
-    Decision,
     FileResult,
     FsInfo,
     Manifest,
     Outcome,
     Plan,
-    RemoteFile,
+    Remote,
     Role,
 )
-from llmkube_stager.plan import make_plan, refused
+from llmkube_stager.plan import failed, make_plan, probes_needed
 from llmkube_stager.sources import open_source
-from llmkube_stager.sources.base import Fetcher, Source
+from llmkube_stager.sources.base import RemoteMeta, Source
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Prepared:
     cache: CacheState
     plan: Plan
     started_s: float = field(default=0.0)
+    remote: Mapping[str, Remote] = field(default_factory=dict)
 
 
 def role_of(config: Config) -> Role:
@@ -70,46 +74,107 @@ def prepare(config: Config, effects: Effects) -> Prepared:
     if fs.is_fuse is None:
         effects.log.warning(
             "fs_unknown",
-            "cannot determine the cache filesystem type; treating it as one where locks work",
+            "cannot determine the cache filesystem type; treating it as one where flock works",
             path=fs.path,
         )
-    role = role_of(config)
-    cache = read_cache_state(manifest)
-    plan = make_plan(manifest, cache, fs, role)
-    return Prepared(source, manifest, fs, role, cache, plan, started)
+    prepared = Prepared(source, manifest, fs, role_of(config), CacheState(False), Plan((), False))
+    return _replan(config, replace(prepared, started_s=started))
+
+
+def _replan(config: Config, prepared: Prepared) -> Prepared:
+    cache = read_cache_state(prepared.manifest)
+    plan = make_plan(
+        prepared.manifest,
+        cache,
+        prepared.fs,
+        prepared.role,
+        config.refresh_policy,
+        prepared.remote,
+        cached=bool(config.cache_dir),
+    )
+    return replace(prepared, cache=cache, plan=plan)
 
 
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
-    _check_plan(prepared, effects.log)
-    if not prepared.plan.writes:
-        # Warm start: no lock, no mkdir, no sweep, no connection (spec §8.4).
-        results = _Executor(config, effects, prepared).run()
-        return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
-    _ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
+    session = Session(config, effects.log, effects.sleep, effects.wall_clock, prepared.fs)
+    try:
+        if config.refresh_policy == "OnChange":
+            effects.log.info("revalidate", messages.REVALIDATING)
+            prepared = _revalidate(config, prepared, session)
+        _check_plan(prepared, effects.log)
+        if not prepared.plan.writes:
+            # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3).
+            results = Executor(session, prepared.manifest, prepared.source).run(prepared.plan)
+        else:
+            results = _write(config, effects, prepared, session)
+    finally:
+        session.close()
+    return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+
+
+def _write(
+    config: Config, effects: Effects, prepared: Prepared, session: Session
+) -> tuple[FileResult, ...]:
+    ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
     with _writer_lock(config, effects, prepared):
         if prepared.fs.is_fuse is not True:
             # Another writer may have staged while we waited for the lock.
-            prepared = _replan(prepared)
+            prepared = _replan(config, prepared)
             _check_plan(prepared, effects.log, warn=False)
         _sweep(prepared, effects)
-        results = _Executor(config, effects, prepared).run()
-    return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+        return Executor(session, prepared.manifest, prepared.source).run(prepared.plan)
+
+
+def _revalidate(config: Config, prepared: Prepared, session: Session) -> Prepared:
+    """OnChange: one probe per present file, then plan with what they said."""
+    rels = probes_needed(prepared.manifest, prepared.cache, config.refresh_policy)
+    remote: dict[str, Remote] = {}
+    unreachable: dict[str, str] = {}
+    for rel in rels:
+        file = prepared.manifest.file(rel)
+        remote[rel] = _probe_one(session, file.url, rel, unreachable, prepared)
+    return _replan(config, replace(prepared, remote=remote))
+
+
+def _probe_one(
+    session: Session, url: str, rel: str, unreachable: dict[str, str], prepared: Prepared
+) -> Remote:
+    """One origin that did not answer is not asked again for every other
+    file: a blackholed origin must not cost a timeout per shard (scenario 38)."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    if origin in unreachable:
+        return Remote(answered=False, detail=unreachable[origin])
+    try:
+        meta: RemoteMeta = session.probe(
+            prepared.source, prepared.manifest.file(rel), prepared.manifest.root
+        )
+    except SourceError as err:
+        if not err.answered:
+            unreachable[origin] = err.detail
+        return Remote(answered=err.answered, detail=err.detail)
+    return Remote(answered=True, size_bytes=meta.size_bytes)
 
 
 def _check_plan(prepared: Prepared, log: Log, *, warn: bool = True) -> None:
     if warn:
         for warning in prepared.plan.warnings:
             log.warning("no_size_record", warning)
-    refusal = refused(prepared.plan)
-    if refusal is not None:
-        raise _refusal_error(refusal, prepared)
+    failure = failed(prepared.plan)
+    if failure is not None:
+        raise _failure_error(failure, prepared)
 
 
-def _replan(prepared: Prepared) -> Prepared:
-    cache = read_cache_state(prepared.manifest)
-    plan = make_plan(prepared.manifest, cache, prepared.fs, prepared.role)
-    return replace(prepared, cache=cache, plan=plan)
+def _failure_error(action: Action, prepared: Prepared) -> StagerError:
+    reason = action.failure or Reason.INTERNAL
+    if reason is Reason.CACHE_LOCK_UNSUPPORTED:
+        detail = f"FUSE cache cannot guarantee cross-node file locking for staging {action.rel}"
+    elif reason is Reason.CHECKSUM_MISMATCH:
+        return TransferError(action.why, reason=reason, file=action.rel)
+    else:
+        detail = f"cannot stage {action.rel}: {action.why}"
+    return CacheError(detail, reason=reason, file=action.rel, source_kind=prepared.manifest.kind)
 
 
 def _writer_lock(
@@ -135,130 +200,3 @@ def _sweep(prepared: Prepared, effects: Effects) -> None:
     root = manifest.root
     for path in sweep(root, listed, staging, effects.wall_clock()):
         effects.log.info("swept", "removed stale temp file", path=os.path.relpath(path, root))
-
-
-def _refusal_error(action: Action, prepared: Prepared) -> StagerError:
-    assert action.refusal is not None
-    detail = (
-        f"FUSE cache cannot guarantee cross-node file locking for staging {action.rel}"
-        if action.refusal.value == "ModelCacheLockUnsupported"
-        else f"cannot stage {action.rel}: {action.why}"
-    )
-    return CacheError(
-        detail, reason=action.refusal, file=action.rel, source_kind=prepared.manifest.kind
-    )
-
-
-class _Executor:
-    """Carries out a plan, one action at a time, in manifest order."""
-
-    def __init__(self, config: Config, effects: Effects, prepared: Prepared) -> None:
-        self._config = config
-        self._effects = effects
-        self._prepared = prepared
-        self._log = effects.log
-        self._fetcher: Fetcher | None = None
-
-    def run(self) -> tuple[FileResult, ...]:
-        manifest = self._prepared.manifest
-        try:
-            return tuple(self._act(a, manifest.file(a.rel)) for a in self._prepared.plan.actions)
-        finally:
-            if self._fetcher is not None:
-                self._fetcher.close()
-
-    def _act(self, action: Action, file: RemoteFile) -> FileResult:
-        if action.decision in (Decision.REUSE, Decision.KEEP):
-            self._log.info("cache_hit", self._hit_text(file.rel), file=file.rel)
-            if action.backfill_record:
-                self._backfill(file)
-            return FileResult(file.rel, action.decision)
-        return self._transfer(action, file)
-
-    def _hit_text(self, rel: str) -> str:
-        if self._prepared.manifest.multi_file:
-            return f"Model artifact {rel} already cached, skipping download"
-        if not self._config.cache_dir:
-            return "Model already exists, skipping download"
-        return "Model already cached, skipping download"
-
-    def _backfill(self, file: RemoteFile) -> None:
-        """Legacy file: record its local size as-is (scenario 53: a legacy
-        file cannot be proven complete; accepted and documented)."""
-        try:
-            size = os.stat(file.dest).st_size
-            write_size_record(file.dest, size)
-        except OSError as exc:
-            self._log.warning(
-                "backfill_failed", f"could not backfill the size record of {file.rel}: {exc}"
-            )
-            return
-        self._log.info("backfilled", f"Backfilled size record for {file.rel}", size_bytes=size)
-
-    def _transfer(self, action: Action, file: RemoteFile) -> FileResult:
-        from llmkube_stager.transfer import TransferEffects, fetch_file
-
-        if action.decision is Decision.REPAIR:
-            self._log.warning(
-                "repair", f"{file.rel}: {action.why}; staging it again", file=file.rel
-            )
-        multi = self._prepared.manifest.multi_file
-        self._log.info(
-            "download_start",
-            f"Downloading model artifact {file.rel}..." if multi else "Downloading model...",
-            file=file.rel,
-        )
-        _ensure_dir(os.path.dirname(file.dest), self._prepared.manifest.root, file.rel)
-        effects = TransferEffects(
-            log=self._log,
-            sleep=self._effects.sleep,
-            wall_clock=self._effects.wall_clock,
-            idle_s=0.0 if self._prepared.fs.is_fuse is False else IDLE_S,
-            timeouts=self._config.timeouts,
-            progress_interval_s=self._config.progress_interval_s,
-            free_bytes=self._free_bytes,
-        )
-        try:
-            fetched = fetch_file(self._fetcher_once(), file, effects)
-        except StagerError as err:
-            err.file = err.file or file.rel
-            if multi:
-                self._log.error("download_failed", f"failed to download {file.rel}", file=file.rel)
-            raise
-        self._log.info(
-            "download_done",
-            f"Model artifact {file.rel} downloaded" if multi else "Model downloaded successfully",
-            file=file.rel,
-            size_bytes=fetched.size_bytes,
-        )
-        return FileResult(file.rel, action.decision, fetched.bytes_received)
-
-    def _fetcher_once(self) -> Fetcher:
-        if self._fetcher is None:
-            self._fetcher = self._prepared.source.fetcher()
-        return self._fetcher
-
-    def _free_bytes(self) -> int | None:
-        fs = self._prepared.fs
-        if not fs.free_space_meaningful:
-            return None
-        try:
-            st = os.statvfs(self._prepared.manifest.root)
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize
-
-
-def _ensure_dir(path: str, root: str, rel: str) -> None:
-    """mkdir -p, refusing a directory that resolves outside the model root
-    (a symlink planted in a shared cache must not redirect writes)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise CacheError(
-            f"cannot create {path}: {os.strerror(exc.errno or 0)}", file=rel or None
-        ) from exc
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real != real_root and not real.startswith(real_root + "/"):
-        raise CacheError(f"{path} resolves outside the model directory", file=rel or None)

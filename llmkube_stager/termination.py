@@ -19,11 +19,12 @@ from llmkube_stager.model import Decision, Outcome
 
 MAX_BYTES = 4096
 _ELLIPSIS = "..."
-_SHRINKABLE = ("detail", "source", "file", "remedy")
+# Never the remedy: the controller looks it up verbatim (spec §11.3).
+_SHRINKABLE = ("detail", "source", "file")
 
 
 def success_doc(outcome: Outcome, source: str, verb: str = "staged") -> dict[str, Any]:
-    fetched = outcome.count(Decision.FETCH, Decision.REPAIR)
+    fetched = outcome.count(Decision.FETCH, Decision.REPAIR, Decision.REFRESH)
     reused = outcome.count(Decision.REUSE)
     kept = outcome.count(Decision.KEEP)
     return {
@@ -104,7 +105,7 @@ def _shrink_longest(work: dict[str, Any]) -> bool:
                 work.pop("message", None)
             return True
         return False
-    key = max(candidates, key=lambda k: len(work[k]))
+    key = max(candidates, key=lambda k: len(json.dumps(work[k])))
     text: str = work[key]
     work[key] = text[: len(text) // 2] + _ELLIPSIS
     return True

@@ -27,10 +27,11 @@ from llmkube_stager.cache.partials import (
     new_writer_id,
     remove_stale,
 )
-from llmkube_stager.cache.publish import PartialLost, disk_error, publish
+from llmkube_stager.cache.publish import disk_error, publish
 from llmkube_stager.cache.records import FILE_MODE
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, SourceError, TransferError
+from llmkube_stager.hashing import StreamHasher
 from llmkube_stager.logs import Log
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.progress import ProgressTicker
@@ -63,33 +64,71 @@ class _State:
     offset: int
     expected_bytes: int | None
     ranges: bool
+    hash_it: bool = False
+    hasher: StreamHasher | None = None
+    received: int = 0  # body bytes that came over the wire, every attempt
 
 
 @dataclass(frozen=True)
-class Fetched:
+class Completed:
+    """A partial holding the whole file, not yet published."""
+
+    rel: str
+    partial: str
+    dest: str
+    expected_bytes: int | None
+    sha256: str | None  # of the received bytes, when the file is pinned
     bytes_received: int
-    size_bytes: int
 
 
-def fetch_file(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> Fetched:
-    """Stage one file into the cache and publish it. Raises StagerError."""
+def probe(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> RemoteMeta:
     budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
-    meta = budget.call(lambda: fetcher.probe(file), f"the probe of {file.rel}")
-    received = 0
-    while True:
-        state = _open_state(file, meta, effects)
-        _check_space(state, effects, file.rel)
-        received += _fill(fetcher, file, meta, state, budget, effects)
-        try:
-            size = publish(state.partial, file.dest, state.expected_bytes, file.rel)
-        except PartialLost:
-            effects.log.warning(
-                "partial_lost",
-                f"another writer adopted the partial of {file.rel}; starting over",
-                file=file.rel,
-            )
-            continue
-        return Fetched(bytes_received=received, size_bytes=size)
+    return budget.call(lambda: fetcher.probe(file), f"the probe of {file.rel}")
+
+
+def fetch_partial(
+    fetcher: Fetcher,
+    file: RemoteFile,
+    effects: TransferEffects,
+    meta: RemoteMeta | None = None,
+) -> Completed:
+    """Fill a private partial with the whole file (resuming what is there).
+    Raises StagerError; the partial stays for a later resume."""
+    if meta is None:
+        meta = probe(fetcher, file, effects)
+    budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
+    state = _open_state(file, meta, effects)
+    state.hash_it = file.sha256 is not None
+    _check_space(state, effects, file.rel)
+    try:
+        received = _fill(fetcher, file, meta, state, budget, effects)
+        digest = state.hasher.hexdigest() if state.hasher is not None else None
+    finally:
+        if state.hasher is not None:
+            state.hasher.close()
+    if state.hash_it and digest is None:
+        # Complete by a 416 with nothing received this time: hash the partial.
+        digest = _hash_partial(state.partial)
+    return Completed(file.rel, state.partial, file.dest, state.expected_bytes, digest, received)
+
+
+def _hash_partial(path: str) -> str:
+    hasher = StreamHasher(BUFFER_BYTES, depth=1)
+    try:
+        hasher.feed_prefix(path, os.stat(path).st_size)
+        return hasher.hexdigest()
+    finally:
+        hasher.close()
+
+
+def publish_completed(done: Completed) -> int:
+    """Publish by rename; raises PartialLost when another writer adopted it."""
+    return publish(done.partial, done.dest, done.expected_bytes, done.rel)
+
+
+def discard(done: Completed) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(done.partial)
 
 
 def _fill(
@@ -101,17 +140,16 @@ def _fill(
     effects: TransferEffects,
 ) -> int:
     """Attempts until the partial holds the whole file; bytes received."""
-    received = 0
     heartbeat = _heartbeat(state)
     with ProgressTicker(
         effects.log, effects.progress_interval_s, file.rel, heartbeat, HEARTBEAT_S
     ) as ticker:
         ticker.total_bytes = state.expected_bytes
         while True:
-            before = state.offset
+            before = state.received
             try:
                 if _attempt(fetcher, file, meta, state, ticker):
-                    return received + max(0, state.offset - before)
+                    return state.received
                 error = _short_body_error(file, state)
             except RangeUnusable as exc:
                 effects.log.warning("range_unusable", f"{exc}; restarting from zero", file=file.rel)
@@ -119,8 +157,7 @@ def _fill(
                 error = SourceError(str(exc), transient=True, answered=True)
             except SourceError as exc:
                 error = exc
-            received += max(0, state.offset - before)
-            if state.offset - before >= _REFUND_BYTES:
+            if state.received - before >= _REFUND_BYTES:
                 budget.refund()
             if not state.ranges:
                 _restart(state, ranges=False)
@@ -250,8 +287,6 @@ def _adopt_body(state: _State, body: Body) -> None:
 
 
 def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> None:
-    buffer = bytearray(BUFFER_BYTES)
-    view = memoryview(buffer)
     try:
         fd = os.open(state.partial, os.O_WRONLY | os.O_CREAT, FILE_MODE)
     except OSError as exc:
@@ -259,15 +294,52 @@ def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> Non
     try:
         os.ftruncate(fd, state.offset)
         ticker.done_bytes = state.offset
-        while n := body.readinto(view):
-            _write_all(fd, view[:n], state.offset)
-            state.offset += n
-            ticker.done_bytes = state.offset
+        _receive_into(fd, body, state, ticker)
         os.fsync(fd)
     except OSError as exc:
         raise disk_error(exc, "writing", rel) from exc
     finally:
         os.close(fd)
+
+
+def _receive_into(fd: int, body: Body, state: _State, ticker: ProgressTicker) -> None:
+    """readinto -> pwrite -> (hash on the other thread), one buffer at a time."""
+    hasher = _hasher_for(state)
+    own = bytearray(0 if hasher is not None else BUFFER_BYTES)
+    take: Callable[[], bytearray] = hasher.take if hasher is not None else (lambda: own)
+    while True:
+        buffer = take()
+        try:
+            n = body.readinto(memoryview(buffer))
+        except BaseException:
+            if hasher is not None:
+                hasher.give_back(buffer)
+            raise
+        if not n:
+            if hasher is not None:
+                hasher.give_back(buffer)
+            return
+        _write_all(fd, memoryview(buffer)[:n], state.offset)
+        state.offset += n
+        state.received += n
+        ticker.done_bytes = state.offset
+        if hasher is not None:
+            hasher.submit(buffer, n)
+
+
+def _hasher_for(state: _State) -> StreamHasher | None:
+    """The running hash must cover exactly bytes [0, offset) of the partial;
+    after a restart or an adoption it is rebuilt from the partial itself."""
+    if not state.hash_it:
+        return None
+    if state.hasher is not None and state.hasher.position == state.offset:
+        return state.hasher
+    if state.hasher is not None:
+        state.hasher.close()
+    state.hasher = StreamHasher(BUFFER_BYTES)
+    if state.offset:
+        state.hasher.feed_prefix(state.partial, state.offset)
+    return state.hasher
 
 
 def _write_all(fd: int, data: memoryview, offset: int) -> None:

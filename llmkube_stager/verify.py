@@ -8,20 +8,18 @@ Writes nothing (not even a stamp), opens no connection.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 
 from llmkube_stager.cache.layout import LOCK_NAME, destinations
-from llmkube_stager.cache.records import read_local_file, stamp_matches
+from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, TransferError
 from llmkube_stager.logs import Log
-from llmkube_stager.model import LocalState
+from llmkube_stager.model import LocalState, PinState
 
 # What an "empty" volume holds: filesystem furniture and our own lock file.
 _FURNITURE = frozenset({"lost+found", ".snapshot", LOCK_NAME})
-_HASH_CHUNK_BYTES = 1 << 20
 
 
 @dataclass
@@ -32,17 +30,6 @@ class VerifyReport:
     short: list[str] = field(default_factory=list)
     unrecorded: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
-
-
-def sha256_of(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def pin_holds(dest: str, expected: str) -> bool:
-    """A stamp hit (digest, size, mtime) or a fresh hash; never writes."""
-    st = os.stat(dest)
-    return stamp_matches(dest, expected, st) or sha256_of(dest) == expected
 
 
 def _is_empty_dir(root: str) -> bool:
@@ -61,20 +48,17 @@ def check_files(config: Config) -> VerifyReport:
             reason=Reason.CACHE_EMPTY,
         )
     for rel, dest in pairs:
-        local = read_local_file(rel, dest)
-        if local.state in (LocalState.MISSING, LocalState.NOT_A_FILE):
+        local = read_local_file(rel, dest, config.pins.get(rel))
+        if not local.present:
             report.missing.append(rel)
-            continue
-        if local.state is LocalState.MISMATCH:
-            report.short.append(f"{rel} (size {local.size_bytes}, record {local.record_bytes})")
-            continue
-        if local.state is LocalState.LEGACY:
-            report.unrecorded.append(rel)
-        pin = config.pins.get(rel)
-        if pin is not None and not pin_holds(dest, pin):
+        elif local.pin is PinState.MISMATCH:
             report.mismatched.append(rel)
-            continue
-        report.checked.append(rel)
+        elif local.state is LocalState.MISMATCH and not local.usable:
+            report.short.append(f"{rel} (size {local.size_bytes}, record {local.record_bytes})")
+        else:
+            if local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED:
+                report.unrecorded.append(rel)
+            report.checked.append(rel)
     return report
 
 

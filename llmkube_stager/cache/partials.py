@@ -18,6 +18,7 @@ import secrets
 from dataclasses import dataclass
 
 from llmkube_stager.cache.layout import (
+    LEGACY_PARTIAL_SUFFIX,
     key_of_partial,
     partial_key,
     private_partial_path,
@@ -88,12 +89,17 @@ def remove_stale(dest: str, validator: str, now_s: float, idle_s: float) -> list
     upstream version, never to be resumed (the keep-one sweep of spec §10,
     narrowed to one file so it cannot touch another file's partial)."""
     key = partial_key(validator)
+    stale = [p.path for p in list_partials(dest) if p.key != key and is_idle(p, now_s, idle_s)]
+    # The old s3/local branches' fixed `<dest>.tmp` (`rm -f` before each try).
+    legacy = dest + LEGACY_PARTIAL_SUFFIX
+    with contextlib.suppress(OSError):
+        if now_s - os.stat(legacy).st_mtime >= idle_s:
+            stale.append(legacy)
     removed = []
-    for partial in list_partials(dest):
-        if partial.key != key and is_idle(partial, now_s, idle_s):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial.path)
-                removed.append(partial.path)
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
     return removed
 
 

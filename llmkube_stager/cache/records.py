@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 
 from llmkube_stager.cache.layout import (
     atomic_tmp_path,
@@ -15,7 +14,6 @@ from llmkube_stager.cache.layout import (
     record_path,
     stamp_path,
 )
-from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest
 
 # Group-writable: the cache is shared by pods of one fsGroup (spec §1).
 FILE_MODE = 0o664
@@ -29,30 +27,6 @@ def read_size_record(dest: str) -> int | None:
     except OSError:
         return None
     return parse_size_record(raw.decode("ascii", errors="replace"))
-
-
-def read_local_file(rel: str, dest: str) -> LocalFile:
-    try:
-        st = os.stat(dest)
-    except FileNotFoundError:
-        return LocalFile(rel, LocalState.MISSING)
-    except NotADirectoryError:
-        return LocalFile(rel, LocalState.NOT_A_FILE)
-    if not stat.S_ISREG(st.st_mode):
-        return LocalFile(rel, LocalState.NOT_A_FILE)
-    record = read_size_record(dest)
-    if record is None:
-        return LocalFile(rel, LocalState.LEGACY, size_bytes=st.st_size)
-    state = LocalState.COMPLETE if record == st.st_size else LocalState.MISMATCH
-    return LocalFile(rel, state, size_bytes=st.st_size, record_bytes=record)
-
-
-def read_cache_state(manifest: Manifest) -> CacheState:
-    """Local stat calls only: the warm path never touches the network."""
-    return CacheState(
-        root_exists=os.path.isdir(manifest.root),
-        files={f.rel: read_local_file(f.rel, f.dest) for f in manifest.files},
-    )
 
 
 def fsync_dir(path: str) -> None:
@@ -101,9 +75,14 @@ def read_stamp(dest: str) -> tuple[str, int, int] | None:
             parts = handle.read(256).decode("ascii", errors="replace").split()
     except OSError:
         return None
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
+    if len(parts) != 3 or not all(_is_int(p) for p in parts[1:]):
         return None
     return parts[0].lower(), int(parts[1]), int(parts[2])
+
+
+def _is_int(text: str) -> bool:
+    digits = text.removeprefix("-")
+    return digits.isascii() and digits.isdigit()
 
 
 def stamp_matches(dest: str, digest: str, st: os.stat_result) -> bool:

@@ -122,6 +122,7 @@ class HttpFetcher:
 
 class HttpSource:
     def __init__(self, config: Config) -> None:
+        check_http_url(config.source)
         self._config = config
         hf = is_hf_auth_origin(Origin.of(config.source), config.hf_endpoint)
         self.kind: SourceKind = "hf" if hf else "http"

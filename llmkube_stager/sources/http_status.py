@@ -64,12 +64,16 @@ class AuthPolicy:
         return {"Authorization": f"Bearer {self.token}"}
 
 
+def parse_digits(value: str | None) -> int | None:
+    """A decimal header value; anything else (ASCII digits only: a latin-1
+    '²' passes str.isdigit) is None."""
+    text = (value or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def content_length(get: HeaderGet) -> int | None:
     """Content-Length, with absent or 0 meaning "unknown" (spec §8.1 CL0)."""
-    value = (get("content-length") or "").strip()
-    if not value.isdigit() or int(value) == 0:
-        return None
-    return int(value)
+    return parse_digits(get("content-length")) or None
 
 
 def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
@@ -92,8 +96,9 @@ def retry_after_s(value: str | None, now_s: float | None = None) -> float | None
     text = (value or "").strip()
     if not text:
         return None
-    if text.isdigit():
-        return float(text)
+    seconds = parse_digits(text)
+    if seconds is not None:
+        return float(seconds)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
@@ -107,8 +112,8 @@ def rate_limit_wait_s(get: HeaderGet) -> float | None:
     wait = retry_after_s(get("retry-after"))
     if wait is not None:
         return wait
-    reset = (get("ratelimit-reset") or get("x-ratelimit-reset") or "").strip()
-    return float(reset) if reset.isdigit() else None
+    reset = parse_digits(get("ratelimit-reset") or get("x-ratelimit-reset"))
+    return None if reset is None else float(reset)
 
 
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:

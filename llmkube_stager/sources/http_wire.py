@@ -25,6 +25,7 @@ from llmkube_stager.sources.http_status import (
     AuthPolicy,
     Origin,
     parse_content_range,
+    parse_digits,
     parse_unsatisfied_range,
     status_error,
 )
@@ -124,8 +125,40 @@ class WireBody:
         self.start = 0
         self.total_bytes: int | None = None
         self.complete = False
+        # Bytes still due by Content-Length (None: chunked or close-delimited).
+        self._remaining = None if resp.chunked else resp.length
+        self._pending: SourceError | None = None
 
     def readinto(self, buffer: memoryview) -> int:
+        """Fill as much of `buffer` as the socket gives, one recv at a time,
+        so that a stall after some bytes returns those bytes first and
+        raises on the next call (a timeout inside a buffered `readinto`
+        would lose them)."""
+        if self._pending is not None:
+            raise self._pending
+        if self._resp.chunked or self._resp.fp is None:
+            return self._read_via_http_client(buffer)
+        filled = 0
+        while filled < len(buffer) and self._remaining != 0:
+            limit = len(buffer) if self._remaining is None else filled + self._remaining
+            try:
+                n = self._resp.fp.readinto1(buffer[filled : min(len(buffer), limit)])
+            except (OSError, http.client.HTTPException) as exc:
+                error = translate_network_error(exc, self._where, "receive")
+                if not filled:
+                    raise error from exc
+                self._pending = error
+                return filled
+            if not n:
+                break
+            filled += n
+            if self._remaining is not None:
+                self._remaining -= n
+        if self._remaining == 0:
+            self._resp.close()  # body done: the connection may be reused
+        return filled
+
+    def _read_via_http_client(self, buffer: memoryview) -> int:
         try:
             return self._resp.readinto(buffer)
         except (OSError, http.client.HTTPException) as exc:
@@ -222,7 +255,7 @@ def _body_for(
         return body
     if resp.status == 200:
         length = resp.getheader("content-length")
-        body.total_bytes = int(length) if length and length.strip().isdigit() else None
+        body.total_bytes = parse_digits(length)
         return body
     if resp.status == 416:
         body.complete = True

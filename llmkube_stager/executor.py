@@ -1,0 +1,259 @@
+"""Carries out a plan: hits, record/stamp backfills, transfers, publishes.
+
+IfNotPresent publishes each file as soon as it is complete and verified.
+OnChange refreshes the manifest as a whole (spec §8.5, scenario 18): every
+file to transfer is first staged into a complete, verified partial; only when
+all of them succeeded are they published, one rename each. If any failed,
+nothing of this run is published and the previous set keeps serving (complete
+partials stay on disk, so the next start publishes them after a 416 with no
+body). A missing file that cannot be fetched fails the run either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmkube_stager import messages
+from llmkube_stager.cache.partials import IDLE_S
+from llmkube_stager.cache.publish import PartialLost
+from llmkube_stager.cache.records import write_marker, write_size_record, write_stamp
+from llmkube_stager.config import Config
+from llmkube_stager.errors import CacheError, Reason, StagerError, TransferError
+from llmkube_stager.logs import Log
+from llmkube_stager.model import Action, Decision, FileResult, FsInfo, Manifest, Plan, RemoteFile
+from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source
+from llmkube_stager.transfer import (
+    Completed,
+    TransferEffects,
+    discard,
+    fetch_partial,
+    probe,
+    publish_completed,
+)
+
+
+class Session:
+    """Per-run network state: one fetcher, opened on first use, and the
+    probe answers of revalidation (so a transfer does not HEAD twice)."""
+
+    def __init__(
+        self,
+        config: Config,
+        log: Log,
+        sleep: Callable[[float], None],
+        wall_clock: Callable[[], float],
+        fs: FsInfo,
+    ) -> None:
+        self.config = config
+        self.log = log
+        self._sleep = sleep
+        self._wall_clock = wall_clock
+        self._fs = fs
+        self._fetcher: Fetcher | None = None
+        self._source: Source | None = None
+        self.metas: dict[str, RemoteMeta] = {}
+
+    def fetcher(self, source: Source) -> Fetcher:
+        if self._fetcher is None:
+            self._source = source
+            self._fetcher = source.fetcher()
+        return self._fetcher
+
+    def transfer_effects(self, root: str) -> TransferEffects:
+        return TransferEffects(
+            log=self.log,
+            sleep=self._sleep,
+            wall_clock=self._wall_clock,
+            timeouts=self.config.timeouts,
+            progress_interval_s=self.config.progress_interval_s,
+            free_bytes=lambda: _free_bytes(self._fs, root),
+            # Under a cross-node flock nobody else writes: adopt at once.
+            idle_s=0.0 if self._fs.is_fuse is False else IDLE_S,
+        )
+
+    def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
+        meta = probe(self.fetcher(source), file, self.transfer_effects(root))
+        self.metas[file.rel] = meta
+        return meta
+
+    def close(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.close()
+
+
+def _free_bytes(fs: FsInfo, root: str) -> int | None:
+    if not fs.free_space_meaningful:
+        return None
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+@dataclass
+class _Staged:
+    action: Action
+    done: Completed | None = None
+    error: StagerError | None = None
+
+
+class Executor:
+    def __init__(self, session: Session, manifest: Manifest, source: Source) -> None:
+        self._session = session
+        self._log = session.log
+        self._manifest = manifest
+        self._source = source
+        self._multi = manifest.multi_file
+
+    def run(self, plan: Plan) -> tuple[FileResult, ...]:
+        settled = {a.rel: self._settle(a) for a in plan.actions if not a.transfers}
+        transfers = [a for a in plan.actions if a.transfers]
+        if self._session.config.refresh_policy == "OnChange":
+            moved = self._refresh_as_a_whole(transfers)
+        else:
+            moved = {a.rel: self._fetch_and_publish(a) for a in transfers}
+        return tuple({**settled, **moved}[a.rel] for a in plan.actions)
+
+    # -- files that need no transfer ------------------------------------------------
+
+    def _settle(self, action: Action) -> FileResult:
+        file = self._manifest.file(action.rel)
+        self._log.info("cache_hit", action.message, file=file.rel)
+        if action.write_stamp and file.sha256:
+            self._try(lambda: write_stamp(file.dest, file.sha256 or "", os.stat(file.dest)), file)
+        if action.backfill_record:
+            self._try(lambda: write_size_record(file.dest, os.stat(file.dest).st_size), file)
+            self._log.info("backfilled", f"Backfilled size record for {file.rel}", file=file.rel)
+        return FileResult(file.rel, action.decision)
+
+    def _try(self, write: Callable[[], None], file: RemoteFile) -> None:
+        """Bookkeeping writes are best effort: the copy is servable anyway."""
+        try:
+            write()
+        except OSError as exc:
+            self._log.warning(
+                "record_write_failed", f"could not update records of {file.rel}: {exc}"
+            )
+
+    # -- transfers --------------------------------------------------------------------
+
+    def _stage_partial(self, action: Action) -> Completed:
+        file = self._manifest.file(action.rel)
+        if action.decision is Decision.REPAIR:
+            self._log.warning(
+                "repair", f"{file.rel}: {action.why}; staging it again", file=file.rel
+            )
+        self._log.info("download_start", self._start_text(file.rel), file=file.rel)
+        ensure_dir(os.path.dirname(file.dest), self._manifest.root, file.rel)
+        fetcher = self._session.fetcher(self._source)
+        effects = self._session.transfer_effects(self._manifest.root)
+        done = fetch_partial(fetcher, file, effects, self._session.metas.get(file.rel))
+        self._check_digest(file, done)
+        return done
+
+    def _start_text(self, rel: str) -> str:
+        return f"Downloading model artifact {rel}..." if self._multi else "Downloading model..."
+
+    def _check_digest(self, file: RemoteFile, done: Completed) -> None:
+        """Hashed while received; a mismatch is discarded before publish and
+        leaves a marker that stops re-download loops (spec §7)."""
+        if file.sha256 is None or done.sha256 == file.sha256:
+            return
+        discard(done)
+        write_marker(file.dest, file.sha256, done.sha256 or "")
+        raise TransferError(
+            f"{messages.pin_field(self._multi)} mismatch for {file.rel}: expected {file.sha256}, "
+            f"received {done.sha256}; the download was discarded",
+            reason=Reason.CHECKSUM_MISMATCH,
+            file=file.rel,
+        )
+
+    def _publish(self, action: Action, done: Completed) -> FileResult:
+        file = self._manifest.file(action.rel)
+        while True:
+            try:
+                size = publish_completed(done)
+                break
+            except PartialLost:
+                self._log.warning(
+                    "partial_lost", f"another writer adopted the partial of {file.rel}; again"
+                )
+                done = self._stage_partial(action)
+        if file.sha256:
+            self._try(lambda: write_stamp(file.dest, file.sha256 or "", os.stat(file.dest)), file)
+        self._log.info("download_done", self._done_text(action), file=file.rel, size_bytes=size)
+        return FileResult(file.rel, action.decision, done.bytes_received)
+
+    def _done_text(self, action: Action) -> str:
+        if action.decision is Decision.REFRESH or self._session.config.refresh_policy == "OnChange":
+            return messages.refreshed(self._multi, action.rel)
+        if self._multi:
+            return f"Model artifact {action.rel} downloaded"
+        return "Model downloaded successfully"
+
+    def _fetch_and_publish(self, action: Action) -> FileResult:
+        try:
+            return self._publish(action, self._stage_partial(action))
+        except StagerError as err:
+            raise self._failed(action, err) from None
+
+    def _failed(self, action: Action, err: StagerError) -> StagerError:
+        err.file = err.file or action.rel
+        if self._multi:
+            self._log.error("download_failed", f"failed to download {action.rel}", file=action.rel)
+        if self._session.config.refresh_policy == "OnChange" and action.decision is Decision.FETCH:
+            err.detail = f"{messages.missing_and_failed(self._multi, action.rel)}: {err.detail}"
+        return err
+
+    def _refresh_as_a_whole(self, actions: list[Action]) -> dict[str, FileResult]:
+        staged = [self._try_stage(a) for a in actions]
+        failures = [s for s in staged if s.error is not None]
+        fatal = [s for s in failures if s.action.decision is not Decision.REFRESH]
+        if fatal:
+            assert fatal[0].error is not None
+            raise self._failed(fatal[0].action, fatal[0].error)
+        if failures:
+            return {s.action.rel: self._kept(s, failures) for s in staged}
+        return {s.action.rel: self._publish(s.action, s.done) for s in staged if s.done}
+
+    def _try_stage(self, action: Action) -> _Staged:
+        try:
+            return _Staged(action, done=self._stage_partial(action))
+        except StagerError as err:
+            return _Staged(action, error=err)
+
+    def _kept(self, staged: _Staged, failures: list[_Staged]) -> FileResult:
+        rel = staged.action.rel
+        err = staged.error
+        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH:
+            text = messages.pinned_kept(self._multi, rel)
+        elif err is not None and getattr(err, "answered", False):
+            text = f"Revalidation failed for {rel} ({err.detail}); kept cached copy"
+        elif err is not None:
+            text = messages.unreachable_kept(self._multi, rel)
+        else:
+            others = ", ".join(f.action.rel for f in failures)
+            text = (
+                f"Not publishing the new {rel}: {others} could not be refreshed, so the "
+                "previous version of the whole model keeps serving; kept cached copy"
+            )
+        self._log.warning("kept", text, file=rel)
+        return FileResult(rel, Decision.KEEP)
+
+
+def ensure_dir(path: str, root: str, rel: str) -> None:
+    """mkdir -p, refusing a directory that resolves outside the model root
+    (a symlink planted in a shared cache must not redirect writes)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise CacheError(
+            f"cannot create {path}: {os.strerror(exc.errno or 0)}", file=rel or None
+        ) from exc
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root + "/"):
+        raise CacheError(f"{path} resolves outside the model directory", file=rel or None)

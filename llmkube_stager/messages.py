@@ -1,0 +1,69 @@
+"""The old scripts' user-visible lines (spec §13), single- and multi-file.
+
+Users and the operator's tests grep these; keep them byte-identical.
+"""
+
+from __future__ import annotations
+
+REVALIDATING = "Revalidating model against upstream (RefreshPolicy=OnChange)..."
+
+
+def hit(multi: bool, rel: str, cached: bool = True) -> str:
+    if multi:
+        return f"Model artifact {rel} already cached, skipping download"
+    return (
+        "Model already cached, skipping download"
+        if cached
+        else ("Model already exists, skipping download")
+    )
+
+
+def unchanged(multi: bool, rel: str) -> str:
+    if multi:
+        return f"Model artifact {rel} revalidated (unchanged, skipped download)"
+    return "Model revalidated (unchanged, skipped download)"
+
+
+def refreshed(multi: bool, rel: str) -> str:
+    if multi:
+        return f"Model artifact {rel} revalidated (downloaded)"
+    return "Model revalidated (downloaded)"
+
+
+def unreachable_kept(multi: bool, rel: str) -> str:
+    if multi:
+        return f"Revalidation unreachable for {rel}; kept cached copy"
+    return "Revalidation unreachable; kept cached copy"
+
+
+def reader_kept(rel: str, why: str, size_known: bool) -> str:
+    """A pod that may not write kept its copy although the origin answered
+    (scenario 51/59: never call an answering origin unreachable)."""
+    change = "Upstream changed" if size_known else "Upstream size unknown"
+    return f"{change} for {rel}; {why}, so it kept the cached copy"
+
+
+FUSE_READER_WHY = "a serving pod does not stage on a FUSE cache"
+READ_ONLY_WHY = "the cache is read-only for this pod"
+
+
+def missing_and_failed(multi: bool, rel: str) -> str:
+    if multi:
+        return f"model artifact {rel} missing and revalidation failed"
+    return "model missing and revalidation failed"
+
+
+def pinned_kept(multi: bool, rel: str) -> str:
+    if multi:
+        return (
+            f"Model artifact {rel}: the origin served bytes that do not match the pinned "
+            "spec.fileSha256; kept the pinned cached copy"
+        )
+    return (
+        "Model revalidated: the origin served bytes that do not match the pinned spec.sha256; "
+        "kept the pinned cached copy"
+    )
+
+
+def pin_field(multi: bool) -> str:
+    return "spec.fileSha256" if multi else "spec.sha256"

@@ -1,0 +1,477 @@
+"""config.load_config: every contract variable, flags over env, defaults, errors (CONTRACT §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from operator import attrgetter
+from typing import Any
+
+import pytest
+
+from llmkube_stager.config import (
+    SECRET_VARS,
+    VARS,
+    Config,
+    Secrets,
+    early_settings,
+    load_config,
+    secret_values,
+)
+from llmkube_stager.errors import ConfigError, InvalidFileSet, Reason
+
+SINGLE = {"MODEL_SOURCE": "https://host.example/m.gguf", "MODEL_PATH": "/models/k/m.gguf"}
+MULTI = {
+    "MODEL_SOURCE": "hf://org/repo",
+    "CACHE_DIR": "/models/k",
+    "MODEL_FILES": "config.json\nmodel.safetensors\n",
+}
+DIGEST_A = "a" * 64
+DIGEST_B = "0123456789abcdef" * 4
+
+# Canary secrets: none of these may ever appear in a configuration error.
+SECRETS = {
+    "HF_TOKEN": "hf_CanaryTokenValue0123456789abcd",
+    "AWS_ACCESS_KEY_ID": "AKIACANARYKEYID00001",
+    "AWS_SECRET_ACCESS_KEY": "canary/secret+access+key/value0000000000",
+    "AWS_SESSION_TOKEN": "canary-session-token-value-XYZ",
+}
+
+
+def load(
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, str | None] | None = None,
+    base: Mapping[str, str] = SINGLE,
+) -> Config:
+    return load_config({**base, **(env or {})}, dict(flags or {}))
+
+
+# (variable, value, base env, attribute, expected value, another valid value)
+CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
+    ("MODEL_SOURCE", "s3://bucket/m.gguf", SINGLE, "source", "s3://bucket/m.gguf", "/abs/m"),
+    ("CACHE_DIR", "/models/abc", SINGLE, "cache_dir", "/models/abc", "/other"),
+    ("MODEL_PATH", "/models/k/x.gguf", SINGLE, "model_path", "/models/k/x.gguf", "/y.gguf"),
+    ("MODEL_FILES", "a.json\nsub/b.bin", MULTI, "model_files", ("a.json", "sub/b.bin"), "z"),
+    ("S3_BUCKET", "bucket", SINGLE, "s3_bucket", "bucket", "other"),
+    ("S3_KEY", "dir/m.gguf", SINGLE, "s3_key", "dir/m.gguf", "other"),
+    ("S3_PREFIX", "models/x", SINGLE, "s3_prefix", "models/x", "other"),
+    ("MODEL_SHA256", DIGEST_A.upper(), SINGLE, "pins", {"m.gguf": DIGEST_A}, DIGEST_B),
+    (
+        "MODEL_FILE_SHA256",
+        f"{DIGEST_A} config.json",
+        MULTI,
+        "pins",
+        {"config.json": DIGEST_A},
+        f"{DIGEST_B} model.safetensors",
+    ),
+    ("LLMKUBE_REFRESH_POLICY", "OnChange", SINGLE, "refresh_policy", "OnChange", "IfNotPresent"),
+    ("LLMKUBE_PREFETCH_STAGER", "true", SINGLE, "prefetch_stager", True, "false"),
+    ("HF_TOKEN", "hf_tokentokentoken", SINGLE, "secrets.hf_token", "hf_tokentokentoken", "x1"),
+    ("HF_ENDPOINT", "https://mirror.example", SINGLE, "hf_endpoint", "https://mirror.example", "x"),
+    ("AWS_ACCESS_KEY_ID", "AKIDXX", SINGLE, "secrets.aws_access_key_id", "AKIDXX", "other"),
+    ("AWS_SECRET_ACCESS_KEY", "s3cr3t", SINGLE, "secrets.aws_secret_access_key", "s3cr3t", "o"),
+    ("AWS_SESSION_TOKEN", "sess", SINGLE, "secrets.aws_session_token", "sess", "other"),
+    ("AWS_REGION", "eu-west-1", SINGLE, "aws_region", "eu-west-1", "us-east-1"),
+    ("AWS_ENDPOINT_URL", "http://minio:9000", SINGLE, "aws_endpoint_url", "http://minio:9000", "x"),
+    ("LLMKUBE_CA_DIR", "/etc/my-ca", SINGLE, "ca_dir", "/etc/my-ca", "/other"),
+    ("LLMKUBE_HOST_MODEL", "/host/m.gguf", SINGLE, "host_model", "/host/m.gguf", "/other"),
+    ("LLMKUBE_TERMINATION_LOG", "/tmp/term", SINGLE, "termination_log", "/tmp/term", "/other"),
+    ("PROGRESS_INTERVAL", "2.5", SINGLE, "progress_interval_s", 2.5, "30"),
+    ("LLMKUBE_LOG_FORMAT", "json", SINGLE, "log_format", "json", "text"),
+    ("LLMKUBE_CONNECT_TIMEOUT", "3", SINGLE, "timeouts.connect_s", 3.0, "4"),
+    ("LLMKUBE_STALL_TIMEOUT", "45.5", SINGLE, "timeouts.stall_s", 45.5, "4"),
+    ("LLMKUBE_RETRIES", "0", SINGLE, "timeouts.retries", 0, "9"),
+    ("LLMKUBE_MAX_RETRY_WAIT", "120", SINGLE, "timeouts.max_retry_wait_s", 120.0, "4"),
+    ("LLMKUBE_LOCK_TIMEOUT", "600", SINGLE, "timeouts.lock_s", 600.0, "4"),
+]
+CASE_IDS = [c[0] for c in CASES]
+
+
+def _without(base: Mapping[str, str], var: str) -> dict[str, str]:
+    return {k: v for k, v in base.items() if k != var}
+
+
+def test_every_contract_variable_has_a_parsing_case() -> None:
+    assert sorted(CASE_IDS) == sorted(v.env for v in VARS)
+
+
+@pytest.mark.parametrize(("var", "value", "base", "attr", "expected", "other"), CASES, ids=CASE_IDS)
+def test_variable_is_read_from_the_environment(
+    var: str, value: str, base: Mapping[str, str], attr: str, expected: Any, other: str
+) -> None:
+    config = load({var: value}, base=base)
+    assert attrgetter(attr)(config) == expected
+
+
+@pytest.mark.parametrize(("var", "value", "base", "attr", "expected", "other"), CASES, ids=CASE_IDS)
+def test_variable_is_read_from_its_flag(
+    var: str, value: str, base: Mapping[str, str], attr: str, expected: Any, other: str
+) -> None:
+    config = load_config(_without(base, var), {var: value})
+    assert attrgetter(attr)(config) == expected
+
+
+@pytest.mark.parametrize(("var", "value", "base", "attr", "expected", "other"), CASES, ids=CASE_IDS)
+def test_flag_wins_over_environment(
+    var: str, value: str, base: Mapping[str, str], attr: str, expected: Any, other: str
+) -> None:
+    config = load({var: other}, {var: value}, base=base)
+    assert attrgetter(attr)(config) == expected
+
+
+def test_flag_given_as_none_means_not_given() -> None:
+    config = load({"LLMKUBE_RETRIES": "7"}, {"LLMKUBE_RETRIES": None})
+    assert config.timeouts.retries == 7
+
+
+def test_flag_names_follow_the_variable_names() -> None:
+    flags = {v.env: v.flag for v in VARS}
+    assert flags["MODEL_SOURCE"] == "--model-source"
+    assert flags["LLMKUBE_PREFETCH_STAGER"] == "--llmkube-prefetch-stager"
+    assert flags["HF_TOKEN"] == "--hf-token"
+    assert len(set(flags.values())) == len(VARS)
+
+
+def test_secret_variables_are_exactly_the_credentials() -> None:
+    assert set(SECRET_VARS) == set(SECRETS)
+
+
+def test_defaults() -> None:
+    config = load()
+    assert config.timeouts.connect_s == 10.0
+    assert config.timeouts.stall_s == 60.0
+    assert config.timeouts.retries == 5
+    assert config.timeouts.max_retry_wait_s == 60.0
+    assert config.timeouts.lock_s == 3600.0
+    assert config.progress_interval_s == 10.0
+    assert config.ca_dir == "/custom-certs"
+    assert config.host_model == "/host-model/model.gguf"
+    assert config.termination_log == "/dev/termination-log"
+    assert config.refresh_policy == "IfNotPresent"
+    assert config.prefetch_stager is False
+    assert config.log_format == "text"
+    assert config.pins == {}
+    assert config.secrets.values() == ()
+    assert config.multi_file is False
+
+
+def test_empty_values_fall_back_to_defaults() -> None:
+    env = {
+        "PROGRESS_INTERVAL": "",
+        "LLMKUBE_CONNECT_TIMEOUT": "  ",
+        "LLMKUBE_RETRIES": "",
+        "LLMKUBE_REFRESH_POLICY": "",
+        "LLMKUBE_LOG_FORMAT": "",
+    }
+    config = load(env)
+    assert config.progress_interval_s == 10.0
+    assert config.timeouts.connect_s == 10.0
+    assert config.timeouts.retries == 5
+    assert config.refresh_policy == "IfNotPresent"
+    assert config.log_format == "text"
+
+
+BAD_VALUES = [
+    ("PROGRESS_INTERVAL", "0"),
+    ("PROGRESS_INTERVAL", "-1"),
+    ("PROGRESS_INTERVAL", "ten"),
+    ("PROGRESS_INTERVAL", "10s"),
+    ("PROGRESS_INTERVAL", "nan"),
+    ("PROGRESS_INTERVAL", "inf"),
+    ("LLMKUBE_CONNECT_TIMEOUT", "0"),
+    ("LLMKUBE_CONNECT_TIMEOUT", "fast"),
+    ("LLMKUBE_CONNECT_TIMEOUT", "1e400"),
+    ("LLMKUBE_STALL_TIMEOUT", "-5"),
+    ("LLMKUBE_MAX_RETRY_WAIT", "0"),
+    ("LLMKUBE_LOCK_TIMEOUT", "forever"),
+    ("LLMKUBE_RETRIES", "-1"),
+    ("LLMKUBE_RETRIES", "1.5"),
+    ("LLMKUBE_RETRIES", "many"),
+    ("LLMKUBE_LOG_FORMAT", "xml"),
+    ("LLMKUBE_REFRESH_POLICY", "Always"),
+    ("LLMKUBE_REFRESH_POLICY", "OnChangeX"),
+    ("LLMKUBE_PREFETCH_STAGER", "maybe"),
+    ("LLMKUBE_PREFETCH_STAGER", "2"),
+    ("MODEL_SHA256", "abc"),
+    ("MODEL_SHA256", "g" * 64),
+    ("MODEL_SHA256", "a" * 63),
+    ("MODEL_SHA256", "a" * 65),
+    ("MODEL_SHA256", "sha256:" + "a" * 64),
+    ("MODEL_SHA256", ""),
+    ("MODEL_FILE_SHA256", f"{DIGEST_A} m.gguf"),  # single-file model
+    ("MODEL_PATH", "models/m.gguf"),
+    ("CACHE_DIR", "models/k"),
+    ("MODEL_SOURCE", ""),
+    ("MODEL_SOURCE", "   \n"),
+]
+
+
+@pytest.mark.parametrize(("var", "value"), BAD_VALUES, ids=[f"{v}={x!r}" for v, x in BAD_VALUES])
+def test_bad_value_is_a_config_error_naming_the_variable_without_secrets(
+    var: str, value: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load({**SECRETS, var: value})
+    err = info.value
+    assert err.reason is Reason.INVALID_CONFIGURATION
+    assert err.exit_code == 2
+    assert err.retryable is False
+    assert var in err.detail
+    for secret in SECRETS.values():
+        assert secret not in err.detail
+        assert secret not in str(err)
+        assert secret not in repr(err)
+
+
+@pytest.mark.parametrize("value", ["²", "٣"], ids=["superscript-two", "arabic-indic-three"])
+def test_non_ascii_digits_in_a_count_are_a_config_error(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load({"LLMKUBE_RETRIES": value})
+    assert "LLMKUBE_RETRIES" in info.value.detail
+
+
+def test_secret_values_never_appear_in_any_config_error_message() -> None:
+    # Every way this configuration can be wrong, with all secrets set.
+    messages: list[str] = []
+    for var, value in BAD_VALUES:
+        try:
+            load({**SECRETS, var: value})
+        except ConfigError as err:
+            messages.append(err.detail)
+    assert len(messages) == len(BAD_VALUES)
+    joined = "\n".join(messages)
+    for secret in SECRETS.values():
+        assert secret not in joined
+
+
+# --- single-file vs multi-file mode rules --------------------------------------------------------
+
+
+def test_single_file_mode() -> None:
+    config = load()
+    assert config.model_path == "/models/k/m.gguf"
+    assert config.model_files == ()
+    assert config.multi_file is False
+
+
+def test_multi_file_mode_keeps_order_and_primary_first() -> None:
+    config = load(base=MULTI)
+    assert config.model_files == ("config.json", "model.safetensors")
+    assert config.multi_file is True
+    assert config.model_path == ""
+
+
+def test_model_path_and_model_files_together_are_rejected() -> None:
+    with pytest.raises(ConfigError) as info:
+        load({"MODEL_PATH": "/models/k/m.gguf"}, base=MULTI)
+    assert "MODEL_PATH" in info.value.detail
+    assert "MODEL_FILES" in info.value.detail
+    assert info.value.exit_code == 2
+
+
+def test_model_files_require_cache_dir() -> None:
+    with pytest.raises(ConfigError) as info:
+        load(base=_without(MULTI, "CACHE_DIR"))
+    assert "CACHE_DIR" in info.value.detail
+
+
+def test_neither_model_path_nor_model_files_is_rejected() -> None:
+    with pytest.raises(ConfigError) as info:
+        load(base=_without(SINGLE, "MODEL_PATH"))
+    assert "MODEL_PATH" in info.value.detail
+    assert "MODEL_FILES" in info.value.detail
+
+
+def test_blank_model_files_count_as_absent() -> None:
+    config = load({"MODEL_FILES": "\n\n"})
+    assert config.multi_file is False
+    assert config.model_path == "/models/k/m.gguf"
+
+
+def test_invalid_model_files_is_invalid_file_set_exit_2() -> None:
+    with pytest.raises(InvalidFileSet) as info:
+        load({"MODEL_FILES": "config.json\n../escape.bin"}, base=MULTI)
+    assert info.value.reason is Reason.INVALID_FILE_SET
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("cache_dir", ["models/k", "./models", "~/models", "../m"])
+def test_relative_cache_dir_is_rejected(cache_dir: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load({"CACHE_DIR": cache_dir}, base=MULTI)
+    assert "CACHE_DIR" in info.value.detail
+    assert "absolute" in info.value.detail
+
+
+def test_relative_cache_dir_is_rejected_in_single_file_mode_too() -> None:
+    with pytest.raises(ConfigError, match="CACHE_DIR"):
+        load({"CACHE_DIR": "models"})
+
+
+# --- refresh policy, prefetch switch, digests, endpoint ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("OnChange", "OnChange"),
+        ("onchange", "OnChange"),
+        ("ONCHANGE", "OnChange"),
+        (" OnChange\n", "OnChange"),
+        ("IfNotPresent", "IfNotPresent"),
+        ("ifnotpresent", "IfNotPresent"),
+        ("IFNOTPRESENT", "IfNotPresent"),
+    ],
+)
+def test_refresh_policy_is_case_insensitive(text: str, expected: str) -> None:
+    assert load({"LLMKUBE_REFRESH_POLICY": text}).refresh_policy == expected
+
+
+@pytest.mark.parametrize("text", ["Always", "Never", "on-change", "IfNotPresentX"])
+def test_unknown_refresh_policy_is_rejected(text: str) -> None:
+    with pytest.raises(ConfigError, match="LLMKUBE_REFRESH_POLICY"):
+        load({"LLMKUBE_REFRESH_POLICY": text})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("True", True),
+        (" true\n", True),
+        ("1", True),
+        ("yes", True),
+        ("false", False),
+        ("FALSE", False),
+        ("0", False),
+        ("no", False),
+        ("", False),
+    ],
+)
+def test_prefetch_stager_parsing(text: str, expected: bool) -> None:
+    assert load({"LLMKUBE_PREFETCH_STAGER": text}).prefetch_stager is expected
+
+
+def test_prefetch_stager_unset_is_a_serving_pod() -> None:
+    assert load().prefetch_stager is False
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (DIGEST_A, DIGEST_A),
+        (DIGEST_A.upper(), DIGEST_A),
+        (f"  {DIGEST_B}\n", DIGEST_B),
+    ],
+)
+def test_model_sha256_is_normalised_and_keyed_by_the_file_name(text: str, expected: str) -> None:
+    assert load({"MODEL_SHA256": text}).pins == {"m.gguf": expected}
+
+
+@pytest.mark.parametrize("text", ["", "  ", "\n"])
+def test_model_sha256_set_but_empty_fails_closed(text: str) -> None:
+    # spec §7: an empty digest in a gated command refuses to transfer unchecked.
+    with pytest.raises(ConfigError) as info:
+        load({"MODEL_SHA256": text})
+    assert "MODEL_SHA256" in info.value.detail
+    assert info.value.exit_code == 2
+
+
+def test_model_sha256_with_model_files_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="MODEL_SHA256"):
+        load({"MODEL_SHA256": DIGEST_A}, base=MULTI)
+
+
+def test_model_file_sha256_pins_by_relative_path() -> None:
+    text = f"{DIGEST_A.upper()} config.json\n{DIGEST_B} model.safetensors\n"
+    config = load({"MODEL_FILE_SHA256": text}, base=MULTI)
+    assert config.pins == {"config.json": DIGEST_A, "model.safetensors": DIGEST_B}
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("", "refusing to transfer unchecked"),
+        (f"{DIGEST_A} other.bin", "not staged files"),  # orphan key (spec §6.4)
+        (f"{DIGEST_A}  config.json", "whitespace"),
+        (f"{DIGEST_A} config.json ", "whitespace"),
+        (f"{DIGEST_A[:-1]} config.json", "64-hex"),
+        (f"{DIGEST_A}config.json", "64-hex"),
+        (f"{DIGEST_A} config.json\n{DIGEST_B} config.json", "twice"),
+    ],
+)
+def test_bad_model_file_sha256_fails_closed(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load({**SECRETS, "MODEL_FILE_SHA256": text}, base=MULTI)
+    assert "MODEL_FILE_SHA256" in info.value.detail
+    assert needle in info.value.detail
+    for secret in SECRETS.values():
+        assert secret not in info.value.detail
+
+
+def test_bad_model_sha256_error_names_the_variable_and_length() -> None:
+    with pytest.raises(ConfigError) as info:
+        load({"MODEL_SHA256": "z" * 64})
+    assert "MODEL_SHA256" in info.value.detail
+    assert "64" in info.value.detail
+
+
+@pytest.mark.parametrize(
+    "text", ["https://mirror.example\n", "  https://mirror.example  ", "https://mirror.example\r\n"]
+)
+def test_hf_endpoint_is_trimmed(text: str) -> None:
+    assert load({"HF_ENDPOINT": text}).hf_endpoint == "https://mirror.example"
+
+
+def test_secrets_are_trimmed() -> None:
+    config = load({"HF_TOKEN": "hf_abc123\n"})
+    assert config.secrets.hf_token == "hf_abc123"
+
+
+# --- secrets: never shown ------------------------------------------------------------------------
+
+
+def test_secrets_repr_hides_values() -> None:
+    config = load(SECRETS)
+    assert set(config.secrets.values()) == set(SECRETS.values())
+    for text in (repr(config.secrets), str(config.secrets), repr(config), str(config)):
+        for secret in SECRETS.values():
+            assert secret not in text
+
+
+def test_secrets_values_skips_empty_ones() -> None:
+    assert Secrets(hf_token="t0k3n").values() == ("t0k3n",)
+    assert Secrets().values() == ()
+
+
+def test_secret_values_are_readable_when_the_rest_is_invalid() -> None:
+    env = {**SECRETS, "LLMKUBE_RETRIES": "many"}  # no MODEL_SOURCE either
+    with pytest.raises(ConfigError):
+        load_config(env, {})
+    assert set(secret_values(env, {})) == set(SECRETS.values())
+
+
+def test_secret_values_take_the_flag_over_the_environment() -> None:
+    values = secret_values({"HF_TOKEN": "env-token"}, {"HF_TOKEN": "flag-token"})
+    assert values == ("flag-token",)
+
+
+# --- early settings ------------------------------------------------------------------------------
+
+
+def test_early_settings_defaults() -> None:
+    assert early_settings({}, {}) == ("text", "/dev/termination-log")
+
+
+def test_early_settings_are_lenient_and_case_insensitive() -> None:
+    assert early_settings({"LLMKUBE_LOG_FORMAT": "JSON"}, {}) == ("json", "/dev/termination-log")
+    assert early_settings({"LLMKUBE_LOG_FORMAT": "xml"}, {})[0] == "text"
+
+
+def test_early_settings_flag_wins() -> None:
+    env = {"LLMKUBE_LOG_FORMAT": "text", "LLMKUBE_TERMINATION_LOG": "/env/term"}
+    flags: dict[str, str | None] = {
+        "LLMKUBE_LOG_FORMAT": "json",
+        "LLMKUBE_TERMINATION_LOG": "/flag/term",
+    }
+    assert early_settings(env, flags) == ("json", "/flag/term")
