@@ -57,6 +57,10 @@ VARS: tuple[Var, ...] = (
     Var("AWS_ENDPOINT_URL", "S3 endpoint URL"),
     Var("LLMKUBE_CA_DIR", "extra CA certificates, added to the system roots"),
     Var("LLMKUBE_HOST_MODEL", "host-path model file for local sources"),
+    Var(
+        "LLMKUBE_ALLOWED_HOST_ROOTS",
+        "colon-separated roots a local source must lie in (unset: no restriction)",
+    ),
     Var("LLMKUBE_TERMINATION_LOG", "termination message path"),
     Var("PROGRESS_INTERVAL", "seconds between progress lines"),
     Var("LLMKUBE_LOG_FORMAT", "text (default) or json"),
@@ -119,6 +123,7 @@ class Config:
     aws_endpoint_url: str = ""
     ca_dir: str = "/custom-certs"
     host_model: str = "/host-model/model.gguf"
+    allowed_host_roots: tuple[str, ...] = ()
     termination_log: str = "/dev/termination-log"
     progress_interval_s: float = 10.0
     log_format: LogFormat = "text"
@@ -220,10 +225,14 @@ def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str
     return pins
 
 
-def _layout_paths(read: _Reader) -> tuple[str, str, tuple[str, ...]]:
+def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
     cache_dir = read.raw("CACHE_DIR").strip()
     model_path = read.raw("MODEL_PATH").strip()
+    if not model_path and source.lower().startswith("pvc://"):
+        # pvc:// is verified where the claim is mounted (spec §3.5).
+        claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
+        model_path = posixpath.join("/model-source", claim_path) if claim_path else ""
     files = parse_file_list(read.raw("MODEL_FILES"))
     if files and model_path:
         raise ConfigError("set MODEL_FILES (multi-file) or MODEL_PATH (single-file), not both")
@@ -248,7 +257,7 @@ def load_config(
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
-    cache_dir, model_path, files = _layout_paths(read)
+    cache_dir, model_path, files = _layout_paths(read, source)
     return Config(
         source=source,
         cache_dir=cache_dir,
@@ -266,6 +275,9 @@ def load_config(
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
         ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
         host_model=read.raw("LLMKUBE_HOST_MODEL", "/host-model/model.gguf").strip(),
+        allowed_host_roots=tuple(
+            r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip()
+        ),
         termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
         log_format=_log_format(read),

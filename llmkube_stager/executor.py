@@ -146,16 +146,14 @@ class Executor:
             self._log.warning(
                 "repair", f"{file.rel}: {action.why}; staging it again", file=file.rel
             )
-        self._log.info("download_start", self._start_text(file.rel), file=file.rel)
+        text = messages.starting(self._manifest.kind, self._multi, file.rel)
+        self._log.info("download_start", text, file=file.rel)
         ensure_dir(os.path.dirname(file.dest), self._manifest.root, file.rel)
         fetcher = self._session.fetcher(self._source)
         effects = self._session.transfer_effects(self._manifest.root)
         done = fetch_partial(fetcher, file, effects, self._session.metas.get(file.rel))
         self._check_digest(file, done)
         return done
-
-    def _start_text(self, rel: str) -> str:
-        return f"Downloading model artifact {rel}..." if self._multi else "Downloading model..."
 
     def _check_digest(self, file: RemoteFile, done: Completed) -> None:
         """Hashed while received; a mismatch is discarded before publish and
@@ -190,9 +188,7 @@ class Executor:
     def _done_text(self, action: Action) -> str:
         if action.decision is Decision.REFRESH or self._session.config.refresh_policy == "OnChange":
             return messages.refreshed(self._multi, action.rel)
-        if self._multi:
-            return f"Model artifact {action.rel} downloaded"
-        return "Model downloaded successfully"
+        return messages.finished(self._manifest.kind, self._multi, action.rel)
 
     def _fetch_and_publish(self, action: Action) -> FileResult:
         try:

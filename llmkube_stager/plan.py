@@ -67,6 +67,7 @@ class _Ctx:
     multi: bool
     cached: bool  # a cache path (PVC), not an emptyDir: wording only
     permission: Permission
+    kind: str = "http"
 
 
 def probes_needed(manifest: Manifest, cache: CacheState, policy: RefreshPolicy) -> tuple[str, ...]:
@@ -90,7 +91,7 @@ def make_plan(
     remote: Mapping[str, Remote] | None = None,
     cached: bool = True,
 ) -> Plan:
-    ctx = _Ctx(manifest.multi_file, cached, write_permission(fs, role))
+    ctx = _Ctx(manifest.multi_file, cached, write_permission(fs, role), manifest.kind)
     probes = remote or {}
     actions = tuple(
         _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel)) for f in manifest.files
@@ -122,7 +123,9 @@ def _decide(ctx: _Ctx, local: LocalFile, policy: RefreshPolicy, remote: Remote |
     if local.usable:
         legacy = local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED
         decision = Decision.KEEP if legacy else Decision.REUSE
-        return _accept(ctx, local, decision, messages.hit(ctx.multi, local.rel, ctx.cached))
+        return _accept(
+            ctx, local, decision, messages.hit(ctx.multi, local.rel, ctx.cached, ctx.kind)
+        )
     return _transfer(ctx, local, Decision.REPAIR if local.present else Decision.FETCH)
 
 

@@ -28,10 +28,12 @@ from llmkube_stager.logs import Log
 from llmkube_stager.model import (
     Action,
     CacheState,
+    Decision,
     FileResult,
     FsInfo,
     Manifest,
     Outcome,
+    PinState,
     Plan,
     Remote,
     Role,
@@ -97,6 +99,8 @@ def _replan(config: Config, prepared: Prepared) -> Prepared:
 
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
+    if prepared.manifest.kind == "pvc":
+        return prepared, _verify_pvc(prepared, effects)
     session = Session(config, effects.log, effects.sleep, effects.wall_clock, prepared.fs)
     try:
         if config.refresh_policy == "OnChange":
@@ -124,6 +128,24 @@ def _write(
             _check_plan(prepared, effects.log, warn=False)
         _sweep(prepared, effects)
         return Executor(session, prepared.manifest, prepared.source).run(prepared.plan)
+
+
+def _verify_pvc(prepared: Prepared, effects: Effects) -> Outcome:
+    """pvc:// never downloads: the mounted file must exist, be readable and
+    match its pin; no stamp is written on the read-only claim (spec §3.5)."""
+    from llmkube_stager.sources.local import stat_source
+
+    file = prepared.manifest.files[0]
+    stat_source(file.dest)
+    if prepared.cache.files[file.rel].pin is PinState.MISMATCH:
+        raise TransferError(
+            f"SHA256 mismatch for the pre-staged model {file.dest}",
+            reason=Reason.CHECKSUM_MISMATCH,
+            file=file.rel,
+        )
+    effects.log.info("pvc_verified", f"Pre-staged model {file.dest} verified", file=file.rel)
+    results = (FileResult(file.rel, Decision.REUSE),)
+    return Outcome(results, effects.monotonic() - prepared.started_s)
 
 
 def _revalidate(config: Config, prepared: Prepared, session: Session) -> Prepared:

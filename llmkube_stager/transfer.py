@@ -98,7 +98,7 @@ def fetch_partial(
         meta = probe(fetcher, file, effects)
     budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
     state = _open_state(file, meta, effects)
-    state.hash_it = file.sha256 is not None
+    state.hash_it = file.sha256 is not None or meta.sha256 is not None
     _check_space(state, effects, file.rel)
     try:
         received = _fill(fetcher, file, meta, state, budget, effects)
@@ -109,7 +109,16 @@ def fetch_partial(
     if state.hash_it and digest is None:
         # Complete by a 416 with nothing received this time: hash the partial.
         digest = _hash_partial(state.partial)
-    return Completed(file.rel, state.partial, file.dest, state.expected_bytes, digest, received)
+    done = Completed(file.rel, state.partial, file.dest, state.expected_bytes, digest, received)
+    if meta.sha256 is not None and digest != meta.sha256:
+        discard(done)
+        raise TransferError(
+            f"the bytes of {file.rel} do not match the sha256 the origin lists "
+            f"({meta.sha256}); the download was discarded",
+            reason=Reason.CHECKSUM_MISMATCH,
+            file=file.rel,
+        )
+    return done
 
 
 def _hash_partial(path: str) -> str:
@@ -303,8 +312,16 @@ def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> Non
 
 
 def _receive_into(fd: int, body: Body, state: _State, ticker: ProgressTicker) -> None:
-    """readinto -> pwrite -> (hash on the other thread), one buffer at a time."""
+    """readinto -> pwrite -> (hash on the other thread), one buffer at a time;
+    a local source with nothing to hash is copied by the kernel instead."""
     hasher = _hasher_for(state)
+    copy_into: Callable[[int, int], int] | None = getattr(body, "copy_into", None)
+    if hasher is None and copy_into is not None:
+        while n := copy_into(fd, state.offset):
+            state.offset += n
+            state.received += n
+            ticker.done_bytes = state.offset
+        return
     own = bytearray(0 if hasher is not None else BUFFER_BYTES)
     take: Callable[[], bytearray] = hasher.take if hasher is not None else (lambda: own)
     while True:

@@ -16,9 +16,12 @@ from llmkube_stager.sources.base import Source
 _REGISTRY: dict[str, str] = {
     "http": "llmkube_stager.sources.http:HttpSource",
     "https": "llmkube_stager.sources.http:HttpSource",
+    "hf": "llmkube_stager.sources.hf:HfSource",
+    "s3": "llmkube_stager.sources.s3:S3Source",
+    "file": "llmkube_stager.sources.local:LocalSource",
+    "pvc": "llmkube_stager.sources.local:PvcSource",
 }
-# Schemes of the contract whose adapters are not part of this build yet.
-_PLANNED = ("hf", "s3", "file", "pvc")
+_PLANNED: tuple[str, ...] = ()
 
 
 def scheme_of(source: str) -> str:
@@ -28,7 +31,11 @@ def scheme_of(source: str) -> str:
 
 
 def open_source(config: Config) -> Source:
+    from llmkube_stager.sources.hfref import is_hf_url
+
     scheme = scheme_of(config.source)
+    if scheme in ("http", "https") and is_hf_url(config.source, config.hf_endpoint):
+        scheme = "hf"
     target = _REGISTRY.get(scheme)
     if target is None:
         if scheme in _PLANNED:

@@ -21,16 +21,14 @@ class RemoteMeta:
 
     url: str  # where the bytes are (after redirects the probe followed)
     size_bytes: int | None  # None: unknown (no Content-Length, or 0: spec §8.1)
-    etag: str | None
-    last_modified: str | None
+    etag: str | None  # part of the partial's name (spec §4.2)
     accept_ranges: bool
-
-    @property
-    def strong_etag(self) -> str | None:
-        """Only a strong validator may go into If-Range (RFC 9110 §13.1.5)."""
-        if self.etag and not self.etag.startswith("W/"):
-            return self.etag
-        return None
+    # Sent with a resume so that a changed object answers 200, not a splice.
+    if_range: str | None = None
+    # Sent with every GET: the object must still be this one (S3 ETag).
+    if_match: str | None = None
+    # A digest the origin declares (HF LFS sha256): verified while receiving.
+    sha256: str | None = None
 
 
 class Body(Protocol):

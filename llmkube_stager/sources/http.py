@@ -75,10 +75,10 @@ class HttpFetcher:
         self._client: httpx.Client | None = None
         timeouts = config.timeouts
         self._pool: ConnectionPool = ConnectionPool(
-            timeouts.connect_s, timeouts.stall_s, self._ssl_context
+            timeouts.connect_s, timeouts.stall_s, self.ssl_context
         )
 
-    def _ssl_context(self) -> ssl.SSLContext:
+    def ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             from llmkube_stager.sources.tls import make_ssl_context
 
@@ -90,7 +90,7 @@ class HttpFetcher:
 
         if self._client is None:
             https = urlsplit(file.url).scheme.lower() == "https"
-            context = self._ssl_context() if https else None
+            context = self.ssl_context() if https else None
             self._client = http_probe.make_client(self._config.timeouts, context)
         return http_probe.probe_head(self._client, file.url, self._auth)
 
@@ -100,11 +100,12 @@ class HttpFetcher:
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if offset > 0:
             headers["Range"] = f"bytes={offset}-"
-            validator = meta.strong_etag or meta.last_modified
-            if validator:
+            if meta.if_range:
                 # The origin answers 200 (whole new body) instead of splicing
                 # when the object changed since the partial was written (#80).
-                headers["If-Range"] = validator
+                headers["If-Range"] = meta.if_range
+        if meta.if_match:
+            headers["If-Match"] = meta.if_match
         # The probe already followed redirects; when the request goes there
         # directly, auth is judged against where this request starts.
         return open_get(self._pool, meta.url, headers, self._auth_from(file.url, meta.url), offset)

@@ -50,7 +50,12 @@ def make_client(timeouts: Timeouts, ssl_context: ssl.SSLContext | None) -> httpx
 
 
 def unknown_meta(url: str) -> RemoteMeta:
-    return RemoteMeta(url=url, size_bytes=None, etag=None, last_modified=None, accept_ranges=False)
+    return RemoteMeta(url=url, size_bytes=None, etag=None, accept_ranges=False)
+
+
+def strong(etag: str | None) -> str | None:
+    """Only a strong validator may go into If-Range (RFC 9110 §13.1.5)."""
+    return etag if etag and not etag.startswith("W/") else None
 
 
 def probe_head(client: httpx.Client, url: str, auth: AuthPolicy) -> RemoteMeta:
@@ -80,10 +85,10 @@ def _head(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Resp
             f"{phase} timed out for {where}", reason=Reason.SOURCE_UNREACHABLE, transient=True
         ) from exc
     except httpx.TransportError as exc:
-        raise translate_network_error(_root_cause(exc), where, "probe") from exc
+        raise translate_network_error(root_cause(exc), where, "probe") from exc
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """httpx wraps the socket/ssl error; classify by the innermost one."""
     current = exc
     for _ in range(10):
@@ -98,12 +103,13 @@ def _meta_from(response: httpx.Response, url: str) -> RemoteMeta:
     status = response.status_code
     if 200 <= status < 300:
         headers = response.headers
+        etag = headers.get("etag")
         return RemoteMeta(
             url=url,
             size_bytes=content_length(headers.get),
-            etag=headers.get("etag"),
-            last_modified=headers.get("last-modified"),
+            etag=etag,
             accept_ranges=headers.get("accept-ranges", "").strip().lower() == "bytes",
+            if_range=strong(etag) or headers.get("last-modified"),
         )
     if status in _HEAD_UNSUPPORTED or (status == 403 and urlsplit(url).query):
         return unknown_meta(url)

@@ -123,6 +123,9 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
         return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
     if status in (404, 410):
         return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True)
+    if status == 412:
+        # If-Match failed: the object changed under a pinned transfer.
+        return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True)
     if status == 429:
         return SourceError(
             text,

@@ -42,3 +42,32 @@ def is_cert_failure(exc: BaseException | None) -> bool:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
+
+
+_SYSTEM_BUNDLES = (
+    "/etc/ssl/certs/ca-certificates.crt",  # Debian, Alpine (curlimages)
+    "/etc/pki/tls/certs/ca-bundle.crt",  # RHEL
+    "/etc/ssl/cert.pem",
+)
+
+
+def ca_bundle_file(ca_dir: str, scratch_dir: str) -> str | None:
+    """A PEM file holding the system roots plus LLMKUBE_CA_DIR, for clients
+    that take a path (botocore). None when there are no extra certificates:
+    the client's defaults apply. Falls back to the custom certificates alone
+    when no system bundle exists (spec §3.6)."""
+    extra = ca_files(ca_dir)
+    if not extra:
+        return None
+    candidates = (ssl.get_default_verify_paths().cafile, *_SYSTEM_BUNDLES)
+    system = next((p for p in candidates if p and os.path.isfile(p)), None)
+    parts = ([_read(system)] if system else []) + [_read(p) for p in extra]
+    path = os.path.join(scratch_dir, "llmkube-ca-bundle.crt")
+    with open(path, "wb") as handle:
+        handle.write(b"\n".join(parts))
+    return path
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read().strip() + b"\n"

@@ -1,0 +1,193 @@
+"""Local sources: `file:///abs/path`, `/abs/path`, the host-path model
+(LLMKUBE_HOST_MODEL), and `pvc://claim/path` (verify only).
+
+A local copy goes through the same partial -> verify -> publish -> record path
+as a download; the bytes move with the kernel's `copy_file_range` when
+nothing needs hashing (spec §3.4 copied with `cp`; no resume there, here a
+copy interrupted midway resumes like a download).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import stat
+from urllib.parse import unquote, urlsplit
+
+from llmkube_stager.cache.layout import destinations
+from llmkube_stager.config import Config
+from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
+from llmkube_stager.model import Manifest, RemoteFile
+from llmkube_stager.sources.base import Body, RemoteMeta
+
+PVC_MOUNT = "/model-source"
+_COPY_CHUNK_BYTES = 64 << 20
+
+
+def local_path(source: str) -> str:
+    if source.startswith("/"):
+        return posixpath.normpath(source)
+    parts = urlsplit(source)
+    if parts.netloc not in ("", "localhost"):
+        raise ConfigError("MODEL_SOURCE file:// must be file:///absolute/path")
+    return posixpath.normpath(unquote(parts.path))
+
+
+def check_allowed(path: str, roots: tuple[str, ...]) -> None:
+    """Lexical containment like the operator's --allowed-host-path-roots
+    (no symlink resolution, GHSA-jw3m-8q7m-f35r); no roots: no restriction."""
+    if not roots:
+        return
+    for root in roots:
+        clean = posixpath.normpath(root)
+        if path == clean or path.startswith(clean.rstrip("/") + "/"):
+            return
+    raise SourceError(
+        f"{path} is not within the allowed host path roots", reason=Reason.SOURCE_NOT_ALLOWED
+    )
+
+
+class LocalSource:
+    kind: SourceKind = "local"
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        base = local_path(config.source)
+        # The operator mounts the host file at LLMKUBE_HOST_MODEL (spec §3.4).
+        if not config.multi_file and os.path.isfile(config.host_model):
+            base = config.host_model
+        else:
+            check_allowed(base, config.allowed_host_roots)
+        self.base = base
+
+    def manifest(self) -> Manifest:
+        config = self._config
+        root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
+        files = tuple(
+            RemoteFile(
+                rel=rel,
+                url=posixpath.join(self.base, rel) if config.multi_file else self.base,
+                dest=dest,
+                sha256=config.pins.get(rel),
+            )
+            for rel, dest in pairs
+        )
+        return Manifest("local", root, files, config.multi_file, self.base)
+
+    def fetcher(self) -> LocalFetcher:
+        return LocalFetcher()
+
+
+def stat_source(path: str) -> os.stat_result:
+    """The pvc verify texts of spec §3.5, reused for every local source."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise SourceError(
+            f"{path} does not exist on the mounted volume", reason=Reason.SOURCE_NOT_FOUND
+        ) from None
+    except PermissionError:
+        raise _unreadable(path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise SourceError(f"{path} is a directory, not a file", reason=Reason.SOURCE_NOT_FOUND)
+    if not os.access(path, os.R_OK):
+        raise _unreadable(path)
+    return st
+
+
+def _unreadable(path: str) -> SourceError:
+    return SourceError(
+        f"{path} is not readable by the init container", reason=Reason.SOURCE_UNAUTHORIZED
+    )
+
+
+class LocalBody:
+    """Reads a local file from an offset; `copy_into` uses copy_file_range."""
+
+    def __init__(self, path: str, offset: int, size_bytes: int) -> None:
+        try:
+            self._fd = os.open(path, os.O_RDONLY)
+        except PermissionError:
+            raise _unreadable(path) from None
+        except FileNotFoundError:
+            raise SourceError(f"{path} disappeared", reason=Reason.SOURCE_CHANGED) from None
+        self._offset = offset
+        self.start = offset
+        self.total_bytes: int | None = size_bytes
+        self.complete = offset >= size_bytes > 0
+
+    def readinto(self, buffer: memoryview) -> int:
+        n = os.preadv(self._fd, [buffer], self._offset)
+        self._offset += n
+        return n
+
+    def copy_into(self, fd: int, offset: int) -> int:
+        """Kernel-side copy of the next chunk; falls back to read+write
+        where copy_file_range is not supported (across some filesystems)."""
+        try:
+            n = os.copy_file_range(self._fd, fd, _COPY_CHUNK_BYTES, self._offset, offset)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            n = _copy_by_hand(self._fd, fd, self._offset, offset)
+        self._offset += n
+        return n
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+def _copy_by_hand(src: int, dst: int, src_offset: int, dst_offset: int) -> int:
+    data = os.pread(src, _COPY_CHUNK_BYTES, src_offset)
+    written = 0
+    while written < len(data):
+        written += os.pwrite(dst, data[written:], dst_offset + written)
+    return len(data)
+
+
+class LocalFetcher:
+    def probe(self, file: RemoteFile) -> RemoteMeta:
+        st = stat_source(file.url)
+        return RemoteMeta(
+            url=file.url,
+            size_bytes=st.st_size or None,
+            etag=f'"{st.st_mtime_ns:x}-{st.st_size:x}"',
+            accept_ranges=True,
+        )
+
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body:
+        st = stat_source(file.url)
+        if meta.etag != f'"{st.st_mtime_ns:x}-{st.st_size:x}"':
+            raise SourceError(
+                f"{file.url} changed during the copy", reason=Reason.SOURCE_CHANGED, transient=True
+            )
+        return LocalBody(file.url, offset, st.st_size)
+
+    def close(self) -> None:
+        return None
+
+
+class PvcSource:
+    """pvc:// is verify-only: the claim is mounted read-only at
+    /model-source; `stage` checks the mounted file (spec §3.5)."""
+
+    kind: SourceKind = "pvc"
+
+    def __init__(self, config: Config) -> None:
+        parts = urlsplit(config.source)
+        rel = unquote(parts.path.lstrip("/"))
+        if not parts.netloc or not rel:
+            raise ConfigError("MODEL_SOURCE pvc:// must be pvc://<claim>/<path>")
+        self._config = config
+        self.path = config.model_path or posixpath.join(PVC_MOUNT, rel)
+
+    def manifest(self) -> Manifest:
+        rel = posixpath.basename(self.path)
+        file = RemoteFile(rel, self.path, self.path, sha256=self._config.pins.get(rel))
+        return Manifest("pvc", posixpath.dirname(self.path), (file,), False, self._config.source)
+
+    def fetcher(self) -> LocalFetcher:
+        return LocalFetcher()
