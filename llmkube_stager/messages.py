@@ -8,14 +8,29 @@ from __future__ import annotations
 REVALIDATING = "Revalidating model against upstream (RefreshPolicy=OnChange)..."
 
 
-def hit(multi: bool, rel: str, cached: bool = True) -> str:
+def hit(multi: bool, rel: str, cached: bool = True, kind: str = "http") -> str:
     if multi:
         return f"Model artifact {rel} already cached, skipping download"
-    return (
-        "Model already cached, skipping download"
-        if cached
-        else ("Model already exists, skipping download")
-    )
+    if kind == "local":
+        return "Model already cached, skipping copy"
+    if not cached:
+        return "Model already exists, skipping download"
+    return "Model already cached, skipping download"
+
+
+def starting(kind: str, multi: bool, rel: str) -> str:
+    if multi:
+        return f"Downloading model artifact {rel}..."
+    return {
+        "s3": "Downloading model from S3...",
+        "local": "Copying model from local source...",
+    }.get(kind, "Downloading model...")
+
+
+def finished(kind: str, multi: bool, rel: str) -> str:
+    if multi:
+        return f"Model artifact {rel} downloaded"
+    return "Model copied successfully" if kind == "local" else "Model downloaded successfully"
 
 
 def unchanged(multi: bool, rel: str) -> str:
