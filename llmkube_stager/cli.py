@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import traceback
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, NoReturn
@@ -87,6 +86,8 @@ class Boundary:
         sys.exit(err.exit_code)
 
     def _internal(self, exc: BaseException) -> NoReturn:
+        import traceback
+
         trace = "".join(traceback.format_exception(exc))
         self.log.error("internal_error", f"internal error: {trace}")
         err = StagerError(f"internal error: {type(exc).__name__}", reason=Reason.INTERNAL)
@@ -119,8 +120,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(EXIT_FAILED)
     except click.ClickException as exc:
         exc.show()
-        boundary = Boundary({}, os.environ, terminate=True)
-        boundary.usage_error(exc.format_message())
+        args = sys.argv[1:] if argv is None else argv
+        # Only the commands that report through the termination message do.
+        terminate = bool(args) and args[0] in ("stage", "verify")
+        Boundary({}, os.environ, terminate=terminate).usage_error(exc.format_message())
     sys.exit(EXIT_OK)
 
 

@@ -14,24 +14,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmkube_stager import messages
 from llmkube_stager.cache.partials import IDLE_S
-from llmkube_stager.cache.publish import PartialLost
 from llmkube_stager.cache.records import write_marker, write_size_record, write_stamp
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, StagerError, TransferError
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Action, Decision, FileResult, FsInfo, Manifest, Plan, RemoteFile
 from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source
-from llmkube_stager.transfer import (
-    Completed,
-    TransferEffects,
-    discard,
-    fetch_partial,
-    probe,
-    publish_completed,
-)
+
+if TYPE_CHECKING:
+    # The transfer machinery (threads, hashing, sockets) is imported only
+    # when something is transferred: a warm start never pays for it.
+    from llmkube_stager.transfer import Completed, TransferEffects
 
 
 class Session:
@@ -62,6 +59,8 @@ class Session:
         return self._fetcher
 
     def transfer_effects(self, root: str) -> TransferEffects:
+        from llmkube_stager.transfer import TransferEffects
+
         return TransferEffects(
             log=self.log,
             sleep=self._sleep,
@@ -74,6 +73,8 @@ class Session:
         )
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
+        from llmkube_stager.transfer import probe
+
         meta = probe(self.fetcher(source), file, self.transfer_effects(root))
         self.metas[file.rel] = meta
         return meta
@@ -151,6 +152,8 @@ class Executor:
         ensure_dir(os.path.dirname(file.dest), self._manifest.root, file.rel)
         fetcher = self._session.fetcher(self._source)
         effects = self._session.transfer_effects(self._manifest.root)
+        from llmkube_stager.transfer import fetch_partial
+
         done = fetch_partial(fetcher, file, effects, self._session.metas.get(file.rel))
         self._check_digest(file, done)
         return done
@@ -160,6 +163,8 @@ class Executor:
         leaves a marker that stops re-download loops (spec §7)."""
         if file.sha256 is None or done.sha256 == file.sha256:
             return
+        from llmkube_stager.transfer import discard
+
         discard(done)
         write_marker(file.dest, file.sha256, done.sha256 or "")
         raise TransferError(
@@ -170,6 +175,9 @@ class Executor:
         )
 
     def _publish(self, action: Action, done: Completed) -> FileResult:
+        from llmkube_stager.cache.publish import PartialLost
+        from llmkube_stager.transfer import publish_completed
+
         file = self._manifest.file(action.rel)
         while True:
             try:

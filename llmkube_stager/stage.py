@@ -18,9 +18,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from llmkube_stager import messages
-from llmkube_stager.cache.lock import CacheLock
 from llmkube_stager.cache.state import read_cache_state
-from llmkube_stager.cache.sweep import sweep
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
 from llmkube_stager.executor import Executor, Session, ensure_dir
@@ -204,6 +202,8 @@ def _writer_lock(
 ) -> contextlib.AbstractContextManager[object]:
     """Off FUSE (and when the type is unknown: the previous behavior, spec
     §16 item 3) writers take the flock; on FUSE nobody does (spec §9.3)."""
+    from llmkube_stager.cache.lock import CacheLock
+
     if prepared.fs.is_fuse:
         return contextlib.nullcontext()
     return CacheLock(
@@ -216,6 +216,8 @@ def _writer_lock(
 
 
 def _sweep(prepared: Prepared, effects: Effects) -> None:
+    from llmkube_stager.cache.sweep import sweep
+
     manifest = prepared.manifest
     staging = frozenset(manifest.file(a.rel).dest for a in prepared.plan.actions if a.transfers)
     listed = frozenset(f.dest for f in manifest.files)

@@ -67,6 +67,7 @@ class _State:
     hash_it: bool = False
     hasher: StreamHasher | None = None
     received: int = 0  # body bytes that came over the wire, every attempt
+    high_water: int = 0  # the furthest offset any attempt reached
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,6 @@ def _fill(
     ) as ticker:
         ticker.total_bytes = state.expected_bytes
         while True:
-            before = state.received
             try:
                 if _attempt(fetcher, file, meta, state, ticker):
                     return state.received
@@ -166,8 +166,11 @@ def _fill(
                 error = SourceError(str(exc), transient=True, answered=True)
             except SourceError as exc:
                 error = exc
-            if state.received - before >= _REFUND_BYTES:
+            if state.offset - state.high_water >= _REFUND_BYTES:
+                # Only new ground earns the budget back: an origin that cuts
+                # every from-zero attempt at the same place still ends.
                 budget.refund()
+            state.high_water = max(state.high_water, state.offset)
             if not state.ranges:
                 _restart(state, ranges=False)
             budget.spend(error, f"the download of {file.rel}")
@@ -196,7 +199,7 @@ def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) ->
         offset = 0
     if offset:
         effects.log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
-    return _State(partial, offset, meta.size_bytes, ranges)
+    return _State(partial, offset, meta.size_bytes, ranges, high_water=offset)
 
 
 def _await_idle(file: RemoteFile, validator: str, effects: TransferEffects) -> None:

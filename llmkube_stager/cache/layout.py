@@ -6,9 +6,7 @@ either can be read by the other (CONTRACT §4).
 
 from __future__ import annotations
 
-import hashlib
 import posixpath
-import secrets
 import string
 
 from llmkube_stager.errors import InvalidFileSet
@@ -85,6 +83,8 @@ def validator_of(size_bytes: int | None, etag: str | None) -> str:
 
 def partial_key(validator: str) -> str:
     """First 12 hex of sha256 of the validator, as `partialKey` in the scripts."""
+    import hashlib
+
     return hashlib.sha256(validator.encode()).hexdigest()[:12]
 
 
@@ -138,6 +138,8 @@ def marker_path(dest: str, expected_digest: str) -> str:
 def atomic_tmp_path(target: str) -> str:
     """`<target>.llmkube-tmp.XXXXXX`, the L4 `llmkube_atomic_write` temp that
     the 10-minute sweep recognises (scenario 63)."""
+    import secrets
+
     suffix = "".join(secrets.choice(_TMP_ALPHABET) for _ in range(6))
     return f"{target}{ATOMIC_TMP_INFIX}{suffix}"
 

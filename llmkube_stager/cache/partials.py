@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from dataclasses import dataclass
 
 from llmkube_stager.cache.layout import (
@@ -31,6 +30,8 @@ IDLE_S = 30.0
 
 
 def new_writer_id() -> str:
+    import secrets
+
     return secrets.token_hex(4)
 
 

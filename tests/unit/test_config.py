@@ -74,6 +74,7 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("AWS_ENDPOINT_URL", "http://minio:9000", SINGLE, "aws_endpoint_url", "http://minio:9000", "x"),
     ("LLMKUBE_CA_DIR", "/etc/my-ca", SINGLE, "ca_dir", "/etc/my-ca", "/other"),
     ("LLMKUBE_HOST_MODEL", "/host/m.gguf", SINGLE, "host_model", "/host/m.gguf", "/other"),
+    ("LLMKUBE_ALLOWED_HOST_ROOTS", "/a:/b", SINGLE, "allowed_host_roots", ("/a", "/b"), "/c"),
     ("LLMKUBE_TERMINATION_LOG", "/tmp/term", SINGLE, "termination_log", "/tmp/term", "/other"),
     ("PROGRESS_INTERVAL", "2.5", SINGLE, "progress_interval_s", 2.5, "30"),
     ("LLMKUBE_LOG_FORMAT", "json", SINGLE, "log_format", "json", "text"),
