@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.Abort:
         sys.exit(EXIT_FAILED)
     except click.ClickException as exc:
-        exc.show()
+        if early_settings(os.environ, {})[0] == "text":
+            exc.show()  # JSON logs stay one JSON object per line
         args = sys.argv[1:] if argv is None else argv
         # Only the commands that report through the termination message do.
         terminate = bool(args) and args[0] in ("stage", "verify")

@@ -50,6 +50,8 @@ RETRYABLE: frozenset[Reason] = frozenset(
         Reason.SOURCE_CHANGED,
         Reason.CANCELLED,
         Reason.CACHE_LOCK_TIMEOUT,
+        # The copy is wrong and the origin could not repair it *now*.
+        Reason.CACHE_TRUNCATED,
     }
 )
 

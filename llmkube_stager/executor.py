@@ -20,7 +20,7 @@ from llmkube_stager import messages
 from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import write_marker, write_size_record, write_stamp
 from llmkube_stager.config import Config
-from llmkube_stager.errors import CacheError, Reason, StagerError, TransferError
+from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Action, Decision, FileResult, FsInfo, Manifest, Plan, RemoteFile
 from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source
@@ -206,6 +206,14 @@ class Executor:
 
     def _failed(self, action: Action, err: StagerError) -> StagerError:
         err.file = err.file or action.rel
+        if action.decision is Decision.REPAIR and isinstance(err, SourceError):
+            # One reason for both policies: the copy fails its own checks and
+            # the origin cannot repair it now (CONTRACT §5, plan._on_change).
+            err = CacheError(
+                f"{action.rel}: {action.why}, and the origin could not repair it: {err.detail}",
+                reason=Reason.CACHE_TRUNCATED,
+                file=action.rel,
+            )
         if self._multi:
             self._log.error("download_failed", f"failed to download {action.rel}", file=action.rel)
         if self._session.config.refresh_policy == "OnChange" and action.decision is Decision.FETCH:

@@ -120,8 +120,8 @@ class HfFetcher:
             sha256=hub.sha256,
         )
 
-    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body:
-        return self._http.open(file, meta, offset)
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        return self._http.open(file, meta, offset, end)
 
     def close(self) -> None:
         self._http.close()

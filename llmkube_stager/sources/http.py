@@ -94,12 +94,12 @@ class HttpFetcher:
             self._client = http_probe.make_client(self._config.timeouts, context)
         return http_probe.probe_head(self._client, file.url, self._auth)
 
-    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body:
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
         from llmkube_stager.sources.http_wire import open_get
 
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-        if offset > 0:
-            headers["Range"] = f"bytes={offset}-"
+        if offset > 0 or end is not None:
+            headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
             if meta.if_range:
                 # The origin answers 200 (whole new body) instead of splicing
                 # when the object changed since the partial was written (#80).
@@ -108,7 +108,8 @@ class HttpFetcher:
             headers["If-Match"] = meta.if_match
         # The probe already followed redirects; when the request goes there
         # directly, auth is judged against where this request starts.
-        return open_get(self._pool, meta.url, headers, self._auth_from(file.url, meta.url), offset)
+        auth = self._auth_from(file.url, meta.url)
+        return open_get(self._pool, meta.url, headers, auth, offset, end)
 
     def _auth_from(self, first_url: str, url: str) -> AuthPolicy:
         if Origin.of(first_url) != Origin.of(url):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from urllib.parse import urljoin, urlsplit
 
@@ -53,8 +54,11 @@ def translate_network_error(exc: BaseException, where: str, phase: str) -> Sourc
 
 
 class ConnectionPool:
-    """One keep-alive connection per origin, reused across the files of a
-    manifest (a 40-file model should not pay 40 TLS handshakes)."""
+    """Keep-alive connections per origin, reused across the files of a
+    manifest (a 40-file model should not pay 40 TLS handshakes) and shared
+    by the parallel range workers of one file. Thread-safe."""
+
+    _MAX_IDLE_PER_ORIGIN = 16
 
     def __init__(
         self,
@@ -65,13 +69,17 @@ class ConnectionPool:
         self._connect_s = connect_timeout_s
         self._stall_s = stall_timeout_s
         self._ssl_context = ssl_context
-        self._idle: dict[Origin, http.client.HTTPConnection] = {}
+        self._idle: dict[Origin, list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
 
     def take(self, origin: Origin) -> tuple[http.client.HTTPConnection, bool]:
         """A connected connection and whether it was reused."""
-        conn = self._idle.pop(origin, None)
-        if conn is not None and conn.sock is not None:
-            return conn, True
+        with self._lock:
+            idle = self._idle.get(origin, [])
+            while idle:
+                conn = idle.pop()
+                if conn.sock is not None:
+                    return conn, True
         return self._connect(origin), False
 
     def _connect(self, origin: Origin) -> http.client.HTTPConnection:
@@ -95,15 +103,21 @@ class ConnectionPool:
         return conn
 
     def give_back(self, origin: Origin, conn: http.client.HTTPConnection) -> None:
-        old = self._idle.pop(origin, None)
-        if old is not None and old is not conn:
-            old.close()
-        self._idle[origin] = conn
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if conn in idle:
+                return
+            if len(idle) < self._MAX_IDLE_PER_ORIGIN:
+                idle.append(conn)
+                return
+        conn.close()
 
     def close(self) -> None:
-        for conn in self._idle.values():
+        with self._lock:
+            conns = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for conn in conns:
             conn.close()
-        self._idle.clear()
 
 
 class WireBody:
@@ -211,7 +225,12 @@ def _drain_and_release(
 
 
 def open_get(
-    pool: ConnectionPool, url: str, headers: dict[str, str], auth: AuthPolicy, offset: int
+    pool: ConnectionPool,
+    url: str,
+    headers: dict[str, str],
+    auth: AuthPolicy,
+    offset: int,
+    end: int | None = None,
 ) -> WireBody:
     """GET with redirects followed by hand (auth re-decided per hop) and the
     response status turned into a body or a SourceError."""
@@ -229,7 +248,7 @@ def open_get(
                 )
             url = urljoin(url, location)
             continue
-        return _body_for(pool, url, conn, resp, offset)
+        return _body_for(pool, url, conn, resp, offset, end)
     raise SourceError(
         f"too many redirects from {display_url(first_url)}",
         reason=Reason.SOURCE_REJECTED,
@@ -243,12 +262,14 @@ def _body_for(
     conn: http.client.HTTPConnection,
     resp: http.client.HTTPResponse,
     offset: int,
+    end: int | None,
 ) -> WireBody:
     where = display_url(url)
     body = WireBody(pool, Origin.of(url), conn, resp, where)
     if resp.status == 206:
         span = parse_content_range(resp.getheader("content-range"))
-        if span is None or span[0] != offset:
+        # Every returned range is checked (s3transfer's rule).
+        if span is None or span[0] != offset or (end is not None and span[1] != end):
             body.close()
             raise RangeUnusable(f"{where} answered bytes={offset}- with a wrong Content-Range")
         body.start, body.total_bytes = offset, span[2]

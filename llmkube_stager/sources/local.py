@@ -158,13 +158,13 @@ class LocalFetcher:
             accept_ranges=True,
         )
 
-    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body:
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
         st = stat_source(file.url)
         if meta.etag != f'"{st.st_mtime_ns:x}-{st.st_size:x}"':
             raise SourceError(
                 f"{file.url} changed during the copy", reason=Reason.SOURCE_CHANGED, transient=True
             )
-        return LocalBody(file.url, offset, st.st_size)
+        return LocalBody(file.url, offset, st.st_size if end is None else end + 1)
 
     def close(self) -> None:
         return None

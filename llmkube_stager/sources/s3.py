@@ -137,8 +137,8 @@ class S3Fetcher:
             if_match=etag,
         )
 
-    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int) -> Body:
-        return self._http.open(file, meta, offset)
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        return self._http.open(file, meta, offset, end)
 
     def close(self) -> None:
         self._http.close()

@@ -1,0 +1,479 @@
+"""HTTP failure handling: status codes and retries, timeouts, HF token scope,
+out of space and TLS trust (CONTRACT §3, §5; spec §3.2, §3.6).
+
+Retry waits are recorded by the injected `sleep`, never slept.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import ssl
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmkube_stager.logs import Redactor
+from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
+
+PATH = "/files/model.gguf"
+KIB = 1024
+MIB = 1024 * KIB
+CANARY = "canary-Zq7x0-not-a-real-token"
+
+
+def _methods(origin: Origin) -> list[str]:
+    return [r.method for r in origin.requests()]
+
+
+# --- status codes and retries ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("methods", [("GET", "HEAD"), ("GET",)], ids=["probe", "get"])
+def test_429_retry_after_is_honoured_then_succeeds(
+    origin, stager, make_payload, methods: tuple[str, ...]
+) -> None:
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(status=429, retry_after="2", times=1, methods=methods))
+
+    run = stager.ok(stager.single_env(origin.url + PATH))
+
+    assert 2.0 in run.sleeps
+    assert [r.status for r in origin.requests()].count(429) == 1
+    assert stager.dest().read_bytes() == data
+    assert stager.record(stager.dest()) == str(len(data)).encode()
+
+
+def test_429_every_time_fails_rate_limited_after_the_retries(origin, stager, make_payload) -> None:
+    origin.put(PATH, make_payload(64 * KIB))
+    origin.set_fault(PATH, Fault(status=429, retry_after="1"))
+
+    run = stager.fails(stager.single_env(origin.url + PATH, LLMKUBE_RETRIES="2"))
+
+    assert run.reason == "ModelSourceRateLimited"
+    assert len(origin.requests()) == 3
+    assert run.sleeps == [1.0, 1.0]
+    assert not stager.dest().exists()
+
+
+def test_retry_after_beyond_the_max_wait_fails_at_once(origin, stager, make_payload) -> None:
+    origin.put(PATH, make_payload(64 * KIB))
+    origin.set_fault(PATH, Fault(status=429, retry_after="30"))
+
+    run = stager.fails(stager.single_env(origin.url + PATH, LLMKUBE_MAX_RETRY_WAIT="5"))
+
+    assert run.reason == "ModelSourceRateLimited"
+    assert len(origin.requests()) == 1
+    assert run.sleeps == []
+
+
+def test_503_is_retried_then_fails_unavailable(origin, stager, make_payload) -> None:
+    origin.put(PATH, make_payload(64 * KIB))
+    origin.set_fault(PATH, Fault(status=503))
+
+    run = stager.fails(stager.single_env(origin.url + PATH, LLMKUBE_RETRIES="2"))
+
+    assert run.reason == "ModelSourceUnavailable"
+    assert len(origin.requests()) == 3
+    assert len(run.sleeps) == 2
+    assert all(0 < s <= 60 for s in run.sleeps)
+    assert not stager.dest().exists()
+
+
+def test_503_retry_after_on_the_get_is_honoured(origin, stager, make_payload) -> None:
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(status=503, retry_after="3", times=1, methods=("GET",)))
+
+    run = stager.ok(stager.single_env(origin.url + PATH))
+
+    assert [r.status for r in origin.requests(PATH, "GET")] == [503, 200]
+    assert run.sleeps == [3.0]
+    assert stager.dest().read_bytes() == data
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("methods", [("GET", "HEAD"), ("GET",)], ids=["probe", "get"])
+def test_401_403_fail_unauthorized_without_retries(
+    origin, stager, make_payload, status: int, methods: tuple[str, ...]
+) -> None:
+    origin.put(PATH, make_payload(64 * KIB))
+    origin.set_fault(PATH, Fault(status=status, methods=methods))
+
+    run = stager.fails(stager.single_env(origin.url + PATH))
+
+    assert run.reason == "ModelSourceUnauthorized"
+    assert [r.status for r in origin.requests()].count(status) == 1
+    assert len(origin.requests(method="GET")) <= 1
+    assert run.sleeps == []
+    assert not stager.dest().exists()
+
+
+def test_404_fails_not_found_without_retries(origin, stager) -> None:
+    run = stager.fails(stager.single_env(origin.url + PATH))
+
+    assert run.reason == "ModelSourceNotFound"
+    assert len(origin.requests()) == 1
+    assert run.sleeps == []
+
+
+def test_presigned_url_with_head_refused_is_fetched_by_get(origin, stager, make_payload) -> None:
+    """A URL signed for GET only answers 403 to HEAD: the GET decides, and the
+    signature in the query string never reaches the log."""
+    signature = "sekrit0123456789abcdef"
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(status=403, methods=("HEAD",)))
+    source = f"{origin.url}{PATH}?X-Amz-Expires=60&X-Amz-Signature={signature}"
+
+    run = stager.ok(stager.single_env(source), redactor=Redactor())
+
+    (get,) = origin.requests(PATH, "GET")
+    assert get.path.endswith(f"X-Amz-Signature={signature}")
+    assert stager.dest().read_bytes() == data
+    assert stager.record(stager.dest()) == str(len(data)).encode()
+    assert signature not in run.log
+
+
+# --- timeouts and dead origins --------------------------------------------------------
+
+
+def test_syn_drop_ends_with_the_connect_timeout(stager, watchdog) -> None:
+    with Blackhole("syn-drop") as hole:
+        watchdog(10, hole.close)
+        run = stager.fails(
+            stager.single_env(hole.url + PATH, LLMKUBE_CONNECT_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
+        )
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert len(run.sleeps) == 1
+    # Two attempts of 0.5 s: a correctness bound against unbounded waits.
+    assert run.elapsed_s < 10
+    assert not stager.dest().exists()
+
+
+def test_silent_origin_ends_with_the_stall_timeout(stager, watchdog) -> None:
+    with Blackhole("accept") as hole:
+        watchdog(10, hole.close)
+        run = stager.fails(
+            stager.single_env(hole.url + PATH, LLMKUBE_STALL_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
+        )
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert len(run.sleeps) == 1
+    assert run.elapsed_s < 10
+
+
+@pytest.mark.parametrize("mode", ["syn-drop", "accept"])
+def test_body_request_to_a_dead_host_is_bounded_too(
+    origin, stager, make_payload, watchdog, mode: str
+) -> None:
+    """The probe answers, but the GET is redirected to a host that never
+    connects / never answers: the data path has its own connect and stall
+    timeouts."""
+    origin.put(PATH, make_payload(64 * KIB))
+    with Blackhole(mode) as hole:  # type: ignore[arg-type]
+        watchdog(10, hole.close)
+        origin.set_fault(PATH, Fault(redirect_to=hole.url + "/blob", methods=("GET",)))
+        run = stager.fails(
+            stager.single_env(
+                origin.url + PATH,
+                LLMKUBE_CONNECT_TIMEOUT="0.5",
+                LLMKUBE_STALL_TIMEOUT="0.5",
+                LLMKUBE_RETRIES="1",
+            )
+        )
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert len(origin.requests(PATH, "GET")) == 2  # first attempt + one retry
+    assert run.elapsed_s < 10
+    assert not stager.dest().exists()
+
+
+def test_closed_port_is_unreachable(stager) -> None:
+    run = stager.fails(stager.single_env(closed_port_url() + PATH, LLMKUBE_RETRIES="2"))
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert len(run.sleeps) == 2  # transient: retried
+    assert run.elapsed_s < 10
+
+
+# --- Hugging Face token scope (spec §3.2, scenario 90) ---------------------------------
+
+
+def _auth(record) -> str | None:  # type: ignore[no-untyped-def]
+    return record.headers.get("authorization")
+
+
+@pytest.mark.parametrize("endpoint_suffix", ["", "/", "\n"], ids=["exact", "slash", "newline"])
+def test_hf_token_goes_to_the_hf_endpoint_origin(
+    origin, stager, make_payload, endpoint_suffix: str
+) -> None:
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data)
+    env = stager.single_env(
+        origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url + endpoint_suffix
+    )
+
+    run = stager.ok(env, redactor=Redactor())  # no redaction: the code must not log it
+
+    assert _methods(origin) == ["HEAD", "GET"]
+    assert all(_auth(r) == f"Bearer {CANARY}" for r in origin.requests())
+    assert stager.dest().read_bytes() == data
+    assert CANARY not in run.log
+
+
+@pytest.mark.parametrize("methods", [("GET", "HEAD"), ("GET",)], ids=["probe", "get"])
+def test_hf_token_never_follows_a_redirect_to_another_host(
+    origin, origin_b, stager, make_payload, methods: tuple[str, ...]
+) -> None:
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data, etag='"v1"')
+    origin_b.put("/blobs/abc", data, etag='"v1"')
+    origin.set_fault(PATH, Fault(redirect_to=origin_b.url + "/blobs/abc", methods=methods))
+    env = stager.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+
+    run = stager.ok(env, redactor=Redactor())
+
+    assert origin.requests(), "the HF origin was never asked"
+    assert all(_auth(r) == f"Bearer {CANARY}" for r in origin.requests())
+    assert origin_b.requests(method="GET"), "the redirect target served nothing"
+    assert all(_auth(r) is None for r in origin_b.requests())
+    assert stager.dest().read_bytes() == data
+    assert CANARY not in run.log
+
+
+def test_hf_token_never_goes_to_a_non_hf_origin(origin, origin_b, stager, make_payload) -> None:
+    data = make_payload(64 * KIB)
+    origin_b.put(PATH, data)
+    env = stager.single_env(origin_b.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+
+    run = stager.ok(env, redactor=Redactor())
+
+    assert [r.method for r in origin_b.requests()] == ["HEAD", "GET"]
+    assert all(_auth(r) is None for r in origin_b.requests())
+    assert origin.requests() == []
+    assert stager.dest().read_bytes() == data
+    assert CANARY not in run.log
+
+
+def test_hf_token_stays_out_of_failure_logs_and_errors(origin, stager) -> None:
+    origin.set_fault(PATH, Fault(status=401))
+    env = stager.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+
+    run = stager.fails(env, redactor=Redactor())
+
+    assert run.reason == "ModelSourceUnauthorized"
+    assert _auth(origin.requests()[0]) == f"Bearer {CANARY}"
+    assert CANARY not in run.log
+    assert run.error is not None and CANARY not in str(run.error)
+
+
+# --- out of space ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs: a real ENOSPC and a real statvfs for the preflight."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount tmpfs")
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _tmpfs_env(stager, url: str, mount_point: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = stager.single_env(url)
+    env["CACHE_DIR"] = str(mount_point)
+    env["MODEL_PATH"] = str(mount_point / "model.gguf")
+    return env
+
+
+def test_space_preflight_refuses_a_file_that_cannot_fit(
+    origin, stager, make_payload, small_tmpfs: Path
+) -> None:
+    origin.put(PATH, make_payload(4 * MIB))
+
+    run = stager.fails(_tmpfs_env(stager, origin.url + PATH, small_tmpfs))
+
+    assert run.reason == "ModelTransferOutOfSpace"
+    assert origin.requests(method="GET") == []  # refused before any body transfer
+    assert run.sleeps == []
+    assert not (small_tmpfs / "model.gguf").exists()
+
+
+def test_enospc_while_writing_fails_out_of_space(
+    origin, stager, make_payload, small_tmpfs: Path
+) -> None:
+    origin.put(PATH, make_payload(4 * MIB))
+    origin.set_fault(PATH, Fault(no_content_length=True))  # size unknown: no preflight
+
+    run = stager.fails(_tmpfs_env(stager, origin.url + PATH, small_tmpfs))
+
+    assert run.reason == "ModelTransferOutOfSpace"
+    assert len(origin.requests(method="GET")) == 1  # a full disk is not retried
+    assert run.sleeps == []
+    assert not (small_tmpfs / "model.gguf").exists()
+
+
+# --- TLS trust (spec §3.6) -------------------------------------------------------------
+
+
+def _write_pki(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmkube test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_path, cert_path, key_path = (
+        directory / "ca.crt",
+        directory / "srv.crt",
+        directory / "srv.key",
+    )
+    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return ca_path, cert_path, key_path
+
+
+@pytest.fixture
+def tls_origin(tmp_path: Path) -> Iterator[tuple[Origin, Path]]:
+    ca, cert, key = _write_pki(tmp_path / "pki")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    with Origin(tls=context) as srv:
+        yield srv, ca
+
+
+def test_untrusted_certificate_fails_untrusted_without_retries(
+    tls_origin, stager, make_payload
+) -> None:
+    origin, _ca = tls_origin
+    origin.put(PATH, make_payload(64 * KIB))
+    env = stager.single_env(origin.url + PATH)
+    env.pop("LLMKUBE_CA_DIR", None)
+    if os.path.isdir("/custom-certs"):
+        pytest.skip("/custom-certs exists on this machine; the default CA dir is not empty")
+
+    run = stager.fails(env)
+
+    assert run.reason == "ModelSourceUntrusted"
+    assert run.sleeps == []  # a trust failure is not transient
+    assert origin.requests() == []  # no request ever went over the failed handshake
+    assert not stager.dest().exists()
+
+
+def test_ca_dir_makes_the_private_ca_trusted(tls_origin, stager, make_payload, tmp_path) -> None:
+    origin, ca = tls_origin
+    data = make_payload(256 * KIB)
+    origin.put(PATH, data, etag='"vA"')
+    ca_dir = tmp_path / "custom-certs"
+    ca_dir.mkdir()
+    (ca_dir / "ca.crt").write_bytes(ca.read_bytes())
+    (ca_dir / "README").write_text("not a certificate\n")  # ConfigMaps carry other keys
+
+    stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CA_DIR=str(ca_dir)))
+
+    assert stager.dest().read_bytes() == data
+    assert stager.record(stager.dest()) == str(len(data)).encode()
+    assert [r.method for r in origin.requests()] == ["HEAD", "GET"]
+
+
+def test_hf_token_kept_on_a_relative_redirect_within_the_same_origin(
+    origin, stager, make_payload
+) -> None:
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data)
+    origin.put("/cdn/blob", data)
+    origin.set_fault(PATH, Fault(redirect_to="/cdn/blob"))
+    env = stager.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+
+    run = stager.ok(env, redactor=Redactor())
+
+    assert origin.requests("/cdn/blob", "GET"), "the relative Location was not followed"
+    assert all(_auth(r) == f"Bearer {CANARY}" for r in origin.requests())
+    assert stager.dest().read_bytes() == data
+    assert CANARY not in run.log
+
+
+def test_redirect_loop_ends(origin, stager) -> None:
+    origin.set_fault(PATH, Fault(redirect_to=PATH))
+
+    run = stager.fails(stager.single_env(origin.url + PATH))
+
+    assert run.reason == "ModelSourceRejected"
+    assert run.sleeps == []  # a redirect loop is not transient
+    assert len(origin.requests()) <= 11  # bounded hops
+    assert not stager.dest().exists()

@@ -1,0 +1,347 @@
+"""HTTP staging end to end, in-process: cold fetch, warm starts, multi-file
+layout, size records (spec §5.2, §8.1, §8.3, §8.4) and progress (§5.4).
+
+Real sockets to the loopback origin, real files under tmp_path; the origin's
+request log is the evidence of what went over the wire.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+
+import pytest
+
+from llmkube_stager.model import Decision
+from llmkube_stager.testing.origin import Fault, closed_port_url
+
+PATH = "/files/model.gguf"
+REPO = "/org/repo/resolve/main"
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def test_s83_single_file_cold_fetch(origin, stager, make_payload) -> None:
+    data = make_payload(256 * KIB)
+    origin.put(PATH, data, etag='"vA"')
+
+    run = stager.ok(stager.single_env(origin.url + PATH))
+
+    dest = stager.dest()
+    assert dest.read_bytes() == data
+    assert stager.record(dest) == str(len(data)).encode()  # decimal, no newline
+    head, get = origin.requests(PATH)
+    assert (head.method, head.status) == ("HEAD", 200)
+    assert (get.method, get.status, get.body_bytes) == ("GET", 200, len(data))
+    assert "range" not in get.headers and "if-range" not in get.headers
+    assert len(origin.requests()) == 2
+    lines = run.lines
+    start = next(i for i, line in enumerate(lines) if "Downloading model..." in line)
+    done = next(i for i, line in enumerate(lines) if "Model downloaded successfully" in line)
+    assert start < done
+    assert stager.partials(dest) == {}
+    assert run.outcome is not None and run.outcome.count(Decision.FETCH) == 1
+
+
+def test_s24_restart_after_fresh_download_makes_zero_requests(origin, stager, make_payload) -> None:
+    data = make_payload(64 * KIB)
+    origin.put(PATH, data)
+    env = stager.single_env(origin.url + PATH)
+    stager.ok(env)
+    origin.clear_log()
+
+    run = stager.ok(env)
+
+    assert origin.requests() == []
+    assert run.has_line("Model already cached, skipping download")
+    assert not run.has_line("Downloading model")
+    assert stager.dest().read_bytes() == data
+
+
+@pytest.mark.parametrize(
+    "upstream",
+    ["removed", "503", "429", "no-content-length", "content-length-0", "closed-port"],
+)
+def test_warm_start_single_file_makes_zero_requests(
+    origin, stager, make_payload, upstream: str
+) -> None:
+    """§8.4.1: IfNotPresent + present file: exit 0, zero requests, whatever the origin does."""
+    data = make_payload(64 * KIB)
+    dest = stager.seed(stager.dest(), data)
+    stager.write_record(dest, len(data))
+    origin.put(PATH, make_payload(80 * KIB, seed=9))  # upstream moved on: irrelevant
+    source = origin.url + PATH
+    if upstream == "removed":
+        origin.remove(PATH)
+    elif upstream == "503":
+        origin.set_fault(PATH, Fault(status=503))
+    elif upstream == "429":
+        origin.set_fault(PATH, Fault(status=429, retry_after="3600"))
+    elif upstream == "no-content-length":
+        origin.set_fault(PATH, Fault(no_content_length=True))
+    elif upstream == "content-length-0":
+        origin.set_fault(PATH, Fault(head_content_length_zero=True))
+    else:
+        source = closed_port_url() + PATH
+
+    run = stager.ok(stager.single_env(source))
+
+    assert origin.requests() == []
+    assert run.sleeps == []
+    assert run.has_line("Model already cached, skipping download")
+    assert dest.read_bytes() == data
+    assert stager.record(dest) == str(len(data)).encode()
+    assert run.outcome is not None and run.outcome.count(Decision.REUSE) == 1
+
+
+def test_warm_start_multi_file_makes_zero_requests(origin, stager, make_payload) -> None:
+    files = ["model.safetensors", "tokenizer/tokenizer.json"]
+    for i, rel in enumerate(files):
+        data = make_payload(32 * KIB, seed=i)
+        stager.seed(stager.dest(rel), data)
+        stager.write_record(stager.dest(rel), len(data))
+        origin.put(f"{REPO}/{rel}", data)
+        origin.set_fault(f"{REPO}/{rel}", Fault(status=503))
+
+    run = stager.ok(stager.multi_env(origin.url + REPO + "/", files))
+
+    assert origin.requests() == []
+    for rel in files:
+        assert run.has_line(f"Model artifact {rel} already cached, skipping download")
+    assert not run.has_line("no valid size record")
+
+
+def test_multi_file_subdirectories_and_percent_encoded_names(origin, stager, make_payload) -> None:
+    files = ["model.safetensors", "tokenizer/tokenizer.json", "my model/part 1.bin", "a%20b.bin"]
+    blobs = {rel: make_payload((64 + 16 * i) * KIB, seed=i) for i, rel in enumerate(files)}
+    for rel, data in blobs.items():
+        origin.put(f"{REPO}/{rel}", data)  # the origin routes on the decoded path
+
+    run = stager.ok(stager.multi_env(origin.url + REPO + "/", files))
+
+    for rel, data in blobs.items():
+        dest = stager.dest(rel)
+        assert dest.read_bytes() == data, rel
+        assert stager.record(dest) == str(len(data)).encode(), rel
+        assert [r.method for r in origin.requests(f"{REPO}/{rel}")] == ["HEAD", "GET"], rel
+        assert run.has_line(f"Downloading model artifact {rel}...")
+        assert run.has_line(f"Model artifact {rel} downloaded")
+    raw = {r.path for r in origin.requests()}
+    # Spaces and '%' are percent-encoded on the request line, each exactly once.
+    assert f"{REPO}/my%20model/part%201.bin" in raw
+    assert f"{REPO}/a%2520b.bin" in raw
+    assert not any(" " in p for p in raw)
+    assert stager.names(stager.cache_dir) == set(files) | {f + ".llmkube-size" for f in files}
+    assert run.outcome is not None and run.outcome.count(Decision.FETCH) == len(files)
+
+
+def test_s47_record_mismatch_is_repaired_when_origin_is_up(origin, stager, make_payload) -> None:
+    files = ["model.safetensors", "config.json"]
+    model, config = make_payload(256 * KIB, seed=1), make_payload(4 * KIB, seed=2)
+    origin.put(f"{REPO}/model.safetensors", model)
+    origin.put(f"{REPO}/config.json", config)
+    # Truncated by #2158: shorter than its own record.
+    stager.seed(stager.dest("model.safetensors"), model[: 100 * KIB])
+    stager.write_record(stager.dest("model.safetensors"), len(model))
+    stager.seed(stager.dest("config.json"), config)
+    stager.write_record(stager.dest("config.json"), len(config))
+
+    run = stager.ok(stager.multi_env(origin.url + REPO + "/", files))
+
+    assert stager.dest("model.safetensors").read_bytes() == model
+    assert stager.record(stager.dest("model.safetensors")) == str(len(model)).encode()
+    assert origin.requests(f"{REPO}/config.json") == []  # the healthy file is not touched
+    gets = origin.requests(f"{REPO}/model.safetensors", "GET")
+    assert len(gets) == 1 and gets[0].body_bytes == len(model)
+    assert run.outcome is not None and run.outcome.count(Decision.REPAIR) == 1
+
+
+def test_s47_record_mismatch_with_origin_down_fails_and_keeps_the_file(
+    stager, make_payload
+) -> None:
+    model = make_payload(256 * KIB)
+    short = model[: 100 * KIB]
+    dest = stager.seed(stager.dest("model.safetensors"), short)
+    stager.write_record(dest, len(model))
+
+    run = stager.fails(stager.multi_env(closed_port_url() + REPO + "/", ["model.safetensors"]))
+
+    # CONTRACT §5: "shorter/longer than its own size record and cannot be
+    # repaired now", the same reason the OnChange planner gives this state.
+    assert run.reason == "ModelCacheTruncated"
+    assert dest.read_bytes() == short  # not deleted: it is all the cache has
+    assert stager.record(dest) == str(len(model)).encode()
+
+
+@pytest.mark.parametrize("mode", ["single", "multi"])
+def test_s44_legacy_file_kept_offline_and_record_backfilled(
+    origin, stager, make_payload, mode: str
+) -> None:
+    local = make_payload(48 * KIB, seed=1)
+    origin.put(f"{REPO}/model.safetensors", make_payload(96 * KIB, seed=2))  # upstream grew
+    if mode == "single":
+        dest = stager.seed(stager.dest("model.safetensors"), local)
+        env = stager.single_env(origin.url + f"{REPO}/model.safetensors", "model.safetensors")
+        hit = "Model already cached, skipping download"
+    else:
+        dest = stager.seed(stager.dest("model.safetensors"), local)
+        env = stager.multi_env(origin.url + REPO + "/", ["model.safetensors"])
+        hit = "Model artifact model.safetensors already cached, skipping download"
+
+    first = stager.ok(env)
+
+    assert origin.requests() == []
+    assert dest.read_bytes() == local
+    assert stager.record(dest) == str(len(local)).encode()  # the local size, as-is (#53)
+    assert first.has_line(hit)
+
+    second = stager.ok(env)
+
+    assert origin.requests() == []
+    assert second.has_line(hit)
+    assert not second.has_line("no valid size record")
+    assert not any(line.startswith("WARNING") for line in second.lines)
+
+
+def test_s89_progress_lines_during_a_slow_transfer(origin, stager, make_payload) -> None:
+    data = make_payload(2 * MIB)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
+
+    run = stager.ok(stager.single_env(origin.url + PATH, PROGRESS_INTERVAL="0.2"))
+
+    assert stager.dest().read_bytes() == data
+    pattern = re.compile(r"Downloaded (\d+) MiB of (\d+) MiB \((\d+)%\)")
+    progress = [m for line in run.lines if (m := pattern.search(line))]
+    assert len(progress) >= 2, run.log
+    assert all(m.group(2) == "2" for m in progress)
+    percents = [int(m.group(3)) for m in progress]
+    assert percents == sorted(percents) and all(0 <= p <= 100 for p in percents)
+    assert "\r" not in run.log
+
+
+def test_s89_progress_without_a_known_total(origin, stager, make_payload) -> None:
+    data = make_payload(MIB)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(rate_bytes_per_s=MIB, no_content_length=True))
+
+    run = stager.ok(stager.single_env(origin.url + PATH, PROGRESS_INTERVAL="0.2"))
+
+    assert stager.dest().read_bytes() == data
+    progress = [line for line in run.lines if "Downloaded " in line and " MiB" in line]
+    assert len(progress) >= 2, run.log
+    assert all(re.search(r"Downloaded \d+ MiB(?! of)", line) for line in progress)
+    assert not any("%" in line for line in progress)
+    assert "\r" not in run.log
+
+
+class CountingRelay:
+    """A loopback TCP relay in front of the origin that counts the connections
+    the stager opens (the origin fixture does not expose that)."""
+
+    def __init__(self, target_url: str) -> None:
+        self._target = ("127.0.0.1", int(target_url.rsplit(":", 1)[1]))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.connections = 0
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            with self._lock:
+                self.connections += 1
+                self._sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(256 * KIB):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(1.0)
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+
+
+def test_multi_file_stage_reuses_keep_alive_connections(origin, stager, make_payload) -> None:
+    files = [f"model-0000{i}-of-00005.safetensors" for i in range(1, 6)]
+    blobs = {rel: make_payload(64 * KIB, seed=i) for i, rel in enumerate(files)}
+    for rel, data in blobs.items():
+        origin.put(f"{REPO}/{rel}", data)
+    relay = CountingRelay(origin.url)
+    try:
+        stager.ok(stager.multi_env(relay.url + REPO + "/", files))
+    finally:
+        relay.close()
+
+    for rel, data in blobs.items():
+        assert stager.dest(rel).read_bytes() == data, rel
+    assert len(origin.requests()) == 2 * len(files)  # a HEAD and a GET each
+    # One connection for the probes and one for the bodies would do; a new
+    # connection per request would be 10.
+    assert relay.connections <= 3, relay.connections
+
+
+def test_content_length_zero_on_the_probe_means_unknown(origin, stager, make_payload) -> None:
+    """CL 0 is "unavailable", never authoritative (spec §8.1): the file is still
+    fetched whole, a seeded partial is not resumed blindly, the record holds
+    the real size."""
+    data = make_payload(128 * KIB)
+    origin.put(PATH, data, etag='"vA"')
+    origin.set_fault(PATH, Fault(head_content_length_zero=True, methods=("HEAD",)))
+    stager.seed(stager.shell_partial(stager.dest(), None, '"vA"'), b"\0" * 1000)
+
+    stager.ok(stager.single_env(origin.url + PATH))
+
+    (get,) = origin.requests(PATH, "GET")
+    assert "range" not in get.headers
+    assert stager.dest().read_bytes() == data
+    assert stager.record(stager.dest()) == str(len(data)).encode()
+    assert stager.partials(stager.dest()) == {}
+
+
+def test_empty_repository_file_is_staged_and_then_reused(origin, stager, make_payload) -> None:
+    files = ["model.safetensors", "empty.txt"]
+    model = make_payload(64 * KIB)
+    origin.put(f"{REPO}/model.safetensors", model)
+    origin.put(f"{REPO}/empty.txt", b"")
+    env = stager.multi_env(origin.url + REPO + "/", files)
+
+    stager.ok(env)
+
+    assert stager.dest("model.safetensors").read_bytes() == model
+    assert stager.dest("empty.txt").read_bytes() == b""
+    assert stager.record(stager.dest("empty.txt")) == b"0"
+    origin.clear_log()
+
+    run = stager.ok(env)
+
+    assert origin.requests() == []
+    assert run.has_line("Model artifact empty.txt already cached, skipping download")
