@@ -20,6 +20,8 @@ from llmkube_stager.errors import ConfigError
 from llmkube_stager.pins import file_pins, single_pin
 
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
+DEFAULT_CONNECTIONS = 4
+MAX_CONNECTIONS = 32
 LogFormat = Literal["text", "json"]
 
 
@@ -69,6 +71,7 @@ VARS: tuple[Var, ...] = (
     Var("LLMKUBE_RETRIES", "attempts per request after the first, for transient failures"),
     Var("LLMKUBE_MAX_RETRY_WAIT", "longest single wait between attempts, Retry-After included"),
     Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock"),
+    Var("LLMKUBE_CONNECTIONS", "parallel ranged connections per large file (1 disables)"),
 )
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
@@ -126,6 +129,7 @@ class Config:
     allowed_host_roots: tuple[str, ...] = ()
     termination_log: str = "/dev/termination-log"
     progress_interval_s: float = 10.0
+    connections: int = DEFAULT_CONNECTIONS
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
@@ -280,10 +284,18 @@ def load_config(
         ),
         termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
+        connections=_connections(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
     )
+
+
+def _connections(read: _Reader) -> int:
+    value = read.count("LLMKUBE_CONNECTIONS", DEFAULT_CONNECTIONS)
+    if not 1 <= value <= MAX_CONNECTIONS:
+        raise ConfigError(f"LLMKUBE_CONNECTIONS must be between 1 and {MAX_CONNECTIONS}")
+    return value
 
 
 def _policy(read: _Reader) -> RefreshPolicy:

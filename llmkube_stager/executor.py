@@ -58,7 +58,7 @@ class Session:
             self._fetcher = source.fetcher()
         return self._fetcher
 
-    def transfer_effects(self, root: str) -> TransferEffects:
+    def transfer_effects(self, root: str, listed: frozenset[str] = frozenset()) -> TransferEffects:
         from llmkube_stager.transfer import TransferEffects
 
         return TransferEffects(
@@ -70,6 +70,8 @@ class Session:
             free_bytes=lambda: _free_bytes(self._fs, root),
             # Under a cross-node flock nobody else writes: adopt at once.
             idle_s=0.0 if self._fs.is_fuse is False else IDLE_S,
+            connections=self.config.connections,
+            listed=listed,
         )
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
@@ -151,7 +153,8 @@ class Executor:
         self._log.info("download_start", text, file=file.rel)
         ensure_dir(os.path.dirname(file.dest), self._manifest.root, file.rel)
         fetcher = self._session.fetcher(self._source)
-        effects = self._session.transfer_effects(self._manifest.root)
+        listed = frozenset(f.dest for f in self._manifest.files)
+        effects = self._session.transfer_effects(self._manifest.root, listed)
         from llmkube_stager.transfer import fetch_partial
 
         done = fetch_partial(fetcher, file, effects, self._session.metas.get(file.rel))
@@ -207,11 +210,11 @@ class Executor:
     def _failed(self, action: Action, err: StagerError) -> StagerError:
         err.file = err.file or action.rel
         if action.decision is Decision.REPAIR and isinstance(err, SourceError):
-            # One reason for both policies: the copy fails its own checks and
-            # the origin cannot repair it now (CONTRACT §5, plan._on_change).
+            # One reason for both policies: the copy fails its own checks (its
+            # record, or its pin) and the origin cannot repair it now.
             err = CacheError(
                 f"{action.rel}: {action.why}, and the origin could not repair it: {err.detail}",
-                reason=Reason.CACHE_TRUNCATED,
+                reason=action.failure or Reason.CACHE_TRUNCATED,
                 file=action.rel,
             )
         if self._multi:
@@ -227,6 +230,12 @@ class Executor:
         if fatal:
             assert fatal[0].error is not None
             raise self._failed(fatal[0].action, fatal[0].error)
+        if failures and any(s.action.decision is not Decision.REFRESH for s in staged):
+            # A missing or broken file was fetched, but publishing it alone
+            # would mix revisions, and there is no old copy of it to keep.
+            first = failures[0]
+            assert first.error is not None
+            raise self._failed(first.action, first.error)
         if failures:
             return {s.action.rel: self._kept(s, failures) for s in staged}
         return {s.action.rel: self._publish(s.action, s.done) for s in staged if s.done}
@@ -242,10 +251,10 @@ class Executor:
         err = staged.error
         if err is not None and err.reason is Reason.CHECKSUM_MISMATCH:
             text = messages.pinned_kept(self._multi, rel)
-        elif err is not None and getattr(err, "answered", False):
-            text = f"Revalidation failed for {rel} ({err.detail}); kept cached copy"
-        elif err is not None:
+        elif isinstance(err, SourceError) and not err.answered:
             text = messages.unreachable_kept(self._multi, rel)
+        elif err is not None:
+            text = f"Revalidation failed for {rel} ({err.detail}); kept cached copy"
         else:
             others = ", ".join(f.action.rel for f in failures)
             text = (

@@ -94,23 +94,38 @@ def make_plan(
     ctx = _Ctx(manifest.multi_file, cached, write_permission(fs, role), manifest.kind)
     probes = remote or {}
     actions = tuple(
-        _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel)) for f in manifest.files
+        _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel), f.sha256)
+        for f in manifest.files
     )
     warnings = tuple(
         f"no valid size record for {a.rel}; completeness cannot be proven until a stager "
         "backfills it"
         for a, f in zip(actions, manifest.files, strict=True)
-        if cache.files[f.rel].present
-        and cache.files[f.rel].record_bytes is None
-        and a.decision in (Decision.KEEP, Decision.REUSE)
-        and not a.backfill_record
+        if _unproven(a, cache.files[f.rel], policy)
     )
     return Plan(actions=actions, may_write=ctx.permission.may_write, warnings=warnings)
 
 
-def _decide(ctx: _Ctx, local: LocalFile, policy: RefreshPolicy, remote: Remote | None) -> Action:
+def _unproven(action: Action, local: LocalFile, policy: RefreshPolicy) -> bool:
+    """A copy kept on no evidence: no record, no pin, no origin answer. Under
+    OnChange the warning stays even when the record is backfilled (scenario
+    30: "kept with a warning"); IfNotPresent backfills silently (scenario 44)."""
+    if not local.present or local.record_bytes is not None or local.pin is not PinState.UNPINNED:
+        return False
+    if action.decision is Decision.KEEP and policy == "OnChange":
+        return True
+    return action.decision in (Decision.KEEP, Decision.REUSE) and not action.backfill_record
+
+
+def _decide(
+    ctx: _Ctx,
+    local: LocalFile,
+    policy: RefreshPolicy,
+    remote: Remote | None,
+    pin: str | None = None,
+) -> Action:
     if local.marker and not local.usable:
-        return _marker_failure(ctx, local)
+        return _marker_failure(ctx, local, pin or "<digest>")
     if local.state is LocalState.NOT_A_FILE:
         return Action(
             local.rel,
@@ -127,6 +142,13 @@ def _decide(ctx: _Ctx, local: LocalFile, policy: RefreshPolicy, remote: Remote |
             ctx, local, decision, messages.hit(ctx.multi, local.rel, ctx.cached, ctx.kind)
         )
     return _transfer(ctx, local, Decision.REPAIR if local.present else Decision.FETCH)
+
+
+def _repair_failure(local: LocalFile) -> Reason:
+    """What a failed repair reports: the pin, or the size record, not met."""
+    if local.pin is PinState.MISMATCH:
+        return Reason.CHECKSUM_MISMATCH
+    return Reason.CACHE_TRUNCATED
 
 
 def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Action:
@@ -162,7 +184,8 @@ def _transfer(ctx: _Ctx, local: LocalFile, decision: Decision) -> Action:
             f"{why}; {ctx.permission.why}",
             failure=ctx.permission.refusal,
         )
-    return Action(local.rel, decision, why)
+    failure = _repair_failure(local) if decision is Decision.REPAIR else None
+    return Action(local.rel, decision, why, failure=failure)
 
 
 def _bad_why(local: LocalFile) -> str:
@@ -171,15 +194,15 @@ def _bad_why(local: LocalFile) -> str:
     return f"size {local.size_bytes} differs from its size record {local.record_bytes}"
 
 
-def _marker_failure(ctx: _Ctx, local: LocalFile) -> Action:
+def _marker_failure(ctx: _Ctx, local: LocalFile, pin: str) -> Action:
     """The origin already served bytes that failed this pin: do not fetch
     them again (spec §7: the marker bounds re-download loops)."""
     field = messages.pin_field(ctx.multi)
     return Action(
         local.rel,
         Decision.FAIL,
-        f"{field} mismatch for {local.rel} was recorded earlier; delete the "
-        f"{local.rel}.<digest>.sha256-rejected marker to retry",
+        f"{field} mismatch for {local.rel} was recorded earlier; delete "
+        f"{local.rel}.{pin}.sha256-rejected to retry",
         failure=Reason.CHECKSUM_MISMATCH,
     )
 
@@ -196,15 +219,16 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
         if same_size:
             return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
         return _changed_or_unknown(ctx, local, probe)
-    if same_size and local.pin is PinState.UNPINNED:
-        # The record is stale, the origin confirms the size (§8.1 row 3).
+    if same_size and local.pin is PinState.UNPINNED and ctx.permission.may_write:
+        # The record is stale, the origin confirms the size (§8.1 row 3); a
+        # pod that may not write refuses instead (§8.2: fails local checks).
         return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
     if ctx.permission.may_write and not probe.answered:
         return Action(
             rel,
             Decision.FAIL,
             f"{_bad_why(local)} and the origin is unreachable ({probe.detail or 'no answer'})",
-            failure=Reason.CACHE_TRUNCATED,
+            failure=_repair_failure(local),
         )
     return _transfer(ctx, local, Decision.REPAIR)
 

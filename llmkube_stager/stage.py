@@ -173,6 +173,12 @@ def _probe_one(
     except SourceError as err:
         if not err.answered:
             unreachable[origin] = err.detail
+        elif getattr(prepared.source, "get_without_probe", False):
+            # Answered without a usable size (5xx/429 on HEAD): the transfer
+            # tries the GET without asking again (spec §8.1 "try GET").
+            from llmkube_stager.sources.http_probe import unknown_meta
+
+            session.metas[rel] = unknown_meta(url)
         return Remote(answered=err.answered, detail=err.detail)
     return Remote(answered=True, size_bytes=meta.size_bytes)
 

@@ -23,7 +23,6 @@ from llmkube_stager.cache.layout import validator_of
 from llmkube_stager.cache.partials import (
     HEARTBEAT_S,
     adopt_partial,
-    busy_partials,
     new_writer_id,
     remove_stale,
 )
@@ -54,6 +53,10 @@ class TransferEffects:
     # How long a partial must be untouched before it is adopted or removed:
     # 0 under an exclusive cross-node lock, partials.IDLE_S without one.
     idle_s: float
+    # Ranged connections per large file (LLMKUBE_CONNECTIONS).
+    connections: int = 1
+    # Every destination of the manifest: never removed as a stale partial.
+    listed: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Completed:
     expected_bytes: int | None
     sha256: str | None  # of the received bytes, when the file is pinned
     bytes_received: int
+    journal: str | None = None  # a parallel transfer's progress journal
 
 
 def probe(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> RemoteMeta:
@@ -97,6 +101,13 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
+    if _parallel_fits(fetcher, meta, effects):
+        try:
+            return _verified(file, meta, _fetch_parallel(fetcher, file, meta, effects))
+        except RangeUnusable as exc:
+            effects.log.warning(
+                "ranges_unusable", f"{exc}; falling back to one connection", file=file.rel
+            )
     budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
     state = _open_state(file, meta, effects)
     state.hash_it = file.sha256 is not None or meta.sha256 is not None
@@ -111,6 +122,65 @@ def fetch_partial(
         # Complete by a 416 with nothing received this time: hash the partial.
         digest = _hash_partial(state.partial)
     done = Completed(file.rel, state.partial, file.dest, state.expected_bytes, digest, received)
+    return _verified(file, meta, done)
+
+
+def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects) -> bool:
+    from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES
+
+    return (
+        effects.connections > 1
+        and meta.accept_ranges
+        and meta.size_bytes is not None
+        and meta.size_bytes >= 2 * MIN_ITEM_BYTES
+        and getattr(fetcher, "parallel_ranges", True)
+    )
+
+
+def _fetch_parallel(
+    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, effects: TransferEffects
+) -> Completed:
+    from llmkube_stager.transfer_parallel import ParallelTransfer
+
+    def budget() -> RetryBudget:
+        return RetryBudget(effects.timeouts, effects.sleep, effects.log)
+
+    hash_it = file.sha256 is not None or meta.sha256 is not None
+    free = effects.free_bytes()
+    if free is not None and meta.size_bytes is not None and meta.size_bytes > free:
+        raise TransferError(
+            f"no space left on device for {file.rel}: it needs {meta.size_bytes} bytes, the "
+            f"cache has {free} free",
+            reason=Reason.OUT_OF_SPACE,
+            file=file.rel,
+        )
+    with ProgressTicker(effects.log, effects.progress_interval_s, file.rel) as ticker:
+        ticker.total_bytes = meta.size_bytes
+        transfer = ParallelTransfer(
+            fetcher,
+            file,
+            meta,
+            effects.connections,
+            budget,
+            ticker,
+            effects.wall_clock,
+            effects.idle_s,
+        )
+        result = transfer.run(hash_it)
+    return Completed(
+        file.rel,
+        result.data,
+        file.dest,
+        meta.size_bytes,
+        result.sha256,
+        result.received,
+        journal=result.journal,
+    )
+
+
+def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
+    """An origin-declared digest (HF LFS) must match before anything else."""
+    digest = done.sha256
     if meta.sha256 is not None and digest != meta.sha256:
         discard(done)
         raise TransferError(
@@ -133,12 +203,20 @@ def _hash_partial(path: str) -> str:
 
 def publish_completed(done: Completed) -> int:
     """Publish by rename; raises PartialLost when another writer adopted it."""
-    return publish(done.partial, done.dest, done.expected_bytes, done.rel)
+    size = publish(done.partial, done.dest, done.expected_bytes, done.rel)
+    _remove(done.journal)
+    return size
 
 
 def discard(done: Completed) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(done.partial)
+    _remove(done.partial)
+    _remove(done.journal)
+
+
+def _remove(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _fill(
@@ -188,7 +266,7 @@ def _heartbeat(state: _State) -> Callable[[], None]:
 def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) -> _State:
     validator = validator_of(meta.size_bytes, meta.etag)
     now = effects.wall_clock()
-    for stale in remove_stale(file.dest, validator, now, effects.idle_s):
+    for stale in remove_stale(file.dest, validator, now, effects.idle_s, effects.listed):
         effects.log.info(
             "swept_partial", "removed a partial of another upstream version", path=stale
         )
@@ -200,25 +278,6 @@ def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) ->
     if offset:
         effects.log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
     return _State(partial, offset, meta.size_bytes, ranges, high_water=offset)
-
-
-def _await_idle(file: RemoteFile, validator: str, effects: TransferEffects) -> None:
-    """A partial touched recently may belong to our own previous container
-    (a restart within seconds): wait until it is idle so it can be adopted
-    and resumed; a truly live writer keeps it busy and we start our own."""
-    waited_s = 0.0
-    while busy_partials(file.dest, validator, effects.wall_clock(), effects.idle_s):
-        if waited_s >= effects.idle_s + HEARTBEAT_S:
-            effects.log.info(
-                "partial_busy", f"another writer is staging {file.rel}; using a new partial"
-            )
-            return
-        if waited_s == 0.0:
-            effects.log.info(
-                "partial_wait", f"waiting for a recent partial of {file.rel} to go idle"
-            )
-        effects.sleep(HEARTBEAT_S)
-        waited_s += HEARTBEAT_S
 
 
 def _partial_size(path: str) -> int:
@@ -240,7 +299,8 @@ def _check_space(state: _State, effects: TransferEffects, rel: str) -> None:
     needed = state.expected_bytes - state.offset
     if needed > free:
         raise TransferError(
-            f"{rel} needs {needed} more bytes but the cache has {free} free",
+            f"no space left on device for {rel}: it needs {needed} more bytes, the cache has "
+            f"{free} free",
             reason=Reason.OUT_OF_SPACE,
             file=rel,
         )
@@ -299,10 +359,7 @@ def _adopt_body(state: _State, body: Body) -> None:
 
 
 def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> None:
-    try:
-        fd = os.open(state.partial, os.O_WRONLY | os.O_CREAT, FILE_MODE)
-    except OSError as exc:
-        raise disk_error(exc, "creating the partial of", rel) from exc
+    fd = _open_partial(state, rel)
     try:
         os.ftruncate(fd, state.offset)
         ticker.done_bytes = state.offset
@@ -312,6 +369,29 @@ def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> Non
         raise disk_error(exc, "writing", rel) from exc
     finally:
         os.close(fd)
+
+
+def _open_partial(state: _State, rel: str) -> int:
+    """Open our partial to continue at `state.offset`. It is never created or
+    grown to continue: if another writer adopted it away (it looked idle) or
+    it is shorter than we think, start again from zero in a fresh file of
+    our own, because ftruncate-ing a new file up to the offset would publish
+    zeros (#2158 class)."""
+    try:
+        if state.offset > 0:
+            try:
+                fd = os.open(state.partial, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0 and os.fstat(fd).st_size >= state.offset:
+                return fd
+            if fd >= 0:
+                os.close(fd)
+            state.offset = 0
+            state.high_water = 0
+        return os.open(state.partial, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        raise disk_error(exc, "creating the partial of", rel) from exc
 
 
 def _receive_into(fd: int, body: Body, state: _State, ticker: ProgressTicker) -> None:

@@ -91,7 +91,9 @@ def _driver(mount: MountEntry | None) -> str:
     if mount.fstype.startswith("fuse."):
         return mount.fstype.split(".", 1)[1]
     if mount.fstype in ("fuse", "fuseblk"):
-        return mount.source or mount.fstype
+        # The fsname is often the backing path (plain bindfs): not a driver.
+        source = mount.source
+        return source if source and not source.startswith("/") else mount.fstype
     return mount.fstype
 
 

@@ -20,10 +20,22 @@ LEGACY_PARTIAL_SUFFIX = ".tmp"
 # The agent's own partials: `<dest>.<key>.<writer>.llmkube-part`, one per
 # writer, so that two writers never share an inode (#2158, see partials.py).
 PART_SUFFIX = ".llmkube-part"
+# Parallel ranged transfers write a sparse `<...>.llmkube-segs` file whose
+# progress lives in a sibling `<...>.llmkube-journal`: its size proves nothing,
+# so the sequential logic never adopts it (transfer_parallel.py).
+SEGS_SUFFIX = ".llmkube-segs"
+JOURNAL_SUFFIX = ".llmkube-journal"
 LOCK_NAME = ".llmkube.lock"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
-_RESERVED_MARKERS = (SIZE_RECORD_SUFFIX, ATOMIC_TMP_INFIX, MARKER_SUFFIX, PART_SUFFIX)
+_RESERVED_MARKERS = (
+    SIZE_RECORD_SUFFIX,
+    ATOMIC_TMP_INFIX,
+    MARKER_SUFFIX,
+    PART_SUFFIX,
+    SEGS_SUFFIX,
+    JOURNAL_SUFFIX,
+)
 _RESERVED_NAMES = frozenset({LOCK_NAME})
 _TMP_ALPHABET = string.ascii_letters + string.digits
 
@@ -100,19 +112,36 @@ def private_partial_path(dest: str, validator: str, writer_id: str) -> str:
     return f"{dest}.{partial_key(validator)}.{writer_id}{PART_SUFFIX}"
 
 
-def key_of_partial(dest: str, path: str) -> str | None:
-    """The validator key of a partial of `dest` (either naming), else None."""
+def segmented_paths(dest: str, validator: str, writer_id: str) -> tuple[str, str]:
+    """(data, journal) of a parallel ranged transfer."""
+    stem = f"{dest}.{partial_key(validator)}.{writer_id}"
+    return stem + SEGS_SUFFIX, stem + JOURNAL_SUFFIX
+
+
+def journal_of(segs_path: str) -> str:
+    return segs_path[: -len(SEGS_SUFFIX)] + JOURNAL_SUFFIX
+
+
+def parse_partial(dest: str, path: str) -> tuple[str, str] | None:
+    """(validator key, kind) of a partial of `dest`; kind is "part",
+    "segs", "journal" or "legacy" (the shell's `<dest>.<key>.tmp`)."""
     if not path.startswith(dest + "."):
         return None
     rest = path[len(dest) + 1 :]
-    if rest.endswith(PART_SUFFIX):
-        key, _, writer = rest[: -len(PART_SUFFIX)].partition(".")
-        ok = _is_hex(key, 12) and _is_hex(writer, 8)
-        return key if ok else None
+    for suffix, kind in ((PART_SUFFIX, "part"), (SEGS_SUFFIX, "segs"), (JOURNAL_SUFFIX, "journal")):
+        if rest.endswith(suffix):
+            key, _, writer = rest[: -len(suffix)].partition(".")
+            return (key, kind) if _is_hex(key, 12) and _is_hex(writer, 8) else None
     if rest.endswith(LEGACY_PARTIAL_SUFFIX):
         key = rest[: -len(LEGACY_PARTIAL_SUFFIX)]
-        return key if _is_hex(key, 12) else None
+        return (key, "legacy") if _is_hex(key, 12) else None
     return None
+
+
+def key_of_partial(dest: str, path: str) -> str | None:
+    """The validator key of any partial (or journal) of `dest`, else None."""
+    parsed = parse_partial(dest, path)
+    return parsed[0] if parsed else None
 
 
 def _is_hex(text: str, length: int) -> bool:

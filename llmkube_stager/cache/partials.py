@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 from llmkube_stager.cache.layout import (
     LEGACY_PARTIAL_SUFFIX,
-    key_of_partial,
+    journal_of,
+    parse_partial,
     partial_key,
     private_partial_path,
+    segmented_paths,
 )
 
 # A live writer refreshes its partial's mtime at least this often (heartbeat).
@@ -41,6 +43,12 @@ class PartialFile:
     key: str
     size_bytes: int
     mtime_s: float
+    kind: str = "part"  # "part", "segs", "journal", "legacy" (layout.parse_partial)
+
+    @property
+    def sequential(self) -> bool:
+        """Written front to back: its size is its progress."""
+        return self.kind in ("part", "legacy")
 
 
 def list_partials(dest: str) -> list[PartialFile]:
@@ -53,12 +61,12 @@ def list_partials(dest: str) -> list[PartialFile]:
     found = []
     for name in names:
         path = os.path.join(directory, name)
-        key = key_of_partial(dest, path)
-        if key is None:
+        parsed = parse_partial(dest, path)
+        if parsed is None:
             continue
         with contextlib.suppress(OSError):
             st = os.stat(path)
-            found.append(PartialFile(path, key, st.st_size, st.st_mtime))
+            found.append(PartialFile(path, parsed[0], st.st_size, st.st_mtime, parsed[1]))
     return found
 
 
@@ -74,18 +82,32 @@ def adopt_partial(dest: str, validator: str, writer_id: str, now_s: float, idle_
     candidates = [
         p
         for p in list_partials(dest)
-        if p.key == key and p.path != own and is_idle(p, now_s, idle_s)
+        if p.key == key and p.sequential and p.path != own and is_idle(p, now_s, idle_s)
     ]
     for candidate in sorted(candidates, key=lambda p: p.size_bytes, reverse=True):
         try:
             os.rename(candidate.path, own)
         except FileNotFoundError:
             continue  # another writer adopted it first
+        _touch(own)
         return own
     return own
 
 
-def remove_stale(dest: str, validator: str, now_s: float, idle_s: float) -> list[str]:
+def _touch(path: str) -> None:
+    """A rename keeps the old mtime: refresh it at once, or the next writer
+    sees the adopted partial as idle and adopts it away again."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def remove_stale(
+    dest: str,
+    validator: str,
+    now_s: float,
+    idle_s: float,
+    listed: frozenset[str] = frozenset(),
+) -> list[str]:
     """Idle partials of `dest` for other origin validators: bytes of another
     upstream version, never to be resumed (the keep-one sweep of spec §10,
     narrowed to one file so it cannot touch another file's partial)."""
@@ -98,6 +120,8 @@ def remove_stale(dest: str, validator: str, now_s: float, idle_s: float) -> list
             stale.append(legacy)
     removed = []
     for path in stale:
+        if path in listed:
+            continue  # a repository file that only looks like a partial
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
             removed.append(path)
@@ -108,3 +132,32 @@ def busy_partials(dest: str, validator: str, now_s: float, idle_s: float) -> lis
     """Partials of the same version that a writer touched recently."""
     key = partial_key(validator)
     return [p for p in list_partials(dest) if p.key == key and not is_idle(p, now_s, idle_s)]
+
+
+def adopt_segmented(
+    dest: str, validator: str, writer_id: str, now_s: float, idle_s: float
+) -> tuple[str, str, bool]:
+    """(data, journal, adopted) for a parallel transfer. The data file is the
+    claim (one rename wins); its journal follows. Data whose journal is gone
+    (a crash between the two renames) proves nothing and is dropped."""
+    data, journal = segmented_paths(dest, validator, writer_id)
+    key = partial_key(validator)
+    candidates = [
+        p
+        for p in list_partials(dest)
+        if p.key == key and p.kind == "segs" and p.path != data and is_idle(p, now_s, idle_s)
+    ]
+    for candidate in candidates:
+        try:
+            os.rename(candidate.path, data)
+        except FileNotFoundError:
+            continue
+        _touch(data)
+        try:
+            os.rename(journal_of(candidate.path), journal)
+        except FileNotFoundError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data)
+            continue
+        return data, journal, True
+    return data, journal, False

@@ -18,7 +18,13 @@ import fnmatch
 import os
 from collections.abc import Iterable, Iterator
 
-from llmkube_stager.cache.layout import LEGACY_PARTIAL_SUFFIX, key_of_partial
+from llmkube_stager.cache.layout import (
+    JOURNAL_SUFFIX,
+    LEGACY_PARTIAL_SUFFIX,
+    PART_SUFFIX,
+    SEGS_SUFFIX,
+    key_of_partial,
+)
 
 DEBRIS_AGE_S = 600.0
 ATOMIC_TMP_PATTERNS = (
@@ -59,7 +65,7 @@ def debris(
 
 
 def _is_agent_partial(path: str, settled: frozenset[str]) -> bool:
-    if path.endswith(".llmkube-part"):
+    if path.endswith((PART_SUFFIX, SEGS_SUFFIX, JOURNAL_SUFFIX)):
         return True
     return is_partial_of_any(path, settled)
 

@@ -123,6 +123,9 @@ class HttpFetcher:
 
 
 class HttpSource:
+    # A plain URL can be fetched even when its HEAD failed (spec §8.1).
+    get_without_probe = True
+
     def __init__(self, config: Config) -> None:
         check_http_url(config.source)
         self._config = config

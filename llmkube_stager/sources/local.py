@@ -149,6 +149,9 @@ def _copy_by_hand(src: int, dst: int, src_offset: int, dst_offset: int) -> int:
 
 
 class LocalFetcher:
+    # A local copy gains nothing from parallel ranges: the kernel copies it.
+    parallel_ranges = False
+
     def probe(self, file: RemoteFile) -> RemoteMeta:
         st = stat_source(file.url)
         return RemoteMeta(

@@ -54,6 +54,7 @@ _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
 _SMALL_SUFFIXES = (".json", ".md", ".txt", ".gitattributes")
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 _TIMESTAMP = "2026-01-01T00:00:00.000Z"
+_HARNESSES = json.dumps({"standardEnvVars": ["AI_AGENT", "AGENT"], "harnesses": {}}).encode()
 
 RequestKind = Literal["api", "resolve", "other"]
 
@@ -278,6 +279,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, headers: dict[str, str]) -> tuple[RequestKind, _Answer]:
         parts = urlsplit(self.path)
         segments = _segments(parts.path)
+        if segments == ["api", "agent-harnesses"]:
+            # Fetched by huggingface_hub itself (utils/_detect_agent.py) to build its
+            # User-Agent; answered like the real hub, logged as "other".
+            return "other", _Answer(200, [("Content-Type", "application/json")], _HARNESSES)
         if len(segments) >= 3 and segments[:2] == ["api", "models"]:
             return "api", self._guarded("api", headers, lambda: self._api(segments[2:], parts))
         if len(segments) >= 5 and segments[2] == "resolve":

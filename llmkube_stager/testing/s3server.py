@@ -64,9 +64,13 @@ class _Recorder:
         self._app = app
         self.lock = threading.Lock()
         self.log: list[S3Request] = []
+        self.hook: Callable[[S3Request], None] | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         status: list[int] = [0]
+        hook = self.hook
+        if hook is not None:
+            hook(_request_of(environ, 0))
 
         def recording_start(code: str, headers: Any, *args: Any) -> Any:
             status[0] = int(code.split(" ", 1)[0])
@@ -115,6 +119,7 @@ class S3Server:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._recorder: _Recorder | None = None
+        self._clients: dict[tuple[str, str, str, bool | str], Any] = {}
 
     def start(self) -> S3Server:
         if self._server is not None:
@@ -187,6 +192,13 @@ class S3Server:
             log = list(self._recorder.log)
         return [r for r in log if method is None or r.method == method]
 
+    def on_request(self, hook: Callable[[S3Request], None] | None) -> None:
+        """Run `hook` before moto answers each request (status 0 in its argument);
+        e.g. overwrite an object between the agent's probe and its GET."""
+        if self._recorder is None:
+            raise RuntimeError("S3 server not started")
+        self._recorder.hook = hook
+
     def clear_log(self) -> None:
         if self._recorder is not None:
             with self._recorder.lock:
@@ -202,7 +214,14 @@ class S3Server:
         secret: str = DUMMY_SECRET,
         verify: bool | str = True,
     ) -> Any:
-        """A boto3 client for this server (path-style, SigV4)."""
+        """A boto3 client for this server (path-style, SigV4); cached, since
+        building one costs a few hundred milliseconds."""
+        cache_key = (service, key_id, secret, verify)
+        if cache_key not in self._clients:
+            self._clients[cache_key] = self._new_client(service, key_id, secret, verify)
+        return self._clients[cache_key]
+
+    def _new_client(self, service: str, key_id: str, secret: str, verify: bool | str) -> Any:
         import boto3
         from botocore.config import Config as BotoConfig
 

@@ -218,7 +218,9 @@ def test_other_magic_is_not_fuse(magic: int) -> None:
         ("fuse.blobfuse2", "blobfuse2", True, "blobfuse2"),
         ("fuse.fuse-overlayfs", "fuse-overlayfs", True, "fuse-overlayfs"),
         ("fuse", "s3fs", True, "s3fs"),
-        ("fuseblk", "/dev/sdd1", True, "/dev/sdd1"),
+        # A path is the backing device or directory, not a driver name.
+        ("fuseblk", "/dev/sdd1", True, "fuseblk"),
+        ("fuse", "/srv/backing", True, "fuse"),
         ("virtiofs", "virtiofs0", True, "virtiofs"),
         ("ext4", "/dev/sda1", False, "ext4"),
         ("nfs4", "server:/export", False, "nfs4"),

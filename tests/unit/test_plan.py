@@ -93,7 +93,8 @@ def test_record_differs_from_size_is_repaired() -> None:
     plan = plan_for({"model.safetensors": MISMATCH})
     decision, _, failure = only(plan)
     assert decision is Decision.REPAIR
-    assert failure is None
+    # What the run reports if the repair cannot be done now (CONTRACT §5).
+    assert failure is Reason.CACHE_TRUNCATED
     assert plan.needs_network is True
     assert plan.writes is True
     assert "5" in plan.actions[0].why and "23" in plan.actions[0].why
@@ -163,7 +164,7 @@ def test_fuse_serving_record_mismatch_is_failed() -> None:
 
 def test_fuse_stager_record_mismatch_is_repaired() -> None:
     plan = plan_for({"model.safetensors": MISMATCH}, fs=FUSE, role="stager")
-    assert only(plan) == (Decision.REPAIR, False, None)
+    assert only(plan) == (Decision.REPAIR, False, Reason.CACHE_TRUNCATED)
 
 
 def test_scenario_52_fuse_stager_backfills_a_legacy_record() -> None:

@@ -1,0 +1,333 @@
+"""Parallel ranged connections into one file (issue #6).
+
+A CDN edge caps each connection (e.g. 50 MB/s); N ranged connections move N
+times as much. Workers take byte ranges from a queue, each on its own
+keep-alive connection, and `pwrite` into one sparse file. A journal records
+the completed ranges (fdatasync first, so it never claims bytes the disk may
+not hold), so a killed pod resumes the missing ranges only. When the file is
+pinned or the origin declares a digest, a hash thread follows the contiguous
+completed prefix and reads it back from the page cache, overlapping with the
+download. Memory is bounded: one buffer per worker plus the hasher's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmkube_stager.cache.layout import validator_of
+from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented, new_writer_id
+from llmkube_stager.cache.publish import disk_error
+from llmkube_stager.cache.records import FILE_MODE, write_atomic
+from llmkube_stager.errors import SourceError, TransferError
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.progress import ProgressTicker
+from llmkube_stager.retry import RetryBudget
+from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
+
+BUFFER_BYTES = 1 << 20
+MIN_ITEM_BYTES = 16 << 20
+MAX_ITEM_BYTES = 256 << 20
+# Progress journaled at least this often: a SIGKILL re-fetches at most this
+# much plus the ranges in flight.
+JOURNAL_EVERY_BYTES = 64 << 20
+JOURNAL_EVERY_S = 2.0
+
+
+class Ranges:
+    """Completed byte ranges, merged; thread-safe; wakes the hasher."""
+
+    def __init__(self, done: list[tuple[int, int]] | None = None) -> None:
+        self._spans: list[tuple[int, int]] = []
+        self._cond = threading.Condition()
+        for start, end in done or []:
+            self.add(start, end)
+
+    def add(self, start: int, end: int) -> None:
+        with self._cond:
+            spans = sorted([*self._spans, (start, end)])
+            merged: list[tuple[int, int]] = []
+            for s, e in spans:
+                if merged and s <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+                else:
+                    merged.append((s, e))
+            self._spans = merged
+            self._cond.notify_all()
+
+    def snapshot(self) -> list[tuple[int, int]]:
+        with self._cond:
+            return list(self._spans)
+
+    def total(self) -> int:
+        return sum(e - s for s, e in self.snapshot())
+
+    def prefix(self) -> int:
+        spans = self.snapshot()
+        return spans[0][1] if spans and spans[0][0] == 0 else 0
+
+    def wait_prefix_beyond(self, position: int, timeout_s: float) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self._prefix_locked() > position, timeout_s)
+            return self._prefix_locked()
+
+    def _prefix_locked(self) -> int:
+        return self._spans[0][1] if self._spans and self._spans[0][0] == 0 else 0
+
+    def missing(self, size: int) -> list[tuple[int, int]]:
+        gaps, cursor = [], 0
+        for s, e in self.snapshot():
+            if s > cursor:
+                gaps.append((cursor, s))
+            cursor = max(cursor, e)
+        if cursor < size:
+            gaps.append((cursor, size))
+        return gaps
+
+
+def work_items(gaps: list[tuple[int, int]], connections: int) -> list[tuple[int, int]]:
+    """Split the missing ranges into items small enough to balance N workers."""
+    remaining = sum(e - s for s, e in gaps)
+    item = min(MAX_ITEM_BYTES, max(MIN_ITEM_BYTES, remaining // (connections * 4) + 1))
+    items = []
+    for start, end in gaps:
+        for s in range(start, end, item):
+            items.append((s, min(end, s + item)))
+    return items
+
+
+@dataclass
+class _Shared:
+    fd: int
+    ranges: Ranges
+    stop: threading.Event = field(default_factory=threading.Event)
+    errors: list[BaseException] = field(default_factory=list)
+    received: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            self.errors.append(exc)
+        self.stop.set()
+
+    def count(self, n: int) -> None:
+        with self.lock:
+            self.received += n
+
+
+@dataclass(frozen=True)
+class ParallelResult:
+    data: str
+    journal: str
+    sha256: str | None
+    received: int
+
+
+def load_journal(path: str, validator: str, size: int) -> list[tuple[int, int]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return []
+    if doc.get("validator") != validator or doc.get("size") != size:
+        return []
+    spans = doc.get("done", [])
+    return [(int(s), int(e)) for s, e in spans if 0 <= int(s) < int(e) <= size]
+
+
+def save_journal(shared: _Shared, path: str, validator: str, size: int) -> None:
+    os.fdatasync(shared.fd)
+    doc = {"validator": validator, "size": size, "done": shared.ranges.snapshot()}
+    write_atomic(path, json.dumps(doc).encode())
+
+
+class ParallelTransfer:
+    """One file over `connections` ranged connections. Raises StagerError;
+    RangeUnusable when the origin does not honour ranges (the caller falls
+    back to one sequential stream)."""
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        file: RemoteFile,
+        meta: RemoteMeta,
+        connections: int,
+        make_budget: Callable[[], RetryBudget],
+        ticker: ProgressTicker,
+        wall_clock: Callable[[], float],
+        idle_s: float,
+    ) -> None:
+        assert meta.size_bytes is not None
+        self._fetcher, self._file, self._meta = fetcher, file, meta
+        self._size = meta.size_bytes
+        self._connections = connections
+        self._make_budget = make_budget
+        self._ticker = ticker
+        self._validator = validator_of(meta.size_bytes, meta.etag)
+        self.data, self.journal, _ = adopt_segmented(
+            file.dest, self._validator, new_writer_id(), wall_clock(), idle_s
+        )
+
+    def run(self, hash_it: bool) -> ParallelResult:
+        done = load_journal(self.journal, self._validator, self._size)
+        try:
+            fd = os.open(self.data, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            os.ftruncate(fd, self._size)
+        except OSError as exc:
+            raise disk_error(exc, "creating the partial of", self._file.rel) from exc
+        shared = _Shared(fd, Ranges(done))
+        try:
+            digest = self._run_workers(shared, hash_it)
+            os.fsync(fd)
+        except RangeUnusable:
+            os.close(fd)
+            for path in (self.data, self.journal):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            raise
+        except OSError as exc:
+            self._close(shared)
+            raise disk_error(exc, "writing", self._file.rel) from exc
+        except BaseException:
+            self._close(shared)
+            raise
+        self._close(shared)
+        return ParallelResult(self.data, self.journal, digest, shared.received)
+
+    def _close(self, shared: _Shared) -> None:
+        """Journal what is done (resume picks it up), then close."""
+        with contextlib.suppress(OSError):
+            save_journal(shared, self.journal, self._validator, self._size)
+        os.close(shared.fd)
+
+    def _run_workers(self, shared: _Shared, hash_it: bool) -> str | None:
+        items: queue.Queue[tuple[int, int]] = queue.Queue()
+        for item in work_items(shared.ranges.missing(self._size), self._connections):
+            items.put(item)
+        workers = [
+            threading.Thread(target=self._worker, args=(shared, items), daemon=True)
+            for _ in range(min(self._connections, max(1, items.qsize())))
+        ]
+        hasher = _PrefixHasher(shared, self._size) if hash_it else None
+        for thread in workers:
+            thread.start()
+        self._supervise(shared, workers)
+        if shared.errors:
+            if hasher is not None:
+                hasher.cancel()
+            raise shared.errors[0]
+        return hasher.finish() if hasher is not None else None
+
+    def _supervise(self, shared: _Shared, workers: list[threading.Thread]) -> None:
+        """Journal and heartbeat while the workers run (main thread, so a
+        SIGTERM still lands here and stops them)."""
+        saved_at = shared.ranges.total()
+        try:
+            while any(t.is_alive() for t in workers):
+                for thread in workers:
+                    thread.join(timeout=JOURNAL_EVERY_S / len(workers))
+                total = shared.ranges.total()
+                self._ticker.done_bytes = total
+                if total - saved_at >= JOURNAL_EVERY_BYTES:
+                    save_journal(shared, self.journal, self._validator, self._size)
+                    saved_at = total
+        except BaseException as exc:
+            shared.fail(exc)
+            for thread in workers:
+                thread.join(timeout=HEARTBEAT_S)
+            raise
+
+    def _worker(self, shared: _Shared, items: queue.Queue[tuple[int, int]]) -> None:
+        buffer = bytearray(BUFFER_BYTES)
+        budget = self._make_budget()
+        while not shared.stop.is_set():
+            try:
+                start, end = items.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._fetch_item(shared, start, end, buffer, budget)
+            except BaseException as exc:
+                shared.fail(exc)
+                return
+
+    def _fetch_item(
+        self, shared: _Shared, start: int, end: int, buffer: bytearray, budget: RetryBudget
+    ) -> None:
+        position = start
+        while position < end and not shared.stop.is_set():
+            try:
+                position = self._attempt(shared, position, end, buffer)
+            except SourceError as error:
+                budget.spend(error, f"a range of {self._file.rel}")
+
+    def _attempt(self, shared: _Shared, start: int, end: int, buffer: bytearray) -> int:
+        body = self._fetcher.open(self._file, self._meta, start, end - 1)
+        view = memoryview(buffer)
+        position = start
+        try:
+            if body.start != start or body.complete:
+                raise RangeUnusable(f"the origin did not honour bytes={start}-{end - 1}")
+            while position < end and not shared.stop.is_set():
+                n = body.readinto(view[: min(len(view), end - position)])
+                if not n:
+                    break
+                _pwrite_all(shared.fd, view[:n], position)
+                shared.ranges.add(position, position + n)
+                shared.count(n)
+                position += n
+        finally:
+            body.close()
+        if position < end and not shared.stop.is_set():
+            raise SourceError(
+                f"the origin closed a range of {self._file.rel} early",
+                transient=True,
+                answered=True,
+            )
+        return position
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data = data[written:]
+        offset += written
+
+
+class _PrefixHasher:
+    """sha256 of the file in order, reading back what the workers wrote."""
+
+    def __init__(self, shared: _Shared, size: int) -> None:
+        self._shared = shared
+        self._size = size
+        self._sha = hashlib.sha256()
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        position = 0
+        buffer = bytearray(BUFFER_BYTES)
+        view = memoryview(buffer)
+        while position < self._size and not self._cancelled.is_set():
+            ready = self._shared.ranges.wait_prefix_beyond(position, 0.5)
+            while position < ready and not self._cancelled.is_set():
+                n = os.preadv(self._shared.fd, [view[: min(len(view), ready - position)]], position)
+                if not n:
+                    raise TransferError("the partial shrank while being hashed")
+                self._sha.update(view[:n])
+                position += n
+
+    def finish(self) -> str:
+        self._thread.join()
+        return self._sha.hexdigest()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self._thread.join(timeout=HEARTBEAT_S)

@@ -1,0 +1,353 @@
+"""s3:// sources against moto's real S3 server on loopback: SigV4, Range,
+If-Match and the error codes are moto's, not ours (spec §3.3, CONTRACT §3,
+§5). The server's request log shows what went over the wire.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, quote
+
+import pytest
+
+from llmkube_stager.config import load_config
+from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.model import Decision
+from llmkube_stager.sources.s3 import S3Fetcher, S3Source
+from llmkube_stager.testing.origin import closed_port_url
+from llmkube_stager.testing.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Request
+from sources.support import (
+    assert_failure,
+    assert_success,
+    canary,
+    debris,
+    leaks,
+    record,
+    seed_old,
+    shell_partial,
+    tree,
+)
+
+KIB = 1024
+KEY_ID = "AKIA" + canary("", 16).upper()
+SECRET = canary("s3secret", 32)
+SESSION_TOKEN = canary("s3session", 64)
+
+
+def s3_env(s3, **extra: str) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": s3.endpoint_url,
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": DUMMY_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET,
+        **extra,
+    }
+
+
+def put(s3, bucket: str, key: str, data: bytes) -> str:
+    s3.client().put_object(Bucket=bucket, Key=key, Body=data)
+    etag: str = s3.client().head_object(Bucket=bucket, Key=key)["ETag"]
+    return etag
+
+
+def object_requests(s3, bucket: str, method: str | None = None) -> list[S3Request]:
+    return [r for r in s3.requests(method) if r.path.startswith(f"/{bucket}/")]
+
+
+# -- happy paths ------------------------------------------------------------------------------
+
+
+def test_single_file_cli_with_session_token(box, s3, bucket, payload) -> None:
+    data = payload(192 * KIB)
+    etag = put(s3, bucket, "models/llama.gguf", data)
+    s3.clear_log()
+    env = box.single(
+        f"s3://{bucket}/models/llama.gguf",
+        **s3_env(
+            s3,
+            AWS_ACCESS_KEY_ID=KEY_ID,
+            AWS_SECRET_ACCESS_KEY=SECRET,
+            AWS_SESSION_TOKEN=SESSION_TOKEN,
+        ),
+    )
+
+    run = box.cli(env)
+
+    assert_success(run, files=1, fetched=1)
+    assert box.dest().read_bytes() == data
+    assert record(box.dest()) == str(len(data))
+    assert "Downloading model from S3..." in run.stderr
+    head, get = object_requests(s3, bucket)
+    # The control path: a SigV4 HEAD carrying the session token.
+    assert (head.method, head.path, head.status) == ("HEAD", f"/{bucket}/models/llama.gguf", 200)
+    assert f"Credential={KEY_ID}/" in head.headers["authorization"]
+    assert head.headers["x-amz-security-token"] == SESSION_TOKEN
+    # The data path: a presigned GET (token in the query) pinned with If-Match.
+    query = parse_qs(get.query)
+    assert (get.method, get.status) == ("GET", 200)
+    assert query["X-Amz-Security-Token"] == [SESSION_TOKEN]
+    assert query["X-Amz-Credential"][0].startswith(f"{KEY_ID}/")
+    assert get.headers["if-match"] == etag
+    assert "authorization" not in get.headers
+    written = [d.decode("latin-1") for d in tree(box.cache_dir).values()]
+    for secret in (SECRET, SESSION_TOKEN, KEY_ID):
+        assert leaks(secret, run.outputs, *written) == [], secret
+    assert query["X-Amz-Signature"][0] not in run.outputs
+
+
+def test_multi_file_prefix_with_spaces_and_unicode(box, s3, bucket, payload) -> None:
+    prefix = "org models/llama v1"
+    files = {
+        "model 00001.safetensors": payload(96 * KIB, 1),
+        "tokenizer/токенизатор.json": '{"ключ": "значение"}'.encode(),
+        "config.json": b'{"a": 1}',
+    }
+    for rel, data in files.items():
+        put(s3, bucket, f"{prefix}/{rel}", data)
+    put(s3, bucket, f"{prefix}/not-listed.bin", b"x")
+    s3.clear_log()
+    source = f"s3://{bucket}/{quote(prefix)}"
+
+    run = box.ok(box.multi(source, files, **s3_env(s3)))
+
+    assert run.count(Decision.FETCH) == 3
+    for rel, data in files.items():
+        assert box.dest(rel).read_bytes() == data, rel
+        assert record(box.dest(rel)) == str(len(data))
+    assert not box.dest("not-listed.bin").exists()
+    gets = {r.path for r in object_requests(s3, bucket, "GET")}
+    assert gets == {f"/{bucket}/{prefix}/{rel}" for rel in files}
+
+
+def test_single_file_key_with_spaces_and_unicode(box, s3, bucket, payload) -> None:
+    key = "dir with space/modèle ü.gguf"
+    data = payload(40 * KIB)
+    put(s3, bucket, key, data)
+
+    box.ok(box.single(f"s3://{bucket}/{key}", **s3_env(s3)))
+
+    assert box.dest().read_bytes() == data
+
+
+@pytest.mark.parametrize("key", ["a+b/c#d?e.gguf", "100%/x=y&z.gguf"])
+def test_operator_set_s3_key_with_url_special_characters(box, s3, bucket, payload, key) -> None:
+    data = payload(8 * KIB)
+    put(s3, bucket, key, data)
+
+    # The operator sets S3_BUCKET/S3_KEY from parseS3Source, raw (spec §2.1).
+    box.ok(box.single(f"s3://{bucket}/ignored", S3_BUCKET=bucket, S3_KEY=key, **s3_env(s3)))
+
+    assert box.dest().read_bytes() == data
+
+
+def test_s3_bucket_and_key_variables_win(box, s3, bucket, payload) -> None:
+    data = payload(8 * KIB)
+    put(s3, bucket, "real/key.gguf", data)
+
+    env = box.single(
+        "s3://other-bucket/other.gguf", S3_BUCKET=bucket, S3_KEY="real/key.gguf", **s3_env(s3)
+    )
+    box.ok(env)
+
+    assert box.dest().read_bytes() == data
+
+
+# -- resume and changed objects -------------------------------------------------------------------
+
+
+def test_resume_of_a_seeded_partial(box, s3, bucket, payload) -> None:
+    data = payload(256 * KIB)
+    etag = put(s3, bucket, "m.gguf", data)
+    partial = seed_old(shell_partial(box.dest(), len(data), etag), data[: 100 * KIB])
+    s3.clear_log()
+
+    run = box.ok(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)))
+
+    assert box.dest().read_bytes() == data
+    (get,) = object_requests(s3, bucket, "GET")
+    assert get.headers["range"] == f"bytes={100 * KIB}-"
+    assert get.headers["if-match"] == etag
+    assert get.status == 206
+    assert not partial.exists() and debris(box.cache_dir) == []
+    assert run.has_line(f"Resuming model.gguf from byte {100 * KIB}")
+    assert run.outcome is not None and run.outcome.bytes_fetched == len(data) - 100 * KIB
+
+
+def test_complete_partial_is_published_without_a_body(box, s3, bucket, payload) -> None:
+    data = payload(64 * KIB)
+    etag = put(s3, bucket, "m.gguf", data)
+    seed_old(shell_partial(box.dest(), len(data), etag), data)
+    s3.clear_log()
+
+    run = box.ok(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)))
+
+    assert box.dest().read_bytes() == data
+    (get,) = object_requests(s3, bucket, "GET")
+    assert get.status == 416
+    assert run.outcome is not None and run.outcome.bytes_fetched == 0
+
+
+def test_object_changed_since_the_partial_restarts_cleanly(box, s3, bucket, payload) -> None:
+    old = payload(128 * KIB, 1)
+    old_etag = put(s3, bucket, "m.gguf", old)
+    partial = seed_old(shell_partial(box.dest(), len(old), old_etag), old[: 64 * KIB])
+    new = payload(128 * KIB, 2)  # same size, new content: only the ETag tells
+    assert put(s3, bucket, "m.gguf", new) != old_etag
+    s3.clear_log()
+
+    box.ok(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)))
+
+    assert box.dest().read_bytes() == new  # never old bytes spliced with new ones
+    (get,) = object_requests(s3, bucket, "GET")
+    assert "range" not in get.headers and get.status == 200
+    assert not partial.exists() and debris(box.cache_dir) == []
+
+
+def _fetcher_for(box, s3, bucket: str):
+    config = load_config(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)), {})
+    source = S3Source(config)
+    return S3Fetcher(config, source.ref), source.manifest().files[0]
+
+
+@pytest.mark.parametrize("offset", [0, 1000], ids=["from-zero", "resume"])
+def test_get_is_pinned_with_if_match(box, s3, bucket, payload, offset) -> None:
+    put(s3, bucket, "m.gguf", payload(16 * KIB, 1))
+    fetcher, file = _fetcher_for(box, s3, bucket)
+    try:
+        meta = fetcher.probe(file)
+        put(s3, bucket, "m.gguf", payload(16 * KIB, 2))  # changed after the probe
+
+        with pytest.raises(SourceError) as info:
+            fetcher.open(file, meta, offset)
+    finally:
+        fetcher.close()
+
+    assert info.value.reason is Reason.SOURCE_CHANGED
+    assert object_requests(s3, bucket, "GET")[-1].status == 412
+
+
+def test_object_changed_between_probe_and_get_fails_without_publishing(
+    box, s3, bucket, payload
+) -> None:
+    old, new = payload(64 * KIB, 1), payload(64 * KIB, 2)
+    put(s3, bucket, "m.gguf", old)
+    changed: list[bool] = []
+
+    def overwrite_before_first_get(request: S3Request) -> None:
+        if request.method == "GET" and request.path == f"/{bucket}/m.gguf" and not changed:
+            changed.append(True)
+            put(s3, bucket, "m.gguf", new)
+
+    s3.on_request(overwrite_before_first_get)
+    try:
+        run = box.fails(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)), "ModelSourceChanged")
+    finally:
+        s3.on_request(None)
+
+    assert changed
+    assert run.error is not None and run.error.retryable
+    assert not box.dest().exists()
+    # The next start (pod restart) stages the new object whole.
+    box.ok(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)))
+    assert box.dest().read_bytes() == new
+
+
+# -- refusals --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("missing", ["key", "bucket"])
+def test_missing_key_or_bucket_is_not_found(box, s3, bucket, missing) -> None:
+    target = f"{bucket}/no-such.gguf" if missing == "key" else "no-such-bucket-x1/m.gguf"
+    s3.clear_log()
+
+    run = box.fails(box.single(f"s3://{target}", **s3_env(s3)), "ModelSourceNotFound")
+
+    assert run.sleeps == []
+    assert [r.method for r in s3.requests()] == ["HEAD"]
+    assert not run.error.retryable
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: sources/s3.py translate_s3_error maps every BotoCoreError, including "
+        "ParamValidationError for an invalid bucket name, to a transient "
+        "ModelSourceUnreachable: a configuration error is retried with backoff and reported "
+        "retryable (CONTRACT §3: bad values -> InvalidConfiguration, not retried)"
+    ),
+)
+def test_invalid_bucket_name_is_a_configuration_error(box, s3) -> None:
+    s3.clear_log()
+
+    run = box.fails(box.single("s3://Not_A_Bucket!/m.gguf", **s3_env(s3)), "InvalidConfiguration")
+
+    assert run.sleeps == []
+    assert not run.error.retryable
+
+
+def test_bad_secret_key_is_unauthorized_cli(box, s3, bucket, payload) -> None:
+    put(s3, bucket, "m.gguf", payload(4 * KIB))
+    key_id, _secret = s3.create_user(f"stager-{bucket}")
+    wrong = canary("wrongsecret", 32)
+    env = box.single(
+        f"s3://{bucket}/m.gguf",
+        **s3_env(s3, AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=wrong),
+    )
+
+    with s3.enable_auth():
+        run = box.cli(env)
+
+    assert_failure(run, "ModelSourceUnauthorized", retryable=False)
+    assert leaks(wrong, run.outputs) == []
+    assert not box.dest().exists()
+
+
+def test_unknown_access_key_is_unauthorized(box, s3, bucket, payload) -> None:
+    put(s3, bucket, "m.gguf", payload(4 * KIB))
+    s3.create_user(f"stager-{bucket}")
+
+    with s3.enable_auth():
+        run = box.fails(
+            box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)), "ModelSourceUnauthorized"
+        )
+
+    assert run.sleeps == []
+
+
+def test_right_credentials_pass_moto_signature_checks(box, s3, bucket, payload) -> None:
+    """Control for the two tests above: moto's IAM mode accepts our SigV4 HEAD
+    (moto cannot check presigned GETs in that mode, so only the probe runs)."""
+    put(s3, bucket, "m.gguf", payload(4 * KIB))
+    key_id, secret = s3.create_user(f"stager-ok-{bucket}")
+    config = load_config(
+        box.single(
+            f"s3://{bucket}/m.gguf",
+            **s3_env(s3, AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret),
+        ),
+        {},
+    )
+    fetcher = S3Fetcher(config, S3Source(config).ref)
+    try:
+        with s3.enable_auth():
+            meta = fetcher.probe(S3Source(config).manifest().files[0])
+    finally:
+        fetcher.close()
+    assert meta.size_bytes == 4 * KIB and meta.if_match == meta.etag
+
+
+# -- warm starts -----------------------------------------------------------------------------------
+
+
+def test_warm_start_needs_no_endpoint(box, s3, bucket, payload) -> None:
+    files = {"a.safetensors": payload(32 * KIB, 1), "sub/b.json": b"{}"}
+    for rel, data in files.items():
+        put(s3, bucket, f"p/{rel}", data)
+    box.ok(box.multi(f"s3://{bucket}/p", files, **s3_env(s3)))
+    s3.clear_log()
+
+    run = box.ok(
+        box.multi(f"s3://{bucket}/p", files, **s3_env(s3, AWS_ENDPOINT_URL=closed_port_url()))
+    )
+
+    assert run.count(Decision.REUSE) == 2
+    assert s3.requests() == []
+    assert {rel: box.dest(rel).read_bytes() for rel in files} == files

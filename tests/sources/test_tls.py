@@ -1,0 +1,220 @@
+"""TLS trust (spec §3.6, §11.2 row 1): LLMKUBE_CA_DIR is ADDED to the system
+roots, never replacing them, for the HTTP data path, the hub API through
+huggingface_hub, and botocore (a PEM bundle file). Servers use a CA
+generated per test.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmkube_stager.sources.tls import ca_bundle_file, make_ssl_context
+from llmkube_stager.testing.hub import FakeHub
+from llmkube_stager.testing.origin import Origin
+from llmkube_stager.testing.s3server import S3Server
+from llmkube_stager.testing.tlsca import LocalCA, make_ca
+from sources.support import HF_TOKEN, assert_failure, leaks
+
+KIB = 1024
+PATH = "/files/model.gguf"
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> LocalCA:
+    return make_ca(tmp_path / "pki")
+
+
+@pytest.fixture
+def https_origin(ca: LocalCA) -> Iterator[Origin]:
+    with Origin(tls=ca.server_context()) as origin:
+        yield origin
+
+
+def system_roots() -> list[bytes]:
+    return list(ssl.create_default_context().get_ca_certs(binary_form=True))
+
+
+# -- the HTTP data path ----------------------------------------------------------------------------
+
+
+def test_untrusted_origin_fails_at_once_without_retries(box, https_origin, payload) -> None:
+    https_origin.put(PATH, payload(8 * KIB))
+
+    run = box.fails(box.single(https_origin.url + PATH), "ModelSourceUntrusted")
+
+    assert run.sleeps == []  # a certificate problem is not transient
+    assert not run.has_line("retrying")
+    assert https_origin.requests() == []  # no request got past the handshake
+    assert not run.error.retryable
+    assert not box.dest().exists()
+
+
+def test_untrusted_termination_matches_the_controller_signature(box, https_origin, payload) -> None:
+    https_origin.put(PATH, payload(8 * KIB))
+
+    run = box.cli(box.single(https_origin.url + PATH))
+
+    doc = assert_failure(run, "ModelSourceUntrusted", retryable=False)
+    # spec §11.2: the controller's first signature is a lowercase substring match.
+    assert "certificate verify failed" in doc["message"].lower()
+    assert "--ca-cert-configmap" in doc["remedy"]
+
+
+def test_trusted_with_the_ca_dir(box, https_origin, ca, payload) -> None:
+    data = payload(96 * KIB)
+    https_origin.put(PATH, data)
+
+    box.ok(box.single(https_origin.url + PATH, LLMKUBE_CA_DIR=str(ca.ca_dir)))
+
+    assert box.dest().read_bytes() == data
+    assert [r.method for r in https_origin.requests()] == ["HEAD", "GET"]
+
+
+# -- the trust store itself ------------------------------------------------------------------------
+
+
+def test_ca_dir_is_added_to_the_system_roots(ca) -> None:
+    roots = system_roots()
+    context = make_ssl_context(str(ca.ca_dir))
+    loaded = context.get_ca_certs(binary_form=True)
+    custom = ssl.PEM_cert_to_DER_cert(ca.ca_pem.read_text())
+    assert custom in loaded
+    if not roots:
+        pytest.skip("this system has no CA store loaded into default contexts")
+    assert set(roots) <= set(loaded)
+    assert len(loaded) == len(roots) + 1
+
+
+def test_non_certificate_entries_of_the_ca_dir_are_skipped(ca) -> None:
+    (ca.ca_dir / "README").write_text("not a certificate\n")
+    (ca.ca_dir / ".hidden.pem").write_text("garbage\n")
+    (ca.ca_dir / "subdir").mkdir()
+
+    context = make_ssl_context(str(ca.ca_dir))
+
+    custom = ssl.PEM_cert_to_DER_cert(ca.ca_pem.read_text())
+    assert custom in context.get_ca_certs(binary_form=True)
+    assert len(context.get_ca_certs()) == len(system_roots()) + 1
+
+
+def test_ca_bundle_file_is_the_system_bundle_plus_the_custom_certs(ca, tmp_path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    path = ca_bundle_file(str(ca.ca_dir), str(scratch))
+
+    assert path is not None and Path(path).parent == scratch
+    bundle = Path(path).read_bytes()
+    assert ca.ca_pem.read_bytes().strip() in bundle
+    system = ssl.get_default_verify_paths().cafile
+    if system and Path(system).is_file():
+        assert bundle.startswith(Path(system).read_bytes().strip())
+    assert ca_bundle_file(str(tmp_path / "no-such-dir"), str(scratch)) is None
+
+
+# -- the hub API through huggingface_hub, and its CDN ----------------------------------------------
+
+
+@pytest.fixture
+def tls_hub(ca: LocalCA) -> Iterator[FakeHub]:
+    with (
+        Origin(tls=ca.server_context()) as cdn,
+        FakeHub(cdn, tls=ca.server_context(), tokens={HF_TOKEN}) as hub,
+    ):
+        yield hub
+
+
+def hub_env(box, hub: FakeHub, **extra: str) -> dict[str, str]:
+    return box.multi(
+        "hf://org/repo@main",
+        ["model.safetensors", "config.json"],
+        **{"HF_ENDPOINT": hub.url, "HF_TOKEN": HF_TOKEN, **extra},
+    )
+
+
+def test_hub_over_tls_with_the_ca_dir(box, tls_hub, ca, payload) -> None:
+    files = {"model.safetensors": payload(64 * KIB), "config.json": b"{}"}
+    tls_hub.add_repo("org/repo", files)
+
+    box.ok(hub_env(box, tls_hub, LLMKUBE_CA_DIR=str(ca.ca_dir)))
+
+    for rel, data in files.items():
+        assert box.dest(rel).read_bytes() == data
+    assert tls_hub.url.startswith("https://") and tls_hub.cdn.url.startswith("https://")
+    assert len(tls_hub.requests("api")) == 1 and len(tls_hub.cdn.requests()) == 1
+
+
+def test_hub_over_tls_without_the_ca_dir_is_untrusted(box, tls_hub, payload) -> None:
+    tls_hub.add_repo("org/repo", {"model.safetensors": payload(4 * KIB), "config.json": b"{}"})
+
+    run = box.cli(hub_env(box, tls_hub))
+
+    assert_failure(run, "ModelSourceUntrusted", retryable=False)
+    assert tls_hub.requests() == []
+    assert leaks(HF_TOKEN, run.outputs) == []
+
+
+def test_cdn_signed_by_an_unknown_ca_is_untrusted(box, ca, tmp_path, payload) -> None:
+    other = make_ca(tmp_path / "other-pki")
+    with (
+        Origin(tls=other.server_context()) as cdn,
+        FakeHub(cdn, tls=ca.server_context(), tokens={HF_TOKEN}) as hub,
+    ):
+        hub.add_repo("org/repo", {"model.safetensors": payload(4 * KIB), "config.json": b"{}"})
+
+        run = box.fails(hub_env(box, hub, LLMKUBE_CA_DIR=str(ca.ca_dir)), "ModelSourceUntrusted")
+
+        assert len(hub.requests("api")) == 1
+        assert cdn.requests() == []
+        assert run.sleeps == []
+
+
+# -- S3 over TLS (botocore with the bundle file) ---------------------------------------------------
+
+
+@pytest.fixture
+def tls_s3(ca: LocalCA) -> Iterator[S3Server]:
+    with S3Server(tls=(str(ca.cert_pem), str(ca.key_pem))) as server:
+        yield server
+
+
+def s3_env(box, server: S3Server, key: str, **extra: str) -> dict[str, str]:
+    return box.single(
+        key,
+        AWS_ENDPOINT_URL=server.endpoint_url,
+        AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="AKIATLSTESTKEY000001",
+        AWS_SECRET_ACCESS_KEY="tls-test-secret",
+        **extra,
+    )
+
+
+def put_tls(server: S3Server, ca: LocalCA, bucket: str, key: str, data: bytes) -> None:
+    client = server.client(verify=str(ca.ca_pem))
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def test_s3_over_tls_with_the_ca_dir(box, tls_s3, ca, payload) -> None:
+    data = payload(48 * KIB)
+    put_tls(tls_s3, ca, "tls-bucket-ok", "m.gguf", data)
+
+    box.ok(s3_env(box, tls_s3, "s3://tls-bucket-ok/m.gguf", LLMKUBE_CA_DIR=str(ca.ca_dir)))
+
+    assert box.dest().read_bytes() == data
+    methods = [r.method for r in tls_s3.requests() if r.path == "/tls-bucket-ok/m.gguf"]
+    assert methods == ["PUT", "HEAD", "GET"]
+
+
+def test_s3_over_tls_without_the_ca_dir_is_untrusted(box, tls_s3, ca, payload) -> None:
+    put_tls(tls_s3, ca, "tls-bucket-untrusted", "m.gguf", payload(4 * KIB))
+    tls_s3.clear_log()
+
+    run = box.fails(s3_env(box, tls_s3, "s3://tls-bucket-untrusted/m.gguf"), "ModelSourceUntrusted")
+
+    assert tls_s3.requests() == []
+    assert run.sleeps == []
