@@ -118,7 +118,30 @@ class Executor:
             moved = self._refresh_as_a_whole(transfers)
         else:
             moved = {a.rel: self._fetch_and_publish(a) for a in transfers}
-        return tuple({**settled, **moved}[a.rel] for a in plan.actions)
+        results = tuple({**settled, **moved}[a.rel] for a in plan.actions)
+        if plan.may_write and moved and self._manifest.kind == "hf":
+            self._record_validators(results)
+        return results
+
+    def _record_validators(self, results: tuple[FileResult, ...]) -> None:
+        """Remember which hub blob each copy is, so that OnChange sees a
+        same-size change (a config.json next to a re-sized shard) and never
+        mixes two commits (spec §8.5). Hugging Face only: its blob ids are
+        content hashes; a plain server's ETag may change without the bytes.
+        Best effort, and only when this run transferred something."""
+        from llmkube_stager.cache.records import read_validators, write_validators
+
+        current = (Decision.REUSE, Decision.FETCH, Decision.REPAIR, Decision.REFRESH)
+        updates = {
+            r.rel: meta.etag
+            for r in results
+            if r.decision in current
+            and (meta := self._session.metas.get(r.rel)) is not None
+            and meta.etag
+        }
+        root = self._manifest.root
+        if updates and any(read_validators(root).get(k) != v for k, v in updates.items()):
+            self._try(lambda: write_validators(root, updates), self._manifest.files[0])
 
     # -- files that need no transfer ------------------------------------------------
 
@@ -157,7 +180,10 @@ class Executor:
         effects = self._session.transfer_effects(self._manifest.root, listed)
         from llmkube_stager.transfer import fetch_partial
 
-        done = fetch_partial(fetcher, file, effects, self._session.metas.get(file.rel))
+        meta = self._session.metas.get(file.rel)
+        if meta is None:
+            meta = self._session.probe(self._source, file, self._manifest.root)
+        done = fetch_partial(fetcher, file, effects, meta)
         self._check_digest(file, done)
         return done
 

@@ -91,6 +91,8 @@ class LocalFile:
     pin: PinState = PinState.UNPINNED
     # A rejection marker exists for the EXPECTED digest (spec §4.2).
     marker: bool = False
+    # The origin validator this copy was staged from, when recorded.
+    validator: str | None = None
 
     @property
     def present(self) -> bool:
@@ -125,6 +127,7 @@ class Remote:
     answered: bool
     size_bytes: int | None = None
     detail: str = ""
+    validator: str | None = None  # ETag / HF blob id: a same-size change shows
 
 
 class Decision(StrEnum):

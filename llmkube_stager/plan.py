@@ -216,7 +216,7 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
     probe = remote if remote is not None else Remote(answered=False)
     same_size = probe.size_bytes is not None and probe.size_bytes == local.size_bytes
     if local.usable:
-        if same_size:
+        if _same_version(local, probe, same_size):
             return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
         return _changed_or_unknown(ctx, local, probe)
     if same_size and local.pin is PinState.UNPINNED and ctx.permission.may_write:
@@ -231,6 +231,15 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
             failure=_repair_failure(local),
         )
     return _transfer(ctx, local, Decision.REPAIR)
+
+
+def _same_version(local: LocalFile, probe: Remote, same_size: bool) -> bool:
+    """With a recorded validator, a same-size change (an HF config.json next
+    to a re-sized shard) is a change: mixing it would mix revisions (§8.5).
+    Without one, the size decides, as in the scripts."""
+    if probe.validator and local.validator:
+        return probe.validator == local.validator and same_size
+    return same_size
 
 
 def _changed_or_unknown(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:

@@ -180,7 +180,7 @@ def _probe_one(
 
             session.metas[rel] = unknown_meta(url)
         return Remote(answered=err.answered, detail=err.detail)
-    return Remote(answered=True, size_bytes=meta.size_bytes)
+    return Remote(answered=True, size_bytes=meta.size_bytes, validator=meta.etag)
 
 
 def _check_plan(prepared: Prepared, log: Log, *, warn: bool = True) -> None:

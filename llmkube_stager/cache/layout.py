@@ -26,6 +26,9 @@ PART_SUFFIX = ".llmkube-part"
 SEGS_SUFFIX = ".llmkube-segs"
 JOURNAL_SUFFIX = ".llmkube-journal"
 LOCK_NAME = ".llmkube.lock"
+# Per model directory: the origin validator (ETag, HF blob id / LFS sha256)
+# each file was staged from, so OnChange sees a same-size change.
+VALIDATORS_NAME = ".llmkube-validators"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
 _RESERVED_MARKERS = (
@@ -36,7 +39,7 @@ _RESERVED_MARKERS = (
     SEGS_SUFFIX,
     JOURNAL_SUFFIX,
 )
-_RESERVED_NAMES = frozenset({LOCK_NAME})
+_RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME})
 _TMP_ALPHABET = string.ascii_letters + string.digits
 
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 
 from llmkube_stager.cache.layout import (
+    VALIDATORS_NAME,
     atomic_tmp_path,
     marker_path,
     parse_size_record,
@@ -102,3 +103,29 @@ def has_marker(dest: str, expected_digest: str) -> bool:
 def write_marker(dest: str, expected_digest: str, actual_digest: str) -> None:
     """Durable: no publish ever clears it; delete by hand to retry (spec §7)."""
     write_atomic(marker_path(dest, expected_digest), actual_digest.encode("ascii"))
+
+
+_VALIDATORS_MAX_BYTES = 1 << 20
+
+
+def read_validators(root: str) -> dict[str, str]:
+    """rel -> origin validator of the staged copy; {} when absent or bad."""
+    import json
+
+    try:
+        with open(os.path.join(root, VALIDATORS_NAME), "rb") as handle:
+            doc = json.loads(handle.read(_VALIDATORS_MAX_BYTES))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(k): str(v) for k, v in doc.items() if isinstance(v, str)}
+
+
+def write_validators(root: str, updates: dict[str, str]) -> None:
+    """Merge and write atomically (a concurrent reader sees old or new)."""
+    import json
+
+    merged = {**read_validators(root), **updates}
+    data = json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
+    write_atomic(os.path.join(root, VALIDATORS_NAME), data)

@@ -9,12 +9,19 @@ from __future__ import annotations
 import os
 import stat
 
-from llmkube_stager.cache.records import has_marker, read_size_record, stamp_matches
+from llmkube_stager.cache.records import (
+    has_marker,
+    read_size_record,
+    read_validators,
+    stamp_matches,
+)
 from llmkube_stager.hashing import sha256_of
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest, PinState
 
 
-def read_local_file(rel: str, dest: str, pin: str | None = None) -> LocalFile:
+def read_local_file(
+    rel: str, dest: str, pin: str | None = None, validator: str | None = None
+) -> LocalFile:
     marker = pin is not None and has_marker(dest, pin)
     absent = PinState.ABSENT if pin is not None else PinState.UNPINNED
     try:
@@ -35,6 +42,7 @@ def read_local_file(rel: str, dest: str, pin: str | None = None) -> LocalFile:
         record_bytes=record,
         pin=_pin_state(dest, pin, st),
         marker=marker,
+        validator=validator,
     )
 
 
@@ -43,11 +51,20 @@ def _pin_state(dest: str, pin: str | None, st: os.stat_result) -> PinState:
         return PinState.UNPINNED
     if stamp_matches(dest, pin, st):
         return PinState.STAMP_HIT
-    return PinState.HASHED if sha256_of(dest) == pin else PinState.MISMATCH
+    try:
+        return PinState.HASHED if sha256_of(dest) == pin else PinState.MISMATCH
+    except PermissionError:
+        # Unprovable here: a writer replaces it, a reader refuses, and pvc
+        # verify names it "not readable" (stat_source).
+        return PinState.MISMATCH
 
 
 def read_cache_state(manifest: Manifest) -> CacheState:
+    validators = read_validators(manifest.root)
     return CacheState(
         root_exists=os.path.isdir(manifest.root),
-        files={f.rel: read_local_file(f.rel, f.dest, f.sha256) for f in manifest.files},
+        files={
+            f.rel: read_local_file(f.rel, f.dest, f.sha256, validators.get(f.rel))
+            for f in manifest.files
+        },
     )

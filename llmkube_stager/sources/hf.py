@@ -135,7 +135,11 @@ def resolve_revision(config: Config, ref: HfRef, http: HttpFetcher) -> Resolutio
     """model_info(revision, files_metadata=True) through huggingface_hub,
     with our CA bundle and timeouts; its errors become SourceErrors."""
     import huggingface_hub
+    from huggingface_hub import constants
 
+    # No telemetry: its agent detection GETs <endpoint>/api/agent-harnesses
+    # without our timeouts and writes under $HOME (found by the fake hub).
+    constants.HF_HUB_DISABLE_TELEMETRY = True
     context = http.ssl_context() if ref.endpoint.lower().startswith("https") else None
     huggingface_hub.set_client_factory(lambda: _hub_client(config, context))
     api = huggingface_hub.HfApi(endpoint=ref.endpoint, token=config.secrets.hf_token or False)

@@ -55,11 +55,12 @@ class LocalSource:
     def __init__(self, config: Config) -> None:
         self._config = config
         base = local_path(config.source)
+        # The allowed roots judge the source the user named, whatever is
+        # mounted (GHSA-jw3m-8q7m-f35r).
+        check_allowed(base, config.allowed_host_roots)
         # The operator mounts the host file at LLMKUBE_HOST_MODEL (spec §3.4).
         if not config.multi_file and os.path.isfile(config.host_model):
             base = config.host_model
-        else:
-            check_allowed(base, config.allowed_host_roots)
         self.base = base
 
     def manifest(self) -> Manifest:

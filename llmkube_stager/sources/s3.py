@@ -13,6 +13,7 @@ botocore exceptions are translated here, by error code and HTTP status.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,10 @@ _THROTTLED = frozenset(
 )
 
 
+# Permissive on purpose (legacy buckets and MinIO allow uppercase and '_').
+_BUCKET_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+
 @dataclass(frozen=True)
 class S3Ref:
     bucket: str
@@ -62,6 +67,8 @@ def parse_s3_ref(config: Config) -> S3Ref:
     key = (config.s3_prefix if config.multi_file else config.s3_key) or derived
     if not bucket:
         raise ConfigError("MODEL_SOURCE s3:// must name a bucket (or set S3_BUCKET)")
+    if not _BUCKET_RE.fullmatch(bucket):
+        raise ConfigError(f"S3 bucket name {bucket[:70]!r} has characters S3 does not allow")
     if not config.multi_file and not key:
         raise ConfigError("MODEL_SOURCE s3:// must name an object key (or set S3_KEY)")
     return S3Ref(bucket, key.strip("/") if config.multi_file else key)
@@ -193,6 +200,9 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             reason=Reason.SOURCE_UNREACHABLE,
             transient=True,
         )
+    if isinstance(exc, bex.ParamValidationError):
+        # botocore refused before sending: retrying cannot help.
+        raise ConfigError(f"invalid S3 request for {where}: check the bucket and key names")
     if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
         return SourceError(
             f"incomplete S3 credentials for {where}", reason=Reason.SOURCE_UNAUTHORIZED

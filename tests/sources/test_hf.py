@@ -449,15 +449,6 @@ def test_on_change_refreshes_from_the_new_commit(box, hub, cdn, payload) -> None
     assert_token_only_to_hub(hub, cdn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: OnChange judges each HF file by size only (plan._on_change), although the hub "
-        "lists every file's blob id/LFS sha256 at the new commit: a same-size change of "
-        "config.json next to a re-sized shard is kept from the old commit, so the cache mixes "
-        "two revisions (spec §8.5; hf.py promises one manifest never mixes revisions)"
-    ),
-)
 def test_on_change_never_mixes_two_commits(box, hub, cdn, payload) -> None:
     old = repo_files(payload, seed=1)
     hub.add_repo(REPO, old)
@@ -488,15 +479,6 @@ def test_on_change_with_the_hub_down_keeps_the_cache(box, hub, cdn, payload) -> 
         assert box.dest(rel).read_bytes() == old[rel]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: huggingface_hub 2.x builds its User-Agent with detect_agent(), which GETs "
-        "<HF_ENDPOINT>/api/agent-harnesses (unauthenticated, 3 s timeout, outside the agent's "
-        "timeouts/retries) and writes $HF_HOME/.agent_harnesses.json under $HOME on every cold "
-        "start; sources/hf.py resolve_revision never disables it (HF_HUB_DISABLE_TELEMETRY)"
-    ),
-)
 def test_cold_start_asks_the_hub_for_nothing_but_model_info_and_files(
     box, hub, cdn, payload
 ) -> None:

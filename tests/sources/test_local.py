@@ -197,14 +197,6 @@ def test_source_inside_the_allowed_roots_is_copied(box, payload) -> None:
     assert box.dest().read_bytes() == data
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: sources/local.py LocalSource.__init__ skips check_allowed() whenever "
-        "LLMKUBE_HOST_MODEL exists, so a MODEL_SOURCE outside LLMKUBE_ALLOWED_HOST_ROOTS is "
-        "staged from the host-path mount (GHSA-jw3m-8q7m-f35r)"
-    ),
-)
 def test_allowed_roots_apply_even_when_the_host_model_is_mounted(box, payload) -> None:
     mounted = write(box.tmp / "host-model" / "model.gguf", payload(1 * KIB))
     env = box.single(
@@ -361,14 +353,6 @@ def test_unreadable_local_source(shared_tmp, payload) -> None:
     assert f"{source} is not readable by the init container" in result["detail"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a pinned pvc:// file the init container cannot read crashes with PermissionError "
-        "(ModelStagerInternalError, exit 3): stage.prepare -> cache/state.py _pin_state -> "
-        "hashing.sha256_of runs before stage._verify_pvc's stat_source check"
-    ),
-)
 def test_unreadable_pvc_file(shared_tmp, payload) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
     box = Sandbox(shared_tmp / "pod")

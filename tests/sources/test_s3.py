@@ -266,15 +266,6 @@ def test_missing_key_or_bucket_is_not_found(box, s3, bucket, missing) -> None:
     assert not run.error.retryable
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: sources/s3.py translate_s3_error maps every BotoCoreError, including "
-        "ParamValidationError for an invalid bucket name, to a transient "
-        "ModelSourceUnreachable: a configuration error is retried with backoff and reported "
-        "retryable (CONTRACT §3: bad values -> InvalidConfiguration, not retried)"
-    ),
-)
 def test_invalid_bucket_name_is_a_configuration_error(box, s3) -> None:
     s3.clear_log()
 
