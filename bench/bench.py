@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +29,7 @@ BIG_MIB = int(os.environ.get("BENCH_SIZE_MIB", "2048"))
 SHARD_MIB = BIG_MIB // 4
 CAP_MBPS = 50
 PY = sys.executable
+GNU_TIME = "/usr/bin/time"
 
 
 @dataclass(frozen=True)
@@ -64,28 +64,36 @@ def _free(port: int) -> bool:
 
 
 def run(
-    cmd: list[str], env: dict[str, str] | None = None, kill_when: Callable[[], bool] | None = None
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    kill_when: Callable[[], bool] | None = None,
 ) -> Sample:
-    """Run a command; wall time, CPU (user+sys) and peak RSS from wait4."""
+    """Run a command under GNU time: wall, CPU (user+sys) and peak RSS of the
+    command itself (wait4 from this process would report the RSS high-water
+    mark inherited across fork+exec from the bench, which holds model data)."""
+    report = tempfile.NamedTemporaryFile(prefix="bench-time-", delete=False)  # noqa: SIM115
+    report.close()
+    timed = [GNU_TIME, "-f", "%e %U %S %M", "-o", report.name, *cmd]
     started = time.monotonic()
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        timed, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     if kill_when is not None:
         while proc.poll() is None and not kill_when():
             time.sleep(0.02)
         if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    out = proc.stdout.read() if proc.stdout else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Sample(
-        wall_s=time.monotonic() - started,
-        cpu_s=usage.ru_utime + usage.ru_stime,
-        rss_mib=usage.ru_maxrss / 1024,
-        exit_code=proc.returncode,
-        stdout=out,
-    )
+            # SIGKILL the agent itself (time's child), as a node would.
+            subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)], check=False)
+    out, _ = proc.communicate()
+    wall = time.monotonic() - started
+    with open(report.name) as handle:
+        fields = handle.read().split()[-4:]
+    os.unlink(report.name)
+    try:
+        _, user, system, rss_kib = (float(f) for f in fields)
+    except ValueError:  # killed: time reports the signal instead
+        user = system = rss_kib = 0.0
+    return Sample(wall, user + system, rss_kib / 1024, proc.returncode, out)
 
 
 def write_model(path: str, size_mib: int, seed: int) -> str:

@@ -20,7 +20,7 @@ from llmkube_stager.errors import ConfigError
 from llmkube_stager.pins import file_pins, single_pin
 
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
-DEFAULT_CONNECTIONS = 4
+DEFAULT_CONNECTIONS = 8
 MAX_CONNECTIONS = 32
 LogFormat = Literal["text", "json"]
 

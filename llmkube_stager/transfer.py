@@ -36,6 +36,7 @@ from llmkube_stager.model import RemoteFile
 from llmkube_stager.progress import ProgressTicker
 from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Body, Fetcher, RangeUnusable, RemoteMeta
+from llmkube_stager.writeback import Writeback
 
 BUFFER_BYTES = 1 << 20
 # Progress worth a fresh retry budget (see RetryBudget.refund).
@@ -363,7 +364,8 @@ def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> Non
     try:
         os.ftruncate(fd, state.offset)
         ticker.done_bytes = state.offset
-        _receive_into(fd, body, state, ticker)
+        with Writeback(fd) as writeback:
+            _receive_into(fd, body, state, ticker, writeback)
         os.fsync(fd)
     except OSError as exc:
         raise disk_error(exc, "writing", rel) from exc
@@ -394,7 +396,9 @@ def _open_partial(state: _State, rel: str) -> int:
         raise disk_error(exc, "creating the partial of", rel) from exc
 
 
-def _receive_into(fd: int, body: Body, state: _State, ticker: ProgressTicker) -> None:
+def _receive_into(
+    fd: int, body: Body, state: _State, ticker: ProgressTicker, writeback: Writeback
+) -> None:
     """readinto -> pwrite -> (hash on the other thread), one buffer at a time;
     a local source with nothing to hash is copied by the kernel instead."""
     hasher = _hasher_for(state)
@@ -404,6 +408,7 @@ def _receive_into(fd: int, body: Body, state: _State, ticker: ProgressTicker) ->
             state.offset += n
             state.received += n
             ticker.done_bytes = state.offset
+            writeback.wrote(n)
         return
     own = bytearray(0 if hasher is not None else BUFFER_BYTES)
     take: Callable[[], bytearray] = hasher.take if hasher is not None else (lambda: own)
@@ -420,6 +425,7 @@ def _receive_into(fd: int, body: Body, state: _State, ticker: ProgressTicker) ->
                 hasher.give_back(buffer)
             return
         _write_all(fd, memoryview(buffer)[:n], state.offset)
+        writeback.wrote(n)
         state.offset += n
         state.received += n
         ticker.done_bytes = state.offset

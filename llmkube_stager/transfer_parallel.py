@@ -30,6 +30,7 @@ from llmkube_stager.model import RemoteFile
 from llmkube_stager.progress import ProgressTicker
 from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
+from llmkube_stager.writeback import Writeback
 
 BUFFER_BYTES = 1 << 20
 MIN_ITEM_BYTES = 16 << 20
@@ -110,6 +111,7 @@ class _Shared:
     errors: list[BaseException] = field(default_factory=list)
     received: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    writeback: Writeback | None = None
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
@@ -119,6 +121,8 @@ class _Shared:
     def count(self, n: int) -> None:
         with self.lock:
             self.received += n
+            if self.writeback is not None:
+                self.writeback.wrote(n)
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,9 @@ class ParallelTransfer:
             raise disk_error(exc, "creating the partial of", self._file.rel) from exc
         shared = _Shared(fd, Ranges(done))
         try:
-            digest = self._run_workers(shared, hash_it)
+            with Writeback(fd) as writeback:
+                shared.writeback = writeback
+                digest = self._run_workers(shared, hash_it)
             os.fsync(fd)
         except RangeUnusable:
             os.close(fd)

@@ -9,9 +9,13 @@ never sees httpx, http.client or botocore types.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from llmkube_stager.cache.layout import destinations
+from llmkube_stager.config import Config
+from llmkube_stager.errors import SourceKind
 from llmkube_stager.model import Manifest, RemoteFile
 
 
@@ -66,3 +70,17 @@ class Source(Protocol):
 class RangeUnusable(Exception):
     """The origin answered a Range request inconsistently (wrong
     Content-Range): the transfer restarts from zero without ranges."""
+
+
+def build_manifest(
+    config: Config, kind: SourceKind, display: str, url_for: Callable[[str], str]
+) -> Manifest:
+    """The manifest every source shares: one RemoteFile per destination
+    (multi-file under CACHE_DIR, single file at MODEL_PATH), pins attached;
+    only where each file comes from differs (`url_for(rel)`)."""
+    root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
+    files = tuple(
+        RemoteFile(rel=rel, url=url_for(rel), dest=dest, sha256=config.pins.get(rel))
+        for rel, dest in pairs
+    )
+    return Manifest(kind, root, files, config.multi_file, display)

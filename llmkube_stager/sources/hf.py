@@ -19,12 +19,11 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmkube_stager.cache.layout import destinations
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
 from llmkube_stager.logs import display_url
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 from llmkube_stager.sources.hfref import HfRef, parse_hf_source
 from llmkube_stager.sources.http_status import rate_limit_wait_s, status_error
 
@@ -66,20 +65,13 @@ class HfSource:
             )
 
     def manifest(self) -> Manifest:
-        config = self._config
-        root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
-        files = tuple(
-            RemoteFile(
-                rel=rel,
-                url=self.ref.resolve_url(
-                    self.ref.revision, _rel_in_repo(self.ref, rel, config.multi_file)
-                ),
-                dest=dest,
-                sha256=config.pins.get(rel),
-            )
-            for rel, dest in pairs
+        config, ref = self._config, self.ref
+        return build_manifest(
+            config,
+            "hf",
+            display_url(config.source),
+            lambda rel: ref.resolve_url(ref.revision, _rel_in_repo(ref, rel, config.multi_file)),
         )
-        return Manifest("hf", root, files, config.multi_file, display_url(config.source))
 
     def fetcher(self) -> HfFetcher:
         return HfFetcher(self._config, self.ref)

@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
-from llmkube_stager.cache.layout import destinations
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, SourceKind
 from llmkube_stager.logs import display_url
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 from llmkube_stager.sources.http_status import USER_AGENT, AuthPolicy, Origin, is_hf_auth_origin
 
 if TYPE_CHECKING:
@@ -43,22 +42,11 @@ def file_url(base: str, rel: str) -> str:
 
 def http_manifest(config: Config, kind: SourceKind) -> Manifest:
     check_http_url(config.source)
-    root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
-    files = tuple(
-        RemoteFile(
-            rel=rel,
-            url=file_url(config.source, rel) if config.multi_file else config.source,
-            dest=dest,
-            sha256=config.pins.get(rel),
-        )
-        for rel, dest in pairs
-    )
-    return Manifest(
-        kind=kind,
-        root=root,
-        files=files,
-        multi_file=config.multi_file,
-        display_source=display_url(config.source),
+    return build_manifest(
+        config,
+        kind,
+        display_url(config.source),
+        lambda rel: file_url(config.source, rel) if config.multi_file else config.source,
     )
 
 

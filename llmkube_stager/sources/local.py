@@ -16,11 +16,10 @@ import posixpath
 import stat
 from urllib.parse import unquote, urlsplit
 
-from llmkube_stager.cache.layout import destinations
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 
 PVC_MOUNT = "/model-source"
 _COPY_CHUNK_BYTES = 64 << 20
@@ -64,18 +63,13 @@ class LocalSource:
         self.base = base
 
     def manifest(self) -> Manifest:
-        config = self._config
-        root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
-        files = tuple(
-            RemoteFile(
-                rel=rel,
-                url=posixpath.join(self.base, rel) if config.multi_file else self.base,
-                dest=dest,
-                sha256=config.pins.get(rel),
-            )
-            for rel, dest in pairs
+        base, multi = self.base, self._config.multi_file
+        return build_manifest(
+            self._config,
+            "local",
+            base,
+            lambda rel: posixpath.join(base, rel) if multi else base,
         )
-        return Manifest("local", root, files, config.multi_file, self.base)
 
     def fetcher(self) -> LocalFetcher:
         return LocalFetcher()

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from llmkube_stager.cache.layout import destinations
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 
 if TYPE_CHECKING:
     from llmkube_stager.sources.http import HttpFetcher
@@ -89,19 +88,13 @@ class S3Source:
         self.ref = parse_s3_ref(config)
 
     def manifest(self) -> Manifest:
-        config = self._config
-        root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
-        files = tuple(
-            RemoteFile(
-                rel=rel,
-                url=f"s3://{self.ref.bucket}/{object_key(self.ref, rel, config.multi_file)}",
-                dest=dest,
-                sha256=config.pins.get(rel),
-            )
-            for rel, dest in pairs
+        config, ref = self._config, self.ref
+        return build_manifest(
+            config,
+            "s3",
+            f"s3://{ref.bucket}/{ref.key}",
+            lambda rel: f"s3://{ref.bucket}/{object_key(ref, rel, config.multi_file)}",
         )
-        display = f"s3://{self.ref.bucket}/{self.ref.key}"
-        return Manifest("s3", root, files, config.multi_file, display)
 
     def fetcher(self) -> S3Fetcher:
         return S3Fetcher(self._config, self.ref)
