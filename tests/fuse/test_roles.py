@@ -468,3 +468,22 @@ def test_scenario_53_truncated_legacy_file_is_backfilled_as_is(
     assert record_of(root / "model.safetensors") == str(len(short))
     assert (root / "model.safetensors").read_bytes() == short
     assert origin.requests() == []
+
+
+@pytest.mark.parametrize("value", ["false", "", "no", "0"])
+def test_scenario_58_only_prefetch_stager_true_makes_a_stager(
+    tmp_path: Path, origin: Origin, fuse_cache: FuseCache, value: str
+) -> None:
+    """The role switch is LLMKUBE_PREFETCH_STAGER=true; anything else (unset,
+    false, empty) is a serving pod, which must refuse on FUSE. The mutation
+    "the Job is not a stager" is caught because the refusal changes."""
+    origin.put("/m.gguf", WEIGHTS)
+    env = single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")
+
+    serving = Pod(tmp_path, {**env, "LLMKUBE_PREFETCH_STAGER": value}).run("stage")
+    assert_failed(serving, "ModelCacheLockUnsupported")
+    assert origin.requests() == []
+
+    stager = Pod(tmp_path, {**env, "LLMKUBE_PREFETCH_STAGER": "true"}).run("stage")
+    assert assert_ok(stager)["stats"]["fetched"] == 1
+    assert (fuse_cache.backing / "k" / "model.gguf").read_bytes() == WEIGHTS
