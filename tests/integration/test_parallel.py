@@ -1,0 +1,147 @@
+"""Parallel ranged connections into one file (transfer_parallel.py).
+
+Files of 32 MiB and more go over LLMKUBE_CONNECTIONS ranged connections; a
+journal records completed ranges for resume; an origin that does not honour
+ranges makes the transfer fall back to one stream. Assertions are on bytes,
+records, stamps and the ranges the origin was asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+from pathlib import Path
+
+from llmkube_stager.cache.layout import segmented_paths, validator_of
+from llmkube_stager.model import Decision
+from llmkube_stager.testing.origin import Fault, Origin
+from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES, Ranges, work_items
+
+MIB = 1 << 20
+SIZE = 40 * MIB  # above the 32 MiB threshold
+PATH = "/m/big.gguf"
+
+
+def _ranges(origin: Origin) -> list[tuple[int, int]]:
+    found = []
+    for request in origin.requests(PATH, "GET"):
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("range", ""))
+        assert match, f"a GET without a byte range: {request.headers}"
+        found.append((int(match.group(1)), int(match.group(2) or SIZE - 1)))
+    return sorted(found)
+
+
+def test_large_file_arrives_over_several_ranged_connections(stager, origin, make_payload) -> None:
+    data = make_payload(SIZE, seed=3)
+    origin.put(PATH, data)
+    digest = hashlib.sha256(data).hexdigest()
+
+    run = stager.ok(
+        stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4", MODEL_SHA256=digest)
+    )
+
+    dest = stager.dest()
+    assert dest.read_bytes() == data
+    assert stager.record(dest) == str(SIZE).encode()
+    assert Path(str(dest) + ".sha256").read_text().split()[:2] == [digest, str(SIZE)]
+    spans = _ranges(origin)
+    assert len(spans) >= 2, "one connection only"
+    covered = sum(end - start + 1 for start, end in spans)
+    assert covered == SIZE and spans[0][0] == 0 and spans[-1][1] == SIZE - 1
+    assert run.outcome is not None and run.outcome.bytes_fetched == SIZE
+    assert not [p for p in os.listdir(dest.parent) if "llmkube-segs" in p or "journal" in p]
+
+
+def test_journal_resume_fetches_only_the_missing_ranges(stager, origin, make_payload) -> None:
+    data = make_payload(SIZE, seed=4)
+    origin.put(PATH, data)
+    dest = stager.dest()
+    dest.parent.mkdir(parents=True)
+    # The fixture's automatic strong ETag: the first 16 hex of the sha256.
+    validator = validator_of(SIZE, '"' + hashlib.sha256(data).hexdigest()[:16] + '"')
+    segs, journal = segmented_paths(str(dest), validator, "deadbeef")
+    done_to = 24 * MIB  # a killed writer finished the first 24 MiB
+    with open(segs, "wb") as handle:
+        handle.write(data[:done_to])
+        handle.truncate(SIZE)
+    Path(journal).write_text(json.dumps({"validator": validator, "size": SIZE,
+                                         "done": [[0, done_to]]}))
+    old = 1_000_000_000
+    os.utime(segs, (old, old))
+    os.utime(journal, (old, old))
+
+    run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
+
+    assert dest.read_bytes() == data
+    assert all(start >= done_to for start, _ in _ranges(origin)), "journaled bytes asked again"
+    assert sum(r.body_bytes for r in origin.requests(PATH, "GET")) == SIZE - done_to
+    assert run.outcome is not None and run.outcome.bytes_fetched == SIZE - done_to
+    assert not os.path.exists(segs) and not os.path.exists(journal)
+
+
+def test_origin_without_ranges_falls_back_to_one_stream(stager, origin, make_payload) -> None:
+    data = make_payload(SIZE, seed=5)
+    origin.put(PATH, data)
+    # HEAD promises ranges, the GETs ignore them (a misconfigured mirror).
+    origin.set_fault(PATH, Fault(ignore_range=True, methods=("GET",)))
+
+    run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
+
+    assert stager.dest().read_bytes() == data
+    assert run.has_line("falling back to one connection")
+    assert not [p for p in os.listdir(stager.dest().parent) if "llmkube-segs" in p]
+
+
+def test_a_wrong_digest_over_parallel_ranges_publishes_nothing(
+    stager, origin, make_payload
+) -> None:
+    data = make_payload(SIZE, seed=6)
+    origin.put(PATH, data)
+    wrong = hashlib.sha256(b"not this").hexdigest()
+
+    run = stager.fails(
+        stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4", MODEL_SHA256=wrong)
+    )
+
+    assert run.reason == "ModelTransferChecksumMismatch"
+    dest = stager.dest()
+    assert not dest.exists()
+    assert Path(f"{dest}.{wrong}.sha256-rejected").exists()
+    assert not [p for p in os.listdir(dest.parent) if "llmkube-segs" in p]
+
+
+def test_a_range_cut_short_is_retried_from_where_it_stopped(
+    stager, origin, make_payload
+) -> None:
+    data = make_payload(SIZE, seed=7)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(truncate_after=3 * MIB, times=2, methods=("GET",)))
+
+    run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
+
+    assert stager.dest().read_bytes() == data
+    assert len(run.sleeps) == 2  # one retry wait per cut range
+    assert run.outcome is not None and run.outcome.count(Decision.FETCH) == 1
+
+
+def test_ranges_merge_and_report_the_contiguous_prefix() -> None:
+    ranges = Ranges([(10, 20)])
+    assert ranges.prefix() == 0
+    ranges.add(0, 10)
+    ranges.add(30, 40)
+    assert ranges.snapshot() == [(0, 20), (30, 40)]
+    assert ranges.prefix() == 20
+    assert ranges.missing(50) == [(20, 30), (40, 50)]
+    assert ranges.total() == 30
+
+
+def test_work_items_cover_the_gaps_exactly() -> None:
+    gaps = [(0, 100 * MIB), (150 * MIB, 151 * MIB)]
+    items = work_items(gaps, connections=8)
+    assert items[0][0] == 0 and items[-1][1] == 151 * MIB
+    assert sum(end - start for start, end in items) == 101 * MIB
+    assert all(end - start <= max(MIN_ITEM_BYTES, 100 * MIB) for start, end in items)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(items))
