@@ -234,7 +234,13 @@ def agent_cmd() -> list[str]:
 
 
 def fresh(path: str) -> str:
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove the last run's output and let the disk settle: dirty pages
+    still being written back would bill one tool for another's writes."""
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.unlink(path)
+    os.sync()
     return path
 
 
@@ -505,6 +511,7 @@ def main() -> int:
             handle.write(b'{"architectures": ["LlamaForCausalLM"]}')
         with open(config, "rb") as handle:
             pins["config.json"] = hashlib.sha256(handle.read()).hexdigest()
+        os.sync()  # the generated models: written back before anything is timed
         base = servers.start_nginx()
         bench = Bench(work, servers)
         print(f"machine: {os.cpu_count()} cores; runs per case: {RUNS} (median)", flush=True)
