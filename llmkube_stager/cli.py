@@ -217,5 +217,32 @@ def inspect(cache_dir: str | None, as_json: bool) -> None:
     boundary.run(body)
 
 
+@cli.command()
+@click.argument("source", required=False, default="-")
+def diagnose(source: str) -> None:
+    """Print the condition a controller should set for a termination message
+    (or a log tail): FILE, or - for standard input."""
+    boundary = Boundary({}, os.environ, terminate=False)
+
+    def body() -> None:
+        import json
+
+        from llmkube_stager.diagnose import condition_for
+
+        try:
+            text = sys.stdin.read() if source == "-" else _read_text(source)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {source}: {exc.strerror}") from exc
+        condition = condition_for(text)
+        click.echo(boundary.redact(json.dumps(condition or {}, separators=(",", ":"))))
+
+    boundary.run(body)
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
