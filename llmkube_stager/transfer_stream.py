@@ -1,0 +1,347 @@
+"""One connection: a ranged, resumable, size-checked stream into a partial
+(spec §5.2).
+
+probe -> partial named per origin validator (spec §4.2, a private writer
+id added: cache/partials.py) -> ranged GET from the partial's size with
+If-Range -> receive with `readinto` into a reusable buffer and `pwrite` at
+explicit offsets, sha256 on another thread -> size check.
+
+Rules kept from the scripts and pip: a 200 to a Range request restarts the
+file; a 416 on a complete partial publishes without a body; no Accept-Ranges
+(or no known size) means no resume; a short body is resumed, a long one is a
+size mismatch. Writing at explicit offsets (not O_APPEND) keeps a partial
+consistent with the offsets the origin declared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llmkube_stager.cache.layout import validator_of
+from llmkube_stager.cache.partials import (
+    HEARTBEAT_S,
+    adopt_partial,
+    new_writer_id,
+    remove_stale,
+)
+from llmkube_stager.cache.publish import disk_error
+from llmkube_stager.cache.records import FILE_MODE
+from llmkube_stager.errors import Reason, SourceError, TransferError
+from llmkube_stager.hashing import StreamHasher
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.progress import ProgressTicker
+from llmkube_stager.retry import RetryBudget
+from llmkube_stager.sources.base import Body, Fetcher, RangeUnusable, RemoteMeta
+from llmkube_stager.writeback import Writeback
+
+if TYPE_CHECKING:
+    from llmkube_stager.transfer import TransferEffects
+
+BUFFER_BYTES = 1 << 20
+# Progress worth a fresh retry budget (see RetryBudget.refund).
+_REFUND_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Streamed:
+    partial: str
+    expected_bytes: int | None
+    sha256: str | None
+    received: int
+
+
+def fetch_stream(
+    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, effects: TransferEffects
+) -> Streamed:
+    """Attempts over one connection until the partial holds the whole file."""
+    budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
+    state = _open_state(file, meta, effects)
+    state.hash_it = file.sha256 is not None or meta.sha256 is not None
+    _check_space(state, effects, file.rel)
+    try:
+        received = _fill(fetcher, file, meta, state, budget, effects)
+        digest = state.hasher.hexdigest() if state.hasher is not None else None
+    finally:
+        if state.hasher is not None:
+            state.hasher.close()
+    if state.hash_it and digest is None:
+        # Complete by a 416 with nothing received this time: hash the partial.
+        digest = _hash_partial(state.partial)
+    return Streamed(state.partial, state.expected_bytes, digest, received)
+
+
+@dataclass
+class _State:
+    """Where the partial stands; mutated as attempts go."""
+
+    partial: str
+    offset: int
+    expected_bytes: int | None
+    ranges: bool
+    hash_it: bool = False
+    hasher: StreamHasher | None = None
+    received: int = 0  # body bytes that came over the wire, every attempt
+    high_water: int = 0  # the furthest offset any attempt reached
+
+
+def _hash_partial(path: str) -> str:
+    hasher = StreamHasher(BUFFER_BYTES, depth=1)
+    try:
+        hasher.feed_prefix(path, os.stat(path).st_size)
+        return hasher.hexdigest()
+    finally:
+        hasher.close()
+
+
+def _fill(
+    fetcher: Fetcher,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    state: _State,
+    budget: RetryBudget,
+    effects: TransferEffects,
+) -> int:
+    """Attempts until the partial holds the whole file; bytes received."""
+    heartbeat = _heartbeat(state)
+    with ProgressTicker(
+        effects.log, effects.progress_interval_s, file.rel, heartbeat, HEARTBEAT_S
+    ) as ticker:
+        ticker.total_bytes = state.expected_bytes
+        while True:
+            try:
+                if _attempt(fetcher, file, meta, state, ticker):
+                    return state.received
+                error = _short_body_error(file, state)
+            except RangeUnusable as exc:
+                effects.log.warning("range_unusable", f"{exc}; restarting from zero", file=file.rel)
+                _restart(state, ranges=False)
+                error = SourceError(str(exc), transient=True, answered=True)
+            except SourceError as exc:
+                error = exc
+            if state.offset - state.high_water >= _REFUND_BYTES:
+                # Only new ground earns the budget back: an origin that cuts
+                # every from-zero attempt at the same place still ends.
+                budget.refund()
+            state.high_water = max(state.high_water, state.offset)
+            if not state.ranges:
+                _restart(state, ranges=False)
+            budget.spend(error, f"the download of {file.rel}")
+
+
+def _heartbeat(state: _State) -> Callable[[], None]:
+    def touch() -> None:
+        # Tells other writers this partial is alive (partials.IDLE_S).
+        with contextlib.suppress(OSError):
+            os.utime(state.partial)
+
+    return touch
+
+
+def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) -> _State:
+    validator = validator_of(meta.size_bytes, meta.etag)
+    now = effects.wall_clock()
+    for stale in remove_stale(file.dest, validator, now, effects.idle_s, effects.listed):
+        effects.log.info(
+            "swept_partial", "removed a partial of another upstream version", path=stale
+        )
+    partial = adopt_partial(file.dest, validator, new_writer_id(), now, effects.idle_s)
+    ranges = meta.accept_ranges and meta.size_bytes is not None
+    offset = _partial_size(partial) if ranges else 0
+    if meta.size_bytes is not None and offset > meta.size_bytes:
+        offset = 0
+    if offset:
+        effects.log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
+    return _State(partial, offset, meta.size_bytes, ranges, high_water=offset)
+
+
+def _partial_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _restart(state: _State, *, ranges: bool) -> None:
+    state.offset = 0
+    state.ranges = state.ranges and ranges
+
+
+def _check_space(state: _State, effects: TransferEffects, rel: str) -> None:
+    free = effects.free_bytes()
+    if state.expected_bytes is None or free is None:
+        return
+    needed = state.expected_bytes - state.offset
+    if needed > free:
+        raise TransferError(
+            f"no space left on device for {rel}: it needs {needed} more bytes, the cache has "
+            f"{free} free",
+            reason=Reason.OUT_OF_SPACE,
+            file=rel,
+        )
+
+
+def _short_body_error(file: RemoteFile, state: _State) -> SourceError:
+    return SourceError(
+        f"the origin closed {file.rel} after {state.offset} of {state.expected_bytes} bytes",
+        transient=True,
+        answered=True,
+    )
+
+
+def _attempt(
+    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, state: _State, ticker: ProgressTicker
+) -> bool:
+    """One request. True when the partial is complete."""
+    body = fetcher.open(file, meta, state.offset if state.ranges else 0)
+    try:
+        if body.complete:
+            return _complete_by_416(state, body)
+        _adopt_body(state, body)
+        ticker.total_bytes = state.expected_bytes
+        _receive(body, state, ticker, file.rel)
+    finally:
+        body.close()
+    return _judge_size(state, file.rel)
+
+
+def _complete_by_416(state: _State, body: Body) -> bool:
+    total = body.total_bytes if body.total_bytes is not None else state.expected_bytes
+    if total is not None and state.offset == total:
+        return True
+    # A 416 for a partial that is not complete: start over without ranges.
+    state.offset, state.ranges = 0, False
+    raise SourceError("the origin refused the resume range", transient=True, answered=True)
+
+
+def _adopt_body(state: _State, body: Body) -> None:
+    """Reconcile what the response says with what the partial holds."""
+    if body.start == 0:
+        state.offset = 0  # a 200 to a Range request restarts the file (pip)
+    total = body.total_bytes
+    if total is None or total == state.expected_bytes:
+        return
+    if body.start > 0:
+        # Resumed bytes would belong to another version: never splice (#80).
+        state.offset, state.ranges = 0, False
+        raise SourceError(
+            "the object changed size during the transfer",
+            transient=True,
+            reason=Reason.SOURCE_CHANGED,
+            answered=True,
+        )
+    state.expected_bytes = total
+
+
+def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> None:
+    fd = _open_partial(state, rel)
+    try:
+        os.ftruncate(fd, state.offset)
+        ticker.done_bytes = state.offset
+        with Writeback(fd) as writeback:
+            _receive_into(fd, body, state, ticker, writeback)
+        os.fsync(fd)
+    except OSError as exc:
+        raise disk_error(exc, "writing", rel) from exc
+    finally:
+        os.close(fd)
+
+
+def _open_partial(state: _State, rel: str) -> int:
+    """Open our partial to continue at `state.offset`. It is never created or
+    grown to continue: if another writer adopted it away (it looked idle) or
+    it is shorter than we think, start again from zero in a fresh file of
+    our own, because ftruncate-ing a new file up to the offset would publish
+    zeros (#2158 class)."""
+    try:
+        if state.offset > 0:
+            try:
+                fd = os.open(state.partial, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0 and os.fstat(fd).st_size >= state.offset:
+                return fd
+            if fd >= 0:
+                os.close(fd)
+            state.offset = 0
+            state.high_water = 0
+        return os.open(state.partial, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        raise disk_error(exc, "creating the partial of", rel) from exc
+
+
+def _receive_into(
+    fd: int, body: Body, state: _State, ticker: ProgressTicker, writeback: Writeback
+) -> None:
+    """readinto -> pwrite -> (hash on the other thread), one buffer at a time;
+    a local source with nothing to hash is copied by the kernel instead."""
+    hasher = _hasher_for(state)
+    copy_into: Callable[[int, int], int] | None = getattr(body, "copy_into", None)
+    if hasher is None and copy_into is not None:
+        while n := copy_into(fd, state.offset):
+            state.offset += n
+            state.received += n
+            ticker.done_bytes = state.offset
+            writeback.wrote(n)
+        return
+    own = bytearray(0 if hasher is not None else BUFFER_BYTES)
+    take: Callable[[], bytearray] = hasher.take if hasher is not None else (lambda: own)
+    while True:
+        buffer = take()
+        try:
+            n = body.readinto(memoryview(buffer))
+        except BaseException:
+            if hasher is not None:
+                hasher.give_back(buffer)
+            raise
+        if not n:
+            if hasher is not None:
+                hasher.give_back(buffer)
+            return
+        _write_all(fd, memoryview(buffer)[:n], state.offset)
+        writeback.wrote(n)
+        state.offset += n
+        state.received += n
+        ticker.done_bytes = state.offset
+        if hasher is not None:
+            hasher.submit(buffer, n)
+
+
+def _hasher_for(state: _State) -> StreamHasher | None:
+    """The running hash must cover exactly bytes [0, offset) of the partial;
+    after a restart or an adoption it is rebuilt from the partial itself."""
+    if not state.hash_it:
+        return None
+    if state.hasher is not None and state.hasher.position == state.offset:
+        return state.hasher
+    if state.hasher is not None:
+        state.hasher.close()
+    state.hasher = StreamHasher(BUFFER_BYTES)
+    if state.offset:
+        state.hasher.feed_prefix(state.partial, state.offset)
+    return state.hasher
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data = data[written:]
+        offset += written
+
+
+def _judge_size(state: _State, rel: str) -> bool:
+    expected = state.expected_bytes
+    if expected is None or state.offset == expected:
+        return True
+    if state.offset > expected:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(state.partial)
+        raise TransferError(
+            f"received {state.offset} bytes of {rel}, the origin promised {expected}",
+            reason=Reason.SIZE_MISMATCH,
+            file=rel,
+        )
+    return False
