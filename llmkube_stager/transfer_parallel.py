@@ -331,7 +331,10 @@ class _PrefixHasher:
         so a whole-file map would put the file size into peak RSS."""
         start = position - position % HASH_WINDOW_BYTES
         length = min(HASH_WINDOW_BYTES, self._size - start)
-        with mmap.mmap(self._shared.fd, length, offset=start, prot=mmap.PROT_READ) as mapped:
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        with mmap.mmap(
+            self._shared.fd, length, flags=flags, prot=mmap.PROT_READ, offset=start
+        ) as mapped:
             view = memoryview(mapped)
             try:
                 while position < start + length and not self._cancelled.is_set():
