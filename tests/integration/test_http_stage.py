@@ -345,3 +345,35 @@ def test_empty_repository_file_is_staged_and_then_reused(origin, stager, make_pa
 
     assert origin.requests() == []
     assert run.has_line("Model artifact empty.txt already cached, skipping download")
+
+
+def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(
+    tmp_path, origin, make_payload
+) -> None:
+    """statfs and the mount table both failed (e.g. a custom image): not the
+    lock-unsupported refusal of the old scripts (seed-001 r3) but a distinct
+    warning and the previous behavior, the flock."""
+    import io
+
+    from llmkube_stager.config import load_config
+    from llmkube_stager.logs import Log
+    from llmkube_stager.model import FsInfo
+    from llmkube_stager.stage import Effects, run_stage
+
+    data = make_payload(64 * KIB)
+    origin.put("/m.gguf", data)
+    cache = tmp_path / "cache"
+    config = load_config(
+        {"MODEL_SOURCE": origin.url + "/m.gguf", "MODEL_PATH": str(cache / "m.gguf")}, {}
+    )
+
+    def unknown_fs(path: str) -> FsInfo:
+        return FsInfo(path, "unknown", "unknown", None, False, None)
+
+    stream = io.StringIO()
+    run_stage(config, Effects(log=Log(stream), probe_fs=unknown_fs))
+
+    assert (cache / "m.gguf").read_bytes() == data
+    assert "cannot determine the cache filesystem type" in stream.getvalue()
+    assert "ModelCacheLockUnsupported" not in stream.getvalue()
+    assert (cache / ".llmkube.lock").exists()
