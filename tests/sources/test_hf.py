@@ -259,7 +259,7 @@ def test_warm_if_not_present_start_makes_no_request(box, hub, cdn, payload) -> N
     assert run.has_line(f"Model artifact {SHARD1} already cached, skipping download")
 
 
-def test_warm_start_survives_a_dead_hub(box, hub, cdn, payload) -> None:
+def test_s4_warm_start_survives_a_dead_hub(box, hub, cdn, payload) -> None:
     hub.add_repo(REPO, repo_files(payload))
     box.ok(hf_env(box, hub))
 
@@ -466,7 +466,7 @@ def test_on_change_never_mixes_two_commits(box, hub, cdn, payload) -> None:
     assert {rel: box.dest(rel).read_bytes() for rel in FILES} == {rel: new[rel] for rel in FILES}
 
 
-def test_on_change_with_the_hub_down_keeps_the_cache(box, hub, cdn, payload) -> None:
+def test_s7_hf_on_change_with_the_hub_down_keeps_the_cache(box, hub, cdn, payload) -> None:
     old = repo_files(payload)
     hub.add_repo(REPO, old)
     box.ok(hf_env(box, hub))

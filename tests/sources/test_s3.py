@@ -328,7 +328,9 @@ def test_right_credentials_pass_moto_signature_checks(box, s3, bucket, payload) 
 # -- warm starts -----------------------------------------------------------------------------------
 
 
-def test_warm_start_needs_no_endpoint(box, s3, bucket, payload) -> None:
+def test_s2_warm_start_with_the_s3_endpoint_unreachable_makes_no_request(
+    box, s3, bucket, payload
+) -> None:
     files = {"a.safetensors": payload(32 * KIB, 1), "sub/b.json": b"{}"}
     for rel, data in files.items():
         put(s3, bucket, f"p/{rel}", data)
@@ -342,3 +344,44 @@ def test_warm_start_needs_no_endpoint(box, s3, bucket, payload) -> None:
     assert run.count(Decision.REUSE) == 2
     assert s3.requests() == []
     assert {rel: box.dest(rel).read_bytes() for rel in files} == files
+
+
+def test_s7_s3_on_change_with_the_endpoint_unreachable_keeps_the_cache(
+    box, s3, bucket, payload
+) -> None:
+    files = {"a.safetensors": payload(32 * KIB, 3), "config.json": b"{}"}
+    for rel, data in files.items():
+        put(s3, bucket, f"p/{rel}", data)
+    box.ok(box.multi(f"s3://{bucket}/p", files, **s3_env(s3)))
+
+    run = box.ok(
+        box.multi(
+            f"s3://{bucket}/p",
+            files,
+            **s3_env(s3, AWS_ENDPOINT_URL=closed_port_url(), LLMKUBE_REFRESH_POLICY="OnChange"),
+        )
+    )
+
+    assert run.count(Decision.KEEP) == 2
+    assert run.has_line("Revalidation unreachable for a.safetensors; kept cached copy")
+    assert {rel: box.dest(rel).read_bytes() for rel in files} == files
+
+
+def test_s7_s3_on_change_unchanged_object_is_skipped_with_a_head_only(
+    box, s3, bucket, payload
+) -> None:
+    data = payload(32 * KIB, 4)
+    put(s3, bucket, "p/a.safetensors", data)
+    box.ok(box.multi(f"s3://{bucket}/p", {"a.safetensors": data}, **s3_env(s3)))
+    s3.clear_log()
+
+    run = box.ok(
+        box.multi(
+            f"s3://{bucket}/p",
+            {"a.safetensors": data},
+            **s3_env(s3, LLMKUBE_REFRESH_POLICY="OnChange"),
+        )
+    )
+
+    assert run.has_line("Model artifact a.safetensors revalidated (unchanged, skipped download)")
+    assert [r.method for r in s3.requests()] == ["HEAD"]
