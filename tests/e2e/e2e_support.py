@@ -8,9 +8,7 @@ and no stray setting can make one pass.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import ipaddress
 import json
 import os
 import re
@@ -23,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from llmkube_stager.testing.tlsca import make_ca
 
 # The checkout the tests belong to: the child runs with it as its working
 # directory, so `python -m llmkube_stager` imports this tree's package.
@@ -322,44 +322,8 @@ def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[s
 
 
 def tls_server_context(tmp: Path) -> tuple[ssl.SSLContext, Path]:
-    """A self-signed certificate for 127.0.0.1 (as its own CA). Returns the
-    server context for `Origin(tls=...)` and a directory holding only the
-    certificate, fit for LLMKUBE_CA_DIR."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmkube e2e test origin")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    certs = tmp / "certs"
-    certs.mkdir()
-    cert_pem = certs / "ca.crt"
-    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_pem = tmp / "tls-key.pem"
-    key_pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(cert_pem), str(key_pem))
-    return ctx, certs
+    """A private CA and a certificate for 127.0.0.1: the server context for
+    `Origin(tls=...)` and a directory holding only the CA, fit for
+    LLMKUBE_CA_DIR."""
+    ca = make_ca(tmp / "pki")
+    return ca.server_context(), ca.ca_dir

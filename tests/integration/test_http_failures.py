@@ -6,10 +6,7 @@ Retry waits are recorded by the injected `sleep`, never slept.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
-import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +15,7 @@ import pytest
 
 from llmkube_stager.logs import Redactor
 from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
+from llmkube_stager.testing.tlsca import make_ca
 
 PATH = "/files/model.gguf"
 KIB = 1024
@@ -334,87 +332,11 @@ def test_enospc_while_writing_fails_out_of_space(
 # --- TLS trust (spec §3.6) -------------------------------------------------------------
 
 
-def _write_pki(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 signed by it (PEM files)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmkube test CA")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_path, cert_path, key_path = (
-        directory / "ca.crt",
-        directory / "srv.crt",
-        directory / "srv.key",
-    )
-    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return ca_path, cert_path, key_path
-
-
 @pytest.fixture
 def tls_origin(tmp_path: Path) -> Iterator[tuple[Origin, Path]]:
-    ca, cert, key = _write_pki(tmp_path / "pki")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(cert), str(key))
-    with Origin(tls=context) as srv:
-        yield srv, ca
+    ca = make_ca(tmp_path / "pki")
+    with Origin(tls=ca.server_context()) as srv:
+        yield srv, ca.ca_pem
 
 
 def test_untrusted_certificate_fails_untrusted_without_retries(
