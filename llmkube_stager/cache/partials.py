@@ -128,12 +128,6 @@ def remove_stale(
     return removed
 
 
-def busy_partials(dest: str, validator: str, now_s: float, idle_s: float) -> list[PartialFile]:
-    """Partials of the same version that a writer touched recently."""
-    key = partial_key(validator)
-    return [p for p in list_partials(dest) if p.key == key and not is_idle(p, now_s, idle_s)]
-
-
 def adopt_segmented(
     dest: str, validator: str, writer_id: str, now_s: float, idle_s: float
 ) -> tuple[str, str, bool]:

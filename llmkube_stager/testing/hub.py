@@ -41,10 +41,10 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit
 
+from llmkube_stager.testing.lifecycle import Lifecycle
 from llmkube_stager.testing.origin import Origin
 
 _HOST = "127.0.0.1"
@@ -420,7 +420,7 @@ def _signed(path: str) -> str:
     return f"{path}?X-Amz-Expires=3600&X-Amz-Signature={signature}"
 
 
-class FakeHub:
+class FakeHub(Lifecycle):
     """Threaded fake hub on 127.0.0.1; LFS bytes are served by `cdn`."""
 
     def __init__(
@@ -439,7 +439,7 @@ class FakeHub:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start(self) -> FakeHub:
+    def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("hub already started")
         self._server = _Server(self._state, self._tls)
@@ -467,17 +467,6 @@ class FakeHub:
             thread.join(_CLOSE_JOIN_S)
         if self._thread is not None:
             self._thread.join(_CLOSE_JOIN_S)
-
-    def __enter__(self) -> FakeHub:
-        return self if self._server is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def url(self) -> str:

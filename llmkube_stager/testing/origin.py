@@ -26,9 +26,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from types import FrameType, TracebackType
-from typing import Any, Literal
+from types import FrameType
+from typing import Any, Literal, Self
 from urllib.parse import unquote, urlsplit
+
+from llmkube_stager.testing.lifecycle import Lifecycle
 
 _HOST = "127.0.0.1"
 _CHUNK = 256 * 1024
@@ -419,7 +421,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.state.stop.wait(ahead)
 
 
-class Origin:
+class Origin(Lifecycle):
     """Threaded HTTP/1.1 origin on 127.0.0.1 with files in memory, faults and a request log."""
 
     def __init__(self, *, tls: ssl.SSLContext | None = None, port: int = 0) -> None:
@@ -429,7 +431,7 @@ class Origin:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Origin:
+    def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("origin already started")
         self._server = _Server(self._state, self._tls, self._port)
@@ -452,17 +454,6 @@ class Origin:
         self._state.hang_up_clients(_CLOSE_JOIN_S)
         if self._thread is not None:
             self._thread.join(_CLOSE_JOIN_S)
-
-    def __enter__(self) -> Origin:
-        return self if self._server is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def url(self) -> str:
@@ -526,7 +517,7 @@ def _check_path(path: str) -> None:
         raise ValueError(f"path must start with '/': {path!r}")
 
 
-class Blackhole:
+class Blackhole(Lifecycle):
     """127.0.0.1 listener for timeout tests.
 
     mode="accept": the kernel accepts connections, nobody ever answers (read/stall timeout).
@@ -544,7 +535,7 @@ class Blackhole:
         self._held: list[socket.socket] = []
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Blackhole:
+    def start(self) -> Self:
         if self._listener is not None:
             raise RuntimeError("blackhole already started")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -609,16 +600,9 @@ class Blackhole:
         if self._listener is not None:
             self._listener.close()
 
-    def __enter__(self) -> Blackhole:
-        return self if self._listener is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    @property
+    def running(self) -> bool:
+        return self._listener is not None
 
 
 def closed_port_url() -> str:

@@ -27,9 +27,10 @@ import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote
+
+from llmkube_stager.testing.lifecycle import Lifecycle
 
 _HOST = "127.0.0.1"
 _ADMIN_TIMEOUT_S = 10.0
@@ -111,7 +112,7 @@ def _wsgi_text(value: object) -> str:
         return text
 
 
-class S3Server:
+class S3Server(Lifecycle):
     """moto's S3 (and IAM) server, threaded, on 127.0.0.1."""
 
     def __init__(self, *, tls: ssl.SSLContext | tuple[str, str] | None = None) -> None:
@@ -121,7 +122,7 @@ class S3Server:
         self._recorder: _Recorder | None = None
         self._clients: dict[tuple[str, str, str, bool | str], Any] = {}
 
-    def start(self) -> S3Server:
+    def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("S3 server already started")
         from moto.moto_server.werkzeug_app import (
@@ -159,17 +160,6 @@ class S3Server:
         server.server_close()
         if self._thread is not None:
             self._thread.join(1.0)
-
-    def __enter__(self) -> S3Server:
-        return self if self._server is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def port(self) -> int:

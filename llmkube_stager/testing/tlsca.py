@@ -52,10 +52,6 @@ class LocalCA:
         context.load_verify_locations(cafile=str(self.ca_pem))
         return context
 
-    @property
-    def ca_bytes(self) -> bytes:
-        return self.ca_pem.read_bytes()
-
 
 def _name(common_name: str) -> x509.Name:
     return x509.Name(
