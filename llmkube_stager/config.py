@@ -72,6 +72,10 @@ VARS: tuple[Var, ...] = (
     Var("LLMKUBE_MAX_RETRY_WAIT", "longest single wait between attempts, Retry-After included"),
     Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock"),
     Var("LLMKUBE_CONNECTIONS", "parallel ranged connections per large file (1 disables)"),
+    Var(
+        "LLMKUBE_DIRECT_IO",
+        "auto (default: O_DIRECT writes on ext4/xfs/btrfs) or off (always the page cache)",
+    ),
 )
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
@@ -130,6 +134,7 @@ class Config:
     termination_log: str = "/dev/termination-log"
     progress_interval_s: float = 10.0
     connections: int = DEFAULT_CONNECTIONS
+    direct_io: bool = True  # "auto": still only where directio.direct_io_fits
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
@@ -285,6 +290,7 @@ def load_config(
         termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
+        direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),

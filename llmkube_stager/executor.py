@@ -59,6 +59,7 @@ class Session:
         return self._fetcher
 
     def transfer_effects(self, root: str, listed: frozenset[str] = frozenset()) -> TransferEffects:
+        from llmkube_stager.directio import direct_io_fits
         from llmkube_stager.transfer import TransferEffects
 
         return TransferEffects(
@@ -72,6 +73,7 @@ class Session:
             idle_s=0.0 if self._fs.is_fuse is False else IDLE_S,
             connections=self.config.connections,
             listed=listed,
+            direct_io=self.config.direct_io and direct_io_fits(self._fs.fstype),
         )
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:

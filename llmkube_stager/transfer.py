@@ -1,19 +1,26 @@
 """One file from the origin into a complete, verified, unpublished partial.
 
-`fetch_partial` picks the engine: parallel ranged connections for large files
-on origins that honour ranges (transfer_parallel.py), else one resumable
-stream (transfer_stream.py); both hash while receiving when the file is
-pinned or the origin declares a digest. `publish_completed` renames the
-result into place (cache/publish.py).
+`fetch_partial` picks the engine. One resumable stream first
+(transfer_stream.py): on an origin that serves a connection fast it is the
+cheapest path, because the bytes are hashed from the receive buffers and
+written with O_DIRECT. When that stream is slow (a CDN edge capping each
+connection) and the origin honours ranges, the rest of a large file goes
+over parallel ranged connections (transfer_parallel.py), which carry on
+from the stream's partial and hash. A parallel transfer that a killed pod
+left behind resumes as one. `publish_completed` renames the result into
+place (cache/publish.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llmkube_stager.cache.layout import partial_key, validator_of
+from llmkube_stager.cache.partials import list_partials
 from llmkube_stager.cache.publish import publish
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, TransferError
@@ -22,7 +29,13 @@ from llmkube_stager.model import RemoteFile
 from llmkube_stager.progress import ProgressTicker
 from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
-from llmkube_stager.transfer_stream import fetch_stream
+from llmkube_stager.transfer_stream import Handover, WidenRule, fetch_stream
+
+# Widen to ranged connections when one connection moves less than this over
+# its first WIDEN_PROBE_S. One stream on the benchmark VM does ~1.3 GB/s, a
+# capped CDN edge 50 MB/s; 250 MB/s leaves a 10 GbE link with one stream.
+WIDEN_BELOW_BYTES_PER_S = 250e6
+WIDEN_PROBE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,10 @@ class TransferEffects:
     connections: int = 1
     # Every destination of the manifest: never removed as a stale partial.
     listed: frozenset[str] = frozenset()
+    # Write partials with O_DIRECT (a local block filesystem: directio.py).
+    direct_io: bool = False
+    # For rates (the widening decision), not for file times.
+    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -70,18 +87,53 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
+    widen = None
     if _parallel_fits(fetcher, meta, effects):
-        try:
-            return _verified(file, meta, _fetch_parallel(fetcher, file, meta, effects))
-        except RangeUnusable as exc:
-            effects.log.warning(
-                "ranges_unusable", f"{exc}; falling back to one connection", file=file.rel
-            )
-    stream = fetch_stream(fetcher, file, meta, effects)
+        if _parallel_partial_left(file, meta):
+            parallel = _try_parallel(fetcher, file, meta, effects, None)
+            if parallel is not None:
+                return parallel
+        else:
+            widen = _widen_rule(effects)
+    stream = fetch_stream(fetcher, file, meta, effects, widen)
+    if stream.handover is not None:
+        effects.log.info(
+            "widen",
+            f"one connection moved {stream.handover.rate_bytes_per_s / 1e6:.0f} MB/s; the rest "
+            f"of {file.rel} goes over {effects.connections} ranged connections",
+            file=file.rel,
+        )
+        parallel = _try_parallel(fetcher, file, meta, effects, stream.handover)
+        if parallel is not None:
+            return parallel
+        stream = fetch_stream(fetcher, file, meta, effects)
     done = Completed(
         file.rel, stream.partial, file.dest, stream.expected_bytes, stream.sha256, stream.received
     )
     return _verified(file, meta, done)
+
+
+def _try_parallel(
+    fetcher: Fetcher,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    effects: TransferEffects,
+    seed: Handover | None,
+) -> Completed | None:
+    """None when the origin turns out not to honour ranges."""
+    try:
+        return _verified(file, meta, _fetch_parallel(fetcher, file, meta, effects, seed))
+    except RangeUnusable as exc:
+        effects.log.warning(
+            "ranges_unusable", f"{exc}; falling back to one connection", file=file.rel
+        )
+        return None
+
+
+def _widen_rule(effects: TransferEffects) -> WidenRule:
+    from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES
+
+    return WidenRule(WIDEN_BELOW_BYTES_PER_S, WIDEN_PROBE_S, 2 * MIN_ITEM_BYTES, effects.monotonic)
 
 
 def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects) -> bool:
@@ -96,8 +148,19 @@ def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects)
     )
 
 
+def _parallel_partial_left(file: RemoteFile, meta: RemoteMeta) -> bool:
+    """A killed parallel transfer of this version left a partial: resume it
+    with ranges rather than start a stream beside it."""
+    key = partial_key(validator_of(meta.size_bytes, meta.etag))
+    return any(p.kind == "segs" and p.key == key for p in list_partials(file.dest))
+
+
 def _fetch_parallel(
-    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, effects: TransferEffects
+    fetcher: Fetcher,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    effects: TransferEffects,
+    seed: Handover | None,
 ) -> Completed:
     from llmkube_stager.transfer_parallel import ParallelTransfer
 
@@ -124,6 +187,7 @@ def _fetch_parallel(
             ticker,
             effects.wall_clock,
             effects.idle_s,
+            seed,
         )
         result = transfer.run(hash_it)
     return Completed(

@@ -3,8 +3,14 @@
 
 probe -> partial named per origin validator (spec §4.2, a private writer
 id added: cache/partials.py) -> ranged GET from the partial's size with
-If-Range -> receive with `readinto` into a reusable buffer and `pwrite` at
-explicit offsets, sha256 on another thread -> size check.
+If-Range -> receive with `readinto` into reusable aligned buffers, sha256
+and the write (O_DIRECT where it fits) on other threads (pipeline.py) ->
+size check.
+
+On an origin that is slow per connection, the first attempt hands over to
+ranged connections (`WidenRule`, #6): one stream first, because on a fast
+origin it is the cheapest path (bytes hashed from the receive buffers, never
+read back), widened only when a per-connection cap makes it the slow one.
 
 Rules kept from the scripts and pip: a 200 to a Range request restarts the
 file; a 416 on a complete partial publishes without a body; no Accept-Ranges
@@ -16,6 +22,7 @@ consistent with the offsets the origin declared.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,20 +37,35 @@ from llmkube_stager.cache.partials import (
 )
 from llmkube_stager.cache.publish import disk_error
 from llmkube_stager.cache.records import FILE_MODE
+from llmkube_stager.directio import PartialWriter, fill_limit
 from llmkube_stager.errors import Reason, SourceError, TransferError
-from llmkube_stager.hashing import StreamHasher
+from llmkube_stager.hashing import sha256_prefix
 from llmkube_stager.model import RemoteFile
+from llmkube_stager.pipeline import Pipeline
 from llmkube_stager.progress import ProgressTicker
 from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Body, Fetcher, RangeUnusable, RemoteMeta
 from llmkube_stager.writeback import Writeback
 
 if TYPE_CHECKING:
+    from hashlib import _Hash
+
     from llmkube_stager.transfer import TransferEffects
 
-BUFFER_BYTES = 1 << 20
 # Progress worth a fresh retry budget (see RetryBudget.refund).
 _REFUND_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A stream stopped early for ranged connections: its partial holds
+    bytes [0, offset); `sha` covers them when the file is hashed."""
+
+    partial: str
+    offset: int
+    sha: _Hash | None
+    received: int
+    rate_bytes_per_s: float
 
 
 @dataclass(frozen=True)
@@ -52,25 +74,77 @@ class Streamed:
     expected_bytes: int | None
     sha256: str | None
     received: int
+    handover: Handover | None = None
+
+
+class WidenRule:
+    """Decides once, `probe_s` into an attempt, whether one connection is
+    too slow and the rest should go over ranged connections. Only worth it
+    with enough left to split (`min_rest_bytes`)."""
+
+    def __init__(
+        self,
+        below_bytes_per_s: float,
+        probe_s: float,
+        min_rest_bytes: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self._below = below_bytes_per_s
+        self._probe_s = probe_s
+        self._min_rest = min_rest_bytes
+        self._clock = clock
+        self._started: tuple[float, int] | None = None
+        self._decided = False
+        self.rate_bytes_per_s = 0.0
+
+    def begin(self, offset: int) -> None:
+        if not self._decided:
+            self._started = (self._clock(), offset)
+
+    def wants_more(self, offset: int, expected: int | None) -> bool:
+        if self._decided or self._started is None or expected is None:
+            return False
+        started_s, start_offset = self._started
+        elapsed_s = self._clock() - started_s
+        if elapsed_s < self._probe_s:
+            return False
+        self._decided = True
+        self.rate_bytes_per_s = (offset - start_offset) / elapsed_s
+        return self.rate_bytes_per_s < self._below and expected - offset >= self._min_rest
+
+
+class _Widen(Exception):
+    """Internal: stop this stream, the partial goes to ranged connections."""
 
 
 def fetch_stream(
-    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, effects: TransferEffects
+    fetcher: Fetcher,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    effects: TransferEffects,
+    widen: WidenRule | None = None,
 ) -> Streamed:
-    """Attempts over one connection until the partial holds the whole file."""
+    """Attempts over one connection until the partial holds the whole file
+    (or, with `widen`, until it hands over to ranged connections)."""
     budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
     state = _open_state(file, meta, effects)
     state.hash_it = file.sha256 is not None or meta.sha256 is not None
     _check_space(state, effects, file.rel)
     try:
-        received = _fill(fetcher, file, meta, state, budget, effects)
-        digest = state.hasher.hexdigest() if state.hasher is not None else None
-    finally:
-        if state.hasher is not None:
-            state.hasher.close()
-    if state.hash_it and digest is None:
-        # Complete by a 416 with nothing received this time: hash the partial.
-        digest = _hash_partial(state.partial)
+        received = _fill(fetcher, file, meta, state, budget, effects, widen)
+    except _Widen:
+        assert widen is not None
+        sha = state.sha if state.sha_at == state.offset else None
+        handover = Handover(
+            state.partial, state.offset, sha, state.received, widen.rate_bytes_per_s
+        )
+        return Streamed(state.partial, state.expected_bytes, None, state.received, handover)
+    digest = None
+    if state.hash_it:
+        if state.sha is None or state.sha_at != state.offset:
+            # Complete by a 416 with nothing received this time: hash the partial.
+            state.sha = sha256_prefix(state.partial, state.offset)
+        digest = state.sha.hexdigest()
     return Streamed(state.partial, state.expected_bytes, digest, received)
 
 
@@ -83,18 +157,11 @@ class _State:
     expected_bytes: int | None
     ranges: bool
     hash_it: bool = False
-    hasher: StreamHasher | None = None
+    sha: _Hash | None = None
+    sha_at: int = -1  # the partial offset `sha` covers (-1: none)
     received: int = 0  # body bytes that came over the wire, every attempt
     high_water: int = 0  # the furthest offset any attempt reached
-
-
-def _hash_partial(path: str) -> str:
-    hasher = StreamHasher(BUFFER_BYTES, depth=1)
-    try:
-        hasher.feed_prefix(path, os.stat(path).st_size)
-        return hasher.hexdigest()
-    finally:
-        hasher.close()
+    direct_io: bool = False
 
 
 def _fill(
@@ -104,6 +171,7 @@ def _fill(
     state: _State,
     budget: RetryBudget,
     effects: TransferEffects,
+    widen: WidenRule | None,
 ) -> int:
     """Attempts until the partial holds the whole file; bytes received."""
     heartbeat = _heartbeat(state)
@@ -113,7 +181,7 @@ def _fill(
         ticker.total_bytes = state.expected_bytes
         while True:
             try:
-                if _attempt(fetcher, file, meta, state, ticker):
+                if _attempt(fetcher, file, meta, state, ticker, widen):
                     return state.received
                 error = _short_body_error(file, state)
             except RangeUnusable as exc:
@@ -155,7 +223,9 @@ def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) ->
         offset = 0
     if offset:
         effects.log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
-    return _State(partial, offset, meta.size_bytes, ranges, high_water=offset)
+    return _State(
+        partial, offset, meta.size_bytes, ranges, high_water=offset, direct_io=effects.direct_io
+    )
 
 
 def _partial_size(path: str) -> int:
@@ -193,7 +263,12 @@ def _short_body_error(file: RemoteFile, state: _State) -> SourceError:
 
 
 def _attempt(
-    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, state: _State, ticker: ProgressTicker
+    fetcher: Fetcher,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    state: _State,
+    ticker: ProgressTicker,
+    widen: WidenRule | None,
 ) -> bool:
     """One request. True when the partial is complete."""
     body = fetcher.open(file, meta, state.offset if state.ranges else 0)
@@ -202,7 +277,7 @@ def _attempt(
             return _complete_by_416(state, body)
         _adopt_body(state, body)
         ticker.total_bytes = state.expected_bytes
-        _receive(body, state, ticker, file.rel)
+        _receive(body, state, ticker, file.rel, widen)
     finally:
         body.close()
     return _judge_size(state, file.rel)
@@ -236,18 +311,53 @@ def _adopt_body(state: _State, body: Body) -> None:
     state.expected_bytes = total
 
 
-def _receive(body: Body, state: _State, ticker: ProgressTicker, rel: str) -> None:
+def _receive(
+    body: Body, state: _State, ticker: ProgressTicker, rel: str, widen: WidenRule | None
+) -> None:
     fd = _open_partial(state, rel)
     try:
         os.ftruncate(fd, state.offset)
         ticker.done_bytes = state.offset
-        with Writeback(fd) as writeback:
-            _receive_into(fd, body, state, ticker, writeback)
+        copy_into: Callable[[int, int], int] | None = getattr(body, "copy_into", None)
+        if not state.hash_it and copy_into is not None:
+            _copy_into(fd, copy_into, state, ticker)
+        else:
+            _receive_pipelined(fd, body, state, ticker, widen)
         os.fsync(fd)
     except OSError as exc:
         raise disk_error(exc, "writing", rel) from exc
     finally:
         os.close(fd)
+
+
+def _copy_into(
+    fd: int, copy_into: Callable[[int, int], int], state: _State, ticker: ProgressTicker
+) -> None:
+    """A local source with nothing to hash is copied by the kernel."""
+    with Writeback(fd) as writeback:
+        while n := copy_into(fd, state.offset):
+            state.offset += n
+            state.received += n
+            ticker.done_bytes = state.offset
+            writeback.wrote(n)
+
+
+def _receive_pipelined(
+    fd: int, body: Body, state: _State, ticker: ProgressTicker, widen: WidenRule | None
+) -> None:
+    sha = _sha_for(state)
+    state.sha_at = -1  # until the pipeline has drained
+    writer = PartialWriter(fd, state.partial, state.direct_io)
+    with contextlib.ExitStack() as stack:
+        stack.callback(writer.close_direct)
+        # Buffered writes are flushed as they go; direct ones need no help.
+        writeback = None if writer.direct else stack.enter_context(Writeback(fd))
+        pipe = Pipeline(writer, sha, writeback)
+        try:
+            _receive_into(body, state, ticker, pipe, widen)
+        finally:
+            pipe.close()  # a write error raised here outranks a network one
+            state.sha_at = state.offset
 
 
 def _open_partial(state: _State, rel: str) -> int:
@@ -274,62 +384,50 @@ def _open_partial(state: _State, rel: str) -> int:
 
 
 def _receive_into(
-    fd: int, body: Body, state: _State, ticker: ProgressTicker, writeback: Writeback
+    body: Body, state: _State, ticker: ProgressTicker, pipe: Pipeline, widen: WidenRule | None
 ) -> None:
-    """readinto -> pwrite -> (hash on the other thread), one buffer at a time;
-    a local source with nothing to hash is copied by the kernel instead."""
-    hasher = _hasher_for(state)
-    copy_into: Callable[[int, int], int] | None = getattr(body, "copy_into", None)
-    if hasher is None and copy_into is not None:
-        while n := copy_into(fd, state.offset):
-            state.offset += n
-            state.received += n
-            ticker.done_bytes = state.offset
-            writeback.wrote(n)
-        return
-    own = bytearray(0 if hasher is not None else BUFFER_BYTES)
-    take: Callable[[], bytearray] = hasher.take if hasher is not None else (lambda: own)
+    """Fill a buffer, hand it to the pipeline, repeat. Bytes already in a
+    buffer when the connection fails are still written (resume from them)."""
+    if widen is not None:
+        widen.begin(state.offset)
     while True:
-        buffer = take()
+        buffer = pipe.take()
+        n, ended, widening = 0, False, False
         try:
-            n = body.readinto(memoryview(buffer))
-        except BaseException:
-            if hasher is not None:
-                hasher.give_back(buffer)
-            raise
-        if not n:
-            if hasher is not None:
-                hasher.give_back(buffer)
+            with memoryview(buffer) as view:
+                limit = fill_limit(state.offset, len(view))
+                while n < limit and not widening:
+                    got = body.readinto(view[n:limit])
+                    if not got:
+                        ended = True
+                        break
+                    n += got
+                    widening = widen is not None and widen.wants_more(
+                        state.offset + n, state.expected_bytes
+                    )
+        finally:
+            if n:
+                pipe.submit(buffer, n, state.offset)
+                state.offset += n
+                state.received += n
+                ticker.done_bytes = state.offset
+            else:
+                pipe.give_back(buffer)
+        if ended:
             return
-        _write_all(fd, memoryview(buffer)[:n], state.offset)
-        writeback.wrote(n)
-        state.offset += n
-        state.received += n
-        ticker.done_bytes = state.offset
-        if hasher is not None:
-            hasher.submit(buffer, n)
+        if widening:
+            raise _Widen
 
 
-def _hasher_for(state: _State) -> StreamHasher | None:
+def _sha_for(state: _State) -> _Hash | None:
     """The running hash must cover exactly bytes [0, offset) of the partial;
     after a restart or an adoption it is rebuilt from the partial itself."""
     if not state.hash_it:
         return None
-    if state.hasher is not None and state.hasher.position == state.offset:
-        return state.hasher
-    if state.hasher is not None:
-        state.hasher.close()
-    state.hasher = StreamHasher(BUFFER_BYTES)
-    if state.offset:
-        state.hasher.feed_prefix(state.partial, state.offset)
-    return state.hasher
-
-
-def _write_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        written = os.pwrite(fd, data, offset)
-        data = data[written:]
-        offset += written
+    if state.sha is None or state.sha_at != state.offset:
+        state.sha = sha256_prefix(state.partial, state.offset) if state.offset else hashlib.sha256()
+        state.sha_at = state.offset
+    return state.sha
 
 
 def _judge_size(state: _State, rel: str) -> bool:

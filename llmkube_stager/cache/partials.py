@@ -94,6 +94,17 @@ def adopt_partial(dest: str, validator: str, writer_id: str, now_s: float, idle_
     return own
 
 
+def hand_over(src: str, dst: str) -> bool:
+    """Move our own partial to another of our names (a stream widening to
+    ranged connections); False when another writer adopted it meanwhile."""
+    try:
+        os.rename(src, dst)
+    except FileNotFoundError:
+        return False
+    _touch(dst)
+    return True
+
+
 def _touch(path: str) -> None:
     """A rename keeps the old mtime: refresh it at once, or the next writer
     sees the adopted partial as idle and adopts it away again."""

@@ -95,6 +95,8 @@ class _Resource:
     last_modified: float
     data: bytes | None = None
     file_path: str | None = None
+    # A CDN edge's per-connection cap: every GET of this path is paced.
+    rate_bytes_per_s: int | None = None
 
     def chunks(self, start: int, end: int, chunk: int) -> Iterator[bytes | memoryview]:
         if self.data is not None:
@@ -399,7 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
         for cut in (fault.truncate_after, fault.stall_after):
             if cut is not None:
                 limit = min(limit, cut)
-        rate = fault.rate_bytes_per_s
+        rate = fault.rate_bytes_per_s or res.rate_bytes_per_s
         # Small chunks when throttled so the pacing is smooth (~20 writes/s).
         chunk = _CHUNK if rate is None else max(1, min(_CHUNK, rate // 20))
         started = time.monotonic()
@@ -462,11 +464,21 @@ class Origin(Lifecycle):
         scheme = "http" if self._tls is None else "https"
         return f"{scheme}://{_HOST}:{self._server.server_port}"
 
-    def put(self, path: str, data: bytes, *, etag: str | None = "auto") -> None:
-        """Serve ``data`` at ``path``; replaces any previous content (an upstream change)."""
+    def put(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        etag: str | None = "auto",
+        rate_bytes_per_s: int | None = None,
+    ) -> None:
+        """Serve ``data`` at ``path``; replaces any previous content (an upstream change).
+        ``rate_bytes_per_s`` caps every connection's GET of it, like a CDN edge."""
         _check_path(path)
         tag = _auto_etag(data) if etag == "auto" else etag
-        res = _Resource(len(data), tag, time.time(), data=bytes(data))
+        res = _Resource(
+            len(data), tag, time.time(), data=bytes(data), rate_bytes_per_s=rate_bytes_per_s
+        )
         with self._state.lock:
             self._state.files[path] = res
 

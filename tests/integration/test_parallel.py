@@ -1,8 +1,10 @@
 """Parallel ranged connections into one file (transfer_parallel.py).
 
-Files of 32 MiB and more go over LLMKUBE_CONNECTIONS ranged connections; a
-journal records completed ranges for resume; an origin that does not honour
-ranges makes the transfer fall back to one stream. Assertions are on bytes,
+A file of 32 MiB and more starts as one stream; when that connection is slow
+(an origin capping each connection, like a CDN edge) the rest goes over
+LLMKUBE_CONNECTIONS ranged connections (transfer.py's widening). A journal
+records completed ranges for resume; an origin that does not honour ranges
+makes the transfer fall back to one stream. Assertions are on bytes,
 records, stamps and the ranges the origin was asked for.
 """
 
@@ -17,26 +19,31 @@ from pathlib import Path
 
 from llmkube_stager.cache.layout import segmented_paths, validator_of
 from llmkube_stager.model import Decision
-from llmkube_stager.testing.origin import Fault, Origin
+from llmkube_stager.testing.origin import Fault, RequestRecord
 from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES, Ranges, work_items
 
 MIB = 1 << 20
 SIZE = 40 * MIB  # above the 32 MiB threshold
 PATH = "/m/big.gguf"
+# Per connection: one stream moves ~6 MiB in its first second (far below the
+# 250 MB/s widening line), which leaves more than the 32 MiB worth splitting.
+CAP = 6 * MIB
 
 
-def _ranges(origin: Origin) -> list[tuple[int, int]]:
+def _ranges(requests: list[RequestRecord]) -> list[tuple[int, int]]:
     found = []
-    for request in origin.requests(PATH, "GET"):
+    for request in requests:
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("range", ""))
         assert match, f"a GET without a byte range: {request.headers}"
         found.append((int(match.group(1)), int(match.group(2) or SIZE - 1)))
     return sorted(found)
 
 
-def test_large_file_arrives_over_several_ranged_connections(stager, origin, make_payload) -> None:
+def test_a_capped_connection_widens_to_several_ranged_connections(
+    stager, origin, make_payload
+) -> None:
     data = make_payload(SIZE, seed=3)
-    origin.put(PATH, data)
+    origin.put(PATH, data, rate_bytes_per_s=CAP)
     digest = hashlib.sha256(data).hexdigest()
 
     run = stager.ok(
@@ -44,39 +51,64 @@ def test_large_file_arrives_over_several_ranged_connections(stager, origin, make
     )
 
     dest = stager.dest()
-    assert dest.read_bytes() == data
+    assert dest.read_bytes() == data  # and the digest, hashed across the handover, matched
     assert stager.record(dest) == str(SIZE).encode()
     assert Path(str(dest) + ".sha256").read_text().split()[:2] == [digest, str(SIZE)]
-    spans = _ranges(origin)
+    first, *rest = origin.requests(PATH, "GET")
+    assert "range" not in first.headers, "the stream starts at byte 0"
+    spans = _ranges(rest)
     assert len(spans) >= 2, "one connection only"
-    covered = sum(end - start + 1 for start, end in spans)
-    assert covered == SIZE and spans[0][0] == 0 and spans[-1][1] == SIZE - 1
+    handed_over = spans[0][0]
+    assert 0 < handed_over <= first.body_bytes, "the ranges carry on where the stream stopped"
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
+    assert spans[-1][1] == SIZE - 1
+    assert run.has_line("ranged connections")
     assert run.outcome is not None and run.outcome.bytes_fetched == SIZE
     assert not [p for p in os.listdir(dest.parent) if "llmkube-segs" in p or "journal" in p]
+
+
+def test_a_fast_connection_stays_one_stream(stager, origin, make_payload) -> None:
+    data = make_payload(SIZE, seed=8)
+    origin.put(PATH, data)  # loopback, uncapped: done before the rate is even judged
+
+    run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
+
+    assert stager.dest().read_bytes() == data
+    gets = origin.requests(PATH, "GET")
+    assert len(gets) == 1 and "range" not in gets[0].headers
+    assert not run.has_line("ranged connections")
+
+
+def _left_by_a_killed_parallel_transfer(dest: Path, data: bytes, done_to: int) -> tuple[str, str]:
+    """A segmented partial with a journal claiming [0, done_to), idle."""
+    dest.parent.mkdir(parents=True)
+    # The fixture's automatic strong ETag: the first 16 hex of the sha256.
+    validator = validator_of(SIZE, '"' + hashlib.sha256(data).hexdigest()[:16] + '"')
+    segs, journal = segmented_paths(str(dest), validator, "deadbeef")
+    with open(segs, "wb") as handle:
+        handle.write(data[:done_to])
+        handle.truncate(SIZE)
+    Path(journal).write_text(
+        json.dumps({"validator": validator, "size": SIZE, "done": [[0, done_to]]})
+    )
+    old = 1_000_000_000
+    os.utime(segs, (old, old))
+    os.utime(journal, (old, old))
+    return segs, journal
 
 
 def test_journal_resume_fetches_only_the_missing_ranges(stager, origin, make_payload) -> None:
     data = make_payload(SIZE, seed=4)
     origin.put(PATH, data)
     dest = stager.dest()
-    dest.parent.mkdir(parents=True)
-    # The fixture's automatic strong ETag: the first 16 hex of the sha256.
-    validator = validator_of(SIZE, '"' + hashlib.sha256(data).hexdigest()[:16] + '"')
-    segs, journal = segmented_paths(str(dest), validator, "deadbeef")
     done_to = 24 * MIB  # a killed writer finished the first 24 MiB
-    with open(segs, "wb") as handle:
-        handle.write(data[:done_to])
-        handle.truncate(SIZE)
-    Path(journal).write_text(json.dumps({"validator": validator, "size": SIZE,
-                                         "done": [[0, done_to]]}))
-    old = 1_000_000_000
-    os.utime(segs, (old, old))
-    os.utime(journal, (old, old))
+    segs, journal = _left_by_a_killed_parallel_transfer(dest, data, done_to)
 
     run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
 
     assert dest.read_bytes() == data
-    assert all(start >= done_to for start, _ in _ranges(origin)), "journaled bytes asked again"
+    ranges = _ranges(origin.requests(PATH, "GET"))
+    assert all(start >= done_to for start, _ in ranges), "journaled bytes asked again"
     assert sum(r.body_bytes for r in origin.requests(PATH, "GET")) == SIZE - done_to
     assert run.outcome is not None and run.outcome.bytes_fetched == SIZE - done_to
     assert not os.path.exists(segs) and not os.path.exists(journal)
@@ -85,7 +117,9 @@ def test_journal_resume_fetches_only_the_missing_ranges(stager, origin, make_pay
 def test_origin_without_ranges_falls_back_to_one_stream(stager, origin, make_payload) -> None:
     data = make_payload(SIZE, seed=5)
     origin.put(PATH, data)
-    # HEAD promises ranges, the GETs ignore them (a misconfigured mirror).
+    # A parallel transfer to resume; HEAD promises ranges, the GETs ignore
+    # them (a misconfigured mirror).
+    _left_by_a_killed_parallel_transfer(stager.dest(), data, 8 * MIB)
     origin.set_fault(PATH, Fault(ignore_range=True, methods=("GET",)))
 
     run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
@@ -99,7 +133,7 @@ def test_a_wrong_digest_over_parallel_ranges_publishes_nothing(
     stager, origin, make_payload
 ) -> None:
     data = make_payload(SIZE, seed=6)
-    origin.put(PATH, data)
+    origin.put(PATH, data, rate_bytes_per_s=CAP)
     wrong = hashlib.sha256(b"not this").hexdigest()
 
     run = stager.fails(
@@ -107,6 +141,7 @@ def test_a_wrong_digest_over_parallel_ranges_publishes_nothing(
     )
 
     assert run.reason == "ModelTransferChecksumMismatch"
+    assert run.has_line("ranged connections")
     dest = stager.dest()
     assert not dest.exists()
     assert Path(f"{dest}.{wrong}.sha256-rejected").exists()
@@ -118,6 +153,7 @@ def test_a_range_cut_short_is_retried_from_where_it_stopped(
 ) -> None:
     data = make_payload(SIZE, seed=7)
     origin.put(PATH, data)
+    _left_by_a_killed_parallel_transfer(stager.dest(), data, 8 * MIB)
     origin.set_fault(PATH, Fault(truncate_after=3 * MIB, times=2, methods=("GET",)))
 
     run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))

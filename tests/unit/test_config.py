@@ -84,6 +84,7 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("LLMKUBE_MAX_RETRY_WAIT", "120", SINGLE, "timeouts.max_retry_wait_s", 120.0, "4"),
     ("LLMKUBE_LOCK_TIMEOUT", "600", SINGLE, "timeouts.lock_s", 600.0, "4"),
     ("LLMKUBE_CONNECTIONS", "8", SINGLE, "connections", 8, "2"),
+    ("LLMKUBE_DIRECT_IO", "off", SINGLE, "direct_io", False, "auto"),
 ]
 CASE_IDS = [c[0] for c in CASES]
 

@@ -1,0 +1,122 @@
+"""Receive, hash and write on three threads, one buffer at a time (#6).
+
+The receiving thread fills a buffer, the sha256 thread hashes it, the
+writer thread writes it (O_DIRECT where it fits: directio.py), and the
+buffer goes back to the pool. hashlib, socket reads and pwrite all release
+the GIL, so on two cores the three overlap; measured on the benchmark VM,
+one 2 GiB stream took 1.6 s and 2.0 s of CPU against curl's 2.8 s and 2.8 s.
+Memory is bounded by the pool: DEPTH x BUFFER_BYTES.
+
+Bytes are hashed in file order from the buffers that are written, so a
+fresh download is never read back to be verified. Writes are issued in
+order too: after a crash the partial holds a prefix of the file, which is
+what a resume needs.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import TYPE_CHECKING
+
+from llmkube_stager.directio import PartialWriter, aligned_buffer
+
+if TYPE_CHECKING:
+    import mmap
+    from hashlib import _Hash
+
+    from llmkube_stager.writeback import Writeback
+
+BUFFER_BYTES = 4 << 20  # O_DIRECT throughput peaked at 4 MiB writes (dd, virtio)
+DEPTH = 4
+
+_Item = tuple["mmap.mmap", int, int]  # buffer, bytes, file offset
+
+
+class Pipeline:
+    """`take` a free buffer, fill it, `submit` it with its offset. `close`
+    (always call it, in a `finally`) waits until everything submitted is
+    hashed and written, and raises the first write error. `sha` (a hashlib
+    object) is updated in file order."""
+
+    def __init__(
+        self,
+        writer: PartialWriter,
+        sha: _Hash | None,
+        writeback: Writeback | None = None,
+        buffer_bytes: int = BUFFER_BYTES,
+        depth: int = DEPTH,
+    ) -> None:
+        self._writer = writer
+        self._sha = sha
+        self._writeback = writeback
+        self._free: queue.Queue[mmap.mmap] = queue.Queue()
+        self._buffers = [aligned_buffer(buffer_bytes) for _ in range(depth)]
+        for buffer in self._buffers:
+            self._free.put(buffer)
+        self._to_write: queue.Queue[_Item | None] = queue.Queue()
+        self._to_hash: queue.Queue[_Item | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._failed = threading.Event()
+        self._threads = [threading.Thread(target=self._write_loop, name="write", daemon=True)]
+        if sha is not None:
+            self._threads.append(
+                threading.Thread(target=self._hash_loop, name="sha256", daemon=True)
+            )
+        for thread in self._threads:
+            thread.start()
+
+    def take(self) -> mmap.mmap:
+        while True:
+            self._raise_failure()
+            try:
+                return self._free.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def submit(self, buffer: mmap.mmap, n: int, offset: int) -> None:
+        first = self._to_hash if self._sha is not None else self._to_write
+        first.put((buffer, n, offset))
+
+    def give_back(self, buffer: mmap.mmap) -> None:
+        self._free.put(buffer)
+
+    def _hash_loop(self) -> None:
+        assert self._sha is not None
+        update = self._sha.update
+        while (item := self._to_hash.get()) is not None:
+            buffer, n, _ = item
+            with memoryview(buffer) as view:
+                update(view[:n])
+            self._to_write.put(item)
+        self._to_write.put(None)
+
+    def _write_loop(self) -> None:
+        while (item := self._to_write.get()) is not None:
+            buffer, n, offset = item
+            if not self._failed.is_set():
+                try:
+                    with memoryview(buffer) as view:
+                        self._writer.write(view[:n], offset)
+                    if self._writeback is not None:
+                        self._writeback.wrote(n)
+                except BaseException as exc:  # surfaces in take() / close()
+                    self._error = exc
+                    self._failed.set()
+            self._free.put(buffer)
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Drain: every submitted buffer hashed and written (or the first
+        write error raised)."""
+        first = self._to_hash if self._sha is not None else self._to_write
+        first.put(None)
+        for thread in self._threads:
+            thread.join()
+        # Not mmap.close(): a traceback may still hold a slice of a buffer
+        # (BufferError); the memory goes when the last reference does.
+        self._buffers.clear()
+        self._raise_failure()
