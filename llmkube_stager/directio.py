@@ -51,8 +51,9 @@ def fill_limit(offset: int, capacity: int) -> int:
 
 class PartialWriter:
     """pwrite at explicit offsets; the aligned part of each buffer through
-    O_DIRECT when enabled. `fd` (buffered) stays the descriptor to
-    ftruncate, fsync and close."""
+    O_DIRECT when enabled. Safe to share between threads. `fd` (buffered)
+    stays the descriptor to ftruncate, fsync and close; `close` closes only
+    the direct one, once no thread writes any more."""
 
     def __init__(self, fd: int, path: str, direct: bool) -> None:
         self.fd = fd
@@ -62,15 +63,18 @@ class PartialWriter:
                 self._direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
             except (OSError, AttributeError):
                 self._direct_fd = -1
+        # Cleared on EINVAL (any thread); the descriptor stays open until
+        # close(), so a concurrent writer never uses a closed or reused fd.
+        self._direct_ok = self._direct_fd >= 0
 
     @property
     def direct(self) -> bool:
-        return self._direct_fd >= 0
+        return self._direct_ok
 
     def write(self, data: memoryview, offset: int) -> None:
         """Write all of `data` at `offset`; `data` must start where its
         buffer starts (page-aligned) for the direct path to apply."""
-        if self._direct_fd >= 0 and offset % ALIGN_BYTES == 0:
+        if self._direct_ok and offset % ALIGN_BYTES == 0:
             aligned = len(data) - len(data) % ALIGN_BYTES
             if aligned:
                 done = self._write_direct(data[:aligned], offset)
@@ -87,17 +91,44 @@ class PartialWriter:
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                self.close_direct()  # this filesystem or buffer does not take it
+                self._direct_ok = False  # this filesystem or buffer does not take it
                 return done
             done += n
             if n % ALIGN_BYTES:
                 return done  # a short odd write: finish buffered
         return done
 
-    def close_direct(self) -> None:
+    def close(self) -> None:
+        self._direct_ok = False
         if self._direct_fd >= 0:
             os.close(self._direct_fd)
             self._direct_fd = -1
+
+
+class DirectReader:
+    """Reads a file back without the page cache (the parallel engine's
+    hasher, when the workers wrote with O_DIRECT): pages read through the
+    cache would cost the allocation the direct writes avoided."""
+
+    def __init__(self, path: str, chunk_bytes: int) -> None:
+        self._fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        self._buffer = aligned_buffer(chunk_bytes + ALIGN_BYTES)
+        self.chunk_bytes = chunk_bytes
+
+    def read(self, offset: int, length: int) -> memoryview:
+        """Bytes [offset, offset + min(length, chunk_bytes)) of the file (fewer at
+        its end). The view is valid until the next read."""
+        length = min(length, self.chunk_bytes)
+        start = offset - offset % ALIGN_BYTES
+        end = offset + length
+        span = end - start + (-(end - start) % ALIGN_BYTES)
+        view = memoryview(self._buffer)[:span]
+        got = os.preadv(self._fd, [view], start)
+        skip = offset - start
+        return view[skip : max(skip, min(got, skip + length))]
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 def pwrite_all(fd: int, data: memoryview, offset: int) -> None:

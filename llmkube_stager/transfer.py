@@ -188,6 +188,7 @@ def _fetch_parallel(
             effects.wall_clock,
             effects.idle_s,
             seed,
+            effects.direct_io,
         )
         result = transfer.run(hash_it)
     return Completed(

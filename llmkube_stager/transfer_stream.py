@@ -349,7 +349,7 @@ def _receive_pipelined(
     state.sha_at = -1  # until the pipeline has drained
     writer = PartialWriter(fd, state.partial, state.direct_io)
     with contextlib.ExitStack() as stack:
-        stack.callback(writer.close_direct)
+        stack.callback(writer.close)
         # Buffered writes are flushed as they go; direct ones need no help.
         writeback = None if writer.direct else stack.enter_context(Writeback(fd))
         pipe = Pipeline(writer, sha, writeback)
