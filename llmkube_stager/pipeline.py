@@ -5,7 +5,8 @@ writer thread writes it (O_DIRECT where it fits: directio.py), and the
 buffer goes back to the pool. hashlib, socket reads and pwrite all release
 the GIL, so on two cores the three overlap; measured on the benchmark VM,
 one 2 GiB stream took 1.6 s and 2.0 s of CPU against curl's 2.8 s and 2.8 s.
-Memory is bounded by the pool: DEPTH x BUFFER_BYTES.
+Memory is bounded by the pool: DEPTH buffers of BUFFER_BYTES, smaller when
+the process already holds much (boto3), to stay within MEMORY_BUDGET_BYTES.
 
 Bytes are hashed in file order from the buffers that are written, so a
 fresh download is never read back to be verified. Writes are issued in
@@ -15,6 +16,7 @@ what a resume needs.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from typing import TYPE_CHECKING
@@ -27,8 +29,34 @@ if TYPE_CHECKING:
 
     from llmkube_stager.writeback import Writeback
 
-BUFFER_BYTES = 2 << 20  # 4 MiB was no faster (2 GiB: 1.6 s either way) and costs 8 MiB RSS
+# 4 x 4 MiB: 2 GiB pinned in 1.44-1.70 s here; 4 x 2 MiB 2.07-2.37 s (each
+# O_DIRECT write waits for the disk: fewer, larger ones), 3 x 4 MiB 1.56-2.36 s.
+BUFFER_BYTES = 4 << 20
 DEPTH = 4
+# Peak RSS target (#6). boto3 with an S3 client is ~50 MiB resident by
+# itself; then the buffers shrink so that the process stays under it.
+MEMORY_BUDGET_BYTES = 64 << 20
+_SLACK_BYTES = 4 << 20  # thread stacks, sockets, the hash state
+_SMALLEST_BYTES = 1 << 20
+
+
+def buffer_bytes_within(budget_bytes: int, resident_bytes: int) -> int:
+    """The largest buffer size (BUFFER_BYTES halved until it fits) for DEPTH
+    buffers next to what the process already holds; 1 MiB at the least."""
+    room = budget_bytes - _SLACK_BYTES - resident_bytes
+    size = BUFFER_BYTES
+    while size > _SMALLEST_BYTES and size * DEPTH > room:
+        size //= 2
+    return size
+
+
+def resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
 
 _Item = tuple["mmap.mmap", int, int]  # buffer, bytes, file offset
 
@@ -44,9 +72,11 @@ class Pipeline:
         writer: PartialWriter,
         sha: _Hash | None,
         writeback: Writeback | None = None,
-        buffer_bytes: int = BUFFER_BYTES,
+        buffer_bytes: int | None = None,
         depth: int = DEPTH,
     ) -> None:
+        if buffer_bytes is None:
+            buffer_bytes = buffer_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
         self._writer = writer
         self._sha = sha
         self._writeback = writeback

@@ -97,12 +97,18 @@ class WidenRule:
         self._decided = False
         self.rate_bytes_per_s = 0.0
 
-    def begin(self, offset: int) -> None:
-        if not self._decided:
-            self._started = (self._clock(), offset)
+    def begin(self) -> None:
+        """A new attempt: judged afresh from its first bytes."""
+        self._started = None
 
     def wants_more(self, offset: int, expected: int | None) -> bool:
-        if self._decided or self._started is None or expected is None:
+        """Called as bytes arrive, `offset` the end of what arrived. The
+        clock starts at the first arrival: the request's latency and a
+        server's time to first byte say nothing of a connection cap."""
+        if self._decided or expected is None:
+            return False
+        if self._started is None:
+            self._started = (self._clock(), offset)
             return False
         started_s, start_offset = self._started
         elapsed_s = self._clock() - started_s
@@ -389,7 +395,7 @@ def _receive_into(
     """Fill a buffer, hand it to the pipeline, repeat. Bytes already in a
     buffer when the connection fails are still written (resume from them)."""
     if widen is not None:
-        widen.begin(state.offset)
+        widen.begin()
     while True:
         buffer = pipe.take()
         n, ended, widening = 0, False, False

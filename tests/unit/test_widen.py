@@ -20,10 +20,16 @@ def _rule(clock: Clock, min_rest: int = 32 * MB) -> WidenRule:
     return WidenRule(250 * MB, 1.0, min_rest, clock)
 
 
+def _begun(rule: WidenRule, offset: int) -> WidenRule:
+    """An attempt whose first bytes (up to `offset`) just arrived."""
+    rule.begin()
+    assert not rule.wants_more(offset, 2000 * MB)
+    return rule
+
+
 def test_a_slow_stream_widens_once_the_probe_time_has_passed() -> None:
     clock = Clock()
-    rule = _rule(clock)
-    rule.begin(0)
+    rule = _begun(_rule(clock), 0)
     clock.now_s += 0.5
     assert not rule.wants_more(25 * MB, 2000 * MB), "judged before the probe time"
     clock.now_s += 0.5
@@ -33,8 +39,7 @@ def test_a_slow_stream_widens_once_the_probe_time_has_passed() -> None:
 
 def test_a_fast_stream_is_never_widened_later() -> None:
     clock = Clock()
-    rule = _rule(clock)
-    rule.begin(0)
+    rule = _begun(_rule(clock), 0)
     clock.now_s += 1.0
     assert not rule.wants_more(900 * MB, 2000 * MB)
     clock.now_s += 10.0  # the origin slows down later: the decision stands
@@ -43,8 +48,7 @@ def test_a_fast_stream_is_never_widened_later() -> None:
 
 def test_the_rate_counts_from_where_the_attempt_began() -> None:
     clock = Clock()
-    rule = _rule(clock)
-    rule.begin(1000 * MB)  # a resumed partial: its bytes are not this stream's
+    rule = _begun(_rule(clock), 1000 * MB)  # a resumed partial: not this stream's bytes
     clock.now_s += 1.0
     assert rule.wants_more(1100 * MB, 2000 * MB)
     assert rule.rate_bytes_per_s == 100 * MB
@@ -52,18 +56,26 @@ def test_the_rate_counts_from_where_the_attempt_began() -> None:
 
 def test_too_little_left_to_split_stays_one_stream() -> None:
     clock = Clock()
-    rule = _rule(clock)
-    rule.begin(0)
+    rule = _begun(_rule(clock), 0)
     clock.now_s += 1.0
     assert not rule.wants_more(10 * MB, 40 * MB)
 
 
-def test_a_failed_attempt_restarts_the_probe() -> None:
+def test_the_time_to_first_byte_is_not_counted() -> None:
     clock = Clock()
     rule = _rule(clock)
-    rule.begin(0)
+    rule.begin()
+    clock.now_s += 3.0  # a cold server takes 3 s to answer, then streams fast
+    assert not rule.wants_more(4 * MB, 2000 * MB)
+    clock.now_s += 1.0
+    assert not rule.wants_more(600 * MB, 2000 * MB)
+
+
+def test_a_failed_attempt_restarts_the_probe() -> None:
+    clock = Clock()
+    rule = _begun(_rule(clock), 0)
     clock.now_s += 0.9
-    rule.begin(5 * MB)  # the first attempt failed early; the retry is judged afresh
+    _begun(rule, 5 * MB)  # the first attempt failed early; the retry is judged afresh
     clock.now_s += 0.5
     assert not rule.wants_more(300 * MB, 2000 * MB)
     clock.now_s += 0.5
@@ -72,7 +84,6 @@ def test_a_failed_attempt_restarts_the_probe() -> None:
 
 def test_an_unknown_size_is_never_split() -> None:
     clock = Clock()
-    rule = _rule(clock)
-    rule.begin(0)
+    rule = _begun(_rule(clock), 0)
     clock.now_s += 2.0
     assert not rule.wants_more(MB, None)

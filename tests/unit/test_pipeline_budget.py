@@ -1,0 +1,23 @@
+"""The pipeline's buffers shrink to keep the process within its memory budget
+(pipeline.buffer_bytes_within; issue #6: peak RSS <= 64 MiB)."""
+
+from __future__ import annotations
+
+from llmkube_stager.pipeline import DEPTH, MEMORY_BUDGET_BYTES, buffer_bytes_within
+
+MIB = 1 << 20
+
+
+def test_a_lean_process_gets_full_size_buffers() -> None:
+    assert buffer_bytes_within(MEMORY_BUDGET_BYTES, 30 * MIB) == 4 * MIB
+
+
+def test_a_process_holding_boto3_gets_smaller_ones_within_the_budget() -> None:
+    resident = 51 * MIB  # measured: boto3 + an S3 client after HEAD and presign
+    size = buffer_bytes_within(MEMORY_BUDGET_BYTES, resident)
+    assert size == 2 * MIB
+    assert resident + DEPTH * size <= MEMORY_BUDGET_BYTES
+
+
+def test_never_below_one_mebibyte() -> None:
+    assert buffer_bytes_within(MEMORY_BUDGET_BYTES, 200 * MIB) == MIB
