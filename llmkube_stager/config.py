@@ -18,6 +18,7 @@ from typing import Literal
 from llmkube_stager.cache.layout import parse_file_list
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.pins import file_pins, single_pin
+from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
 DEFAULT_CONNECTIONS = 8
@@ -76,6 +77,11 @@ VARS: tuple[Var, ...] = (
         "LLMKUBE_DIRECT_IO",
         "auto (default: O_DIRECT writes on ext4/xfs/btrfs) or off (always the page cache)",
     ),
+    # Credentials in a proxy URL are secrets (proxy.py); the lowercase
+    # spellings are read too and win, as in curl.
+    Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
+    Var("HTTP_PROXY", "http:// proxy for http origins (also http_proxy)", secret=True),
+    Var("NO_PROXY", "hosts, domains, IPs or CIDRs that go direct (also no_proxy)"),
 )
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
@@ -135,6 +141,7 @@ class Config:
     progress_interval_s: float = 10.0
     connections: int = DEFAULT_CONNECTIONS
     direct_io: bool = True  # "auto": still only where directio.direct_io_fits
+    proxy: ProxySettings = field(default_factory=ProxySettings)
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
@@ -156,6 +163,14 @@ class _Reader:
         (a pin variable set to "" must fail closed, not read as absent)."""
         flagged = self._flags.get(name)
         return flagged if flagged is not None else self._environ.get(name)
+
+    def curl_style(self, name: str) -> str:
+        """A flag, else the lowercase variable, else the uppercase one (curl)."""
+        flagged = self._flags.get(name)
+        if flagged is not None:
+            return flagged
+        lower = self._environ.get(name.lower())
+        return lower if lower is not None else self._environ.get(name, "")
 
     def raw(self, name: str, default: str = "") -> str:
         flagged = self._flags.get(name)
@@ -220,10 +235,33 @@ def load_secrets(read: _Reader) -> Secrets:
     )
 
 
+def load_proxy(read: _Reader) -> ProxySettings:
+    try:
+        return ProxySettings(
+            https=parse_proxy(read.curl_style("HTTPS_PROXY"), "HTTPS_PROXY"),
+            http=parse_proxy(read.curl_style("HTTP_PROXY"), "HTTP_PROXY"),
+            no_proxy=parse_no_proxy(read.curl_style("NO_PROXY")),
+        )
+    except ProxyConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> tuple[str, ...]:
     """Secret values, readable even when the rest of the config is invalid,
-    so that the redactor exists before any error can be printed."""
-    return load_secrets(_Reader(environ, flags)).values()
+    so that the redactor exists before any error can be printed. A proxy
+    variable counts whole (it may be unparseable) and by its credentials."""
+    read = _Reader(environ, flags)
+    values = list(load_secrets(read).values())
+    for name in ("HTTPS_PROXY", "HTTP_PROXY"):
+        text = read.curl_style(name).strip()
+        values.append(text)
+        try:
+            proxy = parse_proxy(text, name)
+        except ProxyConfigError:
+            continue
+        if proxy is not None:
+            values.extend(proxy.secrets())
+    return tuple(v for v in values if v)
 
 
 def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str, str]:
@@ -291,6 +329,7 @@ def load_config(
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
         direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
+        proxy=load_proxy(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),

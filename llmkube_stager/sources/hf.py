@@ -149,9 +149,13 @@ def _hub_client(config: Config, context: ssl.SSLContext | None) -> Any:
         hx: Any = importlib.import_module("httpx2")
     except ImportError:
         hx = importlib.import_module("httpx")
+    from llmkube_stager.sources.hx_proxy import routing_transport
+
     timeouts = config.timeouts
+    verify = context if context is not None else True
     return hx.Client(
-        verify=context if context is not None else True,
+        verify=verify,
+        transport=routing_transport(hx, config.proxy, verify),
         timeout=hx.Timeout(timeouts.stall_s, connect=timeouts.connect_s),
         follow_redirects=True,
         trust_env=False,

@@ -63,7 +63,7 @@ class HttpFetcher:
         self._client: httpx.Client | None = None
         timeouts = config.timeouts
         self._pool: ConnectionPool = ConnectionPool(
-            timeouts.connect_s, timeouts.stall_s, self.ssl_context
+            timeouts.connect_s, timeouts.stall_s, self.ssl_context, config.proxy
         )
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -79,8 +79,10 @@ class HttpFetcher:
         if self._client is None:
             https = urlsplit(file.url).scheme.lower() == "https"
             context = self.ssl_context() if https else None
-            self._client = http_probe.make_client(self._config.timeouts, context)
-        return http_probe.probe_head(self._client, file.url, self._auth)
+            self._client = http_probe.make_client(
+                self._config.timeouts, context, self._config.proxy
+            )
+        return http_probe.probe_head(self._client, file.url, self._auth, self._config.proxy)
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
         from llmkube_stager.sources.http_wire import open_get

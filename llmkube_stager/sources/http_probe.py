@@ -11,16 +11,18 @@ from urllib.parse import urljoin, urlsplit
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
+from llmkube_stager.proxy import ProxySettings
 from llmkube_stager.sources.base import RemoteMeta
 from llmkube_stager.sources.http_status import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
     USER_AGENT,
     AuthPolicy,
+    Origin,
     content_length,
     status_error,
 )
-from llmkube_stager.sources.http_wire import translate_network_error
+from llmkube_stager.sources.http_wire import proxy_refused, translate_network_error
 
 if TYPE_CHECKING:
     import ssl
@@ -32,11 +34,17 @@ if TYPE_CHECKING:
 _HEAD_UNSUPPORTED = frozenset({405, 501})
 
 
-def make_client(timeouts: Timeouts, ssl_context: ssl.SSLContext | None) -> httpx.Client:
+def make_client(
+    timeouts: Timeouts, ssl_context: ssl.SSLContext | None, proxies: ProxySettings | None = None
+) -> httpx.Client:
     import httpx
 
+    from llmkube_stager.sources.hx_proxy import routing_transport
+
+    verify = ssl_context if ssl_context is not None else True
     return httpx.Client(
-        verify=ssl_context if ssl_context is not None else True,
+        verify=verify,
+        transport=routing_transport(httpx, proxies or ProxySettings(), verify),
         timeout=httpx.Timeout(
             connect=timeouts.connect_s,
             read=timeouts.stall_s,
@@ -58,10 +66,12 @@ def strong(etag: str | None) -> str | None:
     return etag if etag and not etag.startswith("W/") else None
 
 
-def probe_head(client: httpx.Client, url: str, auth: AuthPolicy) -> RemoteMeta:
+def probe_head(
+    client: httpx.Client, url: str, auth: AuthPolicy, proxies: ProxySettings | None = None
+) -> RemoteMeta:
     first_url = url
     for _ in range(MAX_REDIRECTS + 1):
-        response = _head(client, url, auth.headers_for(url, first_url))
+        response = _head(client, url, auth.headers_for(url, first_url), proxies)
         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
             url = urljoin(url, response.headers["location"])
             continue
@@ -73,12 +83,20 @@ def probe_head(client: httpx.Client, url: str, auth: AuthPolicy) -> RemoteMeta:
     )
 
 
-def _head(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
+def _head(
+    client: httpx.Client, url: str, headers: dict[str, str], proxies: ProxySettings | None
+) -> httpx.Response:
     import httpx
 
     where = display_url(url)
+    origin = Origin.of(url)
+    proxy = proxies.for_url(origin.scheme, origin.host, origin.port) if proxies else None
+    if proxy is not None:
+        where += f" via the proxy {proxy.display}"
     try:
         return client.head(url, headers=headers)
+    except httpx.ProxyError as exc:
+        raise proxy_refused(str(exc), where, "probe") from exc
     except httpx.TimeoutException as exc:
         phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "probe"
         raise SourceError(

@@ -124,6 +124,12 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
         return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
     if status in (404, 410):
         return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True)
+    if status == 407:
+        # A proxy in the way wants (other) credentials: HTTP(S)_PROXY.
+        return SourceError(
+            f"{text} (Proxy Authentication Required: check the credentials in the proxy URL)",
+            reason=Reason.SOURCE_UNREACHABLE,
+        )
     if status == 412:
         # If-Match failed: the object changed under a pinned transfer.
         return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True)

@@ -19,6 +19,7 @@ from urllib.parse import urljoin, urlsplit
 
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
+from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.base import RangeUnusable
 from llmkube_stager.sources.http_status import (
     MAX_REDIRECTS,
@@ -48,15 +49,31 @@ def translate_network_error(exc: BaseException, where: str, phase: str) -> Sourc
         text = f"connection refused by {where}"
     elif isinstance(exc, TimeoutError):
         text = f"{phase} timed out for {where}"
+    elif str(exc).startswith("Tunnel connection failed:"):
+        # http.client's CONNECT refusal: the proxy's status line, no secret.
+        return proxy_refused(str(exc).split(":", 1)[1], where, phase)
     else:
         text = f"{phase} failed for {where}: {type(exc).__name__}"
     return SourceError(text, reason=Reason.SOURCE_UNREACHABLE, transient=True)
 
 
+def proxy_refused(status_line: str, where: str, phase: str) -> SourceError:
+    """A proxy answered its own error (CONNECT refused, 407, 502). Wrong
+    proxy credentials do not fix themselves: no retries for a 407."""
+    status_line = status_line.strip()
+    return SourceError(
+        f"{phase} failed for {where}: the proxy answered {status_line}",
+        reason=Reason.SOURCE_UNREACHABLE,
+        transient=not status_line.startswith("407"),
+    )
+
+
 class ConnectionPool:
     """Keep-alive connections per origin, reused across the files of a
     manifest (a 40-file model should not pay 40 TLS handshakes) and shared
-    by the parallel range workers of one file. Thread-safe."""
+    by the parallel range workers of one file. Thread-safe. Through a forward
+    proxy (proxy.py): https origins over a CONNECT tunnel, http ones with
+    absolute-form request targets."""
 
     _MAX_IDLE_PER_ORIGIN = 16
 
@@ -65,12 +82,30 @@ class ConnectionPool:
         connect_timeout_s: float,
         stall_timeout_s: float,
         ssl_context: Callable[[], ssl.SSLContext],
+        proxies: ProxySettings | None = None,
     ) -> None:
         self._connect_s = connect_timeout_s
         self._stall_s = stall_timeout_s
         self._ssl_context = ssl_context
+        self._proxies = proxies or ProxySettings()
         self._idle: dict[Origin, list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
+
+    def proxy_for(self, origin: Origin) -> Proxy | None:
+        return self._proxies.for_url(origin.scheme, origin.host, origin.port)
+
+    def request_form(self, url: str) -> tuple[str, dict[str, str]]:
+        """The request target and proxy headers for `url`: origin-form, or
+        absolute-form plus Proxy-Authorization through an http proxy."""
+        origin = Origin.of(url)
+        proxy = self.proxy_for(origin)
+        parts = urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if proxy is not None and origin.scheme == "http":
+            auth = proxy.authorization()
+            host = parts.netloc.rpartition("@")[2]  # never userinfo to the proxy
+            return f"http://{host}{target}", {"Proxy-Authorization": auth} if auth else {}
+        return target, {}
 
     def take(self, origin: Origin) -> tuple[http.client.HTTPConnection, bool]:
         """A connected connection and whether it was reused."""
@@ -84,13 +119,22 @@ class ConnectionPool:
 
     def _connect(self, origin: Origin) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection
+        proxy = self.proxy_for(origin)
+        host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
         if origin.scheme == "https":
             conn = http.client.HTTPSConnection(
-                origin.host, origin.port, timeout=self._connect_s, context=self._ssl_context()
+                host, port, timeout=self._connect_s, context=self._ssl_context()
             )
+            if proxy is not None:
+                auth = proxy.authorization()
+                conn.set_tunnel(
+                    origin.host, origin.port, {"Proxy-Authorization": auth} if auth else None
+                )
         else:
-            conn = http.client.HTTPConnection(origin.host, origin.port, timeout=self._connect_s)
+            conn = http.client.HTTPConnection(host, port, timeout=self._connect_s)
         where = f"{origin.scheme}://{origin.host}:{origin.port}"
+        if proxy is not None:
+            where += f" via the proxy {proxy.display}"
         try:
             conn.connect()
         except (OSError, http.client.HTTPException) as exc:
@@ -190,12 +234,11 @@ def _request(
     pool: ConnectionPool, method: str, url: str, headers: dict[str, str]
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     origin = Origin.of(url)
-    parts = urlsplit(url)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target, proxy_headers = pool.request_form(url)
     for _ in range(2):
         conn, reused = pool.take(origin)
         try:
-            conn.request(method, target, headers=headers)
+            conn.request(method, target, headers={**headers, **proxy_headers})
             return conn, conn.getresponse()
         except _STALE_ERRORS as exc:
             conn.close()

@@ -145,6 +145,17 @@ class S3Fetcher:
         self._scratch.cleanup()
 
 
+def _proxy_options(config: Config, endpoint: str | None) -> dict[str, Any]:
+    """The same proxy decision as the data path (proxy.py) for boto3's own
+    calls; without a proxy for this endpoint boto3 is left to its defaults."""
+    from llmkube_stager.sources.http_status import Origin
+
+    region = config.aws_region or "us-east-1"
+    origin = Origin.of(endpoint or f"https://s3.{region}.amazonaws.com")
+    proxy = config.proxy.for_url(origin.scheme, origin.host, origin.port)
+    return {"proxies": {origin.scheme: proxy.url()}} if proxy is not None else {}
+
+
 def make_client(config: Config, scratch_dir: str) -> Any:
     import boto3
     from botocore import UNSIGNED
@@ -155,6 +166,7 @@ def make_client(config: Config, scratch_dir: str) -> Any:
     secrets = config.secrets
     endpoint = config.aws_endpoint_url or None
     options: dict[str, Any] = {
+        **_proxy_options(config, endpoint),
         "connect_timeout": config.timeouts.connect_s,
         "read_timeout": config.timeouts.stall_s,
         # The agent retries itself (bounded, Retry-After aware).

@@ -19,6 +19,7 @@ import pytest
 from e2e_support import Pod, Run, tls_server_context
 
 from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
+from llmkube_stager.testing.proxy import ForwardProxy
 from llmkube_stager.testing.sample import gguf_like
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +38,7 @@ AWS_SESSION_TOKEN = "IQoJb3JpZ2lu" + _rand(80, _ALNUM + "/+")
 URL_PASSWORD = "pwCANARY" + _rand(24)
 URL_SIGNATURE = _rand(64, "0123456789abcdef")
 URL_TOKEN = "qtCANARY" + _rand(28)
+PROXY_PASSWORD = "pxCANARY" + _rand(24)
 
 ENV_SECRETS = {
     "HF_TOKEN": HF_TOKEN,
@@ -46,6 +48,7 @@ ENV_SECRETS = {
 }
 CANARIES = {**ENV_SECRETS, "url-password": URL_PASSWORD, "X-Amz-Signature": URL_SIGNATURE}
 CANARIES["token"] = URL_TOKEN
+CANARIES["proxy-password"] = PROXY_PASSWORD
 
 MODEL = "/m/model.gguf"
 DATA = gguf_like(600_000, seed=4)
@@ -215,7 +218,37 @@ def _plan_invalid(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
     return Scenario(args=("plan", "--json"), env={"PROGRESS_INTERVAL": "-1"}, exit_code=2)
 
 
+def _proxy(password: str, reason: str, exit_code: int = 1) -> Setup:
+    """Through a proxy that wants `agent:<password>`; the pod sends PROXY_PASSWORD."""
+
+    def setup(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
+        origin.put(MODEL, DATA)
+        proxy = stack.enter_context(ForwardProxy(credentials=("agent", password)))
+        pod.single(secret_url(origin.url, MODEL))
+        url = f"http://agent:{PROXY_PASSWORD}@127.0.0.1:{proxy.port}"
+        return Scenario(env={"http_proxy": url}, exit_code=exit_code, reason=reason)
+
+    return setup
+
+
+def _proxy_down(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
+    origin.put(MODEL, DATA)
+    pod.single(secret_url(origin.url, MODEL))
+    dead = closed_port_url().replace("http://", f"http://agent:{PROXY_PASSWORD}@")
+    return Scenario(env={"HTTP_PROXY": dead}, reason="ModelSourceUnreachable")
+
+
+def _proxy_invalid(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
+    pod.single(secret_url(origin.url, MODEL))
+    bad = f"socks5://agent:{PROXY_PASSWORD}@127.0.0.1:1080"
+    return Scenario(env={"HTTPS_PROXY": bad}, exit_code=2, reason="InvalidConfiguration")
+
+
 SCENARIOS: dict[str, Setup] = {
+    "proxy-success": _proxy(PROXY_PASSWORD, "ModelTransferSucceeded", exit_code=0),
+    "proxy-407": _proxy("another-password", "ModelSourceUnreachable"),
+    "proxy-down": _proxy_down,
+    "proxy-invalid": _proxy_invalid,
     "success": _success,
     "http-401": _status(401, "ModelSourceUnauthorized"),
     "http-403": _status(403, "ModelSourceUnauthorized"),

@@ -492,3 +492,23 @@ def test_cold_start_asks_the_hub_for_nothing_but_model_info_and_files(
         "written under $HOME": sorted(tree(box.tmp / "home")),
     }
     assert unexpected == {"requests": [], "written under $HOME": []}
+
+
+def test_hub_api_resolve_and_cdn_all_go_through_http_proxy(box, hub, cdn, payload) -> None:
+    """The hub client (huggingface_hub's httpx2), the probe and the data path
+    all honour the proxy variables, as the scripts' curl did."""
+    from llmkube_stager.testing.proxy import ForwardProxy
+
+    files = repo_files(payload)
+    hub.add_repo(REPO, files)
+    with ForwardProxy() as proxy:
+        run = box.stage({**hf_env(box, hub), "http_proxy": proxy.url})
+        asked = [r.target for r in proxy.requests()]
+
+    assert run.error is None, run.log
+    for rel in FILES:
+        assert box.dest(rel).read_bytes() == files[rel], rel
+    assert any(t.startswith(f"{hub.url}/api/models/{REPO}") for t in asked)
+    assert any(t.startswith(f"{hub.url}/{REPO}/resolve/") for t in asked)
+    assert any(t.startswith(cdn.url) for t in asked)
+    assert len(asked) == len(hub.requests()) + len(cdn.requests())

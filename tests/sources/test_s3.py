@@ -385,3 +385,23 @@ def test_s7_s3_on_change_unchanged_object_is_skipped_with_a_head_only(
 
     assert run.has_line("Model artifact a.safetensors revalidated (unchanged, skipped download)")
     assert [r.method for r in s3.requests()] == ["HEAD"]
+
+
+def test_boto3_and_the_data_path_both_go_through_the_proxy(box, s3, bucket, payload) -> None:
+    """HEAD (boto3, told by us) and the presigned GET (our data path) take
+    the same route; HTTP_PROXY here because the moto endpoint is http."""
+    from llmkube_stager.testing.proxy import ForwardProxy
+
+    data = payload(128 * KIB)
+    put(s3, bucket, "m/model.gguf", data)
+    s3.clear_log()
+    with ForwardProxy() as proxy:
+        env = box.single(f"s3://{bucket}/m/model.gguf", **s3_env(s3, HTTP_PROXY=proxy.url))
+        run = box.stage(env)
+        asked = [(r.method, r.target.split("?")[0]) for r in proxy.requests()]
+
+    assert run.error is None, run.log
+    assert box.dest().read_bytes() == data
+    url = f"{s3.endpoint_url}/{bucket}/m/model.gguf"
+    assert asked == [("HEAD", url), ("GET", url)]
+    assert [r.method for r in object_requests(s3, bucket)] == ["HEAD", "GET"]

@@ -85,6 +85,9 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("LLMKUBE_LOCK_TIMEOUT", "600", SINGLE, "timeouts.lock_s", 600.0, "4"),
     ("LLMKUBE_CONNECTIONS", "8", SINGLE, "connections", 8, "2"),
     ("LLMKUBE_DIRECT_IO", "off", SINGLE, "direct_io", False, "auto"),
+    ("HTTPS_PROXY", "http://p1:3128", SINGLE, "proxy.https.display", "p1:3128", "http://p2:1"),
+    ("HTTP_PROXY", "http://p1:3128", SINGLE, "proxy.http.display", "p1:3128", "http://p2:1"),
+    ("NO_PROXY", ".svc,10.0.0.0/8", SINGLE, "proxy.no_proxy", (".svc", "10.0.0.0/8"), "x"),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -135,7 +138,8 @@ def test_flag_names_follow_the_variable_names() -> None:
 
 
 def test_secret_variables_are_exactly_the_credentials() -> None:
-    assert set(SECRET_VARS) == set(SECRETS)
+    # Proxy URLs may carry credentials (user:password@).
+    assert set(SECRET_VARS) == set(SECRETS) | {"HTTPS_PROXY", "HTTP_PROXY"}
 
 
 def test_defaults() -> None:
@@ -478,3 +482,37 @@ def test_early_settings_flag_wins() -> None:
         "LLMKUBE_TERMINATION_LOG": "/flag/term",
     }
     assert early_settings(env, flags) == ("json", "/flag/term")
+
+
+# --- proxies (proxy.py) ----------------------------------------------------------------------
+
+
+def test_lowercase_proxy_variables_win_as_in_curl() -> None:
+    config = load(
+        {
+            "HTTPS_PROXY": "http://upper:1",
+            "https_proxy": "http://lower:2",
+            "NO_PROXY": "upper.example",
+            "no_proxy": "lower.example",
+        }
+    )
+    assert config.proxy.https is not None and config.proxy.https.display == "lower:2"
+    assert config.proxy.no_proxy == ("lower.example",)
+
+
+def test_proxy_credentials_are_secret_values_and_hidden_from_repr() -> None:
+    env = {"HTTPS_PROXY": "http://agent:pr0xy-pa55word@proxy:3128"}
+    config = load(env)
+    assert "pr0xy-pa55word" in secret_values(env, {})
+    assert "pr0xy-pa55word" not in repr(config)
+
+
+def test_a_bad_proxy_is_a_configuration_error_naming_the_variable_only() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({"HTTPS_PROXY": "socks5://agent:pr0xy-pa55word@proxy:1080"})
+    assert "HTTPS_PROXY" in str(caught.value)
+    assert "pr0xy-pa55word" not in str(caught.value)
+    # Unparseable, and still known to the redactor by its whole value.
+    assert "socks5://agent:pr0xy-pa55word@proxy:1080" in secret_values(
+        {"HTTPS_PROXY": "socks5://agent:pr0xy-pa55word@proxy:1080"}, {}
+    )

@@ -1,0 +1,150 @@
+"""Forward proxies from the environment, as curl (the old scripts) used them.
+
+`HTTPS_PROXY`/`https_proxy` for https origins, `HTTP_PROXY`/`http_proxy` for
+http ones (lowercase wins when both are set), `NO_PROXY`/`no_proxy` for the
+hosts that go direct. Clusters behind an egress proxy set these on every
+pod; the scripts' curl honoured them, so the agent must too, on every path:
+the HEAD probe (httpx), the data path (http.client: CONNECT tunnel for
+https, absolute-form requests for http) and the Hugging Face API client.
+boto3 reads the same variables itself for its own calls.
+
+Only `http://` proxies (the usual kind; curl's default scheme when none is
+given). Credentials in the proxy URL are secrets: the redactor knows them,
+and a proxy is only ever displayed as `host:port`.
+
+NO_PROXY entries: `*` (everything), a host name (that host and its
+subdomains; a leading `.` or `*.` is the same), `host:port`, or an IP address
+or CIDR block (`10.0.0.0/8`, as Kubernetes clusters list their pod and
+service ranges). Pure: the environment is read by config.py.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+
+class ProxyConfigError(ValueError):
+    """A proxy variable that cannot be used; the message never holds its value."""
+
+
+@dataclass(frozen=True)
+class Proxy:
+    host: str
+    port: int
+    username: str = field(default="", repr=False)
+    password: str = field(default="", repr=False)
+
+    @property
+    def display(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def authorization(self) -> str | None:
+        """The Proxy-Authorization value (Basic), when credentials are set."""
+        if not self.username and not self.password:
+            return None
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode("ascii")
+        return f"Basic {token}"
+
+    def url(self) -> str:
+        """For httpx's `proxy=`: credentials as given."""
+        from urllib.parse import quote
+
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if not self.username and not self.password:
+            return f"http://{host}:{self.port}"
+        userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
+        return f"http://{userinfo}@{host}:{self.port}"
+
+    def secrets(self) -> tuple[str, ...]:
+        auth = self.authorization()
+        values = (self.password, auth.split(" ", 1)[1] if auth else "")
+        return tuple(v for v in values if v)
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    https: Proxy | None = None
+    http: Proxy | None = None
+    no_proxy: tuple[str, ...] = ()
+
+    def for_url(self, scheme: str, host: str, port: int) -> Proxy | None:
+        proxy = self.https if scheme.lower() == "https" else self.http
+        if proxy is None or bypassed(host, port, self.no_proxy):
+            return None
+        return proxy
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for p in (self.https, self.http) if p is not None for s in p.secrets())
+
+
+def parse_proxy(text: str, name: str) -> Proxy | None:
+    """A proxy variable's value; None when empty. Raises ProxyConfigError."""
+    text = text.strip()
+    if not text:
+        return None
+    if "://" not in text:
+        text = "http://" + text  # curl's default
+    try:
+        parts = urlsplit(text)
+        port = parts.port or 80
+    except ValueError:
+        raise ProxyConfigError(f"{name} is not a valid proxy URL") from None
+    if parts.scheme.lower() != "http":
+        raise ProxyConfigError(f"{name}: only http:// proxies are supported")
+    if not parts.hostname:
+        raise ProxyConfigError(f"{name} has no proxy host")
+    return Proxy(
+        host=parts.hostname,
+        port=port,
+        username=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+    )
+
+
+def parse_no_proxy(text: str) -> tuple[str, ...]:
+    return tuple(e.strip().lower() for e in text.replace(" ", ",").split(",") if e.strip())
+
+
+def bypassed(host: str, port: int, entries: tuple[str, ...]) -> bool:
+    host = host.strip("[]").lower().rstrip(".")
+    return any(_matches(host, port, entry) for entry in entries)
+
+
+def _matches(host: str, port: int, entry: str) -> bool:
+    if entry == "*":
+        return True
+    if "/" in entry or _is_ip(entry.strip("[]")):
+        return _ip_in(host, entry.strip("[]"))
+    name, _, entry_port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")
+    if entry_port and entry_port != str(port):
+        return False
+    name = name.removeprefix("*").lstrip(".").rstrip(".")
+    return bool(name) and (host == name or host.endswith("." + name))
+
+
+def _has_port(entry: str) -> bool:
+    head, sep, tail = entry.rpartition(":")
+    return bool(sep) and tail.isdigit() and ":" not in head
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ip_in(host: str, entry: str) -> bool:
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host)
+        network = ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return address.version == network.version and address in network

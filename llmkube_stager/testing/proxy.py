@@ -1,0 +1,201 @@
+"""A forward HTTP proxy on 127.0.0.1 for tests: CONNECT tunnels (https
+origins) and absolute-form GET/HEAD (http origins), optional Basic
+credentials (407 without them), and a log of what it was asked.
+
+Upstream connections go to loopback only (the tests' origins); a request for
+anything else is answered 403, so a test can never reach the internet
+through it.
+"""
+
+from __future__ import annotations
+
+import base64
+import select
+import socket
+import socketserver
+import threading
+from dataclasses import dataclass
+from typing import Self
+from urllib.parse import urlsplit
+
+from llmkube_stager.testing.lifecycle import Lifecycle
+
+_HOST = "127.0.0.1"
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class ProxyRecord:
+    method: str
+    target: str  # "host:port" for CONNECT, the absolute URL otherwise
+    authorized: bool
+    status: int
+
+
+class _State:
+    def __init__(self, credentials: tuple[str, str] | None) -> None:
+        self.lock = threading.Lock()
+        self.log: list[ProxyRecord] = []
+        self.expected = (
+            "Basic " + base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
+            if credentials
+            else None
+        )
+
+    def record(self, entry: ProxyRecord) -> None:
+        with self.lock:
+            self.log.append(entry)
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        super().__init__((_HOST, 0), _Handler)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        while self._one_request():
+            pass
+
+    def _one_request(self) -> bool:
+        line = self.rfile.readline(65536).decode("latin-1").strip()
+        if not line:
+            return False
+        method, target, _ = [*line.split(" "), "", ""][:3]
+        headers = self._headers()
+        state = self.server.state
+        authorized = state.expected is None or headers.get("proxy-authorization") == state.expected
+        host, port = _upstream(method, target)
+        if not authorized:
+            self._reply(407, 'Proxy-Authenticate: Basic realm="test"\r\n')
+            state.record(ProxyRecord(method, target, False, 407))
+            return method != "CONNECT"
+        if host not in _LOOPBACK:
+            self._reply(403)
+            state.record(ProxyRecord(method, target, True, 403))
+            return False
+        try:
+            upstream = socket.create_connection((host, port), timeout=10)
+        except OSError:
+            self._reply(502)
+            state.record(ProxyRecord(method, target, True, 502))
+            return False
+        state.record(ProxyRecord(method, target, True, 200))
+        with upstream:
+            if method == "CONNECT":
+                self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                self.wfile.flush()
+            else:
+                upstream.sendall(_origin_form(method, target, headers))
+            # Nothing is left in rfile's buffer: clients send no body with
+            # GET/HEAD and nothing after CONNECT before the 200.
+            _pipe(self.connection, upstream)
+        return False  # the upstream closed (Connection: close) or the tunnel ended
+
+    def _headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        while True:
+            line = self.rfile.readline(65536).decode("latin-1")
+            if line in ("\r\n", "\n", ""):
+                return headers
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+
+    def _reply(self, status: int, extra: str = "") -> None:
+        reason = {403: "Forbidden", 407: "Proxy Authentication Required", 502: "Bad Gateway"}
+        self.wfile.write(
+            f"HTTP/1.1 {status} {reason.get(status, '')}\r\n{extra}"
+            "Content-Length: 0\r\n\r\n".encode()
+        )
+        self.wfile.flush()
+
+
+def _upstream(method: str, target: str) -> tuple[str, int]:
+    if method == "CONNECT":
+        host, _, port = target.rpartition(":")
+        return host.strip("[]"), int(port or 443)
+    parts = urlsplit(target)
+    return parts.hostname or "", parts.port or 80
+
+
+def _origin_form(method: str, target: str, headers: dict[str, str]) -> bytes:
+    parts = urlsplit(target)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    kept = {
+        k: v
+        for k, v in headers.items()
+        if k not in ("proxy-authorization", "proxy-connection", "connection")
+    }
+    lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in kept.items())]
+    lines.append("Connection: close")  # one request per upstream connection
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _pipe(client: socket.socket, upstream: socket.socket) -> None:
+    """Bytes both ways until either side closes."""
+    sockets = [client, upstream]
+    while True:
+        readable, _, _ = select.select(sockets, [], [], 30)
+        if not readable:
+            return
+        for sock in readable:
+            try:
+                data = sock.recv(_CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            other = upstream if sock is client else client
+            try:
+                other.sendall(data)
+            except OSError:
+                return
+
+
+class ForwardProxy(Lifecycle):
+    """`with ForwardProxy() as proxy:`; `proxy.url` for HTTPS_PROXY/HTTP_PROXY."""
+
+    def __init__(self, credentials: tuple[str, str] | None = None) -> None:
+        self._state = _State(credentials)
+        self._credentials = credentials
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        self._server = _Server(self._state)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("proxy not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """With the credentials in it when the proxy requires some."""
+        if self._credentials:
+            user, password = self._credentials
+            return f"http://{user}:{password}@{_HOST}:{self.port}"
+        return f"http://{_HOST}:{self.port}"
+
+    def requests(self) -> list[ProxyRecord]:
+        with self._state.lock:
+            return list(self._state.log)

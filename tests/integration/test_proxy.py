@@ -1,0 +1,195 @@
+"""Forward proxies from HTTPS_PROXY / HTTP_PROXY / NO_PROXY (proxy.py), as
+the scripts' curl honoured them.
+
+A real loopback proxy (testing/proxy.py) logs what it was asked: CONNECT for
+https origins, absolute-form requests for http ones. Assertions are on that
+log, on what the origin received, on the bytes and on the log/termination
+text (proxy credentials are secrets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmkube_stager.config import secret_values
+from llmkube_stager.logs import Redactor
+from llmkube_stager.testing.origin import Origin
+from llmkube_stager.testing.proxy import ForwardProxy
+from llmkube_stager.testing.tlsca import make_ca
+
+PATH = "/files/model.gguf"
+MIB = 1 << 20
+CANARY = "proxy-canary-Zq81xK"
+
+
+@pytest.fixture
+def proxy() -> Iterator[ForwardProxy]:
+    with ForwardProxy() as server:
+        yield server
+
+
+@pytest.fixture
+def tls_origin(tmp_path: Path) -> Iterator[tuple[Origin, Path]]:
+    ca = make_ca(tmp_path / "pki")
+    ca_dir = tmp_path / "custom-certs"
+    ca_dir.mkdir()
+    (ca_dir / "ca.crt").write_bytes(ca.ca_pem.read_bytes())
+    with Origin(tls=ca.server_context()) as srv:
+        yield srv, ca_dir
+
+
+def _port(origin: Origin) -> int:
+    return int(origin.url.rsplit(":", 1)[1])
+
+
+def test_an_https_origin_is_reached_through_a_connect_tunnel(
+    tls_origin, proxy, stager, make_payload
+) -> None:
+    origin, ca_dir = tls_origin
+    data = make_payload(3 * MIB, seed=1)
+    origin.put(PATH, data)
+    digest = hashlib.sha256(data).hexdigest()
+
+    stager.ok(
+        stager.single_env(
+            origin.url + PATH,
+            LLMKUBE_CA_DIR=str(ca_dir),
+            HTTPS_PROXY=proxy.url,
+            MODEL_SHA256=digest,
+        )
+    )
+
+    assert stager.dest().read_bytes() == data
+    tunnels = [r for r in proxy.requests() if r.method == "CONNECT"]
+    assert tunnels and all(r.target == f"127.0.0.1:{_port(origin)}" for r in tunnels)
+    # The HEAD (httpx) and the GET (http.client) both came through it.
+    assert [r.method for r in origin.requests()] == ["HEAD", "GET"]
+    assert len(tunnels) == 2
+
+
+def test_an_http_origin_gets_absolute_form_requests(proxy, origin, stager, make_payload) -> None:
+    data = make_payload(2 * MIB, seed=2)
+    origin.put(PATH, data)
+
+    stager.ok(stager.single_env(origin.url + PATH, http_proxy=proxy.url))
+
+    assert stager.dest().read_bytes() == data
+    asked = [(r.method, r.target) for r in proxy.requests()]
+    assert asked == [("HEAD", origin.url + PATH), ("GET", origin.url + PATH)]
+
+
+def test_https_proxy_is_not_used_for_an_http_origin(proxy, origin, stager, make_payload) -> None:
+    origin.put(PATH, make_payload(64 * 1024))
+
+    stager.ok(stager.single_env(origin.url + PATH, HTTPS_PROXY=proxy.url))
+
+    assert proxy.requests() == []
+    assert len(origin.requests()) == 2
+
+
+@pytest.mark.parametrize("no_proxy", ["127.0.0.1", "localhost,127.0.0.0/8", "*", ".svc,127.0.0.1"])
+def test_no_proxy_sends_matching_hosts_direct(
+    proxy, origin, stager, make_payload, no_proxy: str
+) -> None:
+    data = make_payload(64 * 1024)
+    origin.put(PATH, data)
+
+    stager.ok(stager.single_env(origin.url + PATH, HTTP_PROXY=proxy.url, NO_PROXY=no_proxy))
+
+    assert stager.dest().read_bytes() == data
+    assert proxy.requests() == []
+
+
+def test_proxy_credentials_are_sent_and_never_printed(
+    tmp_path, origin, stager, make_payload
+) -> None:
+    data = make_payload(64 * 1024)
+    origin.put(PATH, data)
+    with ForwardProxy(credentials=("agent", CANARY)) as proxy:
+        env = stager.single_env(origin.url + PATH, HTTP_PROXY=proxy.url)
+        run = stager.ok(env, redactor=Redactor(secret_values(env, {})))
+        assert all(r.authorized for r in proxy.requests())
+        assert len(proxy.requests()) == 2
+
+    assert stager.dest().read_bytes() == data
+    assert CANARY not in run.log
+    assert not any(CANARY in p.read_text(errors="replace") for p in _text_files(tmp_path))
+
+
+def test_a_proxy_refusing_the_credentials_fails_with_a_reason_and_no_secret(
+    tls_origin, stager, make_payload
+) -> None:
+    origin, ca_dir = tls_origin
+    origin.put(PATH, make_payload(64 * 1024))
+    with ForwardProxy(credentials=("agent", "the-right-one")) as proxy:
+        wrong = proxy.url.replace("the-right-one", CANARY)
+        env = stager.single_env(origin.url + PATH, LLMKUBE_CA_DIR=str(ca_dir), HTTPS_PROXY=wrong)
+        run = stager.fails(env, redactor=Redactor(secret_values(env, {})))
+        assert {r.status for r in proxy.requests()} == {407}
+        assert len(proxy.requests()) == 1, "a 407 is not retried"
+        where = f"127.0.0.1:{proxy.port}"
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert "407" in str(run.error) and f"via the proxy {where}" in str(run.error)
+    assert CANARY not in run.log and CANARY not in str(run.error)
+    assert origin.requests() == []
+    assert not stager.dest().exists()
+
+
+def test_a_proxy_that_is_down_is_named_in_the_error(origin, stager, make_payload) -> None:
+    origin.put(PATH, make_payload(64 * 1024))
+    with ForwardProxy() as gone:
+        dead, where = gone.url, f"127.0.0.1:{gone.port}"
+    run = stager.fails(stager.single_env(origin.url + PATH, HTTP_PROXY=dead))
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert f"via the proxy {where}" in str(run.error)
+    assert origin.requests() == []
+
+
+def _text_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and p.stat().st_size < 1 << 20]
+
+
+def test_an_http_origin_behind_a_proxy_wanting_credentials_fails_once(
+    origin, stager, make_payload
+) -> None:
+    origin.put(PATH, make_payload(64 * 1024))
+    with ForwardProxy(credentials=("agent", "needed")) as proxy:
+        run = stager.fails(
+            stager.single_env(origin.url + PATH, HTTP_PROXY=f"http://127.0.0.1:{proxy.port}")
+        )
+        statuses = [r.status for r in proxy.requests()]
+
+    assert run.reason == "ModelSourceUnreachable"
+    assert "407" in str(run.error)
+    assert statuses == [407] and run.sleeps == []
+    assert origin.requests() == []
+
+
+def test_the_data_path_reports_a_refused_tunnel_without_retrying(tls_origin) -> None:
+    """The GET's own CONNECT (http.client), refused by the proxy."""
+    from llmkube_stager.errors import SourceError
+    from llmkube_stager.proxy import ProxySettings, parse_proxy
+    from llmkube_stager.sources.http_status import AuthPolicy
+    from llmkube_stager.sources.http_wire import ConnectionPool, open_get
+    from llmkube_stager.sources.tls import make_ssl_context
+
+    origin, ca_dir = tls_origin
+    origin.put(PATH, b"x" * 1000)
+    with ForwardProxy(credentials=("agent", "needed")) as proxy:
+        wrong = parse_proxy(f"http://agent:{CANARY}@127.0.0.1:{proxy.port}", "HTTPS_PROXY")
+        context = make_ssl_context(str(ca_dir))
+        pool = ConnectionPool(5.0, 5.0, lambda: context, ProxySettings(https=wrong))
+        with pytest.raises(SourceError) as caught:
+            open_get(pool, origin.url + PATH, {}, AuthPolicy("", ""), 0)
+        where = f"via the proxy 127.0.0.1:{proxy.port}"
+
+    error = caught.value
+    assert "407" in str(error) and where in str(error)
+    assert not error.transient and CANARY not in str(error)
+    assert origin.requests() == []
