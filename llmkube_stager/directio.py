@@ -66,20 +66,31 @@ class PartialWriter:
         # Cleared on EINVAL (any thread); the descriptor stays open until
         # close(), so a concurrent writer never uses a closed or reused fd.
         self._direct_ok = self._direct_fd >= 0
+        self._dirty_head = False
 
     @property
     def direct(self) -> bool:
         return self._direct_ok
 
-    def write(self, data: memoryview, offset: int) -> None:
+    def write(self, data: memoryview, offset: int) -> int:
         """Write all of `data` at `offset`; `data` must start where its
-        buffer starts (page-aligned) for the direct path to apply."""
+        buffer starts (page-aligned) for the direct path to apply. Returns
+        the bytes that went through the page cache (for write-back)."""
         if self._direct_ok and offset % ALIGN_BYTES == 0:
             aligned = len(data) - len(data) % ALIGN_BYTES
             if aligned:
+                if self._dirty_head:
+                    # A buffered piece before direct writes that extend the
+                    # file: on disk first, or a crash could leave a hole
+                    # inside a partial whose size says it is there.
+                    os.fdatasync(self.fd)
+                    self._dirty_head = False
                 done = self._write_direct(data[:aligned], offset)
                 data, offset = data[done:], offset + done
-        pwrite_all(self.fd, data, offset)
+        if data:
+            pwrite_all(self.fd, data, offset)
+            self._dirty_head = True
+        return len(data)
 
     def _write_direct(self, data: memoryview, offset: int) -> int:
         """Bytes written directly; stops early (leaving the rest to the
@@ -94,7 +105,7 @@ class PartialWriter:
                 self._direct_ok = False  # this filesystem or buffer does not take it
                 return done
             done += n
-            if n % ALIGN_BYTES:
+            if n == 0 or n % ALIGN_BYTES:
                 return done  # a short odd write: finish buffered
         return done
 
@@ -134,5 +145,7 @@ class DirectReader:
 def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     while data:
         written = os.pwrite(fd, data, offset)
+        if written == 0:
+            raise OSError(errno.EIO, "pwrite wrote nothing")
         data = data[written:]
         offset += written

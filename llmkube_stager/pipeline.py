@@ -127,9 +127,9 @@ class Pipeline:
             if not self._failed.is_set():
                 try:
                     with memoryview(buffer) as view:
-                        self._writer.write(view[:n], offset)
-                    if self._writeback is not None:
-                        self._writeback.wrote(n)
+                        buffered = self._writer.write(view[:n], offset)
+                    if self._writeback is not None and buffered:
+                        self._writeback.wrote(buffered)
                 except BaseException as exc:  # surfaces in take() / close()
                     self._error = exc
                     self._failed.set()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmkube_stager.cache.layout import partial_key, validator_of
-from llmkube_stager.cache.partials import list_partials
+from llmkube_stager.cache.partials import is_idle, list_partials
 from llmkube_stager.cache.publish import publish
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, TransferError
@@ -89,7 +89,7 @@ def fetch_partial(
         meta = probe(fetcher, file, effects)
     widen = None
     if _parallel_fits(fetcher, meta, effects):
-        if _parallel_partial_left(file, meta):
+        if _parallel_partial_left(file, meta, effects):
             parallel = _try_parallel(fetcher, file, meta, effects, None)
             if parallel is not None:
                 return parallel
@@ -148,11 +148,16 @@ def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects)
     )
 
 
-def _parallel_partial_left(file: RemoteFile, meta: RemoteMeta) -> bool:
-    """A killed parallel transfer of this version left a partial: resume it
-    with ranges rather than start a stream beside it."""
+def _parallel_partial_left(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) -> bool:
+    """A killed parallel transfer of this version left a partial we may
+    adopt (idle: not another live pod's): resume it with ranges rather than
+    start a stream beside it."""
     key = partial_key(validator_of(meta.size_bytes, meta.etag))
-    return any(p.kind == "segs" and p.key == key for p in list_partials(file.dest))
+    now_s = effects.wall_clock()
+    return any(
+        p.kind == "segs" and p.key == key and is_idle(p, now_s, effects.idle_s)
+        for p in list_partials(file.dest)
+    )
 
 
 def _fetch_parallel(
@@ -169,9 +174,12 @@ def _fetch_parallel(
 
     hash_it = file.sha256 is not None or meta.sha256 is not None
     free = effects.free_bytes()
-    if free is not None and meta.size_bytes is not None and meta.size_bytes > free:
+    # A handed-over stream already holds its bytes (journaled ranges of a
+    # resumed transfer are not known yet: the whole size is asked then).
+    needed = None if meta.size_bytes is None else meta.size_bytes - (seed.offset if seed else 0)
+    if free is not None and needed is not None and needed > free:
         raise TransferError(
-            f"no space left on device for {file.rel}: it needs {meta.size_bytes} bytes, the "
+            f"no space left on device for {file.rel}: it needs {needed} more bytes, the "
             f"cache has {free} free",
             reason=Reason.OUT_OF_SPACE,
             file=file.rel,

@@ -15,6 +15,7 @@ worker plus the hasher's.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import mmap
@@ -37,7 +38,7 @@ from llmkube_stager.directio import (
     aligned_buffer,
     fill_limit,
 )
-from llmkube_stager.errors import SourceError
+from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.progress import ProgressTicker
 from llmkube_stager.retry import RetryBudget
@@ -134,6 +135,7 @@ class _Shared:
     ranges: Ranges
     writer: PartialWriter
     path: str
+    threads: list[threading.Thread] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[BaseException] = field(default_factory=list)
     received: int = 0
@@ -145,11 +147,11 @@ class _Shared:
             self.errors.append(exc)
         self.stop.set()
 
-    def count(self, n: int) -> None:
+    def count(self, n: int, buffered: int) -> None:
         with self.lock:
             self.received += n
-            if self.writeback is not None:
-                self.writeback.wrote(n)
+            if self.writeback is not None and buffered:
+                self.writeback.wrote(buffered)
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,12 @@ def load_journal(path: str, validator: str, size: int) -> list[tuple[int, int]]:
 
 
 def save_journal(shared: _Shared, path: str, validator: str, size: int) -> None:
+    """Snapshot, then fdatasync, then write: every range the journal claims
+    was written before the flush (a range added after the snapshot waits for
+    the next journal)."""
+    done = shared.ranges.snapshot()
     os.fdatasync(shared.fd)
-    doc = {"validator": validator, "size": size, "done": shared.ranges.snapshot()}
+    doc = {"validator": validator, "size": size, "done": done}
     write_atomic(path, json.dumps(doc).encode())
 
 
@@ -216,26 +222,18 @@ class ParallelTransfer:
             )
 
     def run(self, hash_it: bool) -> ParallelResult:
-        seed = self._seed
-        if seed is not None:
-            done = [(0, seed.offset)] if seed.offset else []
-        else:
-            done = load_journal(self.journal, self._validator, self._size)
-        try:
-            fd = os.open(self.data, os.O_RDWR | os.O_CREAT, FILE_MODE)
-            os.ftruncate(fd, self._size)
-        except OSError as exc:
-            raise disk_error(exc, "creating the partial of", self._file.rel) from exc
+        fd, done = self._open_data()
         writer = PartialWriter(fd, self.data, self._direct_io)
         shared = _Shared(fd, Ranges(done), writer, self.data)
-        if seed is not None:
-            shared.received = seed.received
+        if self._seed is not None:
+            shared.received = self._seed.received
         try:
-            if seed is not None:
+            if self._seed is not None:
                 save_journal(shared, self.journal, self._validator, self._size)
-            with contextlib.ExitStack() as stack:
-                if not writer.direct:  # direct writes need no write-back help
-                    shared.writeback = stack.enter_context(Writeback(fd))
+            # Bytes that go through the page cache (all of them when direct
+            # I/O is off or turns itself off) are flushed as they go.
+            with Writeback(fd) as writeback:
+                shared.writeback = writeback
                 digest = self._run_workers(shared, hash_it)
             os.fsync(fd)
         except RangeUnusable:
@@ -254,10 +252,35 @@ class ParallelTransfer:
         self._close(shared)
         return ParallelResult(self.data, self.journal, digest, shared.received)
 
+    def _open_data(self) -> tuple[int, list[tuple[int, int]]]:
+        """The data file and the ranges it holds. A file that should hold
+        bytes (a journal, a handed-over stream) is never created afresh: a
+        new sparse file would be zeros the journal vouches for (#2158)."""
+        seed = self._seed
+        if seed is not None:
+            done = [(0, seed.offset)] if seed.offset else []
+        else:
+            done = load_journal(self.journal, self._validator, self._size)
+        try:
+            try:
+                fd = os.open(self.data, os.O_RDWR | (0 if done else os.O_CREAT), FILE_MODE)
+            except FileNotFoundError:
+                self._seed, done = None, []  # adopted away meanwhile: start over
+                fd = os.open(self.data, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            os.ftruncate(fd, self._size)
+        except OSError as exc:
+            raise disk_error(exc, "creating the partial of", self._file.rel) from exc
+        return fd, done
+
     def _close(self, shared: _Shared) -> None:
-        """Journal what is done (resume picks it up), then close."""
+        """Journal what is done (resume picks it up), then close, unless a
+        worker is still running (stuck in a read after a SIGTERM): it could
+        write through a descriptor number the process reuses. The process
+        is ending on that path; its descriptors go with it."""
         with contextlib.suppress(OSError):
             save_journal(shared, self.journal, self._validator, self._size)
+        if any(t.is_alive() for t in shared.threads):
+            return
         shared.writer.close()
         os.close(shared.fd)
 
@@ -269,6 +292,7 @@ class ParallelTransfer:
             threading.Thread(target=self._worker, args=(shared, items), daemon=True)
             for _ in range(min(self._connections, max(1, items.qsize())))
         ]
+        shared.threads.extend(workers)
         hasher = None
         if hash_it:
             seed = self._seed
@@ -276,14 +300,17 @@ class ParallelTransfer:
                 hasher = _PrefixHasher(shared, self._size, seed.sha, seed.offset)
             else:
                 hasher = _PrefixHasher(shared, self._size)
+            shared.threads.append(hasher.thread)
         for thread in workers:
             thread.start()
-        self._supervise(shared, workers)
-        if shared.errors:
+        try:
+            self._supervise(shared, workers)
+            if shared.errors:
+                raise shared.errors[0]
+            return hasher.finish() if hasher is not None else None
+        finally:
             if hasher is not None:
                 hasher.cancel()
-            raise shared.errors[0]
-        return hasher.finish() if hasher is not None else None
 
     def _supervise(self, shared: _Shared, workers: list[threading.Thread]) -> None:
         """Journal and heartbeat while the workers run (main thread, so a
@@ -338,16 +365,22 @@ class ParallelTransfer:
         try:
             if body.start != start or body.complete:
                 raise RangeUnusable(f"the origin did not honour bytes={start}-{end - 1}")
+            if body.total_bytes is not None and body.total_bytes != self._size:
+                raise SourceError(
+                    f"{self._file.rel} changed size during the transfer",
+                    reason=Reason.SOURCE_CHANGED,
+                    answered=True,
+                )
             with memoryview(buffer) as view:
                 while position < end and not shared.stop.is_set():
                     # readinto fills the buffer unless the body ends or fails.
                     limit = min(fill_limit(position, len(view)), end - position)
                     n = body.readinto(view[:limit])
-                    if not n:
+                    if not n or shared.stop.is_set():
                         break
-                    shared.writer.write(view[:n], position)
+                    buffered = shared.writer.write(view[:n], position)
                     shared.ranges.add(position, position + n)
-                    shared.count(n)
+                    shared.count(n, buffered)
                     position += n
         finally:
             body.close()
@@ -382,15 +415,20 @@ class _PrefixHasher:
         self._position = position if sha is not None else 0
         self._cancelled = threading.Event()
         self._reader = _direct_reader(shared) if shared.writer.direct else None
-        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
-        self._thread.start()
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         position = self._position
-        step = self._read_direct if self._reader is not None else self._hash_window
         try:
             while position < self._size and not self._cancelled.is_set():
-                position = step(position)
+                if self._reader is not None:
+                    position = self._read_direct(position)
+                else:
+                    position = self._hash_window(position)
+        except BaseException as exc:  # raised by finish(): never a silent mismatch
+            self._error = exc
         finally:
             if self._reader is not None:
                 self._reader.close()
@@ -400,7 +438,14 @@ class _PrefixHasher:
         if ready <= position:
             return position
         assert self._reader is not None
-        chunk = self._reader.read(position, ready - position)
+        try:
+            chunk = self._reader.read(position, ready - position)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._reader.close()  # this file does not take direct reads: the cache then
+            self._reader = None
+            return position
         self._sha.update(chunk)
         return position + len(chunk)
 
@@ -426,9 +471,11 @@ class _PrefixHasher:
         return position
 
     def finish(self) -> str:
-        self._thread.join()
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
         return self._sha.hexdigest()
 
     def cancel(self) -> None:
         self._cancelled.set()
-        self._thread.join(timeout=HEARTBEAT_S)
+        self.thread.join(timeout=HEARTBEAT_S)

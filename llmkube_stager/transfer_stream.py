@@ -168,6 +168,7 @@ class _State:
     received: int = 0  # body bytes that came over the wire, every attempt
     high_water: int = 0  # the furthest offset any attempt reached
     direct_io: bool = False
+    probed_bytes: int | None = None  # the size the probe reported
 
 
 def _fill(
@@ -230,7 +231,13 @@ def _open_state(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) ->
     if offset:
         effects.log.info("resume", f"Resuming {file.rel} from byte {offset}", file=file.rel)
     return _State(
-        partial, offset, meta.size_bytes, ranges, high_water=offset, direct_io=effects.direct_io
+        partial,
+        offset,
+        meta.size_bytes,
+        ranges,
+        high_water=offset,
+        direct_io=effects.direct_io,
+        probed_bytes=meta.size_bytes,
     )
 
 
@@ -356,9 +363,9 @@ def _receive_pipelined(
     writer = PartialWriter(fd, state.partial, state.direct_io)
     with contextlib.ExitStack() as stack:
         stack.callback(writer.close)
-        # Buffered writes are flushed as they go; direct ones need no help.
-        writeback = None if writer.direct else stack.enter_context(Writeback(fd))
-        pipe = Pipeline(writer, sha, writeback)
+        # Bytes written through the page cache are flushed as they go
+        # (all of them when direct I/O is off or turns itself off).
+        pipe = Pipeline(writer, sha, stack.enter_context(Writeback(fd)))
         try:
             _receive_into(body, state, ticker, pipe, widen)
         finally:
@@ -408,8 +415,10 @@ def _receive_into(
                         ended = True
                         break
                     n += got
-                    widening = widen is not None and widen.wants_more(
-                        state.offset + n, state.expected_bytes
+                    widening = (
+                        widen is not None
+                        and _may_widen(state)
+                        and widen.wants_more(state.offset + n, state.expected_bytes)
                     )
         finally:
             if n:
@@ -423,6 +432,14 @@ def _receive_into(
             return
         if widening:
             raise _Widen
+
+
+def _may_widen(state: _State) -> bool:
+    """Ranged connections carry on only from bytes of the probed version:
+    the size the probe saw (a body of another size is another object, and
+    the parallel engine works to the probed size) and an origin that
+    honours ranges."""
+    return state.ranges and state.expected_bytes == state.probed_bytes
 
 
 def _sha_for(state: _State) -> _Hash | None:

@@ -15,6 +15,8 @@ import itertools
 import json
 import os
 import re
+import threading
+import time
 from pathlib import Path
 
 from llmkube_stager.cache.layout import segmented_paths, validator_of
@@ -181,3 +183,31 @@ def test_work_items_cover_the_gaps_exactly() -> None:
     assert sum(end - start for start, end in items) == 101 * MIB
     assert all(end - start <= max(MIN_ITEM_BYTES, 100 * MIB) for start, end in items)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(items))
+
+
+def test_a_body_of_another_size_is_never_finished_over_ranges(
+    stager, origin, make_payload
+) -> None:
+    """The object grows between the probe and the GET, and the origin gives
+    no ETag: the stream's 200 says the new size. Ranged connections work to
+    the probed size, so the stream must not widen (a review found the old
+    size's prefix of the new object published)."""
+    old, new = make_payload(36 * MIB, seed=9), make_payload(42 * MIB, seed=10)
+    origin.put(PATH, old, etag=None, rate_bytes_per_s=CAP)
+    origin.set_fault(PATH, Fault(delay_s=0.3, methods=("GET",), times=1))
+
+    def grow_after_probe() -> None:
+        deadline = time.monotonic() + 5
+        while not origin.requests(PATH, "HEAD") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        origin.put(PATH, new, etag=None, rate_bytes_per_s=CAP)
+
+    grower = threading.Thread(target=grow_after_probe)
+    grower.start()
+    run = stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
+    grower.join()
+
+    assert stager.dest().read_bytes() == new
+    assert stager.record(stager.dest()) == str(len(new)).encode()
+    assert not run.has_line("ranged connections")
+    assert len(origin.requests(PATH, "GET")) == 1
