@@ -26,6 +26,7 @@ from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, TransferError
 from llmkube_stager.logs import Log
 from llmkube_stager.model import RemoteFile
+from llmkube_stager.predecessor import await_dead_writer
 from llmkube_stager.progress import ProgressTicker
 from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
@@ -87,6 +88,7 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
+    await_dead_writer(file, meta, effects.idle_s, effects.wall_clock, effects.sleep, effects.log)
     widen = None
     if _parallel_fits(fetcher, meta, effects):
         if _parallel_partial_left(file, meta, effects):
