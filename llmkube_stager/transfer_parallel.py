@@ -214,12 +214,33 @@ class ParallelTransfer:
         if seed is not None:
             # Carry on from a stream's partial (transfer.py's widening).
             self.data, self.journal = segmented_paths(file.dest, self._validator, new_writer_id())
-            if hand_over(seed.partial, self.data):
+            if self._take_over(seed):
                 self._seed = seed
         if self._seed is None:
             self.data, self.journal, _ = adopt_segmented(
                 file.dest, self._validator, new_writer_id(), wall_clock(), idle_s
             )
+
+    def _take_over(self, seed: Handover) -> bool:
+        """Journal the stream's bytes (flushed first), then rename its
+        partial to ours: killed in between, the stream partial is still
+        there to resume, and a data file never exists without its journal."""
+        try:
+            fd = os.open(seed.partial, os.O_RDONLY)
+        except FileNotFoundError:
+            return False  # adopted away meanwhile
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        done = [[0, seed.offset]] if seed.offset else []
+        doc = {"validator": self._validator, "size": self._size, "done": done}
+        write_atomic(self.journal, json.dumps(doc).encode())
+        if hand_over(seed.partial, self.data):
+            return True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.journal)
+        return False
 
     def run(self, hash_it: bool) -> ParallelResult:
         fd, done = self._open_data()
@@ -228,8 +249,6 @@ class ParallelTransfer:
         if self._seed is not None:
             shared.received = self._seed.received
         try:
-            if self._seed is not None:
-                save_journal(shared, self.journal, self._validator, self._size)
             # Bytes that go through the page cache (all of them when direct
             # I/O is off or turns itself off) are flushed as they go.
             with Writeback(fd) as writeback:

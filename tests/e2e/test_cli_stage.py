@@ -627,3 +627,43 @@ def test_help_of_every_command(pod: Pod) -> None:
                 assert flag_of(var) in run.stdout, f"{command} --help lacks {flag_of(var)}"
     plan_help = pod.run("plan", "--help").stdout
     assert "--json" in plan_help and "--probe" in plan_help
+
+
+def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin: Origin) -> None:
+    """One stream, widened to ranged connections on a capped origin, killed
+    with SIGKILL (no handler runs): the next run asks only for what the
+    journal does not vouch for, and publishes the exact bytes (#6)."""
+    size = 48 << 20
+    data = gguf_like(size, seed=22)
+    origin.put(MODEL, data, rate_bytes_per_s=6 << 20)
+    dest = pod.single(origin.url + MODEL)
+    proc = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "4"})
+
+    def journaled() -> int:
+        total = 0
+        for path in dest.parent.glob("*.llmkube-journal") if dest.parent.is_dir() else []:
+            try:
+                total = max(total, sum(e - s for s, e in json.loads(path.read_text())["done"]))
+            except (OSError, ValueError, KeyError):
+                continue
+        return total
+
+    wait_for(lambda: journaled() >= 12 << 20, 20, "a journal of 12 MiB", proc)
+    proc.kill()
+    proc.wait()
+    kept = journaled()
+    assert kept < size
+
+    origin.put(MODEL, data)  # the same bytes and ETag, uncapped
+    origin.clear_log()
+    resumed = pod.run("stage", env={"LLMKUBE_CONNECTIONS": "4"})
+
+    assert_success(resumed, files=1, fetched=1, reused=0)
+    gets = origin.requests(MODEL, "GET")
+    assert gets and all("range" in g.headers for g in gets), "a GET from byte 0"
+    assert sum(g.body_bytes for g in gets) <= size - kept
+    assert dest.read_bytes() == data
+    assert record_of(dest) == str(size)
+    assert partials_of(dest) == []
+    leftovers = [*dest.parent.glob("*.llmkube-segs"), *dest.parent.glob("*.llmkube-journal")]
+    assert leftovers == []
