@@ -20,9 +20,7 @@ service ranges). Pure: the environment is read by config.py.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
 
 
 class ProxyConfigError(ValueError):
@@ -44,6 +42,8 @@ class Proxy:
         """The Proxy-Authorization value (Basic), when credentials are set."""
         if not self.username and not self.password:
             return None
+        import base64
+
         token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode("ascii")
         return f"Basic {token}"
 
@@ -84,6 +84,9 @@ def parse_proxy(text: str, name: str) -> Proxy | None:
     text = text.strip()
     if not text:
         return None
+    # Imported here: most pods have no proxy, and config.py is on the warm path.
+    from urllib.parse import unquote, urlsplit
+
     if "://" not in text:
         text = "http://" + text  # curl's default
     try:
