@@ -75,9 +75,6 @@ class ProxySettings:
             return None
         return proxy
 
-    def secrets(self) -> tuple[str, ...]:
-        return tuple(s for p in (self.https, self.http) if p is not None for s in p.secrets())
-
 
 def parse_proxy(text: str, name: str) -> Proxy | None:
     """A proxy variable's value; None when empty. Raises ProxyConfigError."""
