@@ -405,3 +405,22 @@ def test_boto3_and_the_data_path_both_go_through_the_proxy(box, s3, bucket, payl
     url = f"{s3.endpoint_url}/{bucket}/m/model.gguf"
     assert asked == [("HEAD", url), ("GET", url)]
     assert [r.method for r in object_requests(s3, bucket)] == ["HEAD", "GET"]
+
+
+def test_a_dead_proxy_with_credentials_fails_without_showing_them(
+    box, s3, bucket, payload
+) -> None:
+    """botocore names the proxy URL in its ProxyConnectionError; the agent
+    translates by type, so the password never reaches the error (this runner's
+    redactor does not know it: a leak would show)."""
+    put(s3, bucket, "m/model.gguf", payload(16 * KIB))
+    password = canary("proxypw", 24)
+    dead = closed_port_url().replace("http://", f"http://agent:{password}@")
+    env = box.single(f"s3://{bucket}/m/model.gguf", **s3_env(s3, HTTP_PROXY=dead))
+
+    run = box.stage(env)
+
+    assert run.reason == "ModelSourceUnreachable", run.log
+    assert password not in run.log and password not in str(run.error)
+    assert password not in run.detail
+    assert not box.dest().exists()
