@@ -16,7 +16,7 @@ setup: $(STAMP)
 
 ## Stage a generated sample model from a loopback origin, twice (cold, then warm).
 demo: $(STAMP)
-	$(BIN)/python -m llmkube_stager.testing.demo
+	$(BIN)/python -m tests.harness.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check llmkube_stager tests bench

@@ -99,7 +99,7 @@ def run(
 def write_model(path: str, size_mib: int, seed: int) -> str:
     """Deterministic incompressible-looking bytes; returns the sha256."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from llmkube_stager.testing.sample import gguf_like
+    from tests.harness.sample import gguf_like
 
     sha = hashlib.sha256()
     with open(path, "wb") as handle:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
-from llmkube_stager.testing.sample import gguf_like, safetensors_like, write_sample_tree
+from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.sample import gguf_like, safetensors_like, write_sample_tree
 
 DATA = bytes(range(256)) * 40  # 10240 bytes, every offset easy to check
 PATH = "/models/a.gguf"
@@ -414,7 +414,7 @@ def test_cli_serves_directory_until_sigterm(tmp_path: Path) -> None:
     (tmp_path / "served" / "m.bin").write_bytes(DATA)
     port_file = tmp_path / "url"
     served = str(tmp_path / "served")
-    module = "llmkube_stager.testing.origin"
+    module = "tests.harness.origin"
     proc = subprocess.Popen(
         [sys.executable, "-m", module, "--dir", served, "--port-file", str(port_file)],
         stderr=subprocess.PIPE,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmkube_stager.testing.tlsca import make_ca
+from tests.harness.tlsca import make_ca
 
 # The checkout the tests belong to: the child runs with it as its working
 # directory, so `python -m llmkube_stager` imports this tree's package.

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmkube_stager.testing.origin import closed_port_url
+from tests.harness.origin import closed_port_url
 
 
 def _cli(

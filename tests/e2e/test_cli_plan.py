@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from e2e_support import Pod, Run, record_of, snapshot
 
-from llmkube_stager.testing.origin import Origin
-from llmkube_stager.testing.sample import gguf_like
+from tests.harness.origin import Origin
+from tests.harness.sample import gguf_like
 
 pytestmark = pytest.mark.e2e
 

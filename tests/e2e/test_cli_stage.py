@@ -26,8 +26,8 @@ from e2e_support import (
     wait_for,
 )
 
-from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
-from llmkube_stager.testing.sample import gguf_like, write_sample_tree
+from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.sample import gguf_like, write_sample_tree
 
 pytestmark = pytest.mark.e2e
 

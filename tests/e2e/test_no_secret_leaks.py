@@ -18,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from e2e_support import Pod, Run, tls_server_context
 
-from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
-from llmkube_stager.testing.proxy import ForwardProxy
-from llmkube_stager.testing.sample import gguf_like
+from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.proxy import ForwardProxy
+from tests.harness.sample import gguf_like
 
 pytestmark = pytest.mark.e2e
 

@@ -26,7 +26,7 @@ from fuse_support import (
     unmount,
 )
 
-from llmkube_stager.testing.origin import Origin
+from tests.harness.origin import Origin
 
 
 def _fuse_missing() -> str | None:

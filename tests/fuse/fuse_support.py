@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmkube_stager.testing.origin import Origin, RequestRecord
+from tests.harness.origin import Origin, RequestRecord
 
 # The checkout these tests belong to: the child runs there, so
 # `python -m llmkube_stager` imports this tree's package.

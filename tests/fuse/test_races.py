@@ -36,7 +36,7 @@ from fuse_support import (
 )
 
 from llmkube_stager.cache.layout import private_partial_path, validator_of
-from llmkube_stager.testing.origin import Fault, Origin
+from tests.harness.origin import Fault, Origin
 
 SIZE = 256 * 1024
 RATE = 1024 * 1024  # ~0.25 s per transfer: long enough for two racers to overlap

@@ -30,7 +30,7 @@ from fuse_support import (
     write_file,
 )
 
-from llmkube_stager.testing.origin import Origin, closed_port_url
+from tests.harness.origin import Origin, closed_port_url
 
 CONFIG = b'{"architectures": ["LlamaForCausalLM"]}\n'
 WEIGHTS = payload(48 * 1024, 21)

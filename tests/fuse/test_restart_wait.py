@@ -16,7 +16,7 @@ from pathlib import Path
 from fuse_support import FuseCache, Pod, assert_ok, gets, single_env
 
 from llmkube_stager.cache.layout import private_partial_path, validator_of
-from llmkube_stager.testing.origin import Origin
+from tests.harness.origin import Origin
 
 MIB = 1 << 20
 HELD = 512 * MIB  # more than 5 s of REFETCH_BYTES_PER_S: worth waiting for

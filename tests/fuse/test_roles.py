@@ -35,7 +35,7 @@ from fuse_support import (
 )
 
 from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, classify, mount_for, parse_mountinfo, probe_fs
-from llmkube_stager.testing.origin import Origin, closed_port_url
+from tests.harness.origin import Origin, closed_port_url
 
 DAY_S = 86400.0
 CONFIG = b'{"architectures": ["LlamaForCausalLM"]}\n'

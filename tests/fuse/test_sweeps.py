@@ -36,7 +36,7 @@ from llmkube_stager.cache.layout import (
 )
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.sweep import is_atomic_debris
-from llmkube_stager.testing.origin import Fault, Origin, closed_port_url
+from tests.harness.origin import Fault, Origin, closed_port_url
 
 OLD_S = 11 * 60  # just past the 10-minute gate
 YOUNG_S = 5 * 60

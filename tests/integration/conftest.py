@@ -29,7 +29,7 @@ from llmkube_stager.errors import StagerError
 from llmkube_stager.logs import Log, Redactor
 from llmkube_stager.model import Outcome
 from llmkube_stager.stage import Effects, run_stage
-from llmkube_stager.testing.origin import Origin
+from tests.harness.origin import Origin
 
 # Short budgets so failure paths end in about a second; a test overrides them.
 FAST_ENV = {

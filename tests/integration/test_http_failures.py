@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.logs import Redactor
-from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
-from llmkube_stager.testing.tlsca import make_ca
+from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.tlsca import make_ca
 
 PATH = "/files/model.gguf"
 KIB = 1024

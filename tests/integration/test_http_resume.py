@@ -12,7 +12,7 @@ import email.utils
 import threading
 import time
 
-from llmkube_stager.testing.origin import Fault
+from tests.harness.origin import Fault
 
 PATH = "/files/model.gguf"
 REPO = "/org/repo/resolve/main"

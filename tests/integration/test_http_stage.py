@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from llmkube_stager.model import Decision
-from llmkube_stager.testing.origin import Fault, closed_port_url
+from tests.harness.origin import Fault, closed_port_url
 
 PATH = "/files/model.gguf"
 REPO = "/org/repo/resolve/main"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llmkube_stager.cache.layout import segmented_paths, validator_of
 from llmkube_stager.model import Decision
-from llmkube_stager.testing.origin import Fault, RequestRecord
+from tests.harness.origin import Fault, RequestRecord
 from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES, Ranges, work_items
 
 MIB = 1 << 20

@@ -17,9 +17,9 @@ import pytest
 
 from llmkube_stager.config import secret_values
 from llmkube_stager.logs import Redactor
-from llmkube_stager.testing.origin import Origin
-from llmkube_stager.testing.proxy import ForwardProxy
-from llmkube_stager.testing.tlsca import make_ca
+from tests.harness.origin import Origin
+from tests.harness.proxy import ForwardProxy
+from tests.harness.tlsca import make_ca
 
 PATH = "/files/model.gguf"
 MIB = 1 << 20

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from policy_support import Pod
 
-from llmkube_stager.testing.origin import Origin
+from tests.harness.origin import Origin
 
 
 @pytest.fixture

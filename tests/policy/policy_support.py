@@ -31,7 +31,7 @@ from llmkube_stager.errors import StagerError
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import FsInfo
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
-from llmkube_stager.testing.origin import Origin
+from tests.harness.origin import Origin
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "/org/repo/resolve/main"

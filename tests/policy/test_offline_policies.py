@@ -31,7 +31,7 @@ from policy_support import (
     snapshot,
 )
 
-from llmkube_stager.testing.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 
 pytestmark = pytest.mark.e2e
 

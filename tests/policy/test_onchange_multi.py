@@ -27,7 +27,7 @@ from policy_support import (
 )
 
 from llmkube_stager.errors import REMEDY_LOCK_UNSUPPORTED_PREFETCH
-from llmkube_stager.testing.origin import Fault, Origin, closed_port_url
+from tests.harness.origin import Fault, Origin, closed_port_url
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ from policy_support import (
     snapshot,
 )
 
-from llmkube_stager.testing.origin import Fault, Origin, closed_port_url
+from tests.harness.origin import Fault, Origin, closed_port_url
 
 pytestmark = pytest.mark.e2e
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llmkube_stager.testing.hub import FakeHub
-from llmkube_stager.testing.origin import Origin
-from llmkube_stager.testing.s3server import S3Server
+from tests.harness.hub import FakeHub
+from tests.harness.origin import Origin
+from tests.harness.s3server import S3Server
 from sources.support import HF_TOKEN, Sandbox
 
 _BUCKETS = itertools.count(1)

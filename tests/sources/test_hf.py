@@ -13,8 +13,8 @@ import json
 import pytest
 
 from llmkube_stager.model import Decision
-from llmkube_stager.testing.hub import FakeHub, HubFault
-from llmkube_stager.testing.origin import Origin, closed_port_url
+from tests.harness.hub import FakeHub, HubFault
+from tests.harness.origin import Origin, closed_port_url
 from sources.support import (
     HF_TOKEN,
     Sandbox,
@@ -497,7 +497,7 @@ def test_cold_start_asks_the_hub_for_nothing_but_model_info_and_files(
 def test_hub_api_resolve_and_cdn_all_go_through_http_proxy(box, hub, cdn, payload) -> None:
     """The hub client (huggingface_hub's httpx2), the probe and the data path
     all honour the proxy variables, as the scripts' curl did."""
-    from llmkube_stager.testing.proxy import ForwardProxy
+    from tests.harness.proxy import ForwardProxy
 
     files = repo_files(payload)
     hub.add_repo(REPO, files)

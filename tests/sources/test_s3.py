@@ -13,8 +13,8 @@ from llmkube_stager.config import load_config
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
 from llmkube_stager.sources.s3 import S3Fetcher, S3Source
-from llmkube_stager.testing.origin import closed_port_url
-from llmkube_stager.testing.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Request
+from tests.harness.origin import closed_port_url
+from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Request
 from sources.support import (
     assert_failure,
     assert_success,
@@ -390,7 +390,7 @@ def test_s7_s3_on_change_unchanged_object_is_skipped_with_a_head_only(
 def test_boto3_and_the_data_path_both_go_through_the_proxy(box, s3, bucket, payload) -> None:
     """HEAD (boto3, told by us) and the presigned GET (our data path) take
     the same route; HTTP_PROXY here because the moto endpoint is http."""
-    from llmkube_stager.testing.proxy import ForwardProxy
+    from tests.harness.proxy import ForwardProxy
 
     data = payload(128 * KIB)
     put(s3, bucket, "m/model.gguf", data)

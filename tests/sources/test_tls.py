@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.sources.tls import ca_bundle_file, make_ssl_context
-from llmkube_stager.testing.hub import FakeHub
-from llmkube_stager.testing.origin import Origin
-from llmkube_stager.testing.s3server import S3Server
-from llmkube_stager.testing.tlsca import LocalCA, make_ca
+from tests.harness.hub import FakeHub
+from tests.harness.origin import Origin
+from tests.harness.s3server import S3Server
+from tests.harness.tlsca import LocalCA, make_ca
 from sources.support import HF_TOKEN, assert_failure, leaks
 
 KIB = 1024

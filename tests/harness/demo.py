@@ -17,8 +17,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from llmkube_stager.testing.origin import Origin
-from llmkube_stager.testing.sample import write_sample_tree
+from tests.harness.origin import Origin
+from tests.harness.sample import write_sample_tree
 
 
 @dataclass(frozen=True)

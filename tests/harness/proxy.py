@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Self
 from urllib.parse import urlsplit
 
-from llmkube_stager.testing.lifecycle import Lifecycle
+from tests.harness.lifecycle import Lifecycle
 
 _HOST = "127.0.0.1"
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import unquote
 
-from llmkube_stager.testing.lifecycle import Lifecycle
+from tests.harness.lifecycle import Lifecycle
 
 _HOST = "127.0.0.1"
 _ADMIN_TIMEOUT_S = 10.0

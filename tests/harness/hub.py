@@ -44,8 +44,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Literal, Self
 from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit
 
-from llmkube_stager.testing.lifecycle import Lifecycle
-from llmkube_stager.testing.origin import Origin
+from tests.harness.lifecycle import Lifecycle
+from tests.harness.origin import Origin
 
 _HOST = "127.0.0.1"
 _CLOSE_JOIN_S = 0.9

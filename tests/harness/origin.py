@@ -5,7 +5,7 @@ Everything binds to 127.0.0.1 only. Files live in memory (``put``) or on disk
 (errors, truncation, stalls, broken Range support, redirects, throttling) so the
 stager's resume and validation logic can be exercised deterministically.
 
-Run ``python -m llmkube_stager.testing.origin --dir DIR`` to serve a directory.
+Run ``python -m tests.harness.origin --dir DIR`` to serve a directory.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any, Literal, Self
 from urllib.parse import unquote, urlsplit
 
-from llmkube_stager.testing.lifecycle import Lifecycle
+from tests.harness.lifecycle import Lifecycle
 
 _HOST = "127.0.0.1"
 _CHUNK = 256 * 1024
@@ -627,7 +627,7 @@ def closed_port_url() -> str:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m llmkube_stager.testing.origin",
+        prog="python -m tests.harness.origin",
         description="Serve a directory over HTTP on 127.0.0.1 (Range, HEAD, ETag).",
     )
     parser.add_argument("--dir", required=True, help="directory served at /")
