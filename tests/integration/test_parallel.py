@@ -21,8 +21,8 @@ from pathlib import Path
 
 from llmkube_stager.cache.layout import segmented_paths, validator_of
 from llmkube_stager.model import Decision
-from tests.harness.origin import Fault, RequestRecord
 from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES, Ranges, work_items
+from tests.harness.origin import Fault, RequestRecord
 
 MIB = 1 << 20
 SIZE = 40 * MIB  # above the 32 MiB threshold

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sources.support import HF_TOKEN, Sandbox
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.s3server import S3Server
-from sources.support import HF_TOKEN, Sandbox
 
 _BUCKETS = itertools.count(1)
 

@@ -13,8 +13,6 @@ import json
 import pytest
 
 from llmkube_stager.model import Decision
-from tests.harness.hub import FakeHub, HubFault
-from tests.harness.origin import Origin, closed_port_url
 from sources.support import (
     HF_TOKEN,
     Sandbox,
@@ -25,6 +23,8 @@ from sources.support import (
     record,
     tree,
 )
+from tests.harness.hub import FakeHub, HubFault
+from tests.harness.origin import Origin, closed_port_url
 
 REPO = "org/repo"
 SHARD1 = "model-00001-of-00002.safetensors"

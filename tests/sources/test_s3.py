@@ -13,8 +13,6 @@ from llmkube_stager.config import load_config
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
 from llmkube_stager.sources.s3 import S3Fetcher, S3Source
-from tests.harness.origin import closed_port_url
-from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Request
 from sources.support import (
     assert_failure,
     assert_success,
@@ -26,6 +24,8 @@ from sources.support import (
     shell_partial,
     tree,
 )
+from tests.harness.origin import closed_port_url
+from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Request
 
 KIB = 1024
 KEY_ID = "AKIA" + canary("", 16).upper()

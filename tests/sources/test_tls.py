@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.sources.tls import ca_bundle_file, make_ssl_context
+from sources.support import HF_TOKEN, assert_failure, leaks
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.s3server import S3Server
 from tests.harness.tlsca import LocalCA, make_ca
-from sources.support import HF_TOKEN, assert_failure, leaks
 
 KIB = 1024
 PATH = "/files/model.gguf"
