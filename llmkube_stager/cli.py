@@ -160,7 +160,7 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
 
     def body() -> None:
         from llmkube_stager.cache.fs import probe_fs
-        from llmkube_stager.planview import render_plan
+        from llmkube_stager.commands.plan_view import render_plan
         from llmkube_stager.stage import Effects, prepare
 
         config = load_config(os.environ, flags)
@@ -182,8 +182,8 @@ def verify(strict: bool, **kwargs: Any) -> None:
     def body() -> dict[str, Any]:
         import time
 
+        from llmkube_stager.commands.verify import check_files, judge
         from llmkube_stager.model import Decision, FileResult, Outcome
-        from llmkube_stager.verify import check_files, judge
 
         started = time.monotonic()
         config = load_config(os.environ, flags, require_source=False)
@@ -207,7 +207,7 @@ def inspect(cache_dir: str | None, as_json: bool) -> None:
     def body() -> None:
         import time
 
-        from llmkube_stager.inspectview import inspect_dir, render
+        from llmkube_stager.commands.inspect import inspect_dir, render
 
         target = cache_dir or os.environ.get("CACHE_DIR", "")
         if not target or not os.path.isdir(target):
@@ -227,7 +227,7 @@ def diagnose(source: str) -> None:
     def body() -> None:
         import json
 
-        from llmkube_stager.diagnose import condition_for
+        from llmkube_stager.commands.diagnose import condition_for
 
         try:
             text = sys.stdin.read() if source == "-" else _read_text(source)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from llmkube_stager.cache.layout import parse_file_list
 from llmkube_stager.errors import ConfigError
+from llmkube_stager.layout import parse_file_list
 from llmkube_stager.pins import file_pins, single_pin
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
@@ -140,7 +140,7 @@ class Config:
     termination_log: str = "/dev/termination-log"
     progress_interval_s: float = 10.0
     connections: int = DEFAULT_CONNECTIONS
-    direct_io: bool = True  # "auto": still only where directio.direct_io_fits
+    direct_io: bool = True  # "auto": still only where FsInfo.direct_io_ok
     proxy: ProxySettings = field(default_factory=ProxySettings)
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()

@@ -17,12 +17,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmkube_stager import messages
+from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import write_marker, write_size_record, write_stamp
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
 from llmkube_stager.logs import Log
-from llmkube_stager.model import Action, Decision, FileResult, FsInfo, Manifest, Plan, RemoteFile
+from llmkube_stager.model import (
+    Action,
+    Decision,
+    FileResult,
+    FsInfo,
+    Manifest,
+    Plan,
+    RemoteFile,
+    Strategy,
+)
 from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source
 
 if TYPE_CHECKING:
@@ -42,12 +52,14 @@ class Session:
         sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
         fs: FsInfo,
+        strategy: Strategy,
     ) -> None:
         self.config = config
         self.log = log
         self._sleep = sleep
         self._wall_clock = wall_clock
         self._fs = fs
+        self._strategy = strategy
         self._fetcher: Fetcher | None = None
         self._source: Source | None = None
         self.metas: dict[str, RemoteMeta] = {}
@@ -59,7 +71,6 @@ class Session:
         return self._fetcher
 
     def transfer_effects(self, root: str, listed: frozenset[str] = frozenset()) -> TransferEffects:
-        from llmkube_stager.directio import direct_io_fits
         from llmkube_stager.transfer import TransferEffects
 
         return TransferEffects(
@@ -70,10 +81,10 @@ class Session:
             progress_interval_s=self.config.progress_interval_s,
             free_bytes=lambda: _free_bytes(self._fs, root),
             # Under a cross-node flock nobody else writes: adopt at once.
-            idle_s=0.0 if self._fs.is_fuse is False else IDLE_S,
+            idle_s=0.0 if self._strategy.lock_excludes else IDLE_S,
             connections=self.config.connections,
             listed=listed,
-            direct_io=self.config.direct_io and direct_io_fits(self._fs.fstype),
+            direct_io=self._strategy.direct_io,
         )
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
@@ -292,17 +303,3 @@ class Executor:
         self._log.warning("kept", text, file=rel)
         return FileResult(rel, Decision.KEEP)
 
-
-def ensure_dir(path: str, root: str, rel: str) -> None:
-    """mkdir -p, refusing a directory that resolves outside the model root
-    (a symlink planted in a shared cache must not redirect writes)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise CacheError(
-            f"cannot create {path}: {os.strerror(exc.errno or 0)}", file=rel or None
-        ) from exc
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real != real_root and not real.startswith(real_root + "/"):
-        raise CacheError(f"{path} resolves outside the model directory", file=rel or None)

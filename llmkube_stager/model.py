@@ -52,6 +52,8 @@ class FsInfo:
     is_fuse: bool | None  # None: could not be determined
     read_only: bool
     free_bytes: int | None
+    # O_DIRECT is a plain block I/O path here (ext4, xfs, btrfs: cache/fs.py).
+    direct_io_ok: bool = False
 
     @property
     def lock_scope(self) -> LockScope:
@@ -64,6 +66,25 @@ class FsInfo:
     def free_space_meaningful(self) -> bool:
         # FUSE drivers report invented capacities (BlobFuse: 0 or huge).
         return self.is_fuse is False and self.free_bytes is not None
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Every decision that depends on the filesystem and the pod's role,
+    made once (plan.strategy_for) and read by the planner, the stage
+    orchestration and the executor (spec §9.3)."""
+
+    may_write: bool
+    refusal: Reason | None = None  # why not, when it may not write
+    why: str = ""
+    keep_why: str = ""
+    # Writers take the directory flock off FUSE, and where the type is
+    # unknown (the previous behavior, spec §16 item 3); on FUSE nobody does.
+    take_lock: bool = False
+    # The flock is believed to exclude across nodes (not FUSE): writers
+    # re-plan under it, and partials may be adopted without an idle wait.
+    lock_excludes: bool = False
+    direct_io: bool = False
 
 
 class LocalState(StrEnum):

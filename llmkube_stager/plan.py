@@ -29,22 +29,15 @@ from llmkube_stager.model import (
     Plan,
     Remote,
     Role,
+    Strategy,
 )
 
 
-@dataclass(frozen=True)
-class Permission:
-    """Whether this pod may write the cache, and if not, why (spec §9.3)."""
-
-    may_write: bool
-    refusal: Reason | None = None
-    why: str = ""
-    keep_why: str = ""
-
-
-def write_permission(fs: FsInfo, role: Role) -> Permission:
+def strategy_for(fs: FsInfo, role: Role, direct_io: bool = True) -> Strategy:
+    """Whether this pod may write the cache and how (spec §9.3). `direct_io`
+    is the user's LLMKUBE_DIRECT_IO (auto: where the filesystem allows)."""
     if fs.read_only:
-        return Permission(
+        return Strategy(
             False,
             Reason.CACHE_UNWRITABLE,
             "the cache volume is mounted read-only",
@@ -53,20 +46,25 @@ def write_permission(fs: FsInfo, role: Role) -> Permission:
     if fs.is_fuse and role == "serving":
         # A serving pod on FUSE writes nothing at all: flock does not exclude
         # across nodes there (#2158, #2254; seed-000).
-        return Permission(
+        return Strategy(
             False,
             Reason.CACHE_LOCK_UNSUPPORTED,
             "FUSE cache cannot guarantee cross-node file locking",
             messages.FUSE_READER_WHY,
         )
-    return Permission(True)
+    return Strategy(
+        True,
+        take_lock=fs.is_fuse is not True,
+        lock_excludes=fs.is_fuse is False,
+        direct_io=direct_io and fs.direct_io_ok,
+    )
 
 
 @dataclass(frozen=True)
 class _Ctx:
     multi: bool
     cached: bool  # a cache path (PVC), not an emptyDir: wording only
-    permission: Permission
+    permission: Strategy
     kind: str = "http"
 
 
@@ -91,7 +89,7 @@ def make_plan(
     remote: Mapping[str, Remote] | None = None,
     cached: bool = True,
 ) -> Plan:
-    ctx = _Ctx(manifest.multi_file, cached, write_permission(fs, role), manifest.kind)
+    ctx = _Ctx(manifest.multi_file, cached, strategy_for(fs, role), manifest.kind)
     probes = remote or {}
     actions = tuple(
         _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel), f.sha256)

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from llmkube_stager import messages
+from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
-from llmkube_stager.executor import Executor, Session, ensure_dir
+from llmkube_stager.executor import Executor, Session
 from llmkube_stager.logs import Log
 from llmkube_stager.model import (
     Action,
@@ -35,8 +36,9 @@ from llmkube_stager.model import (
     Plan,
     Remote,
     Role,
+    Strategy,
 )
-from llmkube_stager.plan import failed, make_plan, probes_needed
+from llmkube_stager.plan import failed, make_plan, probes_needed, strategy_for
 from llmkube_stager.sources import open_source
 from llmkube_stager.sources.base import RemoteMeta, Source
 
@@ -58,6 +60,7 @@ class Prepared:
     role: Role
     cache: CacheState
     plan: Plan
+    strategy: Strategy
     started_s: float = field(default=0.0)
     remote: Mapping[str, Remote] = field(default_factory=dict)
 
@@ -77,7 +80,9 @@ def prepare(config: Config, effects: Effects) -> Prepared:
             "cannot determine the cache filesystem type; treating it as one where flock works",
             path=fs.path,
         )
-    prepared = Prepared(source, manifest, fs, role_of(config), CacheState(False), Plan((), False))
+    role = role_of(config)
+    strategy = strategy_for(fs, role, config.direct_io)
+    prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
     return _replan(config, replace(prepared, started_s=started))
 
 
@@ -99,7 +104,9 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
     if prepared.manifest.kind == "pvc":
         return prepared, _verify_pvc(prepared, effects)
-    session = Session(config, effects.log, effects.sleep, effects.wall_clock, prepared.fs)
+    session = Session(
+        config, effects.log, effects.sleep, effects.wall_clock, prepared.fs, prepared.strategy
+    )
     try:
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
@@ -120,7 +127,7 @@ def _write(
 ) -> tuple[FileResult, ...]:
     ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
     with _writer_lock(config, effects, prepared):
-        if prepared.fs.is_fuse is not True:
+        if prepared.strategy.take_lock:
             # Another writer may have staged while we waited for the lock.
             prepared = _replan(config, prepared)
             _check_plan(prepared, effects.log, warn=False)
@@ -173,7 +180,7 @@ def _probe_one(
     except SourceError as err:
         if not err.answered:
             unreachable[origin] = err.detail
-        elif getattr(prepared.source, "get_without_probe", False):
+        elif prepared.source.get_without_probe:
             # Answered without a usable size (5xx/429 on HEAD): the transfer
             # tries the GET without asking again (spec §8.1 "try GET").
             from llmkube_stager.sources.http_probe import unknown_meta
@@ -210,7 +217,7 @@ def _writer_lock(
     §16 item 3) writers take the flock; on FUSE nobody does (spec §9.3)."""
     from llmkube_stager.cache.lock import CacheLock
 
-    if prepared.fs.is_fuse:
+    if not prepared.strategy.take_lock:
         return contextlib.nullcontext()
     return CacheLock(
         prepared.manifest.root,

@@ -15,6 +15,10 @@ from llmkube_stager.model import FsInfo
 
 FUSE_SUPER_MAGIC = 0x65735546
 _FUSE_FSTYPES = ("fuse", "fuseblk", "virtiofs")
+# Filesystems (mountinfo names) where O_DIRECT is a plain block I/O path: on
+# NFS each direct write is a synchronous round trip, FUSE drivers differ,
+# tmpfs has nothing to bypass (docs/design.md).
+DIRECT_IO_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ def classify(
         is_fuse=is_fuse,
         read_only=read_only or (mount is not None and "ro" in mount.options),
         free_bytes=free_bytes,
+        direct_io_ok=fstype in DIRECT_IO_FSTYPES,
     )
 
 

@@ -2,7 +2,7 @@
 
 It avoids duplicate work between writers; correctness never depends on it
 (ARCHITECTURE idea 2): on FUSE flock does not exclude across nodes, so there
-nobody takes it and private partials keep writers apart (transfer.py).
+nobody takes it and private partials keep writers apart (transfer/).
 Writers log while they wait and give up after LLMKUBE_LOCK_TIMEOUT.
 """
 
@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable
 from types import TracebackType
 
-from llmkube_stager.cache.layout import LOCK_NAME
 from llmkube_stager.errors import CacheError, Reason
+from llmkube_stager.layout import LOCK_NAME
 from llmkube_stager.logs import Log
 
 POLL_S = 0.2

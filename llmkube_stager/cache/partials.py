@@ -16,7 +16,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.layout import (
     LEGACY_PARTIAL_SUFFIX,
     journal_of,
     parse_partial,

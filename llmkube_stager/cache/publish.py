@@ -9,29 +9,11 @@ accept it (seed-001: an existence-only reader would, scenario 17).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 
+from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.records import fsync_dir, write_size_record
-from llmkube_stager.errors import CacheError, Reason, TransferError
-
-_OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def disk_error(exc: OSError, what: str, rel: str) -> Exception:
-    """Translate a cache-side OSError into the contract's reasons."""
-    if exc.errno in _OUT_OF_SPACE:
-        return TransferError(
-            f"no space left on device while {what} {rel}", reason=Reason.OUT_OF_SPACE, file=rel
-        )
-    if exc.errno in _UNWRITABLE:
-        return CacheError(
-            f"cannot write the cache while {what} {rel}: {os.strerror(exc.errno or 0)}",
-            reason=Reason.CACHE_UNWRITABLE,
-            file=rel,
-        )
-    return exc
+from llmkube_stager.errors import Reason, TransferError
 
 
 class PartialLost(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.layout import (
     VALIDATORS_NAME,
     atomic_tmp_path,
     marker_path,

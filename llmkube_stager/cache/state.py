@@ -6,6 +6,7 @@ against the pin (a stamp hit skips the read, spec §7).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 
@@ -15,7 +16,6 @@ from llmkube_stager.cache.records import (
     read_validators,
     stamp_matches,
 )
-from llmkube_stager.hashing import sha256_of
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest, PinState
 
 
@@ -68,3 +68,8 @@ def read_cache_state(manifest: Manifest) -> CacheState:
             for f in manifest.files
         },
     )
+
+
+def sha256_of(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

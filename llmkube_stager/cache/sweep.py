@@ -18,7 +18,7 @@ import fnmatch
 import os
 from collections.abc import Iterable, Iterator
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.layout import (
     JOURNAL_SUFFIX,
     LEGACY_PARTIAL_SUFFIX,
     PART_SUFFIX,

@@ -54,6 +54,8 @@ def _rel_in_repo(ref: HfRef, rel: str, multi: bool) -> str:
 
 class HfSource:
     kind: SourceKind = "hf"
+    # The API call resolves where the bytes are: no GET without it.
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
         self._config = config
@@ -78,6 +80,8 @@ class HfSource:
 
 
 class HfFetcher:
+    parallel_ranges = True
+
     def __init__(self, config: Config, ref: HfRef) -> None:
         from llmkube_stager.sources.http import HttpFetcher
 

@@ -53,6 +53,8 @@ def http_manifest(config: Config, kind: SourceKind) -> Manifest:
 class HttpFetcher:
     """HEAD through httpx (control path), GET through http.client (data path)."""
 
+    parallel_ranges = True
+
     def __init__(self, config: Config) -> None:
         # Imported here: a warm start builds the manifest but never a fetcher.
         from llmkube_stager.sources.http_wire import ConnectionPool

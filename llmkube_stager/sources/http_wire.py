@@ -49,12 +49,61 @@ def translate_network_error(exc: BaseException, where: str, phase: str) -> Sourc
         text = f"connection refused by {where}"
     elif isinstance(exc, TimeoutError):
         text = f"{phase} timed out for {where}"
-    elif str(exc).startswith("Tunnel connection failed:"):
-        # http.client's CONNECT refusal: the proxy's status line, no secret.
-        return proxy_refused(str(exc).split(":", 1)[1], where, phase)
+    elif isinstance(exc, ProxyRefused):
+        return proxy_refused(f"{exc.status} {exc.reason}", where, phase)
     else:
         text = f"{phase} failed for {where}: {type(exc).__name__}"
     return SourceError(text, reason=Reason.SOURCE_UNREACHABLE, transient=True)
+
+
+class ProxyRefused(OSError):
+    """A forward proxy answered CONNECT with a non-2xx status (its status
+    line holds no secret)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"the proxy answered CONNECT with {status} {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def open_tunnel(sock: socket.socket, host: str, port: int, authorization: str | None) -> None:
+    """CONNECT host:port through a forward proxy on `sock` (RFC 9110 §9.3.6).
+    Ours, not http.client's `set_tunnel`, which reports a refusal as a bare
+    OSError with the status line in its text."""
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+    if authorization:
+        lines.append(f"Proxy-Authorization: {authorization}")
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    # The proxy sends nothing after its header block until the TLS client
+    # hello, so the response's buffered reader cannot swallow tunnel bytes.
+    response = http.client.HTTPResponse(sock, method="CONNECT")
+    try:
+        response.begin()
+    finally:
+        response.fp = None  # type: ignore[assignment]  # keep the socket: it is the tunnel
+    if not 200 <= response.status < 300:
+        raise ProxyRefused(response.status, response.reason)
+
+
+class _TunnelledHTTPSConnection(http.client.HTTPSConnection):
+    """An https origin through a forward proxy: TCP to the proxy, our own
+    CONNECT, then TLS to the origin over the tunnel."""
+
+    def __init__(self, origin: Origin, proxy: Proxy, timeout_s: float, context: ssl.SSLContext):
+        super().__init__(origin.host, origin.port, timeout=timeout_s, context=context)
+        self._proxy = proxy
+        self._tls = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._proxy.host, self._proxy.port), self.timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            open_tunnel(sock, self.host, self.port, self._proxy.authorization())
+            self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
 
 
 def proxy_refused(status_line: str, where: str, phase: str) -> SourceError:
@@ -121,15 +170,12 @@ class ConnectionPool:
         conn: http.client.HTTPConnection
         proxy = self.proxy_for(origin)
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
-        if origin.scheme == "https":
+        if origin.scheme == "https" and proxy is not None:
+            conn = _TunnelledHTTPSConnection(origin, proxy, self._connect_s, self._ssl_context())
+        elif origin.scheme == "https":
             conn = http.client.HTTPSConnection(
                 host, port, timeout=self._connect_s, context=self._ssl_context()
             )
-            if proxy is not None:
-                auth = proxy.authorization()
-                conn.set_tunnel(
-                    origin.host, origin.port, {"Proxy-Authorization": auth} if auth else None
-                )
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self._connect_s)
         where = f"{origin.scheme}://{origin.host}:{origin.port}"
@@ -166,6 +212,8 @@ class ConnectionPool:
 
 class WireBody:
     """A response body being received; see `sources.base.Body`."""
+
+    copy_into = None  # bytes pass through user space (hashed, counted)
 
     def __init__(
         self,

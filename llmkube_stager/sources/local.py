@@ -50,6 +50,7 @@ def check_allowed(path: str, roots: tuple[str, ...]) -> None:
 
 class LocalSource:
     kind: SourceKind = "local"
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
         self._config = config
@@ -173,6 +174,7 @@ class PvcSource:
     /model-source; `stage` checks the mounted file (spec §3.5)."""
 
     kind: SourceKind = "pvc"
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
         parts = urlsplit(config.source)

@@ -82,6 +82,8 @@ def object_key(ref: S3Ref, rel: str, multi: bool) -> str:
 
 class S3Source:
     kind: SourceKind = "s3"
+    # The signed HEAD is also where the presigned GET comes from.
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
         self._config = config
@@ -101,6 +103,8 @@ class S3Source:
 
 
 class S3Fetcher:
+    parallel_ranges = True
+
     def __init__(self, config: Config, ref: S3Ref) -> None:
         from llmkube_stager.sources.http import HttpFetcher
 

@@ -35,7 +35,7 @@ from fuse_support import (
     write_file,
 )
 
-from llmkube_stager.cache.layout import private_partial_path, validator_of
+from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.origin import Fault, Origin
 
 SIZE = 256 * 1024

@@ -1,5 +1,5 @@
 """A restarted stager on FUSE waits for its predecessor's partial rather
-than downloading it again (predecessor.py).
+than downloading it again (transfer/predecessor.py).
 
 The partial is sparse (zeros), as is the origin's file, so a big partial
 costs no disk and its resume is byte-exact; the origin's log shows whether
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fuse_support import FuseCache, Pod, assert_ok, gets, single_env
 
-from llmkube_stager.cache.layout import private_partial_path, validator_of
+from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.origin import Origin
 
 MIB = 1 << 20

@@ -27,15 +27,15 @@ from fuse_support import (
     write_file,
 )
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.cache.records import write_atomic
+from llmkube_stager.cache.sweep import is_atomic_debris
+from llmkube_stager.layout import (
     atomic_tmp_path,
     marker_path,
     private_partial_path,
     record_path,
     stamp_path,
 )
-from llmkube_stager.cache.records import write_atomic
-from llmkube_stager.cache.sweep import is_atomic_debris
 from tests.harness.origin import Fault, Origin, closed_port_url
 
 OLD_S = 11 * 60  # just past the 10-minute gate

@@ -1,5 +1,5 @@
-"""O_DIRECT partial writes and the receive/hash/write pipeline (directio.py,
-pipeline.py; issue #6).
+"""O_DIRECT partial writes and the receive/hash/write pipeline (transfer/directio.py,
+transfer/pipeline.py; issue #6).
 
 Real files on the test machine's disk (ext4 here and in CI). What is
 asserted: the bytes in the file, how much of it the page cache holds after
@@ -18,15 +18,14 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.directio import (
+from llmkube_stager.transfer.directio import (
     ALIGN_BYTES,
     DirectReader,
     PartialWriter,
     aligned_buffer,
-    direct_io_fits,
     fill_limit,
 )
-from llmkube_stager.pipeline import Pipeline
+from llmkube_stager.transfer.pipeline import Pipeline
 
 MIB = 1 << 20
 PATH = "/files/model.gguf"
@@ -53,9 +52,9 @@ def _drop_cache(path: Path) -> None:
 
 @pytest.fixture
 def disk_dir(tmp_path: Path) -> Path:
-    fstype = probe_fs(str(tmp_path)).fstype
-    if not direct_io_fits(fstype):
-        pytest.skip(f"needs a local ext4/xfs/btrfs test directory for O_DIRECT, got {fstype}")
+    fs = probe_fs(str(tmp_path))
+    if not fs.direct_io_ok:
+        pytest.skip(f"needs a local ext4/xfs/btrfs test directory for O_DIRECT, got {fs.fstype}")
     return tmp_path
 
 

@@ -1,8 +1,8 @@
-"""Parallel ranged connections into one file (transfer_parallel.py).
+"""Parallel ranged connections into one file (transfer/parallel.py).
 
 A file of 32 MiB and more starts as one stream; when that connection is slow
 (an origin capping each connection, like a CDN edge) the rest goes over
-LLMKUBE_CONNECTIONS ranged connections (transfer.py's widening). A journal
+LLMKUBE_CONNECTIONS ranged connections (engine.py's widening). A journal
 records completed ranges for resume; an origin that does not honour ranges
 makes the transfer fall back to one stream. Assertions are on bytes,
 records, stamps and the ranges the origin was asked for.
@@ -19,9 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-from llmkube_stager.cache.layout import segmented_paths, validator_of
+from llmkube_stager.layout import segmented_paths, validator_of
 from llmkube_stager.model import Decision
-from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES, Ranges, work_items
+from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, Ranges, work_items
 from tests.harness.origin import Fault, RequestRecord
 
 MIB = 1 << 20

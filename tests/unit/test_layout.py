@@ -12,7 +12,8 @@ import string
 
 import pytest
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.errors import InvalidFileSet, Reason
+from llmkube_stager.layout import (
     LOCK_NAME,
     atomic_tmp_path,
     dest_path,
@@ -25,7 +26,6 @@ from llmkube_stager.cache.layout import (
     record_path,
     validator_of,
 )
-from llmkube_stager.errors import InvalidFileSet, Reason
 
 # --- parse_file_list: accepted -------------------------------------------------------------------
 

@@ -21,13 +21,13 @@ import queue
 import threading
 from typing import TYPE_CHECKING
 
-from llmkube_stager.directio import PartialWriter, aligned_buffer
+from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer
 
 if TYPE_CHECKING:
     import mmap
     from hashlib import _Hash
 
-    from llmkube_stager.writeback import Writeback
+    from llmkube_stager.transfer.writeback import Writeback
 
 # 4 x 4 MiB: 2 GiB pinned in 1.44-1.70 s here; 4 x 2 MiB 2.07-2.37 s (each
 # O_DIRECT write waits for the disk: fewer, larger ones), 3 x 4 MiB 1.56-2.36 s.

@@ -28,44 +28,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmkube_stager.cache.layout import validator_of
+from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.partials import (
     HEARTBEAT_S,
     adopt_partial,
     new_writer_id,
     remove_stale,
 )
-from llmkube_stager.cache.publish import disk_error
 from llmkube_stager.cache.records import FILE_MODE
-from llmkube_stager.directio import PartialWriter, fill_limit
 from llmkube_stager.errors import Reason, SourceError, TransferError
-from llmkube_stager.hashing import sha256_prefix
+from llmkube_stager.layout import validator_of
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.pipeline import Pipeline
-from llmkube_stager.progress import ProgressTicker
-from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Body, Fetcher, RangeUnusable, RemoteMeta
-from llmkube_stager.writeback import Writeback
+from llmkube_stager.transfer.directio import PartialWriter, fill_limit
+from llmkube_stager.transfer.hashing import sha256_prefix
+from llmkube_stager.transfer.pipeline import Pipeline
+from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.types import Handover, TransferEffects
+from llmkube_stager.transfer.writeback import Writeback
 
 if TYPE_CHECKING:
     from hashlib import _Hash
 
-    from llmkube_stager.transfer import TransferEffects
-
 # Progress worth a fresh retry budget (see RetryBudget.refund).
 _REFUND_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class Handover:
-    """A stream stopped early for ranged connections: its partial holds
-    bytes [0, offset); `sha` covers them when the file is hashed."""
-
-    partial: str
-    offset: int
-    sha: _Hash | None
-    received: int
-    rate_bytes_per_s: float
 
 
 @dataclass(frozen=True)
@@ -331,7 +318,7 @@ def _receive(
     try:
         os.ftruncate(fd, state.offset)
         ticker.done_bytes = state.offset
-        copy_into: Callable[[int, int], int] | None = getattr(body, "copy_into", None)
+        copy_into = body.copy_into
         if not state.hash_it and copy_into is not None:
             _copy_into(fd, copy_into, state, ticker)
         else:

@@ -28,14 +28,6 @@ import mmap
 import os
 
 ALIGN_BYTES = 4096
-# Filesystems (mountinfo names) where O_DIRECT is a plain block I/O path.
-DIRECT_IO_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
-
-
-def direct_io_fits(fstype: str) -> bool:
-    return fstype in DIRECT_IO_FSTYPES
-
-
 def aligned_buffer(size_bytes: int) -> mmap.mmap:
     """Anonymous memory starts on a page boundary, as O_DIRECT needs."""
     return mmap.mmap(-1, size_bytes)

@@ -15,15 +15,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.cache.layout import (
+from llmkube_stager.cache.records import read_size_record, read_stamp
+from llmkube_stager.cache.sweep import DEBRIS_AGE_S, is_atomic_debris
+from llmkube_stager.layout import (
     LOCK_NAME,
     MARKER_SUFFIX,
     PART_SUFFIX,
     SIZE_RECORD_SUFFIX,
     STAMP_SUFFIX,
 )
-from llmkube_stager.cache.records import read_size_record, read_stamp
-from llmkube_stager.cache.sweep import DEBRIS_AGE_S, is_atomic_debris
 
 _MARKER_RE = re.compile(r"^(?P<base>.+)\.(?P<digest>[0-9a-f]{64})" + re.escape(MARKER_SUFFIX) + "$")
 _LEGACY_PARTIAL_RE = re.compile(r"^(?P<base>.+)\.[0-9a-f]{12}\.tmp$")

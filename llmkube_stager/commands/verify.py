@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from llmkube_stager.cache.layout import LOCK_NAME, destinations
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, TransferError
+from llmkube_stager.layout import LOCK_NAME, destinations
 from llmkube_stager.logs import Log
 from llmkube_stager.model import LocalState, PinState
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import mmap
 import os
 import queue
@@ -27,28 +26,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmkube_stager.cache.layout import segmented_paths, validator_of
+from llmkube_stager.cache.disk import disk_error
+from llmkube_stager.cache.journal import load_journal, write_journal
 from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented, hand_over, new_writer_id
-from llmkube_stager.cache.publish import disk_error
-from llmkube_stager.cache.records import FILE_MODE, write_atomic
-from llmkube_stager.directio import (
+from llmkube_stager.cache.records import FILE_MODE
+from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.layout import segmented_paths, validator_of
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
+from llmkube_stager.transfer.directio import (
     ALIGN_BYTES,
     DirectReader,
     PartialWriter,
     aligned_buffer,
     fill_limit,
 )
-from llmkube_stager.errors import Reason, SourceError
-from llmkube_stager.model import RemoteFile
-from llmkube_stager.progress import ProgressTicker
-from llmkube_stager.retry import RetryBudget
-from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
-from llmkube_stager.writeback import Writeback
+from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.types import Handover
+from llmkube_stager.transfer.writeback import Writeback
 
 if TYPE_CHECKING:
     from hashlib import _Hash
-
-    from llmkube_stager.transfer_stream import Handover
 
 BUFFER_BYTES = 1 << 20
 MIN_ITEM_BYTES = 16 << 20
@@ -162,26 +161,13 @@ class ParallelResult:
     received: int
 
 
-def load_journal(path: str, validator: str, size: int) -> list[tuple[int, int]]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except (OSError, ValueError):
-        return []
-    if doc.get("validator") != validator or doc.get("size") != size:
-        return []
-    spans = doc.get("done", [])
-    return [(int(s), int(e)) for s, e in spans if 0 <= int(s) < int(e) <= size]
-
-
 def save_journal(shared: _Shared, path: str, validator: str, size: int) -> None:
     """Snapshot, then fdatasync, then write: every range the journal claims
     was written before the flush (a range added after the snapshot waits for
     the next journal)."""
     done = shared.ranges.snapshot()
     os.fdatasync(shared.fd)
-    doc = {"validator": validator, "size": size, "done": done}
-    write_atomic(path, json.dumps(doc).encode())
+    write_journal(path, validator, size, done)
 
 
 class ParallelTransfer:
@@ -212,7 +198,7 @@ class ParallelTransfer:
         self._direct_io = direct_io
         self._seed: Handover | None = None
         if seed is not None:
-            # Carry on from a stream's partial (transfer.py's widening).
+            # Carry on from a stream's partial (engine.py's widening).
             self.data, self.journal = segmented_paths(file.dest, self._validator, new_writer_id())
             if self._take_over(seed):
                 self._seed = seed
@@ -233,9 +219,8 @@ class ParallelTransfer:
             os.fdatasync(fd)
         finally:
             os.close(fd)
-        done = [[0, seed.offset]] if seed.offset else []
-        doc = {"validator": self._validator, "size": self._size, "done": done}
-        write_atomic(self.journal, json.dumps(doc).encode())
+        done = [(0, seed.offset)] if seed.offset else []
+        write_journal(self.journal, self._validator, self._size, done)
         if hand_over(seed.partial, self.data):
             return True
         with contextlib.suppress(FileNotFoundError):

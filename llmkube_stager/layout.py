@@ -22,7 +22,7 @@ LEGACY_PARTIAL_SUFFIX = ".tmp"
 PART_SUFFIX = ".llmkube-part"
 # Parallel ranged transfers write a sparse `<...>.llmkube-segs` file whose
 # progress lives in a sibling `<...>.llmkube-journal`: its size proves nothing,
-# so the sequential logic never adopts it (transfer_parallel.py).
+# so the sequential logic never adopts it (transfer/parallel.py).
 SEGS_SUFFIX = ".llmkube-segs"
 JOURNAL_SUFFIX = ".llmkube-journal"
 LOCK_NAME = ".llmkube.lock"

@@ -1,5 +1,6 @@
-"""sha256 of files and of partial prefixes. Hashing while receiving is in
-pipeline.py (a stream) and transfer_parallel.py (ranged connections)."""
+"""sha256 of partial prefixes (a resumed transfer). Hashing while receiving
+is in pipeline.py (a stream) and parallel.py (ranged connections); hashing
+a cached file is the cache's (cache/state.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,3 @@ def sha256_prefix(path: str, length: int) -> _Hash:
             left -= len(chunk)
     return sha
 
-
-def sha256_of(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()

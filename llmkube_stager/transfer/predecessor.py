@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from llmkube_stager.cache.layout import journal_of, partial_key, validator_of
+from llmkube_stager.cache.journal import load_journal
 from llmkube_stager.cache.partials import HEARTBEAT_S, PartialFile, is_idle, list_partials
+from llmkube_stager.layout import journal_of, partial_key, validator_of
 from llmkube_stager.logs import Log
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import RemoteMeta
@@ -96,6 +97,4 @@ def _progress_bytes(partial: PartialFile, validator: str, size: int | None) -> i
         return partial.size_bytes
     if size is None:
         return 0
-    from llmkube_stager.transfer_parallel import load_journal
-
     return sum(e - s for s, e in load_journal(journal_of(partial.path), validator, size))

@@ -1,11 +1,11 @@
 """One file from the origin into a complete, verified, unpublished partial.
 
 `fetch_partial` picks the engine. One resumable stream first
-(transfer_stream.py): on an origin that serves a connection fast it is the
+(stream.py): on an origin that serves a connection fast it is the
 cheapest path, because the bytes are hashed from the receive buffers and
 written with O_DIRECT. When that stream is slow (a CDN edge capping each
 connection) and the origin honours ranges, the rest of a large file goes
-over parallel ranged connections (transfer_parallel.py), which carry on
+over parallel ranged connections (parallel.py), which carry on
 from the stream's partial and hash. A parallel transfer that a killed pod
 left behind resumes as one. `publish_completed` renames the result into
 place (cache/publish.py).
@@ -15,62 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from llmkube_stager.cache.layout import partial_key, validator_of
 from llmkube_stager.cache.partials import is_idle, list_partials
 from llmkube_stager.cache.publish import publish
-from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, TransferError
-from llmkube_stager.logs import Log
+from llmkube_stager.layout import partial_key, validator_of
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.predecessor import await_dead_writer
-from llmkube_stager.progress import ProgressTicker
-from llmkube_stager.retry import RetryBudget
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
-from llmkube_stager.transfer_stream import Handover, WidenRule, fetch_stream
+from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, ParallelTransfer
+from llmkube_stager.transfer.predecessor import await_dead_writer
+from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.stream import WidenRule, fetch_stream
+from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
 
 # Widen to ranged connections when one connection moves less than this over
 # its first WIDEN_PROBE_S. One stream on the benchmark VM does ~1.3 GB/s, a
 # capped CDN edge 50 MB/s; 250 MB/s leaves a 10 GbE link with one stream.
 WIDEN_BELOW_BYTES_PER_S = 250e6
 WIDEN_PROBE_S = 1.0
-
-
-@dataclass(frozen=True)
-class TransferEffects:
-    log: Log
-    sleep: Callable[[float], None]
-    wall_clock: Callable[[], float]
-    timeouts: Timeouts
-    progress_interval_s: float
-    free_bytes: Callable[[], int | None]
-    # How long a partial must be untouched before it is adopted or removed:
-    # 0 under an exclusive cross-node lock, partials.IDLE_S without one.
-    idle_s: float
-    # Ranged connections per large file (LLMKUBE_CONNECTIONS).
-    connections: int = 1
-    # Every destination of the manifest: never removed as a stale partial.
-    listed: frozenset[str] = frozenset()
-    # Write partials with O_DIRECT (a local block filesystem: directio.py).
-    direct_io: bool = False
-    # For rates (the widening decision), not for file times.
-    monotonic: Callable[[], float] = time.monotonic
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A partial holding the whole file, not yet published."""
-
-    rel: str
-    partial: str
-    dest: str
-    expected_bytes: int | None
-    sha256: str | None  # of the received bytes, when the file is pinned
-    bytes_received: int
-    journal: str | None = None  # a parallel transfer's progress journal
 
 
 def probe(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> RemoteMeta:
@@ -133,20 +96,16 @@ def _try_parallel(
 
 
 def _widen_rule(effects: TransferEffects) -> WidenRule:
-    from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES
-
     return WidenRule(WIDEN_BELOW_BYTES_PER_S, WIDEN_PROBE_S, 2 * MIN_ITEM_BYTES, effects.monotonic)
 
 
 def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects) -> bool:
-    from llmkube_stager.transfer_parallel import MIN_ITEM_BYTES
-
     return (
         effects.connections > 1
         and meta.accept_ranges
         and meta.size_bytes is not None
         and meta.size_bytes >= 2 * MIN_ITEM_BYTES
-        and getattr(fetcher, "parallel_ranges", True)
+        and fetcher.parallel_ranges
     )
 
 
@@ -169,8 +128,6 @@ def _fetch_parallel(
     effects: TransferEffects,
     seed: Handover | None,
 ) -> Completed:
-    from llmkube_stager.transfer_parallel import ParallelTransfer
-
     def budget() -> RetryBudget:
         return RetryBudget(effects.timeouts, effects.sleep, effects.log)
 
