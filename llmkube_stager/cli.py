@@ -1,8 +1,9 @@
 """The command line. The ONLY place that turns errors into a termination
 message and an exit code (CONTRACT §2, §5):
 
-0 success; 1 a failure with a contract reason; 2 usage or configuration
-error found before any I/O; 3 internal error (a bug: traceback in the log).
+0 success; 1 a failure restarting may fix (`retryable`); 4 a failure retrying
+as is cannot fix; 2 usage or configuration error found before any I/O; 3
+internal error (a bug: traceback in the log). `errors.exit_code_for` decides.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any, NoReturn
 import click
 
 from llmkube_stager.config import VARS, early_settings, load_config, secret_values
-from llmkube_stager.errors import Cancelled, ConfigError, Reason, StagerError
+from llmkube_stager.errors import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_RETRYABLE,
+    Cancelled,
+    ConfigError,
+    Reason,
+    StagerError,
+)
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.termination import (
     encode,
@@ -26,8 +35,6 @@ from llmkube_stager.termination import (
     success_doc,
     write_termination,
 )
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 Flags = dict[str, str | None]
 
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.Abort:
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_RETRYABLE)
     except click.ClickException as exc:
         if early_settings(os.environ, {})[0] == "text":
             exc.show()  # JSON logs stay one JSON object per line

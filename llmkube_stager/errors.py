@@ -41,19 +41,44 @@ class Reason(StrEnum):
     INTERNAL = "ModelStagerInternalError"
 
 
-# Restarting the pod can help by itself (CONTRACT §5 "retryable").
+# Restarting the pod can help by itself (CONTRACT §5 "retryable"); each
+# decision and its reason is in docs/operations.md ("Reasons").
 RETRYABLE: frozenset[Reason] = frozenset(
     {
         Reason.SOURCE_UNREACHABLE,
+        # A server error that outlasted the in-process retries: still the
+        # origin's transient state, not a request that cannot succeed.
         Reason.SOURCE_UNAVAILABLE,
         Reason.SOURCE_RATE_LIMITED,
         Reason.SOURCE_CHANGED,
         Reason.CANCELLED,
+        # The other writer finishes or dies (its flock goes with it).
         Reason.CACHE_LOCK_TIMEOUT,
         # The copy is wrong and the origin could not repair it *now*.
         Reason.CACHE_TRUNCATED,
     }
 )
+
+# Exit codes (CONTRACT §5): what a Job's podFailurePolicy keys on.
+EXIT_OK = 0
+EXIT_RETRYABLE = 1  # restarting may fix it: count it against backoffLimit
+EXIT_USAGE = 2  # configuration or file list, found before any I/O
+EXIT_INTERNAL = 3  # a bug
+EXIT_PERMANENT = 4  # a reason retrying as is cannot fix: fail the Job now
+
+_USAGE_REASONS = frozenset({Reason.INVALID_CONFIGURATION, Reason.INVALID_FILE_SET})
+
+
+def exit_code_for(reason: Reason) -> int:
+    """The process exit code of an outcome with this reason."""
+    if reason is Reason.SUCCEEDED:
+        return EXIT_OK
+    if reason is Reason.INTERNAL:
+        return EXIT_INTERNAL
+    if reason in _USAGE_REASONS:
+        return EXIT_USAGE
+    return EXIT_RETRYABLE if reason in RETRYABLE else EXIT_PERMANENT
+
 
 # Remedy constants. The first five are byte-identical to the operator's
 # transfer-diagnosis signatures (spec/behavior.md §11.2) so that the
@@ -208,10 +233,8 @@ class StagerError(Exception):
 
     @property
     def exit_code(self) -> int:
-        return 2 if self.reason in _USAGE_REASONS else 1
+        return exit_code_for(self.reason)
 
-
-_USAGE_REASONS = frozenset({Reason.INVALID_CONFIGURATION, Reason.INVALID_FILE_SET})
 
 
 class ConfigError(StagerError):

@@ -34,7 +34,7 @@ def test_diagnose_turns_a_failed_stage_into_its_condition(tmp_path: Path) -> Non
         "LLMKUBE_CONNECT_TIMEOUT": "1",
         "LLMKUBE_RETRIES": "0",
     }
-    assert _cli("stage", env=env).returncode == 1
+    assert _cli("stage", env=env).returncode == 1  # unreachable: retryable
 
     from_file = _cli("diagnose", str(term), env=env)
     from_stdin = _cli(

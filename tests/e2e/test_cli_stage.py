@@ -168,7 +168,7 @@ def test_termination_message_is_written_in_place(pod: Pod, origin: Origin) -> No
     origin.remove(MODEL)
     pod.single(origin.url + MODEL, key="other")
     failed = pod.run("stage", fresh_term=False)
-    assert_failure(failed, "ModelSourceNotFound", exit_code=1, retryable=False)
+    assert_failure(failed, "ModelSourceNotFound", exit_code=4, retryable=False)
     assert pod.term_path.stat().st_ino == inode
     assert alias.read_bytes() == failed.term_raw
 
@@ -182,7 +182,7 @@ def test_unwritable_termination_path_is_skipped_quietly(
     dest = pod.single(origin.url + MODEL)
     missing_dir = pod.tmp / "no-such-dir"
     run = pod.run("stage", env={"LLMKUBE_TERMINATION_LOG": str(missing_dir / "termination-log")})
-    assert run.returncode == (0 if present else 1), str(run)
+    assert run.returncode == (0 if present else 4), str(run)
     assert "Traceback" not in run.stderr
     assert not missing_dir.exists()
     assert dest.is_file() is present
@@ -196,7 +196,7 @@ def test_unwritable_termination_path_is_skipped_quietly(
 def test_not_found_single_file(pod: Pod, origin: Origin) -> None:
     dest = pod.single(origin.url + MODEL)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False)
+    doc = assert_failure(run, "ModelSourceNotFound", exit_code=4, retryable=False)
     assert doc["file"] == "model.gguf"
     assert doc["source"] == origin.url + MODEL
     assert not dest.exists()
@@ -235,7 +235,7 @@ def test_http_status_reasons(
     origin.set_fault(MODEL, Fault(status=status, retry_after="0" if status == 429 else None))
     dest = pod.single(origin.url + MODEL)
     run = pod.run("stage")
-    assert_failure(run, reason, exit_code=1, retryable=retryable)
+    assert_failure(run, reason, exit_code=1 if retryable else 4, retryable=retryable)
     assert not dest.exists()
 
 
@@ -245,7 +245,7 @@ def test_hf_repo_missing_on_the_mirror_is_not_found(pod: Pod, origin: Origin) ->
     pod.env["HF_ENDPOINT"] = origin.url
     dest = pod.single(origin.url + "/org/no-such-repo/resolve/main/model.gguf")
     run = pod.run("stage")
-    assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False)
+    assert_failure(run, "ModelSourceNotFound", exit_code=4, retryable=False)
     assert not dest.exists()
     assert origin.requests(), "the mirror was never asked"
 
@@ -257,7 +257,7 @@ def test_multi_file_not_found_logs_failed_to_download(
     rels = ["config.json", "missing/weights.safetensors", "model-00001-of-00002.safetensors"]
     cache_dir = pod.multi(base, rels)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False)
+    doc = assert_failure(run, "ModelSourceNotFound", exit_code=4, retryable=False)
     assert doc["file"] == "missing/weights.safetensors"
     assert "failed to download missing/weights.safetensors" in run.stderr
     # The file before the failure was published properly, the missing one not at all.
@@ -270,7 +270,7 @@ def test_oversized_failure_message_is_cut_to_valid_json(pod: Pod, origin: Origin
     long_path = "/m/" + "very-long-directory-name/" * 250 + "model.gguf"  # ~6 KB URL
     pod.single(origin.url + long_path)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False, log_line=False)
+    doc = assert_failure(run, "ModelSourceNotFound", exit_code=4, retryable=False, log_line=False)
     assert len(run.term_raw or b"") <= 4096
     assert doc["message"].endswith(doc["remedy"])
 
@@ -421,7 +421,7 @@ def test_json_logs_every_line_is_an_event(pod: Pod, origin: Origin) -> None:
     origin.set_fault("/repo/gone.bin", Fault(status=500))
     pod.multi(origin.url + "/repo/", ["config.json", "gone.bin"], key="k3")
     failed = pod.run("stage", env=env)
-    assert failed.returncode == 1, str(failed)
+    assert failed.returncode == 1, str(failed)  # a 500: retryable
 
     invalid = pod.run("stage", env={**env, "LLMKUBE_RETRIES": "many"})
     assert invalid.returncode == 2, str(invalid)
@@ -600,7 +600,7 @@ def test_tls_untrusted_then_trusted_through_ca_dir(
     empty.mkdir()
 
     untrusted = pod.run("stage", env={"LLMKUBE_CA_DIR": str(empty)})
-    assert_failure(untrusted, "ModelSourceUntrusted", exit_code=1, retryable=False)
+    assert_failure(untrusted, "ModelSourceUntrusted", exit_code=4, retryable=False)
     assert not dest.exists()
 
     trusted = pod.run("stage", env={"LLMKUBE_CA_DIR": str(certs)})

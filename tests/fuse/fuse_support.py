@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.harness.contract import exit_code_of
 from tests.harness.origin import Origin, RequestRecord
 
 # The checkout these tests belong to: the child runs there, so
@@ -340,10 +341,11 @@ def assert_ok(run: Run) -> dict[str, Any]:
     return doc
 
 
-def assert_failed(run: Run, reason: str, *, exit_code: int = 1) -> dict[str, Any]:
+def assert_failed(run: Run, reason: str, *, exit_code: int | None = None) -> dict[str, Any]:
     """CONTRACT §5: `message` starts `ERROR: <Reason>:`, ends with the remedy,
-    which is the `remedy` field verbatim, and the log carries the same line."""
-    assert run.returncode == exit_code, str(run)
+    which is the `remedy` field verbatim, and the log carries the same line.
+    The exit code is the contract's for the reason unless given."""
+    assert run.returncode == (exit_code_of(reason) if exit_code is None else exit_code), str(run)
     assert "Traceback" not in run.stderr, run.stderr
     doc = run.term
     assert doc["outcome"] == "failed", doc

@@ -31,6 +31,7 @@ from llmkube_stager.errors import StagerError
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import FsInfo
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
+from tests.harness.contract import exit_code_of
 from tests.harness.origin import Origin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,8 +106,9 @@ class Result:
         assert "Traceback" not in self.log, str(self)
         return self
 
-    def failed(self, reason: str, rc: int = 1) -> Result:
-        assert self.rc == rc, str(self)
+    def failed(self, reason: str, rc: int | None = None) -> Result:
+        """The contract's exit code for the reason unless `rc` is given."""
+        assert self.rc == (exit_code_of(reason) if rc is None else rc), str(self)
         assert self.term is not None, str(self)
         assert self.term["outcome"] == "failed", str(self)
         assert self.term["reason"] == reason, str(self)

@@ -30,6 +30,7 @@ from llmkube_stager.errors import StagerError
 from llmkube_stager.logs import Log, Redactor
 from llmkube_stager.model import Decision, Outcome
 from llmkube_stager.stage import Effects, run_stage
+from tests.harness.contract import exit_code_of
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_ENV = {
@@ -271,7 +272,7 @@ def assert_success(run: CliRun, *, files: int, fetched: int, reused: int = 0) ->
 
 
 def assert_failure(run: CliRun, reason: str, *, retryable: bool) -> dict[str, Any]:
-    assert run.returncode == 1, str(run)
+    assert run.returncode == exit_code_of(reason), str(run)
     doc = run.term
     assert doc["outcome"] == "failed" and doc["reason"] == reason, doc
     assert doc["retryable"] is retryable, doc

@@ -268,9 +268,10 @@ def test_error_classes_default_reasons(err: StagerError, reason: Reason, retryab
     [
         (Reason.INVALID_CONFIGURATION, 2),
         (Reason.INVALID_FILE_SET, 2),
-        (Reason.SOURCE_NOT_FOUND, 1),
-        (Reason.CACHE_LOCK_UNSUPPORTED, 1),
+        (Reason.SOURCE_NOT_FOUND, 4),
+        (Reason.CACHE_LOCK_UNSUPPORTED, 4),
         (Reason.CANCELLED, 1),
+        (Reason.INTERNAL, 3),
     ],
 )
 def test_exit_codes(reason: Reason, code: int) -> None:
