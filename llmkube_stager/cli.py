@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
+from llmkube_stager import __version__
 from llmkube_stager.config import VARS, early_settings, load_config, secret_values
 from llmkube_stager.errors import (
     EXIT_INTERNAL,
@@ -112,6 +113,8 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# The version is given, so click never scans importlib.metadata for it.
+@click.version_option(__version__, prog_name="llmkube-stager", message="%(prog)s %(version)s")
 def cli() -> None:
     """llmkube-stager: stage LLM model files into a shared cache."""
 

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from llmkube_stager import __version__
 from llmkube_stager.errors import Reason, StagerError
 from llmkube_stager.model import Decision, Outcome
 
@@ -44,6 +45,7 @@ def success_doc(outcome: Outcome, source: str, verb: str = "staged") -> dict[str
             "kept": kept,
             "bytes": outcome.bytes_fetched,
             "seconds": round(outcome.seconds, 3),
+            "version": __version__,
         },
     }
 

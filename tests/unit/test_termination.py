@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import json
 import os
@@ -81,6 +82,7 @@ def test_success_doc_has_contract_fields_and_stats() -> None:
         "kept": 1,
         "bytes": 500,
         "seconds": 12.346,
+        "version": importlib.metadata.version("llmkube-stager"),
     }
     assert doc["source"] == "https://huggingface.co/org/repo"
 
