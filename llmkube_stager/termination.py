@@ -18,7 +18,11 @@ from llmkube_stager import __version__
 from llmkube_stager.errors import Reason, StagerError
 from llmkube_stager.model import Decision, Outcome
 
-MAX_BYTES = 4096
+# Well under the kubelet's 4096 per file: it also cuts every container of a
+# pod to 12 KiB / (containers + init containers), so 2048 arrives whole in a
+# pod of up to six (docs/operations.md "Termination message"). Real messages
+# are 280-800 bytes; only a huge URL or detail gets shrunk.
+MAX_BYTES = 2048
 _ELLIPSIS = "..."
 # Never the remedy: the controller looks it up verbatim (spec §11.3).
 _SHRINKABLE = ("detail", "source", "file")

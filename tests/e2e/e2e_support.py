@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.harness.schema import checked_termination, validate_termination
 from tests.harness.tlsca import make_ca
 
 # The checkout the tests belong to: the child runs with it as its working
@@ -87,7 +88,7 @@ class Run:
     @property
     def term(self) -> dict[str, Any]:
         assert self.term_raw is not None, f"no termination message was written\n{self}"
-        doc = json.loads(self.term_raw)
+        doc = validate_termination(self.term_raw)
         assert isinstance(doc, dict), doc
         return doc
 
@@ -199,7 +200,7 @@ class Pod:
 
     def read_term(self) -> bytes | None:
         try:
-            return self.term_path.read_bytes()
+            return checked_termination(self.term_path.read_bytes())
         except FileNotFoundError:
             return None
 

@@ -8,7 +8,6 @@ os.environ), so no stray setting can make a test pass.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from typing import Any
 
 from tests.harness.contract import exit_code_of
 from tests.harness.origin import Origin, RequestRecord
+from tests.harness.schema import checked_termination, validate_termination
 
 # The checkout these tests belong to: the child runs there, so
 # `python -m llmkube_stager` imports this tree's package.
@@ -237,7 +237,7 @@ class Run:
     @property
     def term(self) -> dict[str, Any]:
         assert self.term_raw, f"no termination message was written\n{self}"
-        doc = json.loads(self.term_raw)
+        doc = validate_termination(self.term_raw)
         assert isinstance(doc, dict), doc
         return doc
 
@@ -308,7 +308,7 @@ class Pod:
 
     def _term(self) -> bytes | None:
         try:
-            return self.term_path.read_bytes()
+            return checked_termination(self.term_path.read_bytes())
         except FileNotFoundError:
             return None
 

@@ -33,6 +33,7 @@ from llmkube_stager.model import FsInfo
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
 from tests.harness.contract import exit_code_of
 from tests.harness.origin import Origin
+from tests.harness.schema import validate_termination
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "/org/repo/resolve/main"
@@ -177,7 +178,8 @@ class Pod:
             check=False,
         )
         seconds = time.monotonic() - started
-        term = json.loads(self.term_path.read_bytes()) if self.term_path.exists() else None
+        raw = self.term_path.read_bytes() if self.term_path.exists() else None
+        term = None if raw is None else validate_termination(raw)
         assert proc.stdout == "", proc.stdout
         return Result(proc.returncode, proc.stderr, term, seconds)
 
@@ -210,9 +212,10 @@ class Pod:
             )
         except StagerError as err:
             log.error("failed", failure_message(err, redact), reason=err.reason.value)
-            doc = json.loads(encode(failure_doc(err, display_url(env["MODEL_SOURCE"]), redact)))
+            data = encode(failure_doc(err, display_url(env["MODEL_SOURCE"]), redact))
+            doc = validate_termination(data)
             return Result(err.exit_code, stream.getvalue(), doc, time.monotonic() - started, sleeps)
-        doc = success_doc(outcome, prepared.manifest.display_source)
+        doc = validate_termination(encode(success_doc(outcome, prepared.manifest.display_source)))
         log.info("staged", doc["message"])
         return Result(0, stream.getvalue(), doc, time.monotonic() - started, sleeps)
 

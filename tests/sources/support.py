@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 import secrets
@@ -31,6 +30,7 @@ from llmkube_stager.logs import Log, Redactor
 from llmkube_stager.model import Decision, Outcome
 from llmkube_stager.stage import Effects, run_stage
 from tests.harness.contract import exit_code_of
+from tests.harness.schema import checked_termination, validate_termination
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_ENV = {
@@ -97,7 +97,7 @@ class CliRun:
     @property
     def term(self) -> dict[str, Any]:
         assert self.term_raw is not None, f"no termination message\n{self}"
-        doc = json.loads(self.term_raw)
+        doc = validate_termination(self.term_raw)
         assert isinstance(doc, dict)
         return doc
 
@@ -208,7 +208,7 @@ class Sandbox:
             check=False,
         )
         try:
-            term = self.term_path.read_bytes()
+            term = checked_termination(self.term_path.read_bytes())
         except FileNotFoundError:
             term = None
         return CliRun(tuple(args), proc.returncode, proc.stdout, proc.stderr, term)
