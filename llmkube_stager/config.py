@@ -10,6 +10,7 @@ I/O, so the cache is left untouched.
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -272,10 +273,25 @@ def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str
     return pins
 
 
-def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]]:
+def _local_path(name: str, path: str, cwd: str | None) -> str:
+    """An absolute path as given; a relative one (a person's local run) taken
+    from the working directory, as a shell would."""
+    if not path or path.startswith("/"):
+        return path
+    if path.startswith("~"):
+        raise ConfigError(f"{name} starts with '~', which no shell expanded: write the path out")
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            raise ConfigError(f"{name} is relative, and the working directory is gone") from None
+    return posixpath.normpath(posixpath.join(cwd, path))
+
+
+def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
-    cache_dir = read.raw("CACHE_DIR").strip()
-    model_path = read.raw("MODEL_PATH").strip()
+    cache_dir = _local_path("CACHE_DIR", read.raw("CACHE_DIR").strip(), cwd)
+    model_path = _local_path("MODEL_PATH", read.raw("MODEL_PATH").strip(), cwd)
     if not model_path and source.lower().startswith("pvc://"):
         # pvc:// is verified where the claim is mounted (spec §3.5).
         claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
@@ -287,9 +303,6 @@ def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]
         raise ConfigError("CACHE_DIR is required with MODEL_FILES")
     if not files and not model_path:
         raise ConfigError("MODEL_PATH (single-file) or MODEL_FILES (multi-file) is required")
-    for name, path in (("CACHE_DIR", cache_dir), ("MODEL_PATH", model_path)):
-        if path and not path.startswith("/"):
-            raise ConfigError(f"{name} must be an absolute path, got {path!r}")
     return cache_dir, model_path, files
 
 
@@ -298,13 +311,15 @@ def load_config(
     flags: Mapping[str, str | None],
     *,
     require_source: bool = True,
+    cwd: str | None = None,
 ) -> Config:
-    """Parse everything once. Raises ConfigError / InvalidFileSet."""
+    """Parse everything once. Raises ConfigError / InvalidFileSet. Relative
+    CACHE_DIR / MODEL_PATH are taken from `cwd` (default: the process's)."""
     read = _Reader(environ, flags)
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
-    cache_dir, model_path, files = _layout_paths(read, source)
+    cache_dir, model_path, files = _layout_paths(read, source, cwd)
     return Config(
         source=source,
         cache_dir=cache_dir,

@@ -122,6 +122,10 @@ def write_termination(path: str, data: bytes) -> bool:
     Skipped quietly when not writable (a local run, a read-only /dev)."""
     if not path:
         return False
+    if path.startswith("/dev/") and not os.path.exists(path):
+        # The kubelet mounts /dev/termination-log into every container; with
+        # none there this is a local run, which must not create files in /dev.
+        return False
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError:

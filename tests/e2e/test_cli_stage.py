@@ -308,7 +308,7 @@ CONFIG_ERRORS = [
         "CACHE_DIR",
         id="files-without-cache-dir",
     ),
-    pytest.param({"MODEL_PATH": "models/k1/model.gguf"}, "MODEL_PATH", id="relative-path"),
+    pytest.param({"MODEL_PATH": "~/models/k1/model.gguf"}, "MODEL_PATH", id="unexpanded-tilde"),
     pytest.param({"MODEL_SOURCE": "ftp://127.0.0.1/m.gguf"}, "MODEL_SOURCE", id="ftp-scheme"),
     pytest.param({"MODEL_SOURCE": "http:///m.gguf"}, "MODEL_SOURCE", id="no-host"),
     pytest.param(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any
@@ -205,8 +206,8 @@ BAD_VALUES = [
     ("MODEL_SHA256", "sha256:" + "a" * 64),
     ("MODEL_SHA256", ""),
     ("MODEL_FILE_SHA256", f"{DIGEST_A} m.gguf"),  # single-file model
-    ("MODEL_PATH", "models/m.gguf"),
-    ("CACHE_DIR", "models/k"),
+    ("MODEL_PATH", "~/models/m.gguf"),
+    ("CACHE_DIR", "~/models/k"),
     ("MODEL_SOURCE", ""),
     ("MODEL_SOURCE", "   \n"),
 ]
@@ -301,17 +302,49 @@ def test_invalid_model_files_is_invalid_file_set_exit_2() -> None:
     assert info.value.exit_code == 2
 
 
-@pytest.mark.parametrize("cache_dir", ["models/k", "./models", "~/models", "../m"])
-def test_relative_cache_dir_is_rejected(cache_dir: str) -> None:
+@pytest.mark.parametrize(
+    ("cache_dir", "resolved"),
+    [
+        ("models/k", "/home/me/work/models/k"),
+        ("./models", "/home/me/work/models"),
+        ("../m", "/home/me/m"),
+        ("models//k/./", "/home/me/work/models/k"),
+        (".", "/home/me/work"),
+    ],
+)
+def test_relative_cache_dir_is_taken_from_the_working_directory(
+    cache_dir: str, resolved: str
+) -> None:
+    """#13 item 9: a person's local dry run (`plan`, `verify`) with relative paths."""
+    config = load_config({**MULTI, "CACHE_DIR": cache_dir}, {}, cwd="/home/me/work")
+    assert config.cache_dir == resolved
+
+
+def test_relative_model_path_is_taken_from_the_working_directory() -> None:
+    env = {**SINGLE, "CACHE_DIR": "cache/k", "MODEL_PATH": "cache/k/m.gguf"}
+    config = load_config(env, {}, cwd="/srv")
+    assert (config.cache_dir, config.model_path) == ("/srv/cache/k", "/srv/cache/k/m.gguf")
+    assert config.pins == {}  # the pin key is the basename either way
+
+
+def test_absolute_paths_are_kept_as_given() -> None:
+    config = load_config({**SINGLE, "CACHE_DIR": "/models/k/"}, {}, cwd="/srv")
+    assert (config.cache_dir, config.model_path) == ("/models/k/", "/models/k/m.gguf")
+
+
+def test_the_working_directory_defaults_to_the_process_one() -> None:
+    config = load_config(SINGLE, {}, cwd=None)  # no getcwd needed: both absolute
+    assert config.model_path == "/models/k/m.gguf"
+    rel = load_config({**SINGLE, "MODEL_PATH": "m.gguf"}, {})
+    assert rel.model_path == os.path.join(os.getcwd(), "m.gguf")
+
+
+@pytest.mark.parametrize("name", ["CACHE_DIR", "MODEL_PATH"])
+def test_an_unexpanded_tilde_is_refused(name: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load({"CACHE_DIR": cache_dir}, base=MULTI)
-    assert "CACHE_DIR" in info.value.detail
-    assert "absolute" in info.value.detail
-
-
-def test_relative_cache_dir_is_rejected_in_single_file_mode_too() -> None:
-    with pytest.raises(ConfigError, match="CACHE_DIR"):
-        load({"CACHE_DIR": "models"})
+        load({name: "~/models/m.gguf"}, base=SINGLE)
+    assert name in info.value.detail
+    assert "~" in info.value.detail
 
 
 # --- refresh policy, prefetch switch, digests, endpoint ------------------------------------------
