@@ -109,3 +109,19 @@ def test_the_budget_survives_a_pod_of_six_containers() -> None:
     from llmkube_stager.termination import MAX_BYTES
 
     assert MAX_BYTES <= (12 * 1024) // 6
+
+
+@pytest.mark.parametrize("kept", [1024, 512, 200])
+def test_a_message_the_kubelet_cut_still_names_its_reason(kept: int) -> None:
+    """docs/operations.md: in a pod of many containers the kubelet keeps the
+    first 12 KiB / containers of each message; cut JSON is read as text, and
+    with `message` first the reason survives."""
+    from llmkube_stager.commands.diagnose import condition_for
+
+    err = SourceError("x" * 900, reason=Reason.SOURCE_NOT_FOUND, file="m")
+    doc = json.loads(encode(failure_doc(err, "https://h/" + "p" * 600, _same)))
+    first = {"message": doc.pop("message"), **doc}
+    raw = json.dumps(first, separators=(",", ":")).encode()
+    assert len(raw) > kept
+    condition = condition_for(raw[:kept].decode("utf-8", "ignore"))
+    assert condition is not None and condition["reason"] == "ModelSourceNotFound"
