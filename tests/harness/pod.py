@@ -53,7 +53,11 @@ _TERM_IDS = itertools.count(2)
 
 def single_env(source: str, cache_dir: Path, name: str = "model.gguf") -> dict[str, str]:
     """The variables of a single-file model cached at `cache_dir/name`."""
-    return {"MODEL_SOURCE": source, "CACHE_DIR": str(cache_dir), "MODEL_PATH": str(cache_dir / name)}
+    return {
+        "MODEL_SOURCE": source,
+        "CACHE_DIR": str(cache_dir),
+        "MODEL_PATH": str(cache_dir / name),
+    }
 
 
 def multi_env(source: str, cache_dir: Path, files: Iterable[str]) -> dict[str, str]:
@@ -238,6 +242,7 @@ class Pod:
         self.models = tmp / "models"  # the cache volume; not created until staging
         self.cache_dir = self.models / DEFAULT_KEY
         self.term_path = self._claim(tmp / "termination-log")
+        (tmp / "home").mkdir(parents=True, exist_ok=True)
         self.env: dict[str, str] = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(tmp / "home"),
@@ -303,19 +308,21 @@ class Pod:
         env: Mapping[str, str | None] | None = None,
         python_flags: Iterable[str] = (),
         fresh_term: bool = True,
+        stdin: str | None = None,
         timeout: float = 60,
         **overrides: str | None,
     ) -> Run:
-        """Run the CLI (default: `stage`) to completion. With `fresh_term` the
-        termination file is removed first, so a run that writes nothing cannot
-        pass on a previous run's message."""
+        """Run the CLI (default: `stage`) to completion, `stdin` its input.
+        With `fresh_term` the termination file is removed first, so a run that
+        writes nothing cannot pass on a previous run's message."""
         if fresh_term:
             self.term_path.unlink(missing_ok=True)
         started = time.monotonic()
         proc = subprocess.run(
             self._command(args, python_flags),
-            env=self._child_env(env, overrides),
+            env=self.environ(env, overrides),
             cwd=ROOT,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -333,7 +340,7 @@ class Pod:
         self.term_path.unlink(missing_ok=True)
         proc = subprocess.Popen(
             self._command(args, ()),
-            env=self._child_env(env, overrides),
+            env=self.environ(env, overrides),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -363,15 +370,7 @@ class Pod:
     def _command(self, args: Iterable[str], python_flags: Iterable[str]) -> list[str]:
         return [sys.executable, *python_flags, "-m", "llmkube_stager", *(tuple(args) or ("stage",))]
 
-    def _child_env(
-        self, env: Mapping[str, str | None] | None, overrides: Mapping[str, str | None]
-    ) -> dict[str, str]:
-        Path(self.env["HOME"]).mkdir(parents=True, exist_ok=True)
-        return self.environ(env, overrides)
-
-    def _finished(
-        self, args: tuple[str, ...], rc: int, out: str, err: str, started: float
-    ) -> Run:
+    def _finished(self, args: tuple[str, ...], rc: int, out: str, err: str, started: float) -> Run:
         run = Run(args, rc, out, err, self.read_term(), time.monotonic() - started)
         if args in ((), ("stage",)):
             assert out == "", f"stage wrote to stdout\n{run}"

@@ -240,7 +240,7 @@ def test_pvc_match_writes_nothing(pod, mount) -> None:
 
     run.ok(files=1, fetched=0, reused=1)
     assert snapshot(mount) == before_mount  # no stamp, no record, no lock
-    assert sorted(os.listdir(pod.tmp)) == sorted([*before_tmp, "home", "termination-log"])
+    assert sorted(os.listdir(pod.tmp)) == sorted([*before_tmp, "termination-log"])
     assert "Pre-staged model" in run.stderr and "verified" in run.stderr
 
 
@@ -347,7 +347,6 @@ def root_only_file(directory: Path, data: bytes) -> Path:
 def test_unreadable_local_source(shared_tmp) -> None:
     source = root_only_file(shared_tmp, payload(1 * KIB))
     pod = Pod(shared_tmp / "pod", budget=BUDGET)
-    pod.tmp.mkdir(mode=0o777)
     pod.tmp.chmod(0o777)
 
     result = stage_as_nobody(pod, pod.single_env(str(source)))
@@ -359,7 +358,6 @@ def test_unreadable_local_source(shared_tmp) -> None:
 def test_unreadable_pvc_file(shared_tmp) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
     pod = Pod(shared_tmp / "pod", budget=BUDGET)
-    pod.tmp.mkdir(mode=0o777)
     pod.tmp.chmod(0o777)
 
     result = stage_as_nobody(pod, pvc_env(pod, mounted, MODEL_SHA256=sha256(b"x")))
@@ -371,7 +369,6 @@ def test_unreadable_pvc_file(shared_tmp) -> None:
 def test_unreadable_pvc_file_without_a_pin(shared_tmp) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
     pod = Pod(shared_tmp / "pod", budget=BUDGET)
-    pod.tmp.mkdir(mode=0o777)
     pod.tmp.chmod(0o777)
 
     result = stage_as_nobody(pod, pvc_env(pod, mounted))
