@@ -545,6 +545,7 @@ class Blackhole(Lifecycle):
         self._stop = threading.Event()
         self._listener: socket.socket | None = None
         self._held: list[socket.socket] = []
+        self._accepted = 0
         self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
@@ -575,6 +576,7 @@ class Blackhole(Lifecycle):
                 return
             with self._lock:
                 self._held.append(conn)
+                self._accepted += 1
 
     def _fill_backlog(self) -> None:
         # Linux drops SYNs once the accept queue is full, and nobody ever accepts here, so
@@ -600,6 +602,12 @@ class Blackhole(Lifecycle):
     @property
     def url(self) -> str:
         return f"http://{_HOST}:{self.port}"
+
+    @property
+    def connections(self) -> int:
+        """Connections accepted so far (mode="accept"), also after close()."""
+        with self._lock:
+            return self._accepted
 
     def close(self) -> None:
         self._stop.set()
