@@ -18,10 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    TwoNodes,
-    gets,
-)
+from fuse_support import TwoNodes, gets
 
 from llmkube_stager.cache.layout import private_partial_path, validator_of
 from tests.harness.disk import LOCK_NAME, debris, make_old, names, record_of, seed

@@ -14,10 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    FuseCache,
-    ReadOnlyCache,
-)
+from fuse_support import FuseCache, ReadOnlyCache
 
 from tests.harness.disk import LOCK_NAME, make_old, names, seed, snapshot
 from tests.harness.origin import Origin, closed_port_url

@@ -15,13 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    FUSE_MAGIC_HEX,
-    REMEDY_HTTP,
-    FuseCache,
-    TwoNodes,
-    gets,
-)
+from fuse_support import FUSE_MAGIC_HEX, REMEDY_HTTP, FuseCache, TwoNodes, gets
 
 from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, classify, mount_for, parse_mountinfo, probe_fs
 from tests.harness.disk import LOCK_NAME, names, record_of, seed, snapshot

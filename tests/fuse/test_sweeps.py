@@ -13,10 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    FuseCache,
-    TwoNodes,
-)
+from fuse_support import FuseCache, TwoNodes
 
 from llmkube_stager.cache.layout import (
     atomic_tmp_path,

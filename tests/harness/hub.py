@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit
 
-from tests.harness.loopback import Clients, LoopbackHTTP, TrackedHandler
+from tests.harness.loopback import Clients, LoopbackHTTP, Request, TrackedHandler
 from tests.harness.origin import Origin
 
 _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
@@ -126,13 +126,9 @@ class HubFault:
 
 
 @dataclass(frozen=True)
-class HubRequest:
+class HubRequest(Request):
     """One request as the hub saw it (header names lower-cased)."""
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    status: int
     kind: RequestKind
 
     @property

@@ -10,6 +10,8 @@ import socketserver
 import ssl
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Self
 
@@ -17,6 +19,31 @@ from tests.harness.lifecycle import Lifecycle
 
 HOST = "127.0.0.1"
 CLOSE_JOIN_S = 0.9  # close() budget for handler threads; callers expect ~1 s worst case
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as a loopback server saw and answered it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    status: int
+
+
+def accept_until(
+    listener: socket.socket, stop: threading.Event, on_accept: Callable[[socket.socket], None]
+) -> None:
+    """Hand every connection to `on_accept` until `stop` is set; the listener
+    needs a short timeout so that the loop notices."""
+    while not stop.is_set():
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        on_accept(conn)
 
 
 def hard_shutdown(sock: socket.socket) -> None:

@@ -28,7 +28,14 @@ from typing import Literal, Self
 from urllib.parse import unquote, urlsplit
 
 from tests.harness.lifecycle import Lifecycle
-from tests.harness.loopback import HOST, Clients, LoopbackHTTP, TrackedHandler
+from tests.harness.loopback import (
+    HOST,
+    Clients,
+    LoopbackHTTP,
+    Request,
+    TrackedHandler,
+    accept_until,
+)
 
 _CHUNK = 256 * 1024
 _FAULT_BODY = b"injected fault\n"
@@ -37,13 +44,9 @@ _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class RequestRecord(Request):
     """One answered request, as the origin saw and answered it."""
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    status: int
     body_bytes: int
 
 
@@ -458,16 +461,12 @@ class Blackhole(Lifecycle):
     def _accept_loop(self) -> None:
         # Accept (and hold, silently) so the backlog never fills and every connect succeeds.
         assert self._listener is not None
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self._held.append(conn)
-                self._accepted += 1
+        accept_until(self._listener, self._stop, self._hold)
+
+    def _hold(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._held.append(conn)
+            self._accepted += 1
 
     def _fill_backlog(self) -> None:
         # Linux drops SYNs once the accept queue is full, and nobody ever accepts here, so

@@ -16,6 +16,7 @@ import pytest
 
 from llmkube_stager.model import Decision
 from tests.harness.disk import cached_files, partials, record_of, seed, shell_partial, write_record
+from tests.harness.loopback import accept_until
 from tests.harness.origin import Fault, closed_port_url
 from tests.harness.sample import payload
 
@@ -253,19 +254,15 @@ class CountingRelay:
         return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
 
     def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            upstream = socket.create_connection(self._target)
-            with self._lock:
-                self.connections += 1
-                self._sockets += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+        accept_until(self._listener, self._stop, self._relay)
+
+    def _relay(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self._target)
+        with self._lock:
+            self.connections += 1
+            self._sockets += [client, upstream]
+        for src, dst in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:

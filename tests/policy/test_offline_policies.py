@@ -17,13 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
-    fuse_fs,
-    methods,
-    read_only_fs,
-    serve_repo,
-)
+from policy_support import ON_CHANGE, fuse_fs, methods, read_only_fs, serve_repo
 
 from tests.harness.disk import record_of, seed, snapshot
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url

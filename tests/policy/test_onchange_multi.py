@@ -12,13 +12,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
-    fuse_fs,
-    methods,
-    read_only_fs,
-    serve_repo,
-)
+from policy_support import ON_CHANGE, fuse_fs, methods, read_only_fs, serve_repo
 
 from llmkube_stager.errors import REMEDY_LOCK_UNSUPPORTED_PREFETCH
 from tests.harness.disk import debris, record_of, seed, snapshot

@@ -14,11 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
-    fuse_fs,
-    methods,
-)
+from policy_support import ON_CHANGE, fuse_fs, methods
 
 from tests.harness.disk import debris, record_of, seed, snapshot
 from tests.harness.origin import Fault, Origin, closed_port_url
