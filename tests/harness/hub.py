@@ -182,13 +182,7 @@ def _segments(path: str) -> list[str]:
 class _Handler(TrackedHandler):
     _authenticated: bool = False
 
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_HEAD(self) -> None:
-        self._serve("HEAD")
-
-    def _serve(self, method: str) -> None:
+    def answer(self, method: str) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
         kind, answer = self._route(method, headers)
         record = HubRequest(method, self.path, headers, answer.status, kind)

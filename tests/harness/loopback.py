@@ -118,7 +118,8 @@ class LoopbackServer(socketserver.ThreadingMixIn, HTTPServer):
 
 class TrackedHandler(BaseHTTPRequestHandler):
     """Registers its connection with the server's `Clients`, does the TLS
-    handshake in its own thread and logs nothing."""
+    handshake in its own thread and logs nothing; a server's handler answers
+    GET and HEAD in `answer`."""
 
     protocol_version = "HTTP/1.1"
     server: LoopbackServer
@@ -137,6 +138,15 @@ class TrackedHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # quiet: test output should only show the stager's own logs
+
+    def do_GET(self) -> None:
+        self.answer("GET")
+
+    def do_HEAD(self) -> None:
+        self.answer("HEAD")
+
+    def answer(self, method: str) -> None:
+        raise NotImplementedError
 
 
 class LoopbackHTTP(Lifecycle):

@@ -226,13 +226,7 @@ class _State(Clients):
 class _Handler(TrackedHandler):
     _entry: _Entry  # log entry of the request being answered
 
-    def do_GET(self) -> None:
-        self._answer("GET")
-
-    def do_HEAD(self) -> None:
-        self._answer("HEAD")
-
-    def _answer(self, method: str) -> None:
+    def answer(self, method: str) -> None:
         # Logged up front and updated as bytes go out, so a client that has read the whole
         # response never races the handler thread to the log.
         headers = {k.lower(): v for k, v in self.headers.items()}
