@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from policy_support import ON_CHANGE, fuse_fs, methods
 
 from tests.harness.disk import debris, record_of, seed, snapshot
 from tests.harness.origin import Fault, Origin, closed_port_url
-from tests.harness.pod import ROOT, Pod
+from tests.harness.pod import Pod
 from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e
@@ -294,14 +292,7 @@ def test_s95_onchange_refresh_never_exposes_a_partial_file(pod: Pod, origin, war
     big = payload(1 << 20, seed=3)
     origin.put(PATH, big)
     origin.set_fault(PATH, Fault(rate_bytes_per_s=2 << 20, methods=("GET",)))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmkube_stager", "stage"],
-        env={**pod.env, **ON_CHANGE},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = pod.popen(**ON_CHANGE)
     try:
         seen_old_mid_transfer = False
         deadline = time.monotonic() + 20
@@ -311,14 +302,14 @@ def test_s95_onchange_refresh_never_exposes_a_partial_file(pod: Pod, origin, war
                 assert warm.read_bytes() == OLD
                 seen_old_mid_transfer = True
             time.sleep(0.02)
-        _, err = proc.communicate(timeout=20)
+        run = pod.finish(proc, timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert run.returncode == 0, str(run)
     assert seen_old_mid_transfer, "never observed the transfer in progress"
     assert warm.read_bytes() == big
-    assert DOWNLOADED in err
+    assert DOWNLOADED in run.stderr
 
 
 @pytest.mark.parametrize("state", ["changed", "offline", "missing"])
