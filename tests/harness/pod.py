@@ -223,8 +223,8 @@ class Pod:
     `env` is what every run gets; a run's `env` mapping and keyword
     overrides go on top (None removes a variable). `single`/`multi` point
     the pod at a model; `single_env`/`multi_env` return such an environment
-    without changing the pod's. Several pods may share one tmp directory (two containers, two
-    nodes): each has its own termination log.
+    without changing the pod's. Several pods may share one tmp directory
+    (two containers, two nodes): each has its own termination log.
     """
 
     _claimed: ClassVar[set[Path]] = set()  # termination-log paths handed out
@@ -257,6 +257,7 @@ class Pod:
         }
         if stager:
             self.env["LLMKUBE_PREFETCH_STAGER"] = "true"
+        self._started: dict[int, tuple[tuple[str, ...], float]] = {}  # pid -> (args, when)
 
     @classmethod
     def _claim(cls, path: Path) -> Path:
@@ -346,19 +347,18 @@ class Pod:
             stderr=subprocess.PIPE,
             text=True,
         )
-        proc.started = time.monotonic()  # type: ignore[attr-defined]
+        self._started[proc.pid] = (args, time.monotonic())
         return proc
 
     def finish(self, proc: subprocess.Popen[str], timeout: float = 60) -> Run:
+        """Wait for a `popen`ed run (also one that was signalled)."""
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
             raise AssertionError(f"the stager did not exit in {timeout}s\n{err}") from None
-        argv = [str(a) for a in proc.args] if isinstance(proc.args, list) else []
-        args = tuple(argv[argv.index("llmkube_stager") + 1 :]) if "llmkube_stager" in argv else ()
-        started = getattr(proc, "started", time.monotonic())
+        args, started = self._started.pop(proc.pid)
         return self._finished(args, proc.returncode, out, err, started)
 
     def read_term(self) -> bytes | None:
