@@ -13,10 +13,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from e2e_support import Pod, assert_success, import_lines
+from e2e_support import import_lines
 
 import llmkube_stager
 from tests.harness.origin import Origin
+from tests.harness.pod import Pod
 
 pytestmark = pytest.mark.e2e
 
@@ -57,11 +58,11 @@ def test_success_stats_carry_the_version_and_warm_start_reads_no_metadata(
     origin.put(MODEL, b"x" * 1000)
     pod.single(origin.url + MODEL)
     cold = pod.run("stage")
-    doc = assert_success(cold, files=1, fetched=1, reused=0)
+    doc = cold.ok(files=1, fetched=1, reused=0).term
     assert doc["stats"]["version"] == llmkube_stager.__version__
 
     warm = pod.run("stage", python_flags=("-X", "importtime"))
-    doc = assert_success(warm, files=1, fetched=0, reused=1)
+    doc = warm.ok(files=1, fetched=0, reused=1).term
     assert doc["stats"]["version"] == llmkube_stager.__version__
     modules = import_lines(warm.stderr)
     assert len(modules) > 20  # importtime output really was captured

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_support import ROOT, SHORT_TIMEOUTS
 
 from tests.harness.origin import Origin
+from tests.harness.pod import ROOT, SHORT_BUDGET
 from tests.harness.sample import gguf_like
 
 pytestmark = pytest.mark.e2e
@@ -126,7 +126,7 @@ def run_cli(local: Local, *args: str, env: dict[str, str]) -> Result:
         "PYTHONDONTWRITEBYTECODE": "1",
         # The package of this checkout, whatever the working directory.
         "PYTHONPATH": str(ROOT),
-        **SHORT_TIMEOUTS,
+        **SHORT_BUDGET,
         **env,
     }
     read_fd, write_fd = os.pipe()
