@@ -135,7 +135,8 @@ class RawOrigin:
         body = reply.body if request.method != "HEAD" else b""
         keep = reply.framing != "close" and reply.cut_after is None
         if reply.framing == "length":
-            head.append(f"Content-Length: {reply.declared if reply.declared is not None else len(reply.body)}")
+            declared = reply.declared if reply.declared is not None else len(reply.body)
+            head.append(f"Content-Length: {declared}")
         elif reply.framing == "chunked":
             head.append("Transfer-Encoding: chunked")
         if not keep:
