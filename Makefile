@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit torture torture-quick bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,9 +25,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict llmkube_stager
 
-## The whole suite: lint, types, then every test.
+## The whole suite: lint, types, then every test (the torture suite at its quick scale).
 test: lint typecheck
 	$(BIN)/pytest -q
+
+## The torture suite (tests/torture, marker `torture`): quick (~3 min), or full (~20 min).
+torture-quick: $(STAMP)
+	$(BIN)/pytest -q -m torture tests/torture
+
+torture: $(STAMP)
+	LLMKUBE_TORTURE=full LLMKUBE_TORTURE_STATS=$(CURDIR)/.torture-stats.json \
+	  $(BIN)/pytest -q -m torture tests/torture
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
