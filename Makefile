@@ -50,7 +50,7 @@ image:
 	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
 	  { echo "make image needs buildah and mmdebstrap (apt-get install buildah mmdebstrap)" >&2; exit 1; }
 	base=$$(IMAGE_CACHE=$(IMAGE_CACHE) image/base.sh) && \
-	buildah build --isolation chroot --layers --pull-never -f image/Dockerfile \
+	buildah build --isolation chroot --layers --force-rm --pull-never -f image/Dockerfile \
 	  --build-arg BASE=$$base --build-arg VERSION=$(VERSION) \
 	  -v $(HOST_CA):/etc/ssl/certs/ca-certificates.crt:ro \
 	  --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt \

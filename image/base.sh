@@ -42,8 +42,11 @@ if [ ! -s "$tarball" ]; then
   mkdir -p "$cache_dir"
   echo "image/base.sh: mmdebstrap $suite ($packages) -> $tarball" >&2
   # Device nodes stay out of the image: every runtime mounts its own /dev.
-  mmdebstrap --quiet --format=tar "${opts[@]}" "$suite" - \
-    | mmtarfilter --path-exclude='/dev/*' >"$tarball.partial"
+  if ! mmdebstrap --format=tar "${opts[@]}" "$suite" - 2>"$tarball.log" \
+    | mmtarfilter --path-exclude='/dev/*' >"$tarball.partial"; then
+    cat "$tarball.log" >&2
+    exit 1
+  fi
   mv "$tarball.partial" "$tarball"
 fi
 
