@@ -11,16 +11,7 @@ import pytest
 
 from tests.harness.origin import Origin
 from tests.harness.s3server import S3Server
-from tests.image.image_support import (
-    MODELS_DIR,
-    PROBE_DIR,
-    TERMINATION_DIR,
-    Container,
-    ImageConfig,
-    ImagePod,
-    image_ref,
-    missing_tools,
-)
+from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref, missing_tools
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +30,7 @@ def image() -> ImageConfig:
 
 @pytest.fixture(scope="session")
 def container(image: ImageConfig) -> Iterator[Container]:
-    made = Container(image, mount_points=(MODELS_DIR, TERMINATION_DIR, PROBE_DIR))
+    made = Container(image)
     try:
         yield made
     finally:

@@ -131,7 +131,11 @@ class Container:
     read-only in every run, so no test can change it for the next (and
     `writes()` would show it)."""
 
-    def __init__(self, config: ImageConfig, mount_points: Iterable[str]) -> None:
+    def __init__(
+        self,
+        config: ImageConfig,
+        mount_points: Iterable[str] = (MODELS_DIR, TERMINATION_DIR, PROBE_DIR),
+    ) -> None:
         self.config = config
         self.name = f"llmkube-image-test-{os.getpid()}-{secrets.token_hex(3)}"
         buildah("from", "--pull-never", "--name", self.name, config.ref)
@@ -161,19 +165,6 @@ class Container:
             found.add((str(path.relative_to(self.upper)), *stamp))
         return found
 
-    def run(
-        self,
-        args: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        volumes: Iterable[Volume],
-        timeout: float = 120,
-    ) -> subprocess.CompletedProcess[str]:
-        """Entrypoint + args (Cmd when empty) as the image's user, with the
-        root filesystem read-only and only `volumes` writable (those not
-        mounted `read_only`)."""
-        return self.exec(self.config.argv(args), env=env, volumes=volumes, timeout=timeout)
-
     def exec(
         self,
         argv: Sequence[str],
@@ -182,6 +173,8 @@ class Container:
         volumes: Iterable[Volume],
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
+        """`argv` as the image's user, with the root filesystem read-only and
+        only `volumes` writable (those not mounted `read_only`)."""
         command = ["buildah", "run", "--isolation", "chroot"]
         for key, value in env.items():
             command += ["-e", f"{key}={value}"]
@@ -257,8 +250,9 @@ class ImagePod:
         """The image's entrypoint with `args` (the image's CMD when none)."""
         if self.term_path.exists():
             self.term_path.unlink()
-        proc = self.container.run(
-            args,
+        container = self.container
+        proc = container.exec(
+            container.config.argv(args),
             env={**self.env, **(env or {})},
             volumes=self.volumes(tmp_writable=tmp_writable, models_read_only=models_read_only),
             timeout=timeout,

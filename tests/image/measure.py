@@ -26,15 +26,7 @@ from typing import Any
 
 from tests.harness.origin import Origin
 from tests.harness.sample import gguf_like
-from tests.image.image_support import (
-    MODELS_DIR,
-    PROBE_DIR,
-    TERMINATION_DIR,
-    Container,
-    ImageConfig,
-    ImagePod,
-    image_ref,
-)
+from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref
 
 WARM_FILES = 40
 WARM_FILE_BYTES = 1 << 20
@@ -89,7 +81,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     runs = parser.parse_args().runs
     config = ImageConfig.inspect(image_ref())
-    container = Container(config, mount_points=(MODELS_DIR, TERMINATION_DIR, PROBE_DIR))
+    container = Container(config)
     try:
         with Origin() as origin, tempfile.TemporaryDirectory() as tmp:
             results = {
