@@ -52,9 +52,9 @@ image:
 	base=$$(IMAGE_CACHE=$(IMAGE_CACHE) image/base.sh) && \
 	buildah build --isolation chroot --layers --force-rm --pull-never -f image/Dockerfile \
 	  --build-arg BASE=$$base --build-arg VERSION=$(VERSION) \
-	  -v $(HOST_CA):/etc/ssl/certs/ca-certificates.crt:ro \
-	  --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
-	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  $(if $(wildcard $(HOST_CA)),-v $(HOST_CA):/etc/ssl/certs/ca-certificates.crt:ro \
+	    --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt) \
+	  --build-arg REVISION=$$(git describe --always --dirty --abbrev=40 2>/dev/null || echo unknown) \
 	  -t $(IMAGE) .
 
 ## End-to-end tests against the built image (pytest marker `image`, not in `make test`).
