@@ -139,12 +139,16 @@ class Container:
         self.config = config
         self.name = f"llmkube-image-test-{os.getpid()}-{secrets.token_hex(3)}"
         buildah("from", "--pull-never", "--name", self.name, config.ref)
-        self.rootfs = Path(buildah("mount", self.name).strip())
-        self.upper = _overlay_upper_dir(self.rootfs)
-        for target in mount_points:
-            (self.rootfs / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        for target in _BUILDAH_FILE_TARGETS:
-            (self.rootfs / target).touch()
+        try:
+            self.rootfs = Path(buildah("mount", self.name).strip())
+            self.upper = _overlay_upper_dir(self.rootfs)
+            for target in mount_points:
+                (self.rootfs / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            for target in _BUILDAH_FILE_TARGETS:
+                (self.rootfs / target).touch()
+        except BaseException:
+            self.close()
+            raise
         self._prepared = self._layer_paths()
 
     def close(self) -> None:
