@@ -16,7 +16,7 @@ huggingface_hub errors are translated here, by type and HTTP status.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
@@ -89,10 +89,21 @@ class HfFetcher:
         self._ref = ref
         self._http: HttpFetcher = HttpFetcher(config)
         self._resolution: Resolution | None = None
+        self.revision = ref.revision
+        self._at: str | None = None
+
+    def resolve_at(self, commit: str) -> None:
+        """Fetch from this commit rather than what the revision points to
+        now: an interrupted run is finished from its own commit (#10)."""
+        self._at = commit
+
+    def resolved_commit(self) -> str | None:
+        return self._resolution.commit if self._resolution is not None else None
 
     def _resolve(self) -> Resolution:
         if self._resolution is None:
-            self._resolution = resolve_revision(self._config, self._ref, self._http)
+            ref = self._ref if self._at is None else replace(self._ref, revision=self._at)
+            self._resolution = resolve_revision(self._config, ref, self._http)
         return self._resolution
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
@@ -114,6 +125,7 @@ class HfFetcher:
             etag=f'"{hub.sha256 or hub.blob_id or resolution.commit}"',
             accept_ranges=True,
             sha256=hub.sha256,
+            immutable=True,
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:

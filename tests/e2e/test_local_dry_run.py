@@ -60,6 +60,11 @@ def hook(event, args):
         if isinstance(target, int):
             continue
         path = os.path.abspath(os.fsdecode(os.fspath(target)))
+        if path.startswith("/proc/self/fd/"):  # a reopened descriptor: its file
+            try:
+                path = os.readlink(path)
+            except OSError:
+                pass
         os.write(fd, f"{event}\t{path}\n".encode())
 sys.addaudithook(hook)
 sys.argv = ["llmkube-stager", *sys.argv[1:]]
