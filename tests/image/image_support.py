@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.e2e_support import SHORT_TIMEOUTS, Run
+from tests.harness.pod import SHORT_BUDGET, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "probe.py"
@@ -214,7 +214,7 @@ class ImagePod:
         self.term_path = self.term_dir / "log"
         self.env: dict[str, str] = {
             "LLMKUBE_TERMINATION_LOG": f"{TERMINATION_DIR}/log",
-            **SHORT_TIMEOUTS,
+            **SHORT_BUDGET,
         }
 
     def single(self, source: str, name: str = "model.gguf", key: str = "k1") -> Path:
