@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.layout import parse_file_list
+from llmkube_stager.layout import (
+    PATH_MAX_BYTES,
+    check_name_room,
+    check_path_room,
+    parse_file_list,
+)
 from llmkube_stager.pins import file_pins, single_pin
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
@@ -151,6 +156,19 @@ class Config:
         return bool(self.model_files)
 
 
+# URLs longer than this are refused by most servers and by httpx (64 KiB):
+# a configuration mistake, not a transfer to attempt.
+URL_MAX_BYTES = 8192
+_URL_VARS = ("MODEL_SOURCE", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "HTTP_PROXY")
+
+
+def _shown(text: str, limit: int = 100) -> str:
+    """A value as an error shows it: quoted, and never a megabyte of it."""
+    return repr(text[:limit]) + (
+        f" (and {len(text) - limit} more characters)" if len(text) > limit else ""
+    )
+
+
 class _Reader:
     """Looks a variable up: flag first, then environment, then default."""
 
@@ -185,9 +203,11 @@ class _Reader:
         try:
             value = float(text)
         except ValueError:
-            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+            raise ConfigError(f"{name} must be a number of seconds, got {_shown(text)}") from None
         if not math.isfinite(value) or value <= minimum:
-            raise ConfigError(f"{name} must be a finite number above {minimum:g}, got {text!r}")
+            raise ConfigError(
+                f"{name} must be a finite number above {minimum:g}, got {_shown(text)}"
+            )
         return value
 
     def count(self, name: str, default: int) -> int:
@@ -195,7 +215,7 @@ class _Reader:
         if not text:
             return default
         if not (text.isascii() and text.isdigit()):
-            raise ConfigError(f"{name} must be a whole number >= 0, got {text!r}")
+            raise ConfigError(f"{name} must be a whole number >= 0, got {_shown(text)}")
         return int(text)
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
@@ -205,7 +225,7 @@ class _Reader:
         for choice in choices:
             if text.lower() == choice.lower():
                 return choice
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {_shown(text)}")
 
     def boolean(self, name: str) -> bool:
         text = self.raw(name).strip().lower()
@@ -213,7 +233,7 @@ class _Reader:
             return False
         if text in ("true", "1", "yes"):
             return True
-        raise ConfigError(f"{name} must be true or false, got {text!r}")
+        raise ConfigError(f"{name} must be true or false, got {_shown(text)}")
 
 
 def load_timeouts(read: _Reader) -> Timeouts:
@@ -288,9 +308,42 @@ def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]
     if not files and not model_path:
         raise ConfigError("MODEL_PATH (single-file) or MODEL_FILES (multi-file) is required")
     for name, path in (("CACHE_DIR", cache_dir), ("MODEL_PATH", model_path)):
-        if path and not path.startswith("/"):
-            raise ConfigError(f"{name} must be an absolute path, got {path!r}")
+        if path:
+            _check_abs_path(name, path)
+    if model_path and (model_path.endswith("/") or not posixpath.basename(model_path)):
+        raise ConfigError(f"MODEL_PATH must name a file, got {repr(model_path)[:200]}")
     return cache_dir, model_path, files
+
+
+def _check_abs_path(name: str, path: str) -> None:
+    """An absolute, plain path: no '.' or '..' part (the model directory must
+    be where it says), no control character, within PATH_MAX."""
+    shown = repr(path)[:200]
+    if not path.startswith("/"):
+        raise ConfigError(f"{name} must be an absolute path, got {shown}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise ConfigError(f"{name} contains a control character: {shown}")
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ConfigError(f"{name} must not contain '.' or '..' parts, got {shown}")
+    if len(path.encode()) >= PATH_MAX_BYTES:
+        raise ConfigError(f"{name} is longer than PATH_MAX ({PATH_MAX_BYTES} bytes)")
+
+
+def _check_room(
+    cache_dir: str, model_path: str, files: tuple[str, ...], pins: Mapping[str, str]
+) -> None:
+    """Names and paths that cannot hold the agent's suffixes fail here, before
+    any I/O, not after the probe with ENAMETOOLONG (#11 item 10)."""
+    if model_path:
+        name = posixpath.basename(model_path)
+        check_name_room(name, pinned=bool(pins), what="MODEL_PATH")
+        check_path_room(posixpath.dirname(model_path), (name,), pinned=frozenset(pins))
+        return
+    for rel in pins:
+        check_name_room(
+            posixpath.basename(rel), pinned=True, what=f"MODEL_FILES entry {_shown(rel)}"
+        )
+    check_path_room(cache_dir, files, pinned=frozenset(pins))
 
 
 def load_config(
@@ -301,10 +354,13 @@ def load_config(
 ) -> Config:
     """Parse everything once. Raises ConfigError / InvalidFileSet."""
     read = _Reader(environ, flags)
+    _check_url_lengths(read)
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
     cache_dir, model_path, files = _layout_paths(read, source)
+    pins = _pins(read, model_path, files)
+    _check_room(cache_dir, model_path, files, pins)
     return Config(
         source=source,
         cache_dir=cache_dir,
@@ -312,7 +368,7 @@ def load_config(
         model_files=files,
         refresh_policy=_policy(read),
         prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
-        pins=_pins(read, model_path, files),
+        pins=pins,
         s3_bucket=read.raw("S3_BUCKET").strip(),
         s3_key=read.raw("S3_KEY").strip(),
         s3_prefix=read.raw("S3_PREFIX").strip(),
@@ -334,6 +390,16 @@ def load_config(
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
     )
+
+
+def _check_url_lengths(read: _Reader) -> None:
+    """Named, never shown: a proxy URL may carry a password."""
+    for name in _URL_VARS:
+        size = max(len(read.raw(name).encode()), len(read.curl_style(name).encode()))
+        if size > URL_MAX_BYTES:
+            raise ConfigError(
+                f"{name} is {size} bytes long: a URL may have at most {URL_MAX_BYTES}"
+            )
 
 
 def _connections(read: _Reader) -> int:
