@@ -66,7 +66,6 @@ def parse_file_list(text: str) -> tuple[str, ...]:
             raise InvalidFileSet(f"MODEL_FILES lists {repr(rel)[:200]} twice")
         seen.add(rel)
     _check_no_dir_clash(entries)
-    _check_no_partial_clash(entries)
     return tuple(entries)
 
 
@@ -148,24 +147,6 @@ def _check_no_dir_clash(entries: list[str]) -> None:
             if parent in names:
                 raise InvalidFileSet(f"MODEL_FILES entry {parent!r} is also a directory of {rel!r}")
             parent = posixpath.dirname(parent)
-
-
-def _check_no_partial_clash(entries: list[str]) -> None:
-    """An entry named like another entry's partial (`<file>.<key>.tmp`,
-    `<file>.tmp`) would be adopted, resumed or swept as one. (The agent's
-    own partial suffixes are reserved outright.)"""
-    names = set(entries)
-    for rel in entries:
-        if not rel.endswith(LEGACY_PARTIAL_SUFFIX):
-            continue
-        stem = rel[: -len(LEGACY_PARTIAL_SUFFIX)]
-        head, _, key = stem.rpartition(".")
-        for other in (stem, head if _is_hex(key, 12) else ""):
-            if other in names:
-                raise InvalidFileSet(
-                    f"MODEL_FILES entry {repr(rel)[:200]} is named like a partial download "
-                    f"of {repr(other)[:200]}"
-                )
 
 
 def validator_of(size_bytes: int | None, etag: str | None) -> str:

@@ -62,8 +62,6 @@ FILE_SETS = {
     "lock-name": ".llmkube.lock",
     "lock-dir": ".llmkube.lock/x.bin",
     "validators": ".llmkube-validators",
-    "partial-of-another": "model.gguf\nmodel.gguf.0123456789ab.tmp",
-    "shell-partial-of-another": "model.gguf\nmodel.gguf.tmp",
     "part-suffix": "a.llmkube-part",
     "name-256": "n" * 256,
     "name-221": "n" * 221,
