@@ -358,6 +358,7 @@ def load_config(
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
+    _check_source_text(source)
     cache_dir, model_path, files = _layout_paths(read, source)
     pins = _pins(read, model_path, files)
     _check_room(cache_dir, model_path, files, pins)
@@ -377,11 +378,9 @@ def load_config(
         aws_region=read.raw("AWS_REGION").strip(),
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
         ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
-        host_model=read.raw("LLMKUBE_HOST_MODEL", "/host-model/model.gguf").strip(),
-        allowed_host_roots=tuple(
-            r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip()
-        ),
-        termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
+        host_model=_abs_path(read, "LLMKUBE_HOST_MODEL", "/host-model/model.gguf"),
+        allowed_host_roots=_allowed_roots(read),
+        termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG", "/dev/termination-log"),
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
         direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
@@ -390,6 +389,36 @@ def load_config(
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
     )
+
+
+def _abs_path(read: _Reader, name: str, default: str) -> str:
+    path = read.raw(name, default).strip()
+    if path:
+        _check_abs_path(name, path)
+    return path
+
+
+def _allowed_roots(read: _Reader) -> tuple[str, ...]:
+    """A relative root would be judged against the working directory."""
+    roots = tuple(r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip())
+    for root in roots:
+        _check_abs_path("LLMKUBE_ALLOWED_HOST_ROOTS", root)
+    return roots
+
+
+def _check_source_text(source: str) -> None:
+    """Whatever its scheme, MODEL_SOURCE must be one line that parses as a
+    URL (a port too): the sources then never meet a ValueError."""
+    from urllib.parse import urlsplit
+
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in source):
+        raise ConfigError(f"MODEL_SOURCE contains a control character: {_shown(source)}")
+    try:
+        _ = urlsplit(source).port
+    except ValueError:
+        raise ConfigError(
+            f"MODEL_SOURCE is not a well-formed URL or path: {_shown(source)}"
+        ) from None
 
 
 def _check_url_lengths(read: _Reader) -> None:
@@ -428,4 +457,6 @@ def early_settings(
     read = _Reader(environ, flags)
     fmt = read.raw("LLMKUBE_LOG_FORMAT").strip().lower()
     path = read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip()
-    return ("json" if fmt == "json" else "text"), path
+    # A relative path would land in the working directory: none is written
+    # (load_config refuses it; the log still says why).
+    return ("json" if fmt == "json" else "text"), path if path.startswith("/") else ""

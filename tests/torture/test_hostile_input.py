@@ -10,9 +10,10 @@ so the CLI gets the largest value exec allows; the 1 MB values go through
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from hostile_support import Result, Sandbox, open_sandbox, snapshot
+from hostile_support import ROOT, Result, Sandbox, open_sandbox, snapshot
 
 from tests.harness.origin import Origin
 
@@ -36,6 +37,12 @@ def origin() -> Iterator[Origin]:
 
 
 def _refused(run: Result, box: Sandbox, reason: str) -> None:
+    if box.env.get("LLMKUBE_TERMINATION_LOG", "/").startswith("/") is False:
+        # No termination message where a relative path would put it (the
+        # working directory); the log says why.
+        assert run.returncode == 2 and f"ERROR: {reason}:" in run.stderr, str(run)
+        assert not Path(ROOT, box.env["LLMKUBE_TERMINATION_LOG"]).exists()
+        return
     doc = run.failed(reason, exit_code=2)
     assert doc["retryable"] is False, doc
     assert len(run.term_raw or b"") <= 4096
@@ -144,6 +151,15 @@ CONFIG = {
     "proxy-garbage": {"HTTPS_PROXY": "::not a url::"},
     "proxy-scheme": {"HTTPS_PROXY": "ftp://proxy:21"},
     "no-proxy-cidr": {"NO_PROXY": "10.0.0.0/99"},
+    "relative-allowed-root": {"LLMKUBE_ALLOWED_HOST_ROOTS": "host-models"},
+    "relative-host-model": {"MODEL_SOURCE": "file:///host/m.gguf", "LLMKUBE_HOST_MODEL": "m.gguf"},
+    "relative-termination-log": {"LLMKUBE_TERMINATION_LOG": "termination-log"},
+    "unknown-scheme": {"MODEL_SOURCE": "gopher://127.0.0.1/m"},
+    "url-without-host": {"MODEL_SOURCE": "http:///m"},
+    "url-unclosed-ipv6": {"MODEL_SOURCE": "http://[::1/m"},
+    "url-bad-port": {"MODEL_SOURCE": "http://127.0.0.1:99999/m"},
+    "url-control": {"MODEL_SOURCE": "http://127.0.0.1/m\x01"},
+    "pvc-dotdot": {"MODEL_SOURCE": "pvc://claim/../../etc/passwd", "MODEL_FILES": None},
 }
 
 
@@ -154,6 +170,7 @@ def test_a_configuration_mistake_is_invalid_configuration(
     sandbox.multi(origin.url + "/m", ["model.gguf"])
     before = snapshot(sandbox.base)
 
+    sandbox.env.update({k: v for k, v in env.items() if v is not None})
     run = sandbox.run("stage", env=env)
 
     _refused(run, sandbox, "InvalidConfiguration")
