@@ -20,6 +20,8 @@ _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 # A name the agent writes through turned out to be a symlink (O_NOFOLLOW) or a
 # file where a directory belongs: it would lead outside the cache (#11).
 _LEADS_OUTSIDE = frozenset({errno.ELOOP, errno.ENOTDIR})
+# A directory sits where the agent writes a file (a record, the destination).
+_TAKEN_BY_A_DIRECTORY = frozenset({errno.EISDIR, errno.ENOTEMPTY})
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -35,10 +37,10 @@ def disk_error(exc: OSError, what: str, rel: str) -> Exception:
             reason=Reason.CACHE_UNWRITABLE,
             file=rel,
         )
-    if exc.errno in _LEADS_OUTSIDE:
+    if exc.errno in _LEADS_OUTSIDE or exc.errno in _TAKEN_BY_A_DIRECTORY:
         return CacheError(
-            f"a path in the cache leads outside it while {what} {rel}: "
-            f"{os.strerror(exc.errno or 0)}",
+            f"a path in the cache leads outside it or is taken by a directory while {what} "
+            f"{rel}: {os.strerror(exc.errno or 0)}",
             reason=Reason.CACHE_UNWRITABLE,
             file=rel,
             remedy=REMEDY_LEADS_OUTSIDE,

@@ -58,7 +58,28 @@ NAMES = {
     "segs": f"model.gguf.{KEY}.{WRITER}.llmkube-segs",
     "journal": f"model.gguf.{KEY}.{WRITER}.llmkube-journal",
 }
-PARTIAL_ROLES = frozenset({"legacy-partial", "part", "shell-tmp", "segs", "journal"})
+# What the adoption code (cache/partials.py, transfer/: issue #10's branch)
+# still trips on here: a FIFO named like an idle partial is adopted and the
+# resumed stream blocks on it; a directory named `<file>.tmp` makes
+# remove_stale's unlink raise IsADirectoryError (exit 3).
+ADOPTION_DEFECTS = frozenset(
+    {
+        ("legacy-partial", "fifo"),
+        ("part", "fifo"),
+        ("shell-tmp", "dir"),
+    }
+)
+# The matrix cells torture-quick takes (the rest run in `make torture`).
+QUICK_CELLS = frozenset(
+    {
+        ("part", "fifo", "stage"),
+        ("record", "dir", "stage"),
+        ("lock", "dangling", "stage"),
+        ("final", "dirlink", "stage"),
+        ("journal", "symlink", "stage"),
+        ("validators", "unreadable", "verify"),
+    }
+)
 ALL_KINDS = (*KINDS, "dirlink")
 
 
@@ -112,8 +133,9 @@ def _matrix() -> list[object]:
     for role in NAMES:
         for kind in ALL_KINDS:
             for command in COMMANDS:
-                marks = [pytest.mark.slow]
-                if role in PARTIAL_ROLES and command == "stage" and kind != "dangling":
+                quick = (role, kind, command) in QUICK_CELLS
+                marks = [] if quick else [pytest.mark.slow]
+                if command == "stage" and (role, kind) in ADOPTION_DEFECTS:
                     marks.append(PARTIAL_XFAIL)
                 cases.append(
                     pytest.param(role, kind, command, id=f"{role}-{kind}-{command}", marks=marks)

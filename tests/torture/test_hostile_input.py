@@ -80,7 +80,37 @@ FILE_SETS = {
 }
 
 
-@pytest.mark.parametrize("files", FILE_SETS.values(), ids=FILE_SETS.keys())
+# torture-quick takes these; `make torture` all of them.
+QUICK = frozenset(
+    {
+        "dotdot",
+        "absolute",
+        "control",
+        "duplicate",
+        "stamp-of-another",
+        "name-221",
+        "path-max",
+        "dotdot-cache-dir",
+        "dir-model-path",
+        "timeout-overflow",
+        "no-proxy-cidr",
+        "relative-termination-log",
+        "url-unclosed-ipv6",
+        "MODEL_FILES",
+        "HTTPS_PROXY",
+        "LLMKUBE_CONNECT_TIMEOUT",
+    }
+)
+
+
+def _params(table: dict[str, object]) -> list[object]:
+    return [
+        pytest.param(value, id=key, marks=() if key in QUICK else (pytest.mark.slow,))
+        for key, value in table.items()
+    ]
+
+
+@pytest.mark.parametrize("files", _params(FILE_SETS))
 def test_a_bad_file_list_is_refused_before_any_io(
     sandbox: Sandbox, origin: Origin, files: str
 ) -> None:
@@ -163,7 +193,7 @@ CONFIG = {
 }
 
 
-@pytest.mark.parametrize("env", CONFIG.values(), ids=CONFIG.keys())
+@pytest.mark.parametrize("env", _params(CONFIG))
 def test_a_configuration_mistake_is_invalid_configuration(
     sandbox: Sandbox, origin: Origin, env: dict[str, str | None]
 ) -> None:
@@ -196,7 +226,7 @@ HUGE_VALUES = {
 }
 
 
-@pytest.mark.parametrize("var", HUGE_VALUES, ids=HUGE_VALUES.keys())
+@pytest.mark.parametrize("var", _params({k: k for k in HUGE_VALUES}))
 def test_a_huge_value_ends_with_a_reason_and_a_bounded_message(
     sandbox: Sandbox, origin: Origin, var: str
 ) -> None:

@@ -108,7 +108,16 @@ MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("mistake", MISTAKES.values(), ids=MISTAKES.keys())
+_QUICK = frozenset({"stamp-name", "bad-proxy", "long-proxy", "long-source"})
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        pytest.param(v, id=k, marks=() if k in _QUICK else (pytest.mark.slow,))
+        for k, v in MISTAKES.items()
+    ],
+)
 def test_no_secret_in_a_configuration_mistake(
     sandbox: Sandbox, origin: Origin, mistake: dict[str, str | None]
 ) -> None:
