@@ -147,11 +147,13 @@ def stage(**kwargs: Any) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     def body() -> dict[str, Any]:
-        from llmkube_stager.cache.fs import probe_fs
+        # The warm path's probe: statfs magic and statvfs flags, no psutil.
+        from llmkube_stager.cache.fs import probe_fs_quick
         from llmkube_stager.stage import Effects, run_stage
 
         config = load_config(os.environ, flags)
-        prepared, outcome = run_stage(config, Effects(log=boundary.log, probe_fs=probe_fs))
+        effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
+        prepared, outcome = run_stage(config, effects)
         doc = success_doc(outcome, prepared.manifest.display_source)
         boundary.log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
         return doc

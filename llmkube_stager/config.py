@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.layout import parse_file_list
+from llmkube_stager.layout import (
+    PATH_MAX_BYTES,
+    check_name_room,
+    check_path_room,
+    parse_file_list,
+)
 from llmkube_stager.pins import file_pins, single_pin
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
@@ -152,6 +157,19 @@ class Config:
         return bool(self.model_files)
 
 
+# URLs longer than this are refused by most servers and by httpx (64 KiB):
+# a configuration mistake, not a transfer to attempt.
+URL_MAX_BYTES = 8192
+_URL_VARS = ("MODEL_SOURCE", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "HTTP_PROXY")
+
+
+def _shown(text: str, limit: int = 100) -> str:
+    """A value as an error shows it: quoted, and never a megabyte of it."""
+    return repr(text[:limit]) + (
+        f" (and {len(text) - limit} more characters)" if len(text) > limit else ""
+    )
+
+
 class _Reader:
     """Looks a variable up: flag first, then environment, then default."""
 
@@ -186,9 +204,11 @@ class _Reader:
         try:
             value = float(text)
         except ValueError:
-            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+            raise ConfigError(f"{name} must be a number of seconds, got {_shown(text)}") from None
         if not math.isfinite(value) or value <= minimum:
-            raise ConfigError(f"{name} must be a finite number above {minimum:g}, got {text!r}")
+            raise ConfigError(
+                f"{name} must be a finite number above {minimum:g}, got {_shown(text)}"
+            )
         return value
 
     def count(self, name: str, default: int) -> int:
@@ -196,7 +216,7 @@ class _Reader:
         if not text:
             return default
         if not (text.isascii() and text.isdigit()):
-            raise ConfigError(f"{name} must be a whole number >= 0, got {text!r}")
+            raise ConfigError(f"{name} must be a whole number >= 0, got {_shown(text)}")
         return int(text)
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
@@ -206,7 +226,7 @@ class _Reader:
         for choice in choices:
             if text.lower() == choice.lower():
                 return choice
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {_shown(text)}")
 
     def boolean(self, name: str) -> bool:
         text = self.raw(name).strip().lower()
@@ -214,7 +234,7 @@ class _Reader:
             return False
         if text in ("true", "1", "yes"):
             return True
-        raise ConfigError(f"{name} must be true or false, got {text!r}")
+        raise ConfigError(f"{name} must be true or false, got {_shown(text)}")
 
 
 def load_timeouts(read: _Reader) -> Timeouts:
@@ -275,7 +295,9 @@ def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str
 
 def _local_path(name: str, path: str, cwd: str | None) -> str:
     """An absolute path as given; a relative one (a person's local run) taken
-    from the working directory, as a shell would."""
+    from the working directory, as a shell would. Checked as written first:
+    a '..' part or a control character is refused before it is resolved."""
+    _check_plain_text(name, path)
     if not path or path.startswith("/"):
         return path
     if path.startswith("~"):
@@ -303,7 +325,51 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
         raise ConfigError("CACHE_DIR is required with MODEL_FILES")
     if not files and not model_path:
         raise ConfigError("MODEL_PATH (single-file) or MODEL_FILES (multi-file) is required")
+    for name, path in (("CACHE_DIR", cache_dir), ("MODEL_PATH", model_path)):
+        if path:
+            _check_abs_path(name, path)
+    if model_path and (model_path.endswith("/") or not posixpath.basename(model_path)):
+        raise ConfigError(f"MODEL_PATH must name a file, got {repr(model_path)[:200]}")
     return cache_dir, model_path, files
+
+
+def _check_plain_text(name: str, path: str) -> None:
+    """No '..' part (the model directory must be where it says) and no
+    control character, in the path as the user wrote it."""
+    shown = repr(path)[:200]
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise ConfigError(f"{name} contains a control character: {shown}")
+    if any(part == ".." for part in path.split("/")):
+        raise ConfigError(f"{name} must not contain '..' parts, got {shown}")
+
+
+def _check_abs_path(name: str, path: str) -> None:
+    """An absolute, plain path (relative ones are resolved by then), within
+    PATH_MAX."""
+    shown = repr(path)[:200]
+    if not path.startswith("/"):
+        raise ConfigError(f"{name} must be an absolute path, got {shown}")
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ConfigError(f"{name} must not contain '.' or '..' parts, got {shown}")
+    if len(path.encode()) >= PATH_MAX_BYTES:
+        raise ConfigError(f"{name} is longer than PATH_MAX ({PATH_MAX_BYTES} bytes)")
+
+
+def _check_room(
+    cache_dir: str, model_path: str, files: tuple[str, ...], pins: Mapping[str, str]
+) -> None:
+    """Names and paths that cannot hold the agent's suffixes fail here, before
+    any I/O, not after the probe with ENAMETOOLONG (#11 item 10)."""
+    if model_path:
+        name = posixpath.basename(model_path)
+        check_name_room(name, pinned=bool(pins), what="MODEL_PATH")
+        check_path_room(posixpath.dirname(model_path), (name,), pinned=frozenset(pins))
+        return
+    for rel in pins:
+        check_name_room(
+            posixpath.basename(rel), pinned=True, what=f"MODEL_FILES entry {_shown(rel)}"
+        )
+    check_path_room(cache_dir, files, pinned=frozenset(pins))
 
 
 def load_config(
@@ -316,10 +382,14 @@ def load_config(
     """Parse everything once. Raises ConfigError / InvalidFileSet. Relative
     CACHE_DIR / MODEL_PATH are taken from `cwd` (default: the process's)."""
     read = _Reader(environ, flags)
+    _check_url_lengths(read)
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
+    _check_source_text(source)
     cache_dir, model_path, files = _layout_paths(read, source, cwd)
+    pins = _pins(read, model_path, files)
+    _check_room(cache_dir, model_path, files, pins)
     return Config(
         source=source,
         cache_dir=cache_dir,
@@ -327,7 +397,7 @@ def load_config(
         model_files=files,
         refresh_policy=_policy(read),
         prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
-        pins=_pins(read, model_path, files),
+        pins=pins,
         s3_bucket=read.raw("S3_BUCKET").strip(),
         s3_key=read.raw("S3_KEY").strip(),
         s3_prefix=read.raw("S3_PREFIX").strip(),
@@ -336,11 +406,9 @@ def load_config(
         aws_region=read.raw("AWS_REGION").strip(),
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
         ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
-        host_model=read.raw("LLMKUBE_HOST_MODEL", "/host-model/model.gguf").strip(),
-        allowed_host_roots=tuple(
-            r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip()
-        ),
-        termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
+        host_model=_abs_path(read, "LLMKUBE_HOST_MODEL", "/host-model/model.gguf"),
+        allowed_host_roots=_allowed_roots(read),
+        termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG", "/dev/termination-log"),
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
         direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
@@ -349,6 +417,46 @@ def load_config(
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
     )
+
+
+def _abs_path(read: _Reader, name: str, default: str) -> str:
+    path = read.raw(name, default).strip()
+    if path:
+        _check_abs_path(name, path)
+    return path
+
+
+def _allowed_roots(read: _Reader) -> tuple[str, ...]:
+    """A relative root would be judged against the working directory."""
+    roots = tuple(r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip())
+    for root in roots:
+        _check_abs_path("LLMKUBE_ALLOWED_HOST_ROOTS", root)
+    return roots
+
+
+def _check_source_text(source: str) -> None:
+    """Whatever its scheme, MODEL_SOURCE must be one line that parses as a
+    URL (a port too): the sources then never meet a ValueError."""
+    from urllib.parse import urlsplit
+
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in source):
+        raise ConfigError(f"MODEL_SOURCE contains a control character: {_shown(source)}")
+    try:
+        _ = urlsplit(source).port
+    except ValueError:
+        raise ConfigError(
+            f"MODEL_SOURCE is not a well-formed URL or path: {_shown(source)}"
+        ) from None
+
+
+def _check_url_lengths(read: _Reader) -> None:
+    """Named, never shown: a proxy URL may carry a password."""
+    for name in _URL_VARS:
+        size = max(len(read.raw(name).encode()), len(read.curl_style(name).encode()))
+        if size > URL_MAX_BYTES:
+            raise ConfigError(
+                f"{name} is {size} bytes long: a URL may have at most {URL_MAX_BYTES}"
+            )
 
 
 def _connections(read: _Reader) -> int:
@@ -377,4 +485,6 @@ def early_settings(
     read = _Reader(environ, flags)
     fmt = read.raw("LLMKUBE_LOG_FORMAT").strip().lower()
     path = read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip()
-    return ("json" if fmt == "json" else "text"), path
+    # A relative path would land in the working directory: none is written
+    # (load_config refuses it; the log still says why).
+    return ("json" if fmt == "json" else "text"), path if path.startswith("/") else ""

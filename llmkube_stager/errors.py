@@ -144,6 +144,19 @@ REMEDY_UNWRITABLE = (
     "the cache must be written but is read-only or not permitted for this uid; check the "
     "volume's access mode, fsGroup and the model-cache-prep container"
 )
+# A symlink (or a file where a directory belongs) inside the model directory
+# would make the agent write outside it (#11): refused before any write.
+REMEDY_LEADS_OUTSIDE = (
+    "a path in the cache leads outside it or is not what the model needs there (a symlink, "
+    "or a directory, FIFO or device where a model file or directory belongs); nothing was "
+    "written: remove it, then restart"
+)
+# Something in the cache is there but this uid cannot read it (#11): not
+# absent, and never overwritten.
+REMEDY_UNREADABLE = (
+    "a cache file or directory is not readable by this uid; check the volume's fsGroup and the "
+    "model-cache-prep container (file modes of the model directory)"
+)
 REMEDY_EMPTY = (
     "the model directory is missing or empty: the reader volume may not be the writer's volume, "
     "or the model was never staged; run the prefetch Job or check the claim binding"
@@ -215,6 +228,7 @@ class StagerError(Exception):
         file: str | None = None,
         source_kind: SourceKind | None = None,
         reason: Reason | None = None,
+        remedy: str | None = None,
     ) -> None:
         super().__init__(detail)
         if reason is not None:
@@ -222,10 +236,13 @@ class StagerError(Exception):
         self.detail = detail
         self.file = file
         self.source_kind = source_kind
+        # A cause-specific remedy where the reason's own would mislead (a
+        # symlink leading outside is not "read-only").
+        self._remedy = remedy
 
     @property
     def remedy(self) -> str:
-        return remedy_for(self.reason, self.source_kind)
+        return self._remedy or remedy_for(self.reason, self.source_kind)
 
     @property
     def retryable(self) -> bool:

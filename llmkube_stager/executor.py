@@ -135,11 +135,9 @@ class Session:
 def _free_bytes(fs: FsInfo, root: str) -> int | None:
     if not fs.free_space_meaningful:
         return None
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+    from llmkube_stager.cache.fs import free_bytes  # psutil: the write path only
+
+    return free_bytes(root)
 
 
 @dataclass

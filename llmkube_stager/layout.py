@@ -40,7 +40,13 @@ _RESERVED_MARKERS = (
     JOURNAL_SUFFIX,
 )
 _RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME})
+# `<file>.sha256` is the stamp of `<file>`: a repository file of that name
+# would be overwritten by the stamp on alternate runs (#11 item 9).
+_RESERVED_ENDINGS = (STAMP_SUFFIX,)
 _TMP_ALPHABET = string.ascii_letters + string.digits
+# Linux NAME_MAX and PATH_MAX (bytes, the path's terminating NUL included).
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
 
 
 def parse_file_list(text: str) -> tuple[str, ...]:
@@ -57,7 +63,7 @@ def parse_file_list(text: str) -> tuple[str, ...]:
     for rel in entries:
         _check_rel(rel)
         if rel in seen:
-            raise InvalidFileSet(f"MODEL_FILES lists {rel!r} twice")
+            raise InvalidFileSet(f"MODEL_FILES lists {repr(rel)[:200]} twice")
         seen.add(rel)
     _check_no_dir_clash(entries)
     return tuple(entries)
@@ -76,8 +82,60 @@ def _check_rel(rel: str) -> None:
     parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise InvalidFileSet(f"MODEL_FILES entry {shown} has an empty, '.' or '..' path part")
-    if parts[-1] in _RESERVED_NAMES or any(m in parts[-1] for m in _RESERVED_MARKERS):
-        raise InvalidFileSet(f"MODEL_FILES entry {shown} uses a name reserved for cache records")
+    for part in parts:
+        if (
+            part in _RESERVED_NAMES
+            or any(m in part for m in _RESERVED_MARKERS)
+            or part.endswith(_RESERVED_ENDINGS)
+        ):
+            raise InvalidFileSet(
+                f"MODEL_FILES entry {shown} uses a name reserved for cache records"
+            )
+    check_name_room(parts[-1], pinned=False, what=f"MODEL_FILES entry {shown}")
+    for part in parts[:-1]:
+        if len(part.encode()) > NAME_MAX_BYTES:
+            raise InvalidFileSet(
+                f"MODEL_FILES entry {shown} has a directory name longer than {NAME_MAX_BYTES} bytes"
+            )
+
+
+def suffix_room_bytes(pinned: bool) -> int:
+    """The most bytes the agent appends to a file's name: its partials,
+    journal, record and their temps, and where pinned its stamp and the
+    rejection marker's temp (derived from the name functions below)."""
+    dest, key_source, writer = "", "v", "0" * 8
+    names = [
+        private_partial_path(dest, key_source, writer),
+        *segmented_paths(dest, key_source, writer),
+        legacy_partial_path(dest, key_source),
+        atomic_tmp_path(record_path(dest)),
+    ]
+    if pinned:
+        names += [atomic_tmp_path(stamp_path(dest)), atomic_tmp_path(marker_path(dest, "0" * 64))]
+    return max(len(name.encode()) for name in names)
+
+
+def check_name_room(name: str, *, pinned: bool, what: str) -> None:
+    """A file name must leave room for the agent's suffixes within NAME_MAX,
+    or it fails after the probe with ENAMETOOLONG (#11 item 10)."""
+    limit = NAME_MAX_BYTES - suffix_room_bytes(pinned)
+    if len(name.encode()) > limit:
+        pin = "pinned file" if pinned else "file"
+        raise InvalidFileSet(
+            f"{what} has a {len(name.encode())}-byte name: a {pin} name may have at most "
+            f"{limit} bytes, to leave room for the agent's partial and record suffixes"
+        )
+
+
+def check_path_room(root: str, rels: tuple[str, ...], *, pinned: frozenset[str]) -> None:
+    """Every destination with the longest suffix must fit PATH_MAX."""
+    for rel in rels:
+        total = len(dest_path(root, rel).encode()) + suffix_room_bytes(rel in pinned) + 1
+        if total > PATH_MAX_BYTES:
+            raise InvalidFileSet(
+                f"the path of {repr(rel)[:200]} under {repr(root)[:200]} is too long: "
+                f"with the agent's suffixes it needs {total} bytes, more than PATH_MAX"
+            )
 
 
 def _check_no_dir_clash(entries: list[str]) -> None:

@@ -342,7 +342,13 @@ def _failure_error(action: Action, prepared: Prepared) -> StagerError:
         return TransferError(action.why, reason=reason, file=action.rel)
     else:
         detail = f"cannot stage {action.rel}: {action.why}"
-    return CacheError(detail, reason=reason, file=action.rel, source_kind=prepared.manifest.kind)
+    return CacheError(
+        detail,
+        reason=reason,
+        file=action.rel,
+        source_kind=prepared.manifest.kind,
+        remedy=action.remedy or None,
+    )
 
 
 def _writer_lock(

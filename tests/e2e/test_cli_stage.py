@@ -553,6 +553,8 @@ def test_sigterm_keeps_partial_and_next_run_resumes(pod: Pod, origin: Origin) ->
 # -- warm start imports no HTTP library ----------------------------------------------
 
 _HTTP_MODULES = ("httpx", "http.client", "ssl", "boto3", "huggingface_hub")
+# Write-path libraries (#15): the lock and the free-space preflight only.
+_WRITE_PATH_MODULES = ("filelock", "psutil")
 
 
 def _http_imports(stderr: str) -> set[str]:
@@ -563,18 +565,29 @@ def _http_imports(stderr: str) -> set[str]:
     }
 
 
+def _imported(stderr: str, names: tuple[str, ...]) -> set[str]:
+    return {
+        m
+        for m in import_lines(stderr)
+        if any(m == name or m.startswith(name + ".") for name in names)
+    }
+
+
 def test_warm_start_imports_no_http_library(pod: Pod, origin: Origin) -> None:
     origin.put(MODEL, DATA)
     pod.single(origin.url + MODEL)
     cold = pod.run("stage", python_flags=("-X", "importtime"))
     assert cold.returncode == 0, str(cold)
-    # The check can fail: a cold run does pull in the HTTP stack.
+    # The check can fail: a cold run does pull in the HTTP stack, the lock
+    # (filelock) and the free-space preflight (psutil).
     assert {"httpx", "http.client"} <= _http_imports(cold.stderr)
+    assert {"filelock", "psutil"} <= _imported(cold.stderr, _WRITE_PATH_MODULES)
 
     warm = pod.run("stage", python_flags=("-X", "importtime"))
     warm.ok(files=1, fetched=0, reused=1)
     assert len(import_lines(warm.stderr)) > 20  # importtime output really was captured
     assert _http_imports(warm.stderr) == set()
+    assert _imported(warm.stderr, _WRITE_PATH_MODULES) == set()
 
 
 # -- TLS -------------------------------------------------------------------------------
@@ -666,3 +679,21 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
     leftovers = [*dest.parent.glob("*.llmkube-segs"), *dest.parent.glob("*.llmkube-journal")]
     listing = [p.name for p in dest.parent.iterdir()]
     assert leftovers == [], (listing, [p.read_text()[:300] for p in leftovers], resumed.stderr)
+
+
+def test_a_40_file_warm_start_makes_no_request_and_imports_no_write_library(
+    pod: Pod, origin: Origin
+) -> None:
+    names = [f"shard-{i:02d}.bin" for i in range(40)]
+    for name in names:
+        origin.put(f"/m/{name}", DATA[:1000] + name.encode())
+    pod.multi(origin.url + "/m", names)
+    assert pod.run("stage").returncode == 0
+    origin.clear_log()
+
+    warm = pod.run("stage", python_flags=("-X", "importtime"))
+
+    warm.ok(files=40, fetched=0, reused=40)
+    assert origin.requests() == []
+    modules = _HTTP_MODULES + _WRITE_PATH_MODULES
+    assert _imported(warm.stderr, modules) == set()
