@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM
 from llmkube_stager.model import Decision
 from sources.support import (
     HF_TOKEN,
@@ -21,6 +22,7 @@ from sources.support import (
     debris,
     leaks,
     record,
+    sha256,
     tree,
 )
 from tests.harness.hub import FakeHub, HubFault
@@ -219,26 +221,68 @@ def test_corrupted_cdn_bytes_fail_the_lfs_checksum_without_a_pin(box, hub, cdn, 
     run = box.fails(hf_env(box, hub), "ModelTransferChecksumMismatch")
 
     assert run.error is not None and run.error.file == SHARD1
-    assert not run.error.retryable
+    # #12.5: nobody pinned anything, so there is no pin to correct and no
+    # marker to delete; a bad CDN copy is transient: restarting may help.
+    assert run.error.retryable
+    assert run.error.remedy == REMEDY_ORIGIN_CHECKSUM
+    assert "marker" in run.error.remedy and "pin" not in run.error.remedy
     # Nothing published: not the shard, not any file after it, no partial kept.
     published = {k for k in tree(box.cache_dir) if not k.startswith(".llmkube")}
     assert published == set(), published
     assert debris(box.cache_dir) == []
 
 
-def test_single_file_checksum_mismatch_then_a_fixed_cdn_succeeds(box, hub, cdn, payload) -> None:
-    files = repo_files(payload)
-    hub.add_repo(REPO, files)
+def test_lfs_checksum_mismatch_termination_message_is_retryable(box, hub, cdn, payload) -> None:
+    hub.add_repo(REPO, repo_files(payload))
     hub.corrupt(REPO, SHARD2)
     env = box.single(f"hf://{REPO}/{SHARD2}", name=SHARD2, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN)
 
-    box.fails(env, "ModelTransferChecksumMismatch")
-    assert not box.dest(SHARD2).exists()
+    run = box.cli(env)
+
+    doc = assert_failure(run, "ModelTransferChecksumMismatch", retryable=True)
+    assert doc["remedy"] == REMEDY_ORIGIN_CHECKSUM
     assert debris(box.cache_dir) == []
 
+
+def test_a_pin_equal_to_the_lfs_digest_leaves_no_marker(box, hub, cdn, payload) -> None:
+    """The user pinned what the hub lists; the CDN served other bytes: the
+    origin is at fault, and a marker would block the run after the CDN heals."""
+    files = repo_files(payload)
+    hub.add_repo(REPO, files)
+    hub.corrupt(REPO, SHARD2)
+    env = box.single(
+        f"hf://{REPO}/{SHARD2}",
+        name=SHARD2,
+        HF_ENDPOINT=hub.url,
+        HF_TOKEN=HF_TOKEN,
+        MODEL_SHA256=sha256(files[SHARD2]),
+    )
+
+    run = box.fails(env, "ModelTransferChecksumMismatch")
+
+    assert run.error.retryable and run.error.remedy == REMEDY_ORIGIN_CHECKSUM
+    assert debris(box.cache_dir) == []
     cdn.put(hub.cdn_path_of(REPO, SHARD2), files[SHARD2])  # the CDN heals
     box.ok(env)
     assert box.dest(SHARD2).read_bytes() == files[SHARD2]
+
+
+def test_a_pin_the_hub_does_not_list_fails_the_pin_with_its_marker(box, hub, cdn, payload) -> None:
+    """A pin of other bytes than the hub lists: the pin is what fails (spec §7)."""
+    files = repo_files(payload)
+    hub.add_repo(REPO, files)
+    env = box.single(
+        f"hf://{REPO}/{SHARD2}",
+        name=SHARD2,
+        HF_ENDPOINT=hub.url,
+        HF_TOKEN=HF_TOKEN,
+        MODEL_SHA256=sha256(b"some other release"),
+    )
+
+    run = box.fails(env, "ModelTransferChecksumMismatch")
+
+    assert not run.error.retryable and run.error.remedy != REMEDY_ORIGIN_CHECKSUM
+    assert [p for p in debris(box.cache_dir) if p.endswith(".sha256-rejected")]
 
 
 # -- warm starts --------------------------------------------------------------------------------
@@ -333,19 +377,26 @@ def test_500_once_is_retried_and_500_always_fails(box, hub, cdn, payload) -> Non
 # -- refusals --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("token", [HF_TOKEN, ""], ids=["with-token", "anonymous"])
-def test_repo_not_found(box, hub, cdn, payload, token) -> None:
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [(HF_TOKEN, "ModelSourceNotFound"), ("", "ModelSourceUnauthorized")],
+    ids=["with-token", "anonymous"],
+)
+def test_repo_not_found(box, hub, cdn, payload, token, reason) -> None:
+    """With a token the hub says 404: the repo does not exist (for this
+    token). Without one it says 401 for a missing repo exactly as for a
+    private one (#12.5): the only thing that can change that answer is a
+    token, so the reason is Unauthorized and the detail says both."""
     hub.add_repo(REPO, repo_files(payload))
 
-    run = box.fails(
-        hf_env(box, hub, source="hf://org/no-such-repo@main", HF_TOKEN=token),
-        "ModelSourceNotFound",
-    )
+    run = box.fails(hf_env(box, hub, source="hf://org/no-such-repo@main", HF_TOKEN=token), reason)
 
     assert [r.status for r in hub.requests("api")] == [404 if token else 401]
     assert hub.requests("api")[0].authorization == (f"Bearer {token}" if token else None)
     assert run.sleeps == [] and cdn.requests() == []
     assert not run.error.retryable
+    if not token:
+        assert "private or gated" in run.detail and "does not exist" in run.detail
 
 
 def test_revision_not_found(box, hub, cdn, payload) -> None:
@@ -377,13 +428,29 @@ def test_file_not_in_the_repo(box, hub, cdn, payload) -> None:
     assert not box.dest("missing.safetensors").exists()
 
 
-def test_private_repo_needs_the_token(box, hub, cdn, payload) -> None:
+def test_private_repo_without_a_token_is_unauthorized(box, hub, cdn, payload) -> None:
+    """#12.5: the hub answers 401 (RepoNotFound) to an anonymous caller; that
+    is a credentials problem to the user, not a missing repo."""
     files = repo_files(payload)
     hub.add_repo(REPO, files, private=True)
 
-    box.fails(hf_env(box, hub, HF_TOKEN=""), "ModelSourceNotFound")
+    run = box.fails(hf_env(box, hub, HF_TOKEN=""), "ModelSourceUnauthorized")
+
+    assert [(r.status, r.authorization) for r in hub.requests("api")] == [(401, None)]
+    assert "set HF_TOKEN" in run.detail
+    assert not run.error.retryable
+    assert hub.requests("resolve") == [] and cdn.requests() == []
     box.ok(hf_env(box, hub))
     assert box.dest(SHARD1).read_bytes() == files[SHARD1]
+
+
+def test_gated_repo_files_without_a_token_are_unauthorized(box, hub, cdn, payload) -> None:
+    hub.add_repo(REPO, repo_files(payload), gated=True)
+
+    run = box.fails(hf_env(box, hub, HF_TOKEN=""), "ModelSourceUnauthorized")
+
+    assert [r.status for r in hub.requests("resolve")] == [401]
+    assert not run.error.retryable and cdn.requests() == []
 
 
 def test_bad_token_is_unauthorized(box, hub, cdn, payload) -> None:
