@@ -15,10 +15,17 @@ files_metadata=True)` asks for and what `/resolve/` downloads expect:
   hub itself (Range supported), both with ``X-Repo-Commit``;
 - errors the way huggingface.co sends them, so that `huggingface_hub` raises
   its own classes: ``X-Error-Code: RepoNotFound`` (401 to anonymous callers,
-  404 to authenticated ones), ``RevisionNotFound`` (404), ``EntryNotFound``
-  (404), ``GatedRepo`` (403 on the files of a gated repo), and a 401 with
-  ``X-Error-Message: Invalid credentials in Authorization header`` for a
-  token the hub does not know.
+  for a missing repo and for a private one alike: the hub does not reveal
+  which; 404 to authenticated ones), ``RevisionNotFound`` (404),
+  ``EntryNotFound`` (404), ``GatedRepo`` on the files of a gated repo (401
+  to anonymous callers, 403 to authenticated ones without access), and a
+  401 with ``X-Error-Message: Invalid credentials in Authorization header``
+  for a token the hub does not know. (huggingface_hub's own
+  `hf_raise_for_status` documents the 401-for-private-or-missing rule.)
+
+`FakeHub(api=False)` is a mirror that serves only ``/resolve/`` (a static
+mirror or a caching proxy): its API route answers a plain 404, without the
+``X-Error-Code`` every 404 of the real API carries.
 
 Fault knobs (`HubFault`) make the API or the resolver answer a status (429
 with Retry-After, 500, ...) for N requests; `on_api` runs a callback after
@@ -164,7 +171,8 @@ def _error(
 
 
 class _State:
-    def __init__(self, cdn: Origin, tokens: frozenset[str] | None) -> None:
+    def __init__(self, cdn: Origin, tokens: frozenset[str] | None, api: bool) -> None:
+        self.api = api
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.cdn = cdn
@@ -284,6 +292,8 @@ class _Handler(BaseHTTPRequestHandler):
             # User-Agent; answered like the real hub, logged as "other".
             return "other", _Answer(200, [("Content-Type", "application/json")], _HARNESSES)
         if len(segments) >= 3 and segments[:2] == ["api", "models"]:
+            if not self.server.state.api:
+                return "api", _Answer(404, [("Content-Type", "text/html")], b"<h1>404</h1>")
             return "api", self._guarded("api", headers, lambda: self._api(segments[2:], parts))
         if len(segments) >= 5 and segments[2] == "resolve":
             return "resolve", self._guarded(
@@ -380,7 +390,8 @@ class _Handler(BaseHTTPRequestHandler):
         if hub_file is None:
             return _error(404, "Entry not found", "EntryNotFound")
         if repo.gated:
-            return _error(403, f"Access to model {repo_id} is restricted.", "GatedRepo")
+            status = 403 if self._authenticated else 401
+            return _error(status, f"Access to model {repo_id} is restricted.", "GatedRepo")
         common = [("X-Repo-Commit", commit), ("Accept-Ranges", "bytes")]
         if hub_file.lfs:
             location = self.server.state.cdn.url + _signed(cdn_path(hub_file.sha256))
@@ -429,10 +440,12 @@ class FakeHub(Lifecycle):
         *,
         tls: ssl.SSLContext | None = None,
         tokens: Collection[str] | None = None,
+        api: bool = True,
     ) -> None:
-        """`tokens`: the bearer tokens the hub accepts (None: any token)."""
+        """`tokens`: the bearer tokens the hub accepts (None: any token);
+        `api=False`: a mirror that serves /resolve/ only."""
         self._tls = tls
-        self._state = _State(cdn, frozenset(tokens) if tokens is not None else None)
+        self._state = _State(cdn, frozenset(tokens) if tokens is not None else None, api)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._commit_ids = itertools.count(1)
