@@ -186,7 +186,11 @@ class Sandbox:
 
     # -- subprocess --------------------------------------------------------------------
 
-    def cli(self, env: Mapping[str, str], *args: str, timeout: float = 60) -> CliRun:
+    def cli(
+        self, env: Mapping[str, str], *args: str, timeout: float = 60, python: str | None = None
+    ) -> CliRun:
+        """The CLI as a subprocess; `python`: another interpreter (a scratch
+        venv) running this checkout."""
         if self.term_path.exists():
             self.term_path.unlink()
         home = self.tmp / "home"
@@ -198,7 +202,7 @@ class Sandbox:
             **env,
         }
         proc = subprocess.run(
-            [sys.executable, "-m", "llmkube_stager", *(args or ("stage",))],
+            [python or sys.executable, "-m", "llmkube_stager", *(args or ("stage",))],
             env=child,
             cwd=ROOT,
             capture_output=True,
