@@ -131,8 +131,9 @@ def translate_hub_error(exc: Exception, ref: HfRef, *, token_sent: bool) -> Sour
         )
     if isinstance(exc, errors.HfHubHTTPError):
         return _status_based(exc, where, token_sent)
-    if isinstance(exc, ValueError):
-        # A 2xx whose body is not model info (JSONDecodeError is a ValueError).
+    if isinstance(exc, ValueError | KeyError | TypeError):
+        # A 2xx whose body is not model info: not JSON (JSONDecodeError is a
+        # ValueError), or JSON without the fields ModelInfo reads.
         return SourceError(
             f"{where}: the hub API answered something that is not model info",
             reason=Reason.SOURCE_REJECTED,

@@ -136,6 +136,8 @@ class HubFault:
     retry_after: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    # Sent instead of the JSON error body (an HTML page, a truncated answer).
+    body: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,8 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> _Answer:
         state = self.server.state
         fault = state.take_fault(kind)
+        if fault is not None and fault.body is not None:
+            return _Answer(fault.status, [("Content-Type", "text/html")], fault.body)
         if fault is not None:
             extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
             return _error(

@@ -579,3 +579,18 @@ def test_hub_api_resolve_and_cdn_all_go_through_http_proxy(box, hub, cdn, payloa
     assert any(t.startswith(f"{hub.url}/{REPO}/resolve/") for t in asked)
     assert any(t.startswith(cdn.url) for t in asked)
     assert len(asked) == len(hub.requests()) + len(cdn.requests())
+
+
+def test_the_serving_containers_offline_switch_does_not_stop_the_stager(
+    box, hub, cdn, payload
+) -> None:
+    """HF_HUB_OFFLINE is set for vLLM and reaches the init container through a
+    shared envFrom; the scripts' curl ignored it, and so does the agent's own
+    hub client (docs/sources-hf.md)."""
+    files = repo_files(payload)
+    hub.add_repo(REPO, files)
+
+    run = box.cli(hf_env(box, hub, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+
+    assert_success(run, files=len(FILES), fetched=len(FILES))
+    assert len(hub.requests("api")) == 1
