@@ -77,7 +77,7 @@ class RunMemo:
     gets the same failure at once, as a fresh, non-transient error that does
     not call the origin. Today's figure (bench/hf_storm.py): an 8-file
     OnChange start against an API answering 503 went from 96 API calls and
-    191 s to 6 calls and ~12 s."""
+    191 s to 6 calls and 14 s."""
 
     def __init__(self, attempts: int, ask: Callable[[], Resolution]) -> None:
         self._attempts = max(1, attempts)

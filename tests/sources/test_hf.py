@@ -594,3 +594,50 @@ def test_the_serving_containers_offline_switch_does_not_stop_the_stager(
 
     assert_success(run, files=len(FILES), fetched=len(FILES))
     assert len(hub.requests("api")) == 1
+
+
+def test_warm_start_imports_neither_the_hub_nor_its_version_check(box, hub, cdn, payload) -> None:
+    """#13.1 added a library check; it must not reach the warm path (no
+    importlib.metadata, no huggingface_hub, no HTTP stack)."""
+    hub.add_repo(REPO, repo_files(payload))
+    env = hf_env(box, hub)
+    cold = box.cli({**env, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert cold.returncode == 0, str(cold)
+    imported = {line.split("|")[-1].strip() for line in cold.stderr.splitlines() if "|" in line}
+    # The check can fail: a cold start imports all of them.
+    assert {"huggingface_hub", "importlib.metadata"} <= imported
+
+    warm = box.cli({**env, "PYTHONPROFILEIMPORTTIME": "1"})
+
+    assert_success(warm, files=len(FILES), fetched=0, reused=len(FILES))
+    imported = {line.split("|")[-1].strip() for line in warm.stderr.splitlines() if "|" in line}
+    assert len(imported) > 20
+    heavy = ("huggingface_hub", "httpx", "httpx2", "importlib.metadata", "http.client", "ssl")
+    assert {m for m in imported if m.split(".")[0] in heavy or m in heavy} == set()
+
+
+def test_the_probe_promises_the_listed_sizes_and_digests(box, hub, cdn, payload) -> None:
+    """What the engine holds the bytes to (#10 item 7 is the engine's side):
+    a non-LFS file's size is its git blob's, an LFS file's its own, and only
+    LFS files carry a sha256."""
+    from llmkube_stager.config import load_config
+    from llmkube_stager.sources.hf import HfSource
+
+    files = repo_files(payload)
+    hub.add_repo(REPO, files)
+    source = HfSource(load_config(hf_env(box, hub), {}))
+    fetcher = source.fetcher()
+    try:
+        metas = {f.rel: fetcher.probe(f) for f in source.manifest().files}
+    finally:
+        fetcher.close()
+
+    assert {rel: m.size_bytes for rel, m in metas.items()} == {
+        rel: len(files[rel]) for rel in FILES
+    }
+    lfs = {SHARD1, SHARD2, "tokenizer/tokenizer.model"}
+    assert {rel: m.sha256 for rel, m in metas.items()} == {
+        rel: sha256(files[rel]) if rel in lfs else None for rel in FILES
+    }
+    assert len(hub.requests("api")) == 1
+    assert len(files["config.json"]) < 100  # a small git file, served by the hub itself
