@@ -50,6 +50,13 @@ def hf_env(box: Sandbox, hub: FakeHub, source: str = f"hf://{REPO}@main", **extr
     return box.multi(source, FILES, **{"HF_ENDPOINT": hub.url, "HF_TOKEN": HF_TOKEN, **extra})
 
 
+def shard2_env(box: Sandbox, hub: FakeHub, **extra: str):
+    """Single-file: SHARD2 (an LFS file) of the repo's main."""
+    return box.single(
+        f"hf://{REPO}/{SHARD2}", name=SHARD2, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN, **extra
+    )
+
+
 def assert_token_only_to_hub(hub: FakeHub, cdn: Origin) -> None:
     hub_requests = hub.requests("api") + hub.requests("resolve")
     assert hub_requests, "the hub got no request"
@@ -235,7 +242,7 @@ def test_corrupted_cdn_bytes_fail_the_lfs_checksum_without_a_pin(box, hub, cdn, 
 def test_lfs_checksum_mismatch_termination_message_is_retryable(box, hub, cdn, payload) -> None:
     hub.add_repo(REPO, repo_files(payload))
     hub.corrupt(REPO, SHARD2)
-    env = box.single(f"hf://{REPO}/{SHARD2}", name=SHARD2, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN)
+    env = shard2_env(box, hub)
 
     run = box.cli(env)
 
@@ -250,13 +257,7 @@ def test_a_pin_equal_to_the_lfs_digest_leaves_no_marker(box, hub, cdn, payload) 
     files = repo_files(payload)
     hub.add_repo(REPO, files)
     hub.corrupt(REPO, SHARD2)
-    env = box.single(
-        f"hf://{REPO}/{SHARD2}",
-        name=SHARD2,
-        HF_ENDPOINT=hub.url,
-        HF_TOKEN=HF_TOKEN,
-        MODEL_SHA256=sha256(files[SHARD2]),
-    )
+    env = shard2_env(box, hub, MODEL_SHA256=sha256(files[SHARD2]))
 
     run = box.fails(env, "ModelTransferChecksumMismatch")
 
@@ -271,13 +272,7 @@ def test_a_pin_the_hub_does_not_list_fails_the_pin_with_its_marker(box, hub, cdn
     """A pin of other bytes than the hub lists: the pin is what fails (spec §7)."""
     files = repo_files(payload)
     hub.add_repo(REPO, files)
-    env = box.single(
-        f"hf://{REPO}/{SHARD2}",
-        name=SHARD2,
-        HF_ENDPOINT=hub.url,
-        HF_TOKEN=HF_TOKEN,
-        MODEL_SHA256=sha256(b"some other release"),
-    )
+    env = shard2_env(box, hub, MODEL_SHA256=sha256(b"some other release"))
 
     run = box.fails(env, "ModelTransferChecksumMismatch")
 
