@@ -1,17 +1,33 @@
-"""Suite-wide rules.
+"""Suite-wide rules and the fixtures every directory shares.
 
 In CI (CI=true) a skipped test is a failure: skips exist only to name a
 missing system feature on a developer's machine (bindfs, /dev/fuse, root),
 and CI installs and has all of them (developers' guide: skips must not happen
 in CI).
+
+Fixtures: `pod` (tests/harness/pod.py) with its budget `pod_budget`, which a
+directory's conftest may override; the loopback `origin`; the fake hub `hub`
+with its CDN `cdn`; moto's S3 server `s3` (one per session: moto's state is
+global) and a fresh `bucket`.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Generator
+import random
+from collections.abc import Generator, Iterator, Mapping
+from pathlib import Path
 
 import pytest
+
+from tests.harness.canary import HF_TOKEN
+from tests.harness.hub import FakeHub
+from tests.harness.origin import Origin
+from tests.harness.pod import SHORT_BUDGET, Pod
+from tests.harness.s3server import S3Server
+
+_BUCKETS = itertools.count(1)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -23,3 +39,46 @@ def pytest_runtest_makereport(
     if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every system feature must exist: {report.longrepr}"
+
+
+@pytest.fixture
+def pod_budget() -> Mapping[str, str]:
+    """The timeouts and retries every run of `pod` gets."""
+    return SHORT_BUDGET
+
+
+@pytest.fixture
+def pod(tmp_path: Path, pod_budget: Mapping[str, str]) -> Pod:
+    return Pod(tmp_path, budget=pod_budget)
+
+
+@pytest.fixture
+def origin() -> Iterator[Origin]:
+    with Origin() as srv:
+        yield srv
+
+
+@pytest.fixture
+def cdn(origin: Origin) -> Origin:
+    """The hub's CDN: the test's origin."""
+    return origin
+
+
+@pytest.fixture
+def hub(cdn: Origin) -> Iterator[FakeHub]:
+    """A fake Hugging Face hub that accepts exactly the canary HF_TOKEN."""
+    with FakeHub(cdn, tokens={HF_TOKEN}) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def bucket(s3: S3Server) -> str:
+    name = f"models-{next(_BUCKETS)}-{random.randrange(1 << 30):x}"
+    s3.client().create_bucket(Bucket=name)
+    return name

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from e2e_support import Pod, Run, tls_server_context
+from e2e_support import tls_server_context
 
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.pod import Pod, Run
 from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import gguf_like
 

@@ -41,21 +41,15 @@ import hashlib
 import itertools
 import json
 import re
-import socket
-import socketserver
 import ssl
-import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit
 
-from tests.harness.lifecycle import Lifecycle
+from tests.harness.loopback import Clients, LoopbackHTTP, Request, TrackedHandler
 from tests.harness.origin import Origin
 
-_HOST = "127.0.0.1"
-_CLOSE_JOIN_S = 0.9
 _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
 # Git files the hub stores without LFS when `lfs=True` (configs, tokenizers' JSON, docs).
 _SMALL_SUFFIXES = (".json", ".md", ".txt", ".gitattributes")
@@ -141,13 +135,9 @@ class HubFault:
 
 
 @dataclass(frozen=True)
-class HubRequest:
+class HubRequest(Request):
     """One request as the hub saw it (header names lower-cased)."""
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    status: int
     kind: RequestKind
 
     @property
@@ -172,18 +162,16 @@ def _error(
     return _Answer(status, headers, json.dumps({"error": message}).encode())
 
 
-class _State:
+class _State(Clients):
     def __init__(self, cdn: Origin, tokens: frozenset[str] | None, api: bool) -> None:
+        super().__init__()
         self.api = api
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
         self.cdn = cdn
         self.tokens = tokens
         self.repos: dict[str, _Repo] = {}
         self.faults: dict[RequestKind, tuple[HubFault, list[int]]] = {}
         self.log: list[HubRequest] = []
         self.on_api: Callable[[], None] | None = None
-        self.clients: dict[socket.socket, threading.Thread] = {}
 
     def take_fault(self, kind: RequestKind) -> HubFault | None:
         with self.lock:
@@ -197,72 +185,14 @@ class _State:
             return fault
 
 
-class _Server(socketserver.ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, state: _State, tls: ssl.SSLContext | None) -> None:
-        self.state = state
-        self.tls = tls
-        super().__init__((_HOST, 0), _Handler)
-
-    def server_bind(self) -> None:
-        # Skip HTTPServer's reverse-DNS lookup (getfqdn).
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = _HOST
-        self.server_port = self.server_address[1]
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        if self.tls is not None:
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # clients hanging up are routine
-
-
-def _hard_shutdown(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
 def _segments(path: str) -> list[str]:
     return [unquote(part) for part in path.split("/") if part]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
+class _Handler(TrackedHandler):
     _authenticated: bool = False
 
-    def setup(self) -> None:
-        state = self.server.state
-        with state.lock:
-            state.clients[self.request] = threading.current_thread()
-        if state.stop.is_set():
-            _hard_shutdown(self.request)
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.do_handshake()
-        super().setup()
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            with self.server.state.lock:
-                self.server.state.clients.pop(self.request, None)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_HEAD(self) -> None:
-        self._serve("HEAD")
-
-    def _serve(self, method: str) -> None:
+    def answer(self, method: str) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
         kind, answer = self._route(method, headers)
         record = HubRequest(method, self.path, headers, answer.status, kind)
@@ -435,8 +365,11 @@ def _signed(path: str) -> str:
     return f"{path}?X-Amz-Expires=3600&X-Amz-Signature={signature}"
 
 
-class FakeHub(Lifecycle):
+class FakeHub(LoopbackHTTP):
     """Threaded fake hub on 127.0.0.1; LFS bytes are served by `cdn`."""
+
+    _name = "fakehub"
+    _state: _State
 
     def __init__(
         self,
@@ -448,49 +381,9 @@ class FakeHub(Lifecycle):
     ) -> None:
         """`tokens`: the bearer tokens the hub accepts (None: any token);
         `api=False`: a mirror that serves /resolve/ only."""
-        self._tls = tls
-        self._state = _State(cdn, frozenset(tokens) if tokens is not None else None, api)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        state = _State(cdn, frozenset(tokens) if tokens is not None else None, api)
+        super().__init__(state, _Handler, tls=tls)
         self._commit_ids = itertools.count(1)
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> Self:
-        if self._server is not None:
-            raise RuntimeError("hub already started")
-        self._server = _Server(self._state, self._tls)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.01},
-            name=f"fakehub-{self._server.server_port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        server = self._server
-        if server is None or self._state.stop.is_set():
-            return
-        self._state.stop.set()
-        server.shutdown()
-        server.server_close()
-        with self._state.lock:
-            clients = list(self._state.clients.items())
-        for sock, _ in clients:
-            _hard_shutdown(sock)
-        for _, thread in clients:
-            thread.join(_CLOSE_JOIN_S)
-        if self._thread is not None:
-            self._thread.join(_CLOSE_JOIN_S)
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("hub not started")
-        scheme = "http" if self._tls is None else "https"
-        return f"{scheme}://{_HOST}:{self._server.server_port}"
 
     @property
     def cdn(self) -> Origin:

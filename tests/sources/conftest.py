@@ -1,22 +1,18 @@
-"""Fixtures of the source tests: a sandbox, a fake hub with its CDN, and
-moto's S3 server on loopback (one per session: moto's state is global)."""
+"""Fixtures of the source tests (the shared ones are in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import itertools
-import random
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 
 import pytest
 
-from sources.support import HF_TOKEN, Sandbox
-from tests.harness.hub import FakeHub
-from tests.harness.origin import Origin
-from tests.harness.s3server import S3Server
+from sources.support import BUDGET
 
-_BUCKETS = itertools.count(1)
+
+@pytest.fixture
+def pod_budget() -> Mapping[str, str]:
+    return BUDGET
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,43 +27,3 @@ def _no_hub_telemetry() -> Iterator[None]:
         if constants is not None:  # imported earlier in this session
             patch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
         yield
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Sandbox:
-    return Sandbox(tmp_path)
-
-
-@pytest.fixture
-def cdn() -> Iterator[Origin]:
-    with Origin() as origin:
-        yield origin
-
-
-@pytest.fixture
-def hub(cdn: Origin) -> Iterator[FakeHub]:
-    with FakeHub(cdn, tokens={HF_TOKEN}) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="session")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def bucket(s3: S3Server) -> str:
-    name = f"models-{next(_BUCKETS)}-{random.randrange(1 << 30):x}"
-    s3.client().create_bucket(Bucket=name)
-    return name
-
-
-@pytest.fixture
-def payload() -> Callable[..., bytes]:
-    """Deterministic pseudo-random bytes: payload(size, seed=1)."""
-
-    def make(size: int, seed: int = 1) -> bytes:
-        return random.Random(seed).randbytes(size)
-
-    return make

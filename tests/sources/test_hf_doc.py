@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sources.support import HF_TOKEN, Sandbox
+from sources.support import BUDGET
+from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import INVALID_CREDENTIALS, FakeHub, HubFault
 from tests.harness.origin import Origin, closed_port_url
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sources-hf.md"
 HEADER = "| step | hub answer | HF_TOKEN | reason | retryable |"
@@ -119,23 +122,23 @@ def test_the_table_is_there_and_every_row_has_a_replay() -> None:
 
 
 @pytest.mark.parametrize("row", doc_rows(), ids=lambda r: f"{r.step}: {r.answer}")
-def test_each_row_is_what_the_code_does(tmp_path: Path, payload, row: Row) -> None:
-    box = Sandbox(tmp_path)
+def test_each_row_is_what_the_code_does(tmp_path: Path, row: Row) -> None:
+    pod = Pod(tmp_path, budget=BUDGET)
     with Origin() as cdn, FakeHub(cdn, tokens={HF_TOKEN}) as hub:
         hub.add_repo(REPO, {FILE: payload(64 * 1024)})
-        env = box.single(
+        env = pod.single_env(
             f"hf://{REPO}@main/{FILE}",
             name=FILE,
             HF_ENDPOINT=hub.url,
             HF_TOKEN=HF_TOKEN if row.token else "",
         )
         env.update(REPLAYS[row.key](hub, cdn))
-        run = box.stage(env)
+        run = pod.stage(env)
 
     if row.reason == FALLBACK:
         assert run.error is None, f"{run.reason}: {run.detail}"
         assert run.has_line("commit pinning and LFS sha256 checks are not available")
         return
-    assert run.reason == row.reason, f"{run.reason}: {run.detail}\n{run.log}"
+    assert run.reason == row.reason, f"{run.reason}: {run.detail}\n{run.stderr}"
     assert run.error is not None
     assert run.error.retryable is (row.retryable == "yes"), run.detail

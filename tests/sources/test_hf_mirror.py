@@ -17,9 +17,11 @@ from collections.abc import Iterator
 import pytest
 
 from llmkube_stager.model import Decision
-from sources.support import HF_TOKEN, assert_success, leaks, record
+from tests.harness.canary import HF_TOKEN, leaks
+from tests.harness.disk import record_of
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
+from tests.harness.sample import payload
 
 REPO = "org/repo"
 FILES = ["model.safetensors", "config.json", "tokenizer/tokenizer.model"]
@@ -32,7 +34,7 @@ def mirror(cdn: Origin) -> Iterator[FakeHub]:
         yield fake
 
 
-def files_of(payload) -> dict[str, bytes]:
+def files_of() -> dict[str, bytes]:
     return {
         "model.safetensors": payload(96 * 1024, 1),
         "config.json": json.dumps({"model_type": "llama"}).encode(),
@@ -51,68 +53,68 @@ def assert_token_only_to_the_mirror(mirror: FakeHub, cdn: Origin) -> None:
 
 @pytest.mark.parametrize("form", ["hf-scheme", "url"])
 def test_a_mirror_without_the_api_is_fetched_like_the_scripts(
-    box, mirror, cdn, payload, form
+    pod, mirror, cdn, form
 ) -> None:
-    files = files_of(payload)
+    files = files_of()
     mirror.add_repo(REPO, files)
     source = f"hf://{REPO}@main" if form == "hf-scheme" else f"{mirror.url}/{REPO}/resolve/main/"
-    env = box.multi(source, FILES, HF_ENDPOINT=mirror.url, HF_TOKEN=HF_TOKEN)
+    env = pod.multi_env(source, FILES, HF_ENDPOINT=mirror.url, HF_TOKEN=HF_TOKEN)
 
-    run = box.ok(env)
+    run = pod.stage(env).ok()
 
     for rel in FILES:
-        assert box.dest(rel).read_bytes() == files[rel], rel
-        assert record(box.dest(rel)) == str(len(files[rel])), rel
+        assert pod.dest(rel).read_bytes() == files[rel], rel
+        assert record_of(pod.dest(rel)) == str(len(files[rel])), rel
     assert [r.status for r in mirror.requests("api")] == [404]  # asked once, then not again
     paths = sorted({r.path for r in mirror.requests("resolve")})
     assert paths == sorted(f"/{REPO}/resolve/main/{rel}" for rel in FILES)
     assert_token_only_to_the_mirror(mirror, cdn)
-    assert run.has_line(LOST), run.log
-    assert leaks(HF_TOKEN, run.log) == []
+    assert run.has_line(LOST), run.stderr
+    assert leaks(HF_TOKEN, run.stderr) == []
 
 
-def test_single_file_from_a_mirror_without_the_api_cli(box, mirror, cdn, payload) -> None:
-    files = files_of(payload)
+def test_single_file_from_a_mirror_without_the_api_cli(pod, mirror, cdn) -> None:
+    files = files_of()
     mirror.add_repo(REPO, files)
-    env = box.single(
+    env = pod.single_env(
         f"hf://{REPO}@main/model.safetensors",
         name="model.safetensors",
         HF_ENDPOINT=mirror.url,
         HF_TOKEN=HF_TOKEN,
     )
 
-    run = box.cli(env)
+    run = pod.run(env=env)
 
-    assert_success(run, files=1, fetched=1)
-    assert box.dest("model.safetensors").read_bytes() == files["model.safetensors"]
+    run.ok(files=1, fetched=1)
+    assert pod.dest("model.safetensors").read_bytes() == files["model.safetensors"]
     assert LOST in run.stderr
     assert_token_only_to_the_mirror(mirror, cdn)
     assert leaks(HF_TOKEN, run.outputs) == []
 
 
-def test_a_file_the_mirror_does_not_have_is_not_found(box, mirror, cdn, payload) -> None:
-    mirror.add_repo(REPO, files_of(payload))
-    env = box.multi(
+def test_a_file_the_mirror_does_not_have_is_not_found(pod, mirror, cdn) -> None:
+    mirror.add_repo(REPO, files_of())
+    env = pod.multi_env(
         f"hf://{REPO}@main", ["missing.bin"], HF_ENDPOINT=mirror.url, HF_TOKEN=HF_TOKEN
     )
 
-    run = box.fails(env, "ModelSourceNotFound")
+    run = pod.stage(env).failed("ModelSourceNotFound")
 
     assert not run.error.retryable
-    assert not box.dest("missing.bin").exists()
+    assert not pod.dest("missing.bin").exists()
 
 
 def test_on_change_against_a_mirror_without_the_api_revalidates_by_size(
-    box, mirror, cdn, payload
+    pod, mirror, cdn
 ) -> None:
-    files = files_of(payload)
+    files = files_of()
     mirror.add_repo(REPO, files)
-    env = box.multi(f"hf://{REPO}@main", FILES, HF_ENDPOINT=mirror.url, HF_TOKEN=HF_TOKEN)
-    box.ok(env)
+    env = pod.multi_env(f"hf://{REPO}@main", FILES, HF_ENDPOINT=mirror.url, HF_TOKEN=HF_TOKEN)
+    pod.stage(env).ok()
     mirror.clear_log()
     cdn.clear_log()
 
-    run = box.ok({**env, "LLMKUBE_REFRESH_POLICY": "OnChange"})
+    run = pod.stage({**env, "LLMKUBE_REFRESH_POLICY": "OnChange"}).ok()
 
     assert run.count(Decision.REUSE) == len(FILES)
     assert len(mirror.requests("api")) == 1
@@ -120,14 +122,14 @@ def test_on_change_against_a_mirror_without_the_api_revalidates_by_size(
     assert [r.method for r in cdn.requests()] == ["HEAD"] * len(cdn.requests())
 
 
-def test_a_hub_with_the_api_never_falls_back(box, hub, cdn, payload) -> None:
+def test_a_hub_with_the_api_never_falls_back(pod, hub, cdn) -> None:
     """A real API's 404 carries X-Error-Code: the repo is missing, period."""
-    hub.add_repo(REPO, files_of(payload))
-    env = box.multi(
+    hub.add_repo(REPO, files_of())
+    env = pod.multi_env(
         "hf://org/no-such-repo@main", FILES, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN
     )
 
-    run = box.fails(env, "ModelSourceNotFound")
+    run = pod.stage(env).failed("ModelSourceNotFound")
 
     assert hub.requests("resolve") == []
     assert not run.has_line(LOST)

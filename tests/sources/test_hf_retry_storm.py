@@ -16,29 +16,31 @@ from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
 from llmkube_stager.sources.hf import RunMemo
 from llmkube_stager.sources.hfapi import Resolution
-from sources.support import FAST_ENV, HF_TOKEN
+from sources.support import BUDGET
+from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import HubFault
+from tests.harness.sample import payload
 
 REPO = "org/storm"
 FILES = [f"model-{i:05d}-of-00008.safetensors" for i in range(1, 9)]
-RETRIES = int(FAST_ENV["LLMKUBE_RETRIES"])
+RETRIES = int(BUDGET["LLMKUBE_RETRIES"])
 
 
-def staged(box, hub, cdn, payload) -> dict[str, str]:
+def staged(pod, hub, cdn) -> dict[str, str]:
     files = {rel: payload(4096, i) for i, rel in enumerate(FILES)}
     hub.add_repo(REPO, files)
-    env = box.multi(f"hf://{REPO}@main", FILES, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN)
-    box.ok(env)
+    env = pod.multi_env(f"hf://{REPO}@main", FILES, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN)
+    pod.stage(env).ok()
     hub.clear_log()
     cdn.clear_log()
     return {**env, "LLMKUBE_REFRESH_POLICY": "OnChange"}
 
 
-def test_an_api_answering_503_is_asked_one_requests_worth(box, hub, cdn, payload) -> None:
-    env = staged(box, hub, cdn, payload)
+def test_an_api_answering_503_is_asked_one_requests_worth(pod, hub, cdn) -> None:
+    env = staged(pod, hub, cdn)
     hub.set_fault("api", HubFault(503))
 
-    run = box.ok(env)
+    run = pod.stage(env).ok()
 
     # Was 2 x 8 x 3 = 48 with these settings (96 with the defaults).
     assert len(hub.requests("api")) == 1 + RETRIES
@@ -47,23 +49,23 @@ def test_an_api_answering_503_is_asked_one_requests_worth(box, hub, cdn, payload
     assert hub.requests("resolve") == [] and cdn.requests() == []
 
 
-def test_a_final_answer_is_not_asked_again(box, hub, cdn, payload) -> None:
+def test_a_final_answer_is_not_asked_again(pod, hub, cdn) -> None:
     """A revision that no longer exists: one 404, remembered for every file."""
-    env = staged(box, hub, cdn, payload)
+    env = staged(pod, hub, cdn)
     hub.set_fault("api", HubFault(404, error_code="RevisionNotFound"))
 
-    run = box.ok(env)
+    run = pod.stage(env).ok()
 
     assert len(hub.requests("api")) == 1  # was 16: every file, twice
     assert run.sleeps == []
     assert run.count(Decision.KEEP) == len(FILES)
 
 
-def test_a_hub_that_recovers_within_the_budget_still_serves_the_run(box, hub, cdn, payload) -> None:
-    env = staged(box, hub, cdn, payload)
+def test_a_hub_that_recovers_within_the_budget_still_serves_the_run(pod, hub, cdn) -> None:
+    env = staged(pod, hub, cdn)
     hub.set_fault("api", HubFault(503, times=RETRIES))
 
-    run = box.ok(env)
+    run = pod.stage(env).ok()
 
     assert [r.status for r in hub.requests("api")] == [503] * RETRIES + [200]
     assert run.count(Decision.REUSE) == len(FILES)

@@ -13,7 +13,8 @@ import pytest
 
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.sources.hfref import HfRef, is_hf_url, parse_hf_source
-from sources.support import HF_TOKEN, assert_success
+from tests.harness.canary import HF_TOKEN
+from tests.harness.sample import payload
 
 HUB = "https://huggingface.co"
 MIRROR = "https://hf-mirror.example:8443/api/huggingfaceml/hf"
@@ -104,18 +105,18 @@ def test_a_malformed_hf_endpoint_matches_no_plain_url(endpoint: str) -> None:
 # -- through the CLI ---------------------------------------------------------------------
 
 
-def test_a_hash_in_an_hf_file_name_fetches_that_file_cli(box, hub, cdn, payload) -> None:
+def test_a_hash_in_an_hf_file_name_fetches_that_file_cli(pod, hub, cdn) -> None:
     """`hf://org/t/a#b.gguf` used to publish the repo file `a` with exit 0."""
     files = {"a": payload(4096, 1), "a#b.gguf": payload(6144, 2)}
     hub.add_repo("org/t", files)
-    env = box.single(
+    env = pod.single_env(
         "hf://org/t/a#b.gguf", name="model.gguf", HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN
     )
 
-    run = box.cli(env)
+    run = pod.run(env=env)
 
-    assert_success(run, files=1, fetched=1)
-    assert box.dest("model.gguf").read_bytes() == files["a#b.gguf"]
+    run.ok(files=1, fetched=1)
+    assert pod.dest("model.gguf").read_bytes() == files["a#b.gguf"]
     commit = hub.commit_of("org/t")
     assert [r.path for r in hub.requests("resolve")] == [f"/org/t/resolve/{commit}/a%23b.gguf"]
 
@@ -129,18 +130,18 @@ def test_a_hash_in_an_hf_file_name_fetches_that_file_cli(box, hub, cdn, payload)
         ("hf://org/t/../x.gguf", "{hub}"),
     ],
 )
-def test_refused_sources_exit_2_with_nothing_on_disk(box, hub, source, endpoint) -> None:
-    env = box.single(
+def test_refused_sources_exit_2_with_nothing_on_disk(pod, hub, source, endpoint) -> None:
+    env = pod.single_env(
         source.format(hub=hub.url),
         name="x.gguf",
         HF_ENDPOINT=endpoint.format(hub=hub.url),
         HF_TOKEN=HF_TOKEN,
     )
 
-    run = box.cli(env)
+    run = pod.run(env=env)
 
     assert run.returncode == 2, str(run)
     assert run.term["reason"] == "InvalidConfiguration" and run.term["retryable"] is False
-    assert not box.cache_dir.exists()
+    assert not pod.cache_dir.exists()
     assert hub.requests() == []
     assert "Traceback" not in run.stderr

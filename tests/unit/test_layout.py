@@ -1,4 +1,4 @@
-"""cache.layout: MODEL_FILES validation and the on-disk names shared with the shell.
+"""layout: MODEL_FILES validation and the on-disk names shared with the shell.
 
 spec/behavior.md §4.2 (names) and §10 (sweep globs).
 """
