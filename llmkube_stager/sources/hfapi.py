@@ -76,6 +76,12 @@ def resolve_revision(
 
 
 def close_hub_session() -> None:
+    """Close the client set_client_factory made, if the library was ever
+    imported (a missing or too-old one never is: `plan --probe` still closes)."""
+    import sys
+
+    if "huggingface_hub" not in sys.modules:
+        return
     from huggingface_hub import close_session
 
     close_session()

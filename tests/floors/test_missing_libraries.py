@@ -8,6 +8,7 @@ fake hub or the S3 endpoint on loopback. A warm start needs neither library.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator, Mapping
 
@@ -48,11 +49,12 @@ def hf_env(pod: Pod, hub: FakeHub, **extra: str) -> dict[str, str]:
     )
 
 
-def run_under(python: str, pod: Pod, env: Mapping[str, str]) -> Run:
-    """`stage` of this checkout under another interpreter (Pod.run's way)."""
+def run_under(python: str, pod: Pod, env: Mapping[str, str], *args: str) -> Run:
+    """The CLI of this checkout (default `stage`) under another interpreter."""
+    args = args or ("stage",)
     pod.term_path.unlink(missing_ok=True)
     proc = subprocess.run(
-        [python, "-m", "llmkube_stager", "stage"],
+        [python, "-m", "llmkube_stager", *args],
         env=pod.environ(env),
         cwd=ROOT,
         capture_output=True,
@@ -60,7 +62,7 @@ def run_under(python: str, pod: Pod, env: Mapping[str, str]) -> Run:
         timeout=60,
         check=False,
     )
-    return Run(("stage",), proc.returncode, proc.stdout, proc.stderr, pod.read_term())
+    return Run(args, proc.returncode, proc.stdout, proc.stderr, pod.read_term())
 
 
 def assert_refused(run: Run, text: str) -> None:
@@ -85,6 +87,20 @@ def test_hf_with_a_huggingface_hub_older_than_the_floor(pod, hub, old_hub_python
         f"huggingface_hub >= {HF_HUB.floor} is required for hf:// sources; found {TOO_OLD_HUB}",
     )
     assert not pod.cache_dir.exists()
+    assert hub.requests() == []
+
+
+def test_plan_probe_without_huggingface_hub_names_it(pod, hub, bare_python) -> None:
+    """`plan --probe` asks the hub through the fetcher directly: the missing
+    library is the probe's answer, and closing the fetcher must not import it."""
+    run = run_under(bare_python, pod, hf_env(pod, hub), "plan", "--json", "--probe")
+
+    assert run.returncode == 0, str(run)
+    assert "Traceback" not in run.stderr
+    doc = json.loads(run.stdout)
+    (row,) = doc["files"]
+    assert row["remote"]["error"] == "InvalidConfiguration", row
+    assert "huggingface_hub >= " in row["remote"]["detail"]
     assert hub.requests() == []
 
 
