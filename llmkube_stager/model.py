@@ -114,6 +114,9 @@ class LocalFile:
     marker: bool = False
     # The origin validator this copy was staged from, when recorded.
     validator: str | None = None
+    # (dev, ino, size, mtime) of the inode whose bytes were hashed and found
+    # right (PinState.HASHED): a stamp is written only for that inode.
+    hashed_as: tuple[int, int, int, float] | None = None
 
     @property
     def present(self) -> bool:
@@ -138,6 +141,9 @@ class LocalFile:
 class CacheState:
     root_exists: bool
     files: dict[str, LocalFile] = field(default_factory=dict)
+    # The model directory's `.llmkube-validators` as read (keys starting
+    # with "/" are the run record: commit, revision, publish intent).
+    validators: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -35,28 +35,38 @@ def read_local_file(
         state = LocalState.LEGACY
     else:
         state = LocalState.COMPLETE if record == st.st_size else LocalState.MISMATCH
+    pin_state, hashed_as = _pin_state(dest, pin, st)
     return LocalFile(
         rel,
         state,
         size_bytes=st.st_size,
         record_bytes=record,
-        pin=_pin_state(dest, pin, st),
+        pin=pin_state,
         marker=marker,
         validator=validator,
+        hashed_as=hashed_as,
     )
 
 
-def _pin_state(dest: str, pin: str | None, st: os.stat_result) -> PinState:
+def _pin_state(
+    dest: str, pin: str | None, st: os.stat_result
+) -> tuple[PinState, tuple[int, int, int, float] | None]:
+    """The pin's verdict, and for bytes hashed and found right the identity
+    of the inode hashed (dev, ino, size, mtime: its descriptor's fstat), the
+    only thing a stamp may vouch for (#10 defect 3)."""
     if pin is None:
-        return PinState.UNPINNED
+        return PinState.UNPINNED, None
     if stamp_matches(dest, pin, st):
-        return PinState.STAMP_HIT
+        return PinState.STAMP_HIT, None
     try:
-        return PinState.HASHED if sha256_of(dest) == pin else PinState.MISMATCH
+        digest, hashed = hash_file(dest)
     except PermissionError:
         # Unprovable here: a writer replaces it, a reader refuses, and pvc
         # verify names it "not readable" (stat_source).
-        return PinState.MISMATCH
+        return PinState.MISMATCH, None
+    if digest != pin:
+        return PinState.MISMATCH, None
+    return PinState.HASHED, (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime)
 
 
 def read_cache_state(manifest: Manifest) -> CacheState:
@@ -67,9 +77,22 @@ def read_cache_state(manifest: Manifest) -> CacheState:
             f.rel: read_local_file(f.rel, f.dest, f.sha256, validators.get(f.rel))
             for f in manifest.files
         },
+        validators=validators,
     )
 
 
 def sha256_of(path: str) -> str:
+    return hash_file(path)[0]
+
+
+def hash_file(path: str) -> tuple[str, os.stat_result]:
+    """sha256 of a file and its descriptor's fstat, taken after the read;
+    a file written while it was read (size or mtime moved) is reported with
+    the fstat of before, which no longer matches the file: never stamped."""
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        before = os.fstat(handle.fileno())
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        after = os.fstat(handle.fileno())
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        return digest, os.stat_result((0,) * 10)
+    return digest, after

@@ -33,6 +33,9 @@ class RemoteMeta:
     if_match: str | None = None
     # A digest the origin declares (HF LFS sha256): verified while receiving.
     sha256: str | None = None
+    # The URL names one version forever (a commit-pinned HF resolve URL): a
+    # partial may be resumed without a validator the origin checks.
+    immutable: bool = False
 
 
 class Body(Protocol):
@@ -45,6 +48,12 @@ class Body(Protocol):
     total_bytes: int | None
     # A 416 to `bytes=<size>-`: the partial is already complete (spec §5.2 5).
     complete: bool
+    # The response's validators (a resumed 206 must carry the partial's).
+    etag: str | None
+    last_modified: str | None
+    # Its end is provable: a Content-Length, chunked framing, a local file.
+    # A close-delimited body cut short looks like a complete one.
+    framed: bool
 
     def readinto(self, buffer: memoryview) -> int: ...
 

@@ -20,6 +20,7 @@ without commit pinning or LFS digests, and the log says so (#14.3).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llmkube_stager.config import Config
@@ -122,12 +123,24 @@ class HfFetcher:
         self._memo = RunMemo(1 + config.timeouts.retries, self._ask_hub)
         self._asked = False
         self._plain = False  # a mirror without the API: the scripts' GETs
+        self._resolution: Resolution | None = None
+        self.revision = ref.revision
+        self._at: str | None = None
+
+    def resolve_at(self, commit: str) -> None:
+        """Fetch from this commit rather than what the revision points to
+        now: an interrupted run is finished from its own commit (#10)."""
+        self._at = commit
+
+    def resolved_commit(self) -> str | None:
+        return self._resolution.commit if self._resolution is not None else None
 
     def _ask_hub(self) -> Resolution:
         from llmkube_stager.sources.hfapi import resolve_revision
 
         self._asked = True
-        return resolve_revision(self._config, self._ref, self._http.ssl_context)
+        ref = self._ref if self._at is None else replace(self._ref, revision=self._at)
+        return resolve_revision(self._config, ref, self._http.ssl_context)
 
     def _resolve(self) -> Resolution | None:
         """The commit and listing, or None on a mirror that has no API."""
@@ -136,7 +149,8 @@ class HfFetcher:
         if self._plain:
             return None
         try:
-            return self._memo.get()
+            self._resolution = self._memo.get()
+            return self._resolution
         except HubApiAbsent as err:
             if not _is_mirror(self._ref.endpoint):
                 raise
@@ -178,6 +192,7 @@ class HfFetcher:
             etag=f'"{hub.sha256 or hub.blob_id or resolution.commit}"',
             accept_ranges=True,
             sha256=hub.sha256,
+            immutable=True,
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:

@@ -232,6 +232,9 @@ class WireBody:
         self.start = 0
         self.total_bytes: int | None = None
         self.complete = False
+        self.etag: str | None = resp.getheader("etag")
+        self.last_modified: str | None = resp.getheader("last-modified")
+        self.framed = bool(resp.chunked) or resp.length is not None
         # Bytes still due by Content-Length (None: chunked or close-delimited).
         self._remaining = None if resp.chunked else resp.length
         self._pending: SourceError | None = None

@@ -113,6 +113,9 @@ class LocalBody:
         self.start = offset
         self.total_bytes: int | None = size_bytes
         self.complete = offset >= size_bytes > 0
+        self.etag: str | None = None
+        self.last_modified: str | None = None
+        self.framed = True
 
     def readinto(self, buffer: memoryview) -> int:
         n = os.preadv(self._fd, [buffer], self._offset)
@@ -150,11 +153,14 @@ class LocalFetcher:
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
         st = stat_source(file.url)
+        etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+        # `open` checks this validator on every read (as If-Match would).
         return RemoteMeta(
             url=file.url,
             size_bytes=st.st_size or None,
-            etag=f'"{st.st_mtime_ns:x}-{st.st_size:x}"',
+            etag=etag,
             accept_ranges=True,
+            if_match=etag,
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:

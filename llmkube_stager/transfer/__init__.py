@@ -9,6 +9,8 @@ unpublished partial, then published by rename.
     hashing.py    sha256 of partial prefixes (resume)
     writeback.py  fdatasync while receiving (buffered writes)
     predecessor.py  waiting for a dead writer's partial instead of refetching
+    target.py     a partial's identity, the validators of every response,
+                  a fresh signed URL when one expired
     retry.py      the bounded retry budget
     progress.py   the progress lines and the partial's heartbeat
     types.py      value types shared by the above (the package's bottom)
@@ -18,11 +20,13 @@ costs threads, hashing and sockets: only a run that transfers does.
 """
 
 from llmkube_stager.transfer.engine import discard, fetch_partial, probe, publish_completed
+from llmkube_stager.transfer.progress import KeepAlive
 from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
 
 __all__ = [
     "Completed",
     "Handover",
+    "KeepAlive",
     "TransferEffects",
     "discard",
     "fetch_partial",

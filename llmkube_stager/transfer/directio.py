@@ -28,6 +28,15 @@ import mmap
 import os
 
 ALIGN_BYTES = 4096
+
+
+def reopen(fd: int, flags: int) -> int:
+    """A second descriptor on the same inode with other flags (O_DIRECT),
+    through /proc/self/fd: never by name, which another writer may have
+    renamed away or an adversary replaced (#10, #11)."""
+    return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+
+
 def aligned_buffer(size_bytes: int) -> mmap.mmap:
     """Anonymous memory starts on a page boundary, as O_DIRECT needs."""
     return mmap.mmap(-1, size_bytes)
@@ -47,12 +56,12 @@ class PartialWriter:
     stays the descriptor to ftruncate, fsync and close; `close` closes only
     the direct one, once no thread writes any more."""
 
-    def __init__(self, fd: int, path: str, direct: bool) -> None:
+    def __init__(self, fd: int, direct: bool) -> None:
         self.fd = fd
         self._direct_fd = -1
         if direct:
             try:
-                self._direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+                self._direct_fd = reopen(fd, os.O_WRONLY | os.O_DIRECT)
             except (OSError, AttributeError):
                 self._direct_fd = -1
         # Cleared on EINVAL (any thread); the descriptor stays open until
@@ -113,8 +122,8 @@ class DirectReader:
     hasher, when the workers wrote with O_DIRECT): pages read through the
     cache would cost the allocation the direct writes avoided."""
 
-    def __init__(self, path: str, chunk_bytes: int) -> None:
-        self._fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    def __init__(self, fd: int, chunk_bytes: int) -> None:
+        self._fd = reopen(fd, os.O_RDONLY | os.O_DIRECT)
         self._buffer = aligned_buffer(chunk_bytes + ALIGN_BYTES)
         self.chunk_bytes = chunk_bytes
 

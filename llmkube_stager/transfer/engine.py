@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-from llmkube_stager.cache.partials import is_idle, list_partials
+from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
 from llmkube_stager.cache.publish import publish
 from llmkube_stager.errors import OriginChecksumMismatch, Reason, TransferError
-from llmkube_stager.layout import partial_key, validator_of
+from llmkube_stager.layout import partial_key
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
 from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, ParallelTransfer
@@ -27,6 +27,7 @@ from llmkube_stager.transfer.predecessor import await_dead_writer
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.stream import WidenRule, fetch_stream
+from llmkube_stager.transfer.target import Target, identity_of, resumable
 from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
 
 # Widen to ranged connections when one connection moves less than this over
@@ -51,16 +52,19 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
-    await_dead_writer(file, meta, effects.idle_s, effects.wall_clock, effects.sleep, effects.log)
+    target = Target(fetcher, file, meta)
+    proven = frozenset[str]()
+    if resumable(meta):
+        proven = await_dead_writer(file, meta, effects.idle_s, effects.sleep, effects.log)
     widen = None
     if _parallel_fits(fetcher, meta, effects):
-        if _parallel_partial_left(file, meta, effects):
-            parallel = _try_parallel(fetcher, file, meta, effects, None)
+        if _parallel_partial_left(file, meta, effects, proven):
+            parallel = _try_parallel(target, effects, None, proven)
             if parallel is not None:
                 return parallel
         else:
             widen = _widen_rule(effects)
-    stream = fetch_stream(fetcher, file, meta, effects, widen)
+    stream = fetch_stream(target, effects, widen, proven)
     if stream.handover is not None:
         effects.log.info(
             "widen",
@@ -68,29 +72,28 @@ def fetch_partial(
             f"of {file.rel} goes over {effects.connections} ranged connections",
             file=file.rel,
         )
-        parallel = _try_parallel(fetcher, file, meta, effects, stream.handover)
+        parallel = _try_parallel(target, effects, stream.handover)
         if parallel is not None:
             return parallel
-        stream = fetch_stream(fetcher, file, meta, effects)
+        stream = fetch_stream(target, effects)
     done = Completed(
-        file.rel, stream.partial, file.dest, stream.expected_bytes, stream.sha256, stream.received
+        file.rel, stream.claim, file.dest, stream.expected_bytes, stream.sha256, stream.received
     )
-    return _verified(file, meta, done)
+    return _verified(file, target.meta, done)
 
 
 def _try_parallel(
-    fetcher: Fetcher,
-    file: RemoteFile,
-    meta: RemoteMeta,
+    target: Target,
     effects: TransferEffects,
     seed: Handover | None,
+    proven: frozenset[str] = frozenset(),
 ) -> Completed | None:
     """None when the origin turns out not to honour ranges."""
     try:
-        return _verified(file, meta, _fetch_parallel(fetcher, file, meta, effects, seed))
+        return _verified(target.file, target.meta, _fetch_parallel(target, effects, seed, proven))
     except RangeUnusable as exc:
         effects.log.warning(
-            "ranges_unusable", f"{exc}; falling back to one connection", file=file.rel
+            "ranges_unusable", f"{exc}; falling back to one connection", file=target.file.rel
         )
         return None
 
@@ -102,6 +105,7 @@ def _widen_rule(effects: TransferEffects) -> WidenRule:
 def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects) -> bool:
     return (
         effects.connections > 1
+        and resumable(meta)
         and meta.accept_ranges
         and meta.size_bytes is not None
         and meta.size_bytes >= 2 * MIN_ITEM_BYTES
@@ -109,58 +113,58 @@ def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects)
     )
 
 
-def _parallel_partial_left(file: RemoteFile, meta: RemoteMeta, effects: TransferEffects) -> bool:
+def _parallel_partial_left(
+    file: RemoteFile, meta: RemoteMeta, effects: TransferEffects, proven: frozenset[str]
+) -> bool:
     """A killed parallel transfer of this version left a partial we may
     adopt (idle: not another live pod's): resume it with ranges rather than
     start a stream beside it."""
-    key = partial_key(validator_of(meta.size_bytes, meta.etag))
-    now_s = effects.wall_clock()
-    return any(
-        p.kind == "segs" and p.key == key and is_idle(p, now_s, effects.idle_s)
-        for p in list_partials(file.dest)
-    )
+    key = partial_key(identity_of(meta))
+    segs = [p for p in list_partials(file.dest) if p.kind == "segs" and p.key == key]
+    if not segs:
+        return False
+    if any(p.path in proven for p in segs):
+        return True
+    now_s = fs_now(os.path.dirname(file.dest) or ".")
+    return any(is_idle(p, now_s, effects.idle_s) for p in segs)
 
 
 def _fetch_parallel(
-    fetcher: Fetcher,
-    file: RemoteFile,
-    meta: RemoteMeta,
+    target: Target,
     effects: TransferEffects,
     seed: Handover | None,
+    proven: frozenset[str] = frozenset(),
 ) -> Completed:
     def budget() -> RetryBudget:
         return RetryBudget(effects.timeouts, effects.sleep, effects.log)
 
+    file, meta = target.file, target.meta
     hash_it = file.sha256 is not None or meta.sha256 is not None
     free = effects.free_bytes()
     # A handed-over stream already holds its bytes (journaled ranges of a
     # resumed transfer are not known yet: the whole size is asked then).
     needed = None if meta.size_bytes is None else meta.size_bytes - (seed.offset if seed else 0)
     if free is not None and needed is not None and needed > free:
+        if seed is not None:
+            seed.claim.close()
         raise TransferError(
             f"no space left on device for {file.rel}: it needs {needed} more bytes, the "
             f"cache has {free} free",
             reason=Reason.OUT_OF_SPACE,
             file=file.rel,
         )
-    with ProgressTicker(effects.log, effects.progress_interval_s, file.rel) as ticker:
+    transfer = ParallelTransfer(
+        target, effects.connections, budget, effects.idle_s, seed, effects.direct_io, proven
+    )
+    # A live writer that waits (Retry-After, a stall) still heartbeats (defect 10).
+    with ProgressTicker(
+        effects.log, effects.progress_interval_s, file.rel, transfer.beat, HEARTBEAT_S
+    ) as ticker:
         ticker.total_bytes = meta.size_bytes
-        transfer = ParallelTransfer(
-            fetcher,
-            file,
-            meta,
-            effects.connections,
-            budget,
-            ticker,
-            effects.wall_clock,
-            effects.idle_s,
-            seed,
-            effects.direct_io,
-        )
-        result = transfer.run(hash_it)
+        result = transfer.run(hash_it, ticker)
     return Completed(
         file.rel,
-        result.data,
+        result.claim,
         file.dest,
         meta.size_bytes,
         result.sha256,
@@ -186,15 +190,16 @@ def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
     return done
 
 
-def publish_completed(done: Completed) -> int:
-    """Publish by rename; raises PartialLost when another writer adopted it."""
-    size = publish(done.partial, done.dest, done.expected_bytes, done.rel)
+def publish_completed(done: Completed) -> os.stat_result:
+    """Publish by rename; raises PartialLost when another writer adopted it.
+    Returns the published inode's fstat (what a stamp may vouch for)."""
+    st = publish(done.claim, done.dest, done.expected_bytes, done.rel)
     _remove(done.journal)
-    return size
+    return st
 
 
 def discard(done: Completed) -> None:
-    _remove(done.partial)
+    done.claim.discard()
     _remove(done.journal)
 
 

@@ -5,6 +5,7 @@ a cached file is the cache's (cache/state.py)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,17 +14,15 @@ if TYPE_CHECKING:
 _PREFIX_CHUNK_BYTES = 1 << 20
 
 
-def sha256_prefix(path: str, length: int) -> _Hash:
+def sha256_prefix(fd: int, length: int) -> _Hash:
     """The running sha256 of the first `length` bytes of a partial being
-    resumed (raises OSError when it is shorter)."""
+    resumed, read through its descriptor (raises OSError when it is shorter)."""
     sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        left = length
-        while left > 0:
-            chunk = handle.read(min(_PREFIX_CHUNK_BYTES, left))
-            if not chunk:
-                raise OSError(f"partial {path} is shorter than {length} bytes")
-            sha.update(chunk)
-            left -= len(chunk)
+    offset = 0
+    while offset < length:
+        chunk = os.pread(fd, min(_PREFIX_CHUNK_BYTES, length - offset), offset)
+        if not chunk:
+            raise OSError(f"the partial is shorter than {length} bytes")
+        sha.update(chunk)
+        offset += len(chunk)
     return sha
-

@@ -28,12 +28,10 @@ from typing import TYPE_CHECKING
 
 from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.journal import load_journal, write_journal
-from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented, hand_over, new_writer_id
-from llmkube_stager.cache.records import FILE_MODE
-from llmkube_stager.errors import Reason, SourceError
-from llmkube_stager.layout import segmented_paths, validator_of
-from llmkube_stager.model import RemoteFile
-from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
+from llmkube_stager.cache.partials import HEARTBEAT_S, Claim, adopt_segmented, new_writer_id
+from llmkube_stager.errors import Reason, SourceError, TransferError
+from llmkube_stager.layout import segmented_paths
+from llmkube_stager.sources.base import RangeUnusable
 from llmkube_stager.transfer.directio import (
     ALIGN_BYTES,
     DirectReader,
@@ -43,6 +41,7 @@ from llmkube_stager.transfer.directio import (
 )
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.target import Target, check_resumed, identity_of
 from llmkube_stager.transfer.types import Handover
 from llmkube_stager.transfer.writeback import Writeback
 
@@ -133,7 +132,6 @@ class _Shared:
     fd: int
     ranges: Ranges
     writer: PartialWriter
-    path: str
     threads: list[threading.Thread] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[BaseException] = field(default_factory=list)
@@ -155,7 +153,7 @@ class _Shared:
 
 @dataclass(frozen=True)
 class ParallelResult:
-    data: str
+    claim: Claim
     journal: str
     sha256: str | None
     received: int
@@ -177,60 +175,65 @@ class ParallelTransfer:
 
     def __init__(
         self,
-        fetcher: Fetcher,
-        file: RemoteFile,
-        meta: RemoteMeta,
+        target: Target,
         connections: int,
         make_budget: Callable[[], RetryBudget],
-        ticker: ProgressTicker,
-        wall_clock: Callable[[], float],
         idle_s: float,
         seed: Handover | None = None,
         direct_io: bool = False,
+        proven_idle: frozenset[str] = frozenset(),
     ) -> None:
+        meta = target.meta
         assert meta.size_bytes is not None
-        self._fetcher, self._file, self._meta = fetcher, file, meta
+        self._target = target
+        self._file = target.file
         self._size = meta.size_bytes
         self._connections = connections
         self._make_budget = make_budget
-        self._ticker = ticker
-        self._validator = validator_of(meta.size_bytes, meta.etag)
+        self._validator = identity_of(meta)
         self._direct_io = direct_io
         self._seed: Handover | None = None
+        self._adopted = False
+        self.claim: Claim
         if seed is not None:
             # Carry on from a stream's partial (engine.py's widening).
-            self.data, self.journal = segmented_paths(file.dest, self._validator, new_writer_id())
-            if self._take_over(seed):
+            data, self.journal = segmented_paths(self._file.dest, self._validator, new_writer_id())
+            if self._take_over(seed, data):
                 self._seed = seed
+                self.claim = seed.claim
+            else:
+                seed.claim.close()
         if self._seed is None:
-            self.data, self.journal, _ = adopt_segmented(
-                file.dest, self._validator, new_writer_id(), wall_clock(), idle_s
-            )
+            try:
+                self.claim, self.journal, self._adopted = adopt_segmented(
+                    self._file.dest, self._validator, new_writer_id(), idle_s, proven_idle
+                )
+            except OSError as exc:
+                raise disk_error(exc, "creating the partial of", self._file.rel) from exc
 
-    def _take_over(self, seed: Handover) -> bool:
+    def beat(self) -> None:
+        self.claim.beat()
+
+    def _take_over(self, seed: Handover, data: str) -> bool:
         """Journal the stream's bytes (flushed first), then rename its
         partial to ours: killed in between, the stream partial is still
         there to resume, and a data file never exists without its journal."""
-        try:
-            fd = os.open(seed.partial, os.O_RDONLY)
-        except FileNotFoundError:
+        if not seed.claim.owned():
             return False  # adopted away meanwhile
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        os.fdatasync(seed.claim.fd)
         done = [(0, seed.offset)] if seed.offset else []
         write_journal(self.journal, self._validator, self._size, done)
-        if hand_over(seed.partial, self.data):
+        if seed.claim.rename_to(data):
             return True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.journal)
         return False
 
-    def run(self, hash_it: bool) -> ParallelResult:
-        fd, done = self._open_data()
-        writer = PartialWriter(fd, self.data, self._direct_io)
-        shared = _Shared(fd, Ranges(done), writer, self.data)
+    def run(self, hash_it: bool, ticker: ProgressTicker) -> ParallelResult:
+        done = self._open_data()
+        fd = self.claim.fd
+        writer = PartialWriter(fd, self._direct_io)
+        shared = _Shared(fd, Ranges(done), writer)
         if self._seed is not None:
             shared.received = self._seed.received
         try:
@@ -238,14 +241,13 @@ class ParallelTransfer:
             # I/O is off or turns itself off) are flushed as they go.
             with Writeback(fd) as writeback:
                 shared.writeback = writeback
-                digest = self._run_workers(shared, hash_it)
+                digest = self._run_workers(shared, hash_it, ticker)
             os.fsync(fd)
         except RangeUnusable:
             writer.close()
-            os.close(fd)
-            for path in (self.data, self.journal):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+            self.claim.discard()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.journal)
             raise
         except OSError as exc:
             self._close(shared)
@@ -253,28 +255,33 @@ class ParallelTransfer:
         except BaseException:
             self._close(shared)
             raise
-        self._close(shared)
-        return ParallelResult(self.data, self.journal, digest, shared.received)
+        writer.close()
+        return ParallelResult(self.claim, self.journal, digest, shared.received)
 
-    def _open_data(self) -> tuple[int, list[tuple[int, int]]]:
-        """The data file and the ranges it holds. A file that should hold
-        bytes (a journal, a handed-over stream) is never created afresh: a
-        new sparse file would be zeros the journal vouches for (#2158)."""
+    def _open_data(self) -> list[tuple[int, int]]:
+        """The ranges the data file holds. It is sized to the file, only
+        ever grown (another writer sharing the inode keeps its bytes), and a
+        file that should hold bytes is never created afresh: a new sparse
+        file would be zeros the journal vouches for (#2158)."""
         seed = self._seed
         if seed is not None:
             done = [(0, seed.offset)] if seed.offset else []
-        else:
+        elif self._adopted:
             done = load_journal(self.journal, self._validator, self._size)
+        else:
+            done = []
         try:
-            try:
-                fd = os.open(self.data, os.O_RDWR | (0 if done else os.O_CREAT), FILE_MODE)
-            except FileNotFoundError:
-                self._seed, done = None, []  # adopted away meanwhile: start over
-                fd = os.open(self.data, os.O_RDWR | os.O_CREAT, FILE_MODE)
-            os.ftruncate(fd, self._size)
+            size = self.claim.size()
+            if size > self._size:
+                # Longer than the file: not a partial of it. Start over.
+                self.claim.discard()
+                self.claim = Claim.create(self.claim.path)
+                done, size = [], 0
+            if size < self._size:
+                os.ftruncate(self.claim.fd, self._size)
         except OSError as exc:
             raise disk_error(exc, "creating the partial of", self._file.rel) from exc
-        return fd, done
+        return done
 
     def _close(self, shared: _Shared) -> None:
         """Journal what is done (resume picks it up), then close, unless a
@@ -286,9 +293,9 @@ class ParallelTransfer:
         if any(t.is_alive() for t in shared.threads):
             return
         shared.writer.close()
-        os.close(shared.fd)
+        self.claim.close()
 
-    def _run_workers(self, shared: _Shared, hash_it: bool) -> str | None:
+    def _run_workers(self, shared: _Shared, hash_it: bool, ticker: ProgressTicker) -> str | None:
         items: queue.Queue[tuple[int, int]] = queue.Queue()
         for item in work_items(shared.ranges.missing(self._size), self._connections):
             items.put(item)
@@ -308,7 +315,7 @@ class ParallelTransfer:
         for thread in workers:
             thread.start()
         try:
-            self._supervise(shared, workers)
+            self._supervise(shared, workers, ticker)
             if shared.errors:
                 raise shared.errors[0]
             return hasher.finish() if hasher is not None else None
@@ -316,18 +323,20 @@ class ParallelTransfer:
             if hasher is not None:
                 hasher.cancel()
 
-    def _supervise(self, shared: _Shared, workers: list[threading.Thread]) -> None:
-        """Journal and heartbeat while the workers run (main thread, so a
-        SIGTERM still lands here and stops them). Looks every SUPERVISE_S:
-        at 400 MB/s a 2 s look would journal 800 MB at a time, and a SIGKILL
-        would lose all of it."""
+    def _supervise(
+        self, shared: _Shared, workers: list[threading.Thread], ticker: ProgressTicker
+    ) -> None:
+        """Journal while the workers run (main thread, so a SIGTERM still
+        lands here and stops them); the ticker heartbeats. Looks every
+        SUPERVISE_S: at 400 MB/s a 2 s look would journal 800 MB at a time,
+        and a SIGKILL would lose all of it."""
         saved_bytes = shared.ranges.total()
         saved_s = time.monotonic()
         try:
             while alive := [t for t in workers if t.is_alive()]:
                 alive[0].join(timeout=SUPERVISE_S)
                 total = shared.ranges.total()
-                self._ticker.done_bytes = total
+                ticker.done_bytes = total
                 now_s = time.monotonic()
                 due = now_s - saved_s >= JOURNAL_EVERY_S and total > saved_bytes
                 if due or total - saved_bytes >= JOURNAL_EVERY_BYTES:
@@ -364,16 +373,20 @@ class ParallelTransfer:
                 budget.spend(error, f"a range of {self._file.rel}")
 
     def _attempt(self, shared: _Shared, start: int, end: int, buffer: mmap.mmap) -> int:
-        body = self._fetcher.open(self._file, self._meta, start, end - 1)
+        body = self._target.open(start, end - 1)
         position = start
         try:
             if body.start != start or body.complete:
                 raise RangeUnusable(f"the origin did not honour bytes={start}-{end - 1}")
+            # Every range must be of the partial's version (defect 5) and
+            # of the size the probe promised (defect 7).
+            check_resumed(self._target.meta, body, self._file.rel)
             if body.total_bytes is not None and body.total_bytes != self._size:
-                raise SourceError(
-                    f"{self._file.rel} changed size during the transfer",
-                    reason=Reason.SOURCE_CHANGED,
-                    answered=True,
+                raise TransferError(
+                    f"the origin sends {body.total_bytes} bytes for {self._file.rel}, it "
+                    f"announced {self._size}",
+                    reason=Reason.SIZE_MISMATCH,
+                    file=self._file.rel,
                 )
             with memoryview(buffer) as view:
                 while position < end and not shared.stop.is_set():
@@ -399,7 +412,7 @@ class ParallelTransfer:
 
 def _direct_reader(shared: _Shared) -> DirectReader | None:
     try:
-        return DirectReader(shared.path, HASH_READ_BYTES)
+        return DirectReader(shared.fd, HASH_READ_BYTES)
     except OSError:
         return None  # read through the page cache instead
 

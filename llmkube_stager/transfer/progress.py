@@ -76,3 +76,40 @@ class ProgressTicker:
     ) -> None:
         self._stop.set()
         self._thread.join(timeout=1.0)
+
+
+class KeepAlive:
+    """Heartbeats for complete partials that wait to be published (OnChange
+    stages every file before it publishes any): without them another writer
+    would take a waiting partial for a dead writer's."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self._claims: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._every_s = every_s
+        self._thread = threading.Thread(target=self._run, name="keepalive", daemon=True)
+
+    def add(self, beat: Callable[[], None]) -> None:
+        with self._lock:
+            self._claims.append(beat)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._lock:
+                beats = list(self._claims)
+            for beat in beats:
+                beat()
+
+    def __enter__(self) -> KeepAlive:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)

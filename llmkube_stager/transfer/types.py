@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmkube_stager.cache.partials import Claim
 from llmkube_stager.config import Timeouts
 from llmkube_stager.logs import Log
 
@@ -39,15 +40,20 @@ class TransferEffects:
 
 @dataclass(frozen=True)
 class Completed:
-    """A partial holding the whole file, not yet published."""
+    """A partial holding the whole file, not yet published; `claim` holds it
+    (open, flocked) until it is published or discarded."""
 
     rel: str
-    partial: str
+    claim: Claim
     dest: str
     expected_bytes: int | None
     sha256: str | None  # of the received bytes, when the file is pinned
     bytes_received: int
     journal: str | None = None  # a parallel transfer's progress journal
+
+    @property
+    def partial(self) -> str:
+        return self.claim.path
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class Handover:
     """A stream stopped early for ranged connections: its partial holds
     bytes [0, offset); `sha` covers them when the file is hashed."""
 
-    partial: str
+    claim: Claim
     offset: int
     sha: _Hash | None
     received: int

@@ -663,4 +663,5 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
     assert record_of(dest) == str(size)
     assert partials_of(dest) == []
     leftovers = [*dest.parent.glob("*.llmkube-segs"), *dest.parent.glob("*.llmkube-journal")]
-    assert leftovers == []
+    listing = [p.name for p in dest.parent.iterdir()]
+    assert leftovers == [], (listing, [p.read_text()[:300] for p in leftovers], resumed.stderr)

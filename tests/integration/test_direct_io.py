@@ -62,7 +62,7 @@ def disk_dir(tmp_path: Path) -> Path:
 
 def _write_file(path: Path, data: bytes, direct: bool, offset: int = 0) -> bool:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    writer = PartialWriter(fd, str(path), direct)
+    writer = PartialWriter(fd, direct)
     buffer = aligned_buffer(len(data) + ALIGN_BYTES)
     buffer[: len(data)] = data
     try:
@@ -123,11 +123,13 @@ def test_direct_reader_returns_exactly_the_asked_span(
     path = disk_dir / "f"
     path.write_bytes(data)
     _drop_cache(path)
-    reader = DirectReader(str(path), 2 * MIB)
+    fd = os.open(path, os.O_RDONLY)
+    reader = DirectReader(fd, 2 * MIB)
     try:
         got = bytes(reader.read(offset, length))
     finally:
         reader.close()
+        os.close(fd)
     assert got == data[offset : offset + min(length, 2 * MIB)]
 
 
@@ -135,7 +137,7 @@ def test_a_write_error_reaches_the_receiving_thread(tmp_path: Path) -> None:
     path = tmp_path / "ro"
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)  # every pwrite fails with EBADF
-    pipe = Pipeline(PartialWriter(fd, str(path), False), hashlib.sha256(), depth=2)
+    pipe = Pipeline(PartialWriter(fd, False), hashlib.sha256(), depth=2)
     try:
         buffer = pipe.take()
         pipe.submit(buffer, 4096, 0)

@@ -6,6 +6,7 @@ Retry waits are recorded by the injected `sleep`, never slept.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -310,10 +311,14 @@ def test_space_preflight_refuses_a_file_that_cannot_fit(origin, pod, small_tmpfs
 
 
 def test_enospc_while_writing_fails_out_of_space(origin, pod, small_tmpfs: Path) -> None:
-    origin.put(PATH, payload(4 * MIB))
+    data = payload(4 * MIB)
+    origin.put(PATH, data)
     origin.set_fault(PATH, Fault(no_content_length=True))  # size unknown: no preflight
+    env = _tmpfs_env(pod, origin.url + PATH, small_tmpfs)
+    # Pinned: a body of unknown length is complete only by its digest (#10).
+    env["MODEL_SHA256"] = hashlib.sha256(data).hexdigest()
 
-    run = pod.stage(_tmpfs_env(pod, origin.url + PATH, small_tmpfs)).failed()
+    run = pod.stage(env).failed()
 
     assert run.reason == "ModelTransferOutOfSpace"
     assert len(origin.requests(method="GET")) == 1  # a full disk is not retried
