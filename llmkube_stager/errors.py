@@ -132,6 +132,13 @@ REMEDY_CHECKSUM = (
     "the bytes do not match the pinned sha256; correct spec.sha256/spec.fileSha256 or the "
     "source, then delete the .sha256-rejected marker to retry"
 )
+# The origin's own digest (HF LFS sha256), not a user pin: no marker was
+# written, and a retry may well get good bytes (#12.5).
+REMEDY_ORIGIN_CHECKSUM = (
+    "the bytes received do not match the sha256 the origin lists for the file; nothing was "
+    "published and no marker written, so a restart fetches it again (a bad CDN edge or proxy "
+    "copy is usually transient); if it persists, check any mirror or proxy in between"
+)
 REMEDY_TRUNCATED = (
     "a cached file is shorter or longer than its own size record and the origin could not "
     "repair it now; restore origin access or delete the file so it is staged again"
@@ -289,6 +296,22 @@ class TransferError(StagerError):
     """The bytes could not be made into a complete, right file."""
 
     reason = Reason.SIZE_MISMATCH
+
+
+class OriginChecksumMismatch(TransferError):
+    """The bytes do not match the digest the origin itself lists (HF LFS),
+    with no user pin involved: a bad copy on the way, not a wrong pin.
+    Same reason as a pin mismatch; its own remedy, and retryable."""
+
+    reason = Reason.CHECKSUM_MISMATCH
+
+    @property
+    def remedy(self) -> str:
+        return REMEDY_ORIGIN_CHECKSUM
+
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 class CacheError(StagerError):

@@ -473,7 +473,8 @@ class Executor:
     def _kept(self, staged: _Staged, failures: list[_Staged]) -> FileResult:
         rel = staged.action.rel
         err = staged.error
-        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH:
+        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH and not err.retryable:
+            # A pin not met (an origin-digest mismatch is retryable: #12.5).
             text = messages.pinned_kept(self._multi, rel)
         elif isinstance(err, SourceError) and not err.answered:
             text = messages.unreachable_kept(self._multi, rel)

@@ -40,7 +40,7 @@ from llmkube_stager.model import (
     Strategy,
 )
 from llmkube_stager.plan import failed, make_plan, probes_needed, strategy_for
-from llmkube_stager.sources import open_source
+from llmkube_stager.sources import check_libraries, open_source
 from llmkube_stager.sources.base import RemoteMeta, Source
 
 
@@ -75,7 +75,7 @@ def role_of(config: Config) -> Role:
 
 def prepare(config: Config, effects: Effects) -> Prepared:
     started = effects.monotonic()
-    source = open_source(config)
+    source = open_source(config, effects.log)
     manifest = source.manifest()
     fs = effects.probe_fs(manifest.root)
     if fs.is_fuse is None:
@@ -121,6 +121,10 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
         pending = bool(intent_of(prepared.cache.validators))
         if pending and not prepared.strategy.may_write:
             _refuse_half_published(prepared)
+        if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
+            # Before the first probe or mkdir: a missing library is a
+            # configuration error with nothing on disk (#13.1).
+            check_libraries(prepared.source)
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = _revalidate(config, prepared, session)

@@ -20,6 +20,7 @@ from llmkube_stager.sources.http_status import (
     AuthPolicy,
     Origin,
     content_length,
+    split_userinfo,
     status_error,
 )
 from llmkube_stager.sources.http_wire import proxy_refused, translate_network_error
@@ -73,7 +74,9 @@ def probe_head(
     for _ in range(MAX_REDIRECTS + 1):
         response = _head(client, url, auth.headers_for(url, first_url), proxies)
         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
-            url = urljoin(url, response.headers["location"])
+            # httpx would send a Location's own userinfo: credentials come
+            # from AuthPolicy only (#11.13).
+            url, _ = split_userinfo(urljoin(url, response.headers["location"]))
             continue
         return _meta_from(response, url)
     raise SourceError(

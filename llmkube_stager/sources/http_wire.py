@@ -29,6 +29,7 @@ from llmkube_stager.sources.http_status import (
     parse_content_range,
     parse_digits,
     parse_unsatisfied_range,
+    split_userinfo,
     status_error,
 )
 from llmkube_stager.sources.tls import is_cert_failure
@@ -340,7 +341,7 @@ def open_get(
                     reason=Reason.SOURCE_REJECTED,
                     answered=True,
                 )
-            url = urljoin(url, location)
+            url, _ = split_userinfo(urljoin(url, location))
             continue
         return _body_for(pool, url, conn, resp, offset, end)
     raise SourceError(
