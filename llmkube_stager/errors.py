@@ -257,7 +257,13 @@ class StagerError(Exception):
 
     @property
     def exit_code(self) -> int:
-        return exit_code_for(self.reason)
+        """The reason's exit code, except that an error whose own verdict on
+        retrying differs from its reason's (a checksum mismatch against the
+        origin's digest, #12.5) exits the way that verdict says."""
+        code = exit_code_for(self.reason)
+        if code in (EXIT_RETRYABLE, EXIT_PERMANENT):
+            return EXIT_RETRYABLE if self.retryable else EXIT_PERMANENT
+        return code
 
 
 
