@@ -5,6 +5,13 @@ once, through the mapping the CLI passes in. Every variable also has a flag;
 a flag that was given wins over the environment. A bad value raises
 `ConfigError` naming the variable (never echoing a secret's value) before any
 I/O, so the cache is left untouched.
+
+Values the old scripts tolerated keep their old meaning instead (issue #14:
+the operator may send them, also through `envFrom` of the source Secret): a
+blank line inside MODEL_FILES, a PROGRESS_INTERVAL that is not a positive
+number, an unknown LLMKUBE_REFRESH_POLICY, any LLMKUBE_PREFETCH_STAGER other
+than exactly `true`. They are not errors but `Config.warnings`, which the
+CLI logs once its logger exists.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.layout import parse_file_list
+from llmkube_stager.layout import blank_entries, parse_file_list
 from llmkube_stager.pins import file_pins, single_pin
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
@@ -145,6 +152,8 @@ class Config:
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
+    # Tolerated values, each with what was made of it (see the module docstring).
+    warnings: tuple[str, ...] = ()
 
     @property
     def multi_file(self) -> bool:
@@ -157,6 +166,11 @@ class _Reader:
     def __init__(self, environ: Mapping[str, str], flags: Mapping[str, str | None]) -> None:
         self._environ = environ
         self._flags = flags
+        self.warnings: list[str] = []
+
+    def tolerated(self, name: str, value: str, meaning: str) -> None:
+        """A value the scripts accepted: keep their meaning, say so."""
+        self.warnings.append(f"{name}={_shown(value)} is not valid; {meaning}, as the scripts did")
 
     def optional(self, name: str) -> str | None:
         """The value, or None when neither flag nor variable is set at all
@@ -207,13 +221,14 @@ class _Reader:
                 return choice
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
 
-    def boolean(self, name: str) -> bool:
-        text = self.raw(name).strip().lower()
-        if text in ("", "false", "0", "no"):
-            return False
-        if text in ("true", "1", "yes"):
-            return True
-        raise ConfigError(f"{name} must be true or false, got {text!r}")
+    def interval(self, name: str, default: float) -> float:
+        """Seconds where the scripts fell back to their default on anything
+        that is not a positive number (`${PROGRESS_INTERVAL:-10}`)."""
+        try:
+            return self.number(name, default)
+        except ConfigError:
+            self.tolerated(name, self.raw(name), f"using the default {default:g} s")
+            return default
 
 
 def load_timeouts(read: _Reader) -> Timeouts:
@@ -272,6 +287,33 @@ def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str
     return pins
 
 
+def _prefetch_stager(read: _Reader) -> bool:
+    """A stager only for exactly `true` (the scripts' `= true` test): a
+    serving pod taken for a stager would write on FUSE, which spec §9.3
+    forbids, so `True`, `1` or `yes` mean a serving pod, with a warning."""
+    value = read.raw("LLMKUBE_PREFETCH_STAGER")
+    if value not in ("", "true", "false"):
+        meaning = "this pod is a serving pod (a stager needs exactly 'true')"
+        read.tolerated("LLMKUBE_PREFETCH_STAGER", value, meaning)
+    return value == "true"
+
+
+def _model_files(read: _Reader) -> tuple[str, ...]:
+    text = read.raw("MODEL_FILES")
+    blank = blank_entries(text)
+    if blank:
+        read.warnings.append(
+            f"MODEL_FILES has {blank} blank line(s) between entries; skipped, as the scripts did"
+        )
+    return parse_file_list(text)
+
+
+def _shown(value: str) -> str:
+    """A value for a message: quoted, bounded (env values can be huge)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
     cache_dir = read.raw("CACHE_DIR").strip()
@@ -280,7 +322,7 @@ def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]
         # pvc:// is verified where the claim is mounted (spec §3.5).
         claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
         model_path = posixpath.join("/model-source", claim_path) if claim_path else ""
-    files = parse_file_list(read.raw("MODEL_FILES"))
+    files = _model_files(read)
     if files and model_path:
         raise ConfigError("set MODEL_FILES (multi-file) or MODEL_PATH (single-file), not both")
     if files and not cache_dir:
@@ -311,7 +353,7 @@ def load_config(
         model_path=model_path,
         model_files=files,
         refresh_policy=_policy(read),
-        prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
+        prefetch_stager=_prefetch_stager(read),
         pins=_pins(read, model_path, files),
         s3_bucket=read.raw("S3_BUCKET").strip(),
         s3_key=read.raw("S3_KEY").strip(),
@@ -326,13 +368,14 @@ def load_config(
             r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip()
         ),
         termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
-        progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
+        progress_interval_s=read.interval("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
         direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
         proxy=load_proxy(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
+        warnings=tuple(read.warnings),
     )
 
 
@@ -344,8 +387,13 @@ def _connections(read: _Reader) -> int:
 
 
 def _policy(read: _Reader) -> RefreshPolicy:
-    value = read.choice("LLMKUBE_REFRESH_POLICY", ("IfNotPresent", "OnChange"), "IfNotPresent")
-    return "OnChange" if value == "OnChange" else "IfNotPresent"
+    """IfNotPresent for anything but OnChange, the CRD default (spec §5.2)."""
+    text = read.raw("LLMKUBE_REFRESH_POLICY").strip()
+    if text.lower() == "onchange":
+        return "OnChange"
+    if text and text.lower() != "ifnotpresent":
+        read.tolerated("LLMKUBE_REFRESH_POLICY", text, "using IfNotPresent (the CRD default)")
+    return "IfNotPresent"
 
 
 def _log_format(read: _Reader) -> LogFormat:

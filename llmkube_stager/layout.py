@@ -46,13 +46,13 @@ _TMP_ALPHABET = string.ascii_letters + string.digits
 def parse_file_list(text: str) -> tuple[str, ...]:
     """MODEL_FILES -> validated relative paths, order kept (first = primary).
 
-    Leading/trailing blank lines are tolerated (the operator joins with "\\n");
-    any other defect is `InvalidFileSet` before any request or write.
+    Empty lines are skipped anywhere, as the scripts' loop did (`[ -n "$rel" ]
+    || continue`; see `blank_entries`); any other defect is `InvalidFileSet`
+    before any request or write.
     """
-    body = text.strip("\n")
-    if not body.strip():
+    if not text.strip():
         return ()
-    entries = body.split("\n")
+    entries = [rel for rel in text.split("\n") if rel]
     seen: set[str] = set()
     for rel in entries:
         _check_rel(rel)
@@ -61,6 +61,13 @@ def parse_file_list(text: str) -> tuple[str, ...]:
         seen.add(rel)
     _check_no_dir_clash(entries)
     return tuple(entries)
+
+
+def blank_entries(text: str) -> int:
+    """Empty lines between MODEL_FILES entries (leading and trailing ones are
+    the operator's join and say nothing)."""
+    body = text.strip("\n")
+    return body.split("\n").count("") if body.strip() else 0
 
 
 def _check_rel(rel: str) -> None:

@@ -291,14 +291,8 @@ CONFIG_ERRORS = [
     pytest.param({"LLMKUBE_MAX_RETRY_WAIT": "nan"}, "LLMKUBE_MAX_RETRY_WAIT", id="retry-wait-nan"),
     pytest.param({"LLMKUBE_LOCK_TIMEOUT": "abc"}, "LLMKUBE_LOCK_TIMEOUT", id="lock-timeout-abc"),
     pytest.param({"LLMKUBE_RETRIES": "-1"}, "LLMKUBE_RETRIES", id="retries-negative"),
-    pytest.param(
-        {"LLMKUBE_REFRESH_POLICY": "Sometimes"}, "LLMKUBE_REFRESH_POLICY", id="refresh-policy"
-    ),
-    pytest.param({"PROGRESS_INTERVAL": "-1"}, "PROGRESS_INTERVAL", id="progress-negative"),
     pytest.param({"LLMKUBE_LOG_FORMAT": "xml"}, "LLMKUBE_LOG_FORMAT", id="log-format-xml"),
-    pytest.param(
-        {"LLMKUBE_PREFETCH_STAGER": "maybe"}, "LLMKUBE_PREFETCH_STAGER", id="prefetch-maybe"
-    ),
+    # The values the scripts tolerated are not errors: test_dropin_config.py.
     pytest.param({"MODEL_SHA256": "abc123"}, "MODEL_SHA256", id="sha256-short"),
     pytest.param({"MODEL_FILES": "a.gguf\nb.gguf"}, "MODEL_FILES", id="both-path-and-files"),
     pytest.param({"MODEL_PATH": None}, "MODEL_PATH", id="neither-path-nor-files"),
@@ -372,7 +366,6 @@ def test_usage_error_writes_invalid_configuration(
 INVALID_FILE_SETS = {
     "absolute": ["config.json", "/etc/passwd"],
     "dotdot": ["config.json", "sub/../../escape.bin"],
-    "empty-line-in-middle": ["config.json", "", "tokenizer.json"],
     "duplicate": ["config.json", "model.gguf", "config.json"],
     "dot-part": ["./config.json"],
     "reserved-record-name": ["model.gguf.llmkube-size"],

@@ -16,6 +16,7 @@ from llmkube_stager.errors import InvalidFileSet, Reason
 from llmkube_stager.layout import (
     LOCK_NAME,
     atomic_tmp_path,
+    blank_entries,
     dest_path,
     key_of_partial,
     legacy_partial_path,
@@ -48,6 +49,17 @@ def test_tolerates_surrounding_newlines(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "\n", "\n\n"])
 def test_empty_list_is_no_files(text: str) -> None:
     assert parse_file_list(text) == ()
+    assert blank_entries(text) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "blank"),
+    [("a.bin\nb.bin", 0), ("\na.bin\nb.bin\n\n", 0), ("a.bin\n\nb.bin", 1), ("a\n\n\nb\n\nc", 3)],
+)
+def test_empty_lines_are_skipped_like_the_scripts_loop(text: str, blank: int) -> None:
+    """`[ -n "$rel" ] || continue` (spec §6): an empty line is no entry."""
+    assert parse_file_list(text) == tuple(x for x in text.split("\n") if x)
+    assert blank_entries(text) == blank
 
 
 @pytest.mark.parametrize(
@@ -81,7 +93,6 @@ REJECTED = {
     "dot": ".",
     "dot-segment": "./a",
     "dot-middle": "a/./b",
-    "empty-entry": "a.bin\n\nb.bin",
     "blank-entry": "a.bin\n   \nb.bin",
     "empty-segment": "a//b",
     "trailing-slash": "a/",
