@@ -634,7 +634,7 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
 
     def journaled() -> int:
         total = 0
-        for path in dest.parent.glob("*.llmkube-journal") if dest.parent.is_dir() else []:
+        for path in dest.parent.glob("*.llmkube-journal*") if dest.parent.is_dir() else []:
             try:
                 total = max(total, sum(e - s for s, e in json.loads(path.read_text())["done"]))
             except (OSError, ValueError, KeyError):
@@ -658,5 +658,5 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
     assert dest.read_bytes() == data
     assert record_of(dest) == str(size)
     assert partials_of(dest) == []
-    leftovers = [*dest.parent.glob("*.llmkube-segs"), *dest.parent.glob("*.llmkube-journal")]
+    leftovers = [*dest.parent.glob("*.llmkube-segs*"), *dest.parent.glob("*.llmkube-journal*")]
     assert leftovers == []
