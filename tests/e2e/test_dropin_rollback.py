@@ -147,3 +147,24 @@ def test_the_scripts_single_file_sweeps_remove_the_agents_partial(pod: Pod, orig
     _stop_again.communicate(timeout=30)
     shell(ONCHANGE_DEBRIS_SWEEP, MODEL_PATH=str(dest))
     assert agent_debris(dest.parent) == []
+
+
+def test_a_scripts_sweep_during_a_mixed_rollout_never_breaks_a_live_agent(
+    pod: Pod, origin: Origin
+) -> None:
+    """The price of sweepable names: during a rollout or rollback, a scripts
+    pod's `*.tmp` sweep can delete a live agent's partial. The agent notices
+    at publish (its name is gone) and stages the file again: the published
+    bytes are still exactly the origin's."""
+    data = gguf_like(3 << 20, seed=10)
+    origin.put("/m/model.gguf", data, rate_bytes_per_s=1 << 20)
+    dest = pod.single(origin.url + "/m/model.gguf")
+    proc = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "1"})
+    wait_for(lambda: "part" in kinds_of(dest), 20, "a partial", proc)
+    shell(ONCHANGE_DEBRIS_SWEEP, MODEL_PATH=str(dest))
+    assert "part" not in kinds_of(dest)
+    origin.put("/m/model.gguf", data)  # same bytes and ETag, no cap: finish quickly
+    run = pod.finish(proc, ("stage",), timeout=60)
+    assert run.returncode == 0, str(run)
+    assert dest.read_bytes() == data
+    assert len(origin.requests("/m/model.gguf", "GET")) >= 2, "it published without restaging"
