@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from e2e_support import Pod, Run, tls_server_context
 from upstream_matcher import MAX_LINE_BYTES, controller_message, log_tail, match
 
+from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Server
 
@@ -63,22 +63,8 @@ def _s3_env(s3: S3Server) -> dict[str, str]:
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real ENOSPC."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount tmpfs")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 # -- the failures, each made for real ---------------------------------------------------
@@ -317,19 +303,7 @@ def _not_allowed(pod: Pod, origin: Origin, tmp: Path) -> Run:
 
 
 def _read_only(pod: Pod, origin: Origin, tmp: Path) -> Run:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a read-only tmpfs")
-    mount = tmp / "ro"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp / "ro", "ro,size=1m") as mount:
         origin.put(MODEL, DATA)
         pod.env.update(
             MODEL_SOURCE=origin.url + MODEL,
@@ -337,27 +311,11 @@ def _read_only(pod: Pod, origin: Origin, tmp: Path) -> Run:
             MODEL_PATH=str(mount / "k" / "model.gguf"),
         )
         return pod.run("stage")
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _out_of_space(pod: Pod, origin: Origin, tmp: Path) -> Run:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount tmpfs")
-    mount = tmp / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp / "small") as mount:
         return _preflight(pod, origin, tmp, mount)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fault(status: int, **extra: str) -> Callable[[Pod, Origin, Path], Run]:

@@ -7,13 +7,13 @@ Retry waits are recorded by the injected `sleep`, never slept.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmkube_stager.logs import Redactor
+from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.tlsca import make_ca
 
@@ -277,22 +277,8 @@ def test_hf_token_stays_out_of_failure_logs_and_errors(origin, stager) -> None:
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real ENOSPC and a real statvfs for the preflight."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount tmpfs")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def _tmpfs_env(stager, url: str, mount_point: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
