@@ -16,6 +16,7 @@ import pytest
 from e2e_support import Pod, Run, tls_server_context
 from upstream_matcher import MAX_LINE_BYTES, controller_message, log_tail, match
 
+from llmkube_stager.commands.diagnose import condition_for
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Server
@@ -175,6 +176,9 @@ def _check(failure: Failure, expected: str) -> None:
         hit = match(message)
         assert hit is not None, f"the upstream matcher finds nothing in the {source}:\n{message}"
         assert hit.reason == expected, (source, hit, message)
+        # Our own reading (`diagnose`, importable by a controller) of both forms.
+        condition = condition_for(message)
+        assert condition is not None and condition["reason"] == expected, (source, condition)
 
 
 @pytest.mark.parametrize(
@@ -230,6 +234,8 @@ def test_log_tail_alone_is_classified_in_json_logs_too(
         json.loads(line)
     hit = match(log_tail(run.stderr))
     assert hit is not None and hit.reason == "ModelSourceNotFound", run.stderr
+    condition = condition_for(log_tail(run.stderr))
+    assert condition is not None and condition["reason"] == "ModelSourceNotFound", condition
 
 
 # -- issue #14 item 2: a 200-byte cut of the raw file is a useful condition ----------
