@@ -309,9 +309,11 @@ def _model_files(read: _Reader) -> tuple[str, ...]:
 
 
 def _shown(value: str) -> str:
-    """A value for a message: quoted, bounded (env values can be huge)."""
+    """A value for a message: quoted, or only its length when long. Never a
+    prefix: a cut secret would escape the redactor, which knows whole values
+    (and a Secret's keys reach the pod through envFrom)."""
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 80 else f"<{len(value)} characters>"
 
 
 def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]]:
