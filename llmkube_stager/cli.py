@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from llmkube_stager import __version__
-from llmkube_stager.config import VARS, early_settings, load_config, secret_values
+from llmkube_stager.config import VARS, Config, early_settings, load_config, secret_values
 from llmkube_stager.errors import (
     EXIT_INTERNAL,
     EXIT_OK,
@@ -67,6 +67,15 @@ class Boundary:
         self.log = Log(sys.stderr, fmt, self.redact)
         self.terminate = terminate
         self.source = display_url(flags.get("MODEL_SOURCE") or environ.get("MODEL_SOURCE", ""))
+        self._environ = environ
+
+    def config(self, flags: Flags, *, require_source: bool = True) -> Config:
+        """The configuration; the values it tolerated (as the scripts did)
+        are logged as warnings here, where the logger exists."""
+        config = load_config(self._environ, flags, require_source=require_source)
+        for warning in config.warnings:
+            self.log.warning("config_tolerated", warning)
+        return config
 
     def run(self, body: Callable[[], dict[str, Any] | None]) -> NoReturn:
         try:
@@ -151,7 +160,7 @@ def stage(**kwargs: Any) -> None:
         from llmkube_stager.cache.fs import probe_fs_quick
         from llmkube_stager.stage import Effects, run_stage
 
-        config = load_config(os.environ, flags)
+        config = boundary.config(flags)
         effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
         prepared, outcome = run_stage(config, effects)
         doc = success_doc(outcome, prepared.manifest.display_source)
@@ -175,7 +184,7 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
         from llmkube_stager.commands.plan_view import render_plan
         from llmkube_stager.stage import Effects, prepare
 
-        config = load_config(os.environ, flags)
+        config = boundary.config(flags)
         prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
         text = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
         click.echo(boundary.redact(text))
@@ -198,7 +207,7 @@ def verify(strict: bool, **kwargs: Any) -> None:
         from llmkube_stager.model import Decision, FileResult, Outcome
 
         started = time.monotonic()
-        config = load_config(os.environ, flags, require_source=False)
+        config = boundary.config(flags, require_source=False)
         report = check_files(config)
         judge(report, strict, boundary.log)
         results = tuple(FileResult(rel, Decision.REUSE) for rel in report.checked)

@@ -5,6 +5,13 @@ once, through the mapping the CLI passes in. Every variable also has a flag;
 a flag that was given wins over the environment. A bad value raises
 `ConfigError` naming the variable (never echoing a secret's value) before any
 I/O, so the cache is left untouched.
+
+Values the old scripts tolerated keep their old meaning instead (issue #14:
+the operator may send them, also through `envFrom` of the source Secret): a
+blank line inside MODEL_FILES, a PROGRESS_INTERVAL that is not a positive
+number, an unknown LLMKUBE_REFRESH_POLICY, any LLMKUBE_PREFETCH_STAGER other
+than exactly `true`. They are not errors but `Config.warnings`, which the
+CLI logs once its logger exists.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Literal
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.layout import (
     PATH_MAX_BYTES,
+    blank_entries,
     check_name_room,
     check_path_room,
     parse_file_list,
@@ -151,6 +159,8 @@ class Config:
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
+    # Tolerated values, each with what was made of it (see the module docstring).
+    warnings: tuple[str, ...] = ()
 
     @property
     def multi_file(self) -> bool:
@@ -163,19 +173,17 @@ URL_MAX_BYTES = 8192
 _URL_VARS = ("MODEL_SOURCE", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "HTTP_PROXY")
 
 
-def _shown(text: str, limit: int = 100) -> str:
-    """A value as an error shows it: quoted, and never a megabyte of it."""
-    return repr(text[:limit]) + (
-        f" (and {len(text) - limit} more characters)" if len(text) > limit else ""
-    )
-
-
 class _Reader:
     """Looks a variable up: flag first, then environment, then default."""
 
     def __init__(self, environ: Mapping[str, str], flags: Mapping[str, str | None]) -> None:
         self._environ = environ
         self._flags = flags
+        self.warnings: list[str] = []
+
+    def tolerated(self, name: str, value: str, meaning: str) -> None:
+        """A value the scripts accepted: keep their meaning, say so."""
+        self.warnings.append(f"{name}={_shown(value)} is not valid; {meaning}, as the scripts did")
 
     def optional(self, name: str) -> str | None:
         """The value, or None when neither flag nor variable is set at all
@@ -228,13 +236,14 @@ class _Reader:
                 return choice
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {_shown(text)}")
 
-    def boolean(self, name: str) -> bool:
-        text = self.raw(name).strip().lower()
-        if text in ("", "false", "0", "no"):
-            return False
-        if text in ("true", "1", "yes"):
-            return True
-        raise ConfigError(f"{name} must be true or false, got {_shown(text)}")
+    def interval(self, name: str, default: float) -> float:
+        """Seconds where the scripts fell back to their default on anything
+        that is not a positive number (`${PROGRESS_INTERVAL:-10}`)."""
+        try:
+            return self.number(name, default)
+        except ConfigError:
+            self.tolerated(name, self.raw(name), f"using the default {default:g} s")
+            return default
 
 
 def load_timeouts(read: _Reader) -> Timeouts:
@@ -310,6 +319,35 @@ def _local_path(name: str, path: str, cwd: str | None) -> str:
     return posixpath.normpath(posixpath.join(cwd, path))
 
 
+def _prefetch_stager(read: _Reader) -> bool:
+    """A stager only for exactly `true` (the scripts' `= true` test): a
+    serving pod taken for a stager would write on FUSE, which spec §9.3
+    forbids, so `True`, `1` or `yes` mean a serving pod, with a warning."""
+    value = read.raw("LLMKUBE_PREFETCH_STAGER")
+    if value not in ("", "true", "false"):
+        meaning = "this pod is a serving pod (a stager needs exactly 'true')"
+        read.tolerated("LLMKUBE_PREFETCH_STAGER", value, meaning)
+    return value == "true"
+
+
+def _model_files(read: _Reader) -> tuple[str, ...]:
+    text = read.raw("MODEL_FILES")
+    blank = blank_entries(text)
+    if blank:
+        read.warnings.append(
+            f"MODEL_FILES has {blank} blank line(s) between entries; skipped, as the scripts did"
+        )
+    return parse_file_list(text)
+
+
+def _shown(value: str) -> str:
+    """A value for a message: quoted, or only its length when long. Never a
+    prefix: a cut secret would escape the redactor, which knows whole values
+    (and a Secret's keys reach the pod through envFrom)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"<{len(value)} characters>"
+
+
 def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
     cache_dir = _local_path("CACHE_DIR", read.raw("CACHE_DIR").strip(), cwd)
@@ -318,7 +356,7 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
         # pvc:// is verified where the claim is mounted (spec §3.5).
         claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
         model_path = posixpath.join("/model-source", claim_path) if claim_path else ""
-    files = parse_file_list(read.raw("MODEL_FILES"))
+    files = _model_files(read)
     if files and model_path:
         raise ConfigError("set MODEL_FILES (multi-file) or MODEL_PATH (single-file), not both")
     if files and not cache_dir:
@@ -396,7 +434,7 @@ def load_config(
         model_path=model_path,
         model_files=files,
         refresh_policy=_policy(read),
-        prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
+        prefetch_stager=_prefetch_stager(read),
         pins=pins,
         s3_bucket=read.raw("S3_BUCKET").strip(),
         s3_key=read.raw("S3_KEY").strip(),
@@ -409,13 +447,14 @@ def load_config(
         host_model=_abs_path(read, "LLMKUBE_HOST_MODEL", "/host-model/model.gguf"),
         allowed_host_roots=_allowed_roots(read),
         termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG", "/dev/termination-log"),
-        progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
+        progress_interval_s=read.interval("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
         direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
         proxy=load_proxy(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
+        warnings=tuple(read.warnings),
     )
 
 
@@ -467,8 +506,13 @@ def _connections(read: _Reader) -> int:
 
 
 def _policy(read: _Reader) -> RefreshPolicy:
-    value = read.choice("LLMKUBE_REFRESH_POLICY", ("IfNotPresent", "OnChange"), "IfNotPresent")
-    return "OnChange" if value == "OnChange" else "IfNotPresent"
+    """IfNotPresent for anything but OnChange, the CRD default (spec §5.2)."""
+    text = read.raw("LLMKUBE_REFRESH_POLICY").strip()
+    if text.lower() == "onchange":
+        return "OnChange"
+    if text and text.lower() != "ifnotpresent":
+        read.tolerated("LLMKUBE_REFRESH_POLICY", text, "using IfNotPresent (the CRD default)")
+    return "IfNotPresent"
 
 
 def _log_format(read: _Reader) -> LogFormat:

@@ -9,6 +9,7 @@ message and an exit code.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
@@ -223,6 +224,31 @@ def remedy_for(reason: Reason, kind: SourceKind | None = None) -> str:
     return REMEDIES[reason]
 
 
+class Network(StrEnum):
+    """How the network failed, decided by exception type where it was caught."""
+
+    DNS = "dns"
+    REFUSED = "refused"
+    CONNECT_TIMEOUT = "connect_timeout"
+    READ_TIMEOUT = "read_timeout"  # connected, then no byte for the stall timeout
+    RESET = "reset"
+    TLS_UNTRUSTED = "tls_untrusted"
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What the origin or the network said, as facts: the source adapters fill
+    it where they translate a failure, `operator_phrase` turns it into the
+    words today's controller looks for (spec §11.2)."""
+
+    http_status: int | None = None
+    s3_code: str = ""  # S3's <Code>, e.g. NoSuchKey, NoSuchBucket, SignatureDoesNotMatch
+    network: Network | None = None
+    host: str = ""
+    port: int | None = None
+    tls_problem: str = ""  # OpenSSL's verify message, e.g. "self-signed certificate"
+
+
 class StagerError(Exception):
     """A failure with a contract reason. `detail` is already free of secrets."""
 
@@ -236,6 +262,7 @@ class StagerError(Exception):
         source_kind: SourceKind | None = None,
         reason: Reason | None = None,
         remedy: str | None = None,
+        wire: Wire | None = None,
     ) -> None:
         super().__init__(detail)
         if reason is not None:
@@ -246,6 +273,7 @@ class StagerError(Exception):
         # A cause-specific remedy where the reason's own would mislead (a
         # symlink leading outside is not "read-only").
         self._remedy = remedy
+        self.wire = wire
 
     @property
     def remedy(self) -> str:
@@ -289,8 +317,9 @@ class SourceError(StagerError):
         retry_after_s: float | None = None,
         file: str | None = None,
         answered: bool = False,
+        wire: Wire | None = None,
     ) -> None:
-        super().__init__(detail, file=file, reason=reason)
+        super().__init__(detail, file=file, reason=reason, wire=wire)
         self.transient = transient
         self.retry_after_s = retry_after_s
         # True when the origin answered (an HTTP status), so the log never
@@ -328,3 +357,35 @@ class CacheError(StagerError):
 
 class Cancelled(StagerError):
     reason = Reason.CANCELLED
+
+
+def operator_phrase(err: StagerError) -> str:
+    """The words the operator's substring matcher looks for (spec §11.2), in
+    the wording curl and S3 used, built from the facts the error carries:
+    never from its text. Empty when the failure has no such words (curl's
+    other failures were never classified either, §11.1 item 8)."""
+    wire = err.wire
+    if wire is None:
+        return ""
+    parts = [wire.s3_code] if wire.s3_code else []
+    if wire.http_status is not None and wire.http_status >= 400:
+        # curl -f (22): the whole line the old downloader printed.
+        parts.append(f"The requested URL returned error: {wire.http_status}")
+    if wire.network is not None:
+        host = wire.host or "the origin"
+        at = f"{host} port {wire.port}" if wire.port is not None else host
+        problem = wire.tls_problem or "certificate verify failed"
+        parts.append(_NETWORK_PHRASES[wire.network].format(host=host, at=at, problem=problem))
+    return "; ".join(p for p in parts if p)
+
+
+# curl's (6), (7), (28), (56) and (60) texts; a stall is a timeout on an
+# established connection, which the matcher knows as "connection timed out".
+_NETWORK_PHRASES: dict[Network, str] = {
+    Network.DNS: "Could not resolve host: {host}",
+    Network.REFUSED: "Failed to connect to {at}: Connection refused",
+    Network.CONNECT_TIMEOUT: "Failed to connect to {at}: Connection timed out",
+    Network.READ_TIMEOUT: "Operation timed out: Connection timed out receiving from {at}",
+    Network.RESET: "Recv failure: Connection reset by peer",
+    Network.TLS_UNTRUSTED: "SSL certificate problem: {problem}",
+}

@@ -17,27 +17,52 @@ MARKER_SUFFIX = ".sha256-rejected"
 ATOMIC_TMP_INFIX = ".llmkube-tmp."
 # The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
 LEGACY_PARTIAL_SUFFIX = ".tmp"
-# The agent's own partials: `<dest>.<key>.<writer>.llmkube-part`, one per
+# The agent's own partials: `<dest>.<key>.<writer>.llmkube-part.tmp`, one per
 # writer, so that two writers never share an inode (#2158, see partials.py).
-PART_SUFFIX = ".llmkube-part"
-# Parallel ranged transfers write a sparse `<...>.llmkube-segs` file whose
-# progress lives in a sibling `<...>.llmkube-journal`: its size proves nothing,
-# so the sequential logic never adopts it (transfer/parallel.py).
-SEGS_SUFFIX = ".llmkube-segs"
-JOURNAL_SUFFIX = ".llmkube-journal"
+# Every partial name ends in `.tmp` so that the scripts' `*.tmp` sweeps
+# (spec §10) remove them after a rollback to the scripts (issue #14 item 7).
+PART_SUFFIX = ".llmkube-part.tmp"
+# Parallel ranged transfers write a sparse `<...>.llmkube-segs.tmp` file whose
+# progress lives in a sibling `<...>.llmkube-journal.tmp`: its size proves
+# nothing, so the sequential logic never adopts it (transfer/parallel.py).
+SEGS_SUFFIX = ".llmkube-segs.tmp"
+JOURNAL_SUFFIX = ".llmkube-journal.tmp"
+# The same three as the previous version named them (no `.tmp`): still
+# recognised, so a cache it left is resumed and swept.
+OLD_PART_SUFFIX = ".llmkube-part"
+OLD_SEGS_SUFFIX = ".llmkube-segs"
+OLD_JOURNAL_SUFFIX = ".llmkube-journal"
+AGENT_PARTIAL_SUFFIXES = (
+    PART_SUFFIX,
+    SEGS_SUFFIX,
+    JOURNAL_SUFFIX,
+    OLD_PART_SUFFIX,
+    OLD_SEGS_SUFFIX,
+    OLD_JOURNAL_SUFFIX,
+)
+# (suffix, kind) for parse_partial, the current names first.
+_PARTIAL_KINDS = (
+    (PART_SUFFIX, "part"),
+    (SEGS_SUFFIX, "segs"),
+    (JOURNAL_SUFFIX, "journal"),
+    (OLD_PART_SUFFIX, "part"),
+    (OLD_SEGS_SUFFIX, "segs"),
+    (OLD_JOURNAL_SUFFIX, "journal"),
+)
 LOCK_NAME = ".llmkube.lock"
 # Per model directory: the origin validator (ETag, HF blob id / LFS sha256)
 # each file was staged from, so OnChange sees a same-size change.
 VALIDATORS_NAME = ".llmkube-validators"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
+# (The old partial suffixes are substrings of the current ones.)
 _RESERVED_MARKERS = (
     SIZE_RECORD_SUFFIX,
     ATOMIC_TMP_INFIX,
     MARKER_SUFFIX,
-    PART_SUFFIX,
-    SEGS_SUFFIX,
-    JOURNAL_SUFFIX,
+    OLD_PART_SUFFIX,
+    OLD_SEGS_SUFFIX,
+    OLD_JOURNAL_SUFFIX,
 )
 _RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME})
 # `<file>.sha256` is the stamp of `<file>`: a repository file of that name
@@ -52,13 +77,13 @@ PATH_MAX_BYTES = 4096
 def parse_file_list(text: str) -> tuple[str, ...]:
     """MODEL_FILES -> validated relative paths, order kept (first = primary).
 
-    Leading/trailing blank lines are tolerated (the operator joins with "\\n");
-    any other defect is `InvalidFileSet` before any request or write.
+    Empty lines are skipped anywhere, as the scripts' loop did (`[ -n "$rel" ]
+    || continue`; see `blank_entries`); any other defect is `InvalidFileSet`
+    before any request or write.
     """
-    body = text.strip("\n")
-    if not body.strip():
+    if not text.strip():
         return ()
-    entries = body.split("\n")
+    entries = [rel for rel in text.split("\n") if rel]
     seen: set[str] = set()
     for rel in entries:
         _check_rel(rel)
@@ -67,6 +92,13 @@ def parse_file_list(text: str) -> tuple[str, ...]:
         seen.add(rel)
     _check_no_dir_clash(entries)
     return tuple(entries)
+
+
+def blank_entries(text: str) -> int:
+    """Empty lines between MODEL_FILES entries (leading and trailing ones are
+    the operator's join and say nothing)."""
+    body = text.strip("\n")
+    return body.split("\n").count("") if body.strip() else 0
 
 
 def _check_rel(rel: str) -> None:
@@ -168,8 +200,8 @@ def legacy_partial_path(dest: str, validator: str) -> str:
 
 
 def private_partial_path(dest: str, validator: str, writer_id: str) -> str:
-    """`<dest>.<key>.<writer>.llmkube-part`: keyed on the validator like the
-    shell's name, and private to one writer."""
+    """`<dest>.<key>.<writer>.llmkube-part.tmp`: keyed on the validator like
+    the shell's name, and private to one writer."""
     return f"{dest}.{partial_key(validator)}.{writer_id}{PART_SUFFIX}"
 
 
@@ -180,16 +212,20 @@ def segmented_paths(dest: str, validator: str, writer_id: str) -> tuple[str, str
 
 
 def journal_of(segs_path: str) -> str:
+    """The journal beside a data file, named as the data file is (current or old)."""
+    if segs_path.endswith(OLD_SEGS_SUFFIX):
+        return segs_path[: -len(OLD_SEGS_SUFFIX)] + OLD_JOURNAL_SUFFIX
     return segs_path[: -len(SEGS_SUFFIX)] + JOURNAL_SUFFIX
 
 
 def parse_partial(dest: str, path: str) -> tuple[str, str] | None:
     """(validator key, kind) of a partial of `dest`; kind is "part",
-    "segs", "journal" or "legacy" (the shell's `<dest>.<key>.tmp`)."""
+    "segs", "journal" (current or old names) or "legacy" (the shell's
+    `<dest>.<key>.tmp`, told apart by its bare 12-hex key before `.tmp`)."""
     if not path.startswith(dest + "."):
         return None
     rest = path[len(dest) + 1 :]
-    for suffix, kind in ((PART_SUFFIX, "part"), (SEGS_SUFFIX, "segs"), (JOURNAL_SUFFIX, "journal")):
+    for suffix, kind in _PARTIAL_KINDS:
         if rest.endswith(suffix):
             key, _, writer = rest[: -len(suffix)].partition(".")
             return (key, kind) if _is_hex(key, 12) and _is_hex(writer, 8) else None

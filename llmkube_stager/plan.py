@@ -175,8 +175,6 @@ def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Ac
     """Keep a usable copy; backfill a missing or stale record and the stamp
     where this pod may write (legacy caches, scenario 44/52)."""
     may_write = ctx.permission.may_write
-    if local.pin is PinState.STAMP_HIT:
-        message += " (stamp hit)"
     return Action(
         local.rel,
         decision,
@@ -188,7 +186,10 @@ def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Ac
 
 
 def _accept_why(local: LocalFile) -> str:
-    if local.pin in (PinState.STAMP_HIT, PinState.HASHED):
+    if local.pin is PinState.STAMP_HIT:
+        # spec §7: "stamp hit" in the output, on its own line (the hit line is exact).
+        return "matches its sha256 pin (stamp hit: same size and mtime, not read again)"
+    if local.pin is PinState.HASHED:
         return f"matches its sha256 pin ({local.pin.value})"
     if local.record_bytes is None:
         return "present without a valid size record; kept as-is"

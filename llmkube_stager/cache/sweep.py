@@ -31,10 +31,8 @@ from dataclasses import dataclass
 
 from llmkube_stager.cache.safeio import walk_files
 from llmkube_stager.layout import (
-    JOURNAL_SUFFIX,
+    AGENT_PARTIAL_SUFFIXES,
     LEGACY_PARTIAL_SUFFIX,
-    PART_SUFFIX,
-    SEGS_SUFFIX,
     key_of_partial,
 )
 
@@ -91,7 +89,7 @@ def debris(
 
 
 def _is_agent_partial(path: str, settled: frozenset[str]) -> bool:
-    if path.endswith((PART_SUFFIX, SEGS_SUFFIX, JOURNAL_SUFFIX)):
+    if path.endswith(AGENT_PARTIAL_SUFFIXES):
         return True
     return is_partial_of_any(path, settled)
 

@@ -20,9 +20,9 @@ from llmkube_stager.cache.records import read_record, stamp_status
 from llmkube_stager.cache.safeio import kind_of, walk_files
 from llmkube_stager.cache.sweep import DEBRIS_AGE_S, FUTURE_SLACK_S, is_atomic_debris
 from llmkube_stager.layout import (
+    AGENT_PARTIAL_SUFFIXES,
     LOCK_NAME,
     MARKER_SUFFIX,
-    PART_SUFFIX,
     SIZE_RECORD_SUFFIX,
     STAMP_SUFFIX,
 )
@@ -75,7 +75,7 @@ class Report:
 
 
 def _leftover_kind(name: str) -> str | None:
-    if name.endswith(PART_SUFFIX):
+    if name.endswith(AGENT_PARTIAL_SUFFIXES):
         return "partial"
     if _LEGACY_PARTIAL_RE.match(name):
         return "legacy-partial"

@@ -23,7 +23,11 @@ from llmkube_stager.sources.http_status import (
     split_userinfo,
     status_error,
 )
-from llmkube_stager.sources.http_wire import proxy_refused, translate_network_error
+from llmkube_stager.sources.http_wire import (
+    proxy_refused,
+    timeout_error,
+    translate_network_error,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -94,19 +98,19 @@ def _head(
     where = display_url(url)
     origin = Origin.of(url)
     proxy = proxies.for_url(origin.scheme, origin.host, origin.port) if proxies else None
+    peer = origin
     if proxy is not None:
         where += f" via the proxy {proxy.display}"
+        peer = Origin(origin.scheme, proxy.host, proxy.port)
     try:
         return client.head(url, headers=headers)
     except httpx.ProxyError as exc:
         raise proxy_refused(str(exc), where, "probe") from exc
     except httpx.TimeoutException as exc:
         phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "probe"
-        raise SourceError(
-            f"{phase} timed out for {where}", reason=Reason.SOURCE_UNREACHABLE, transient=True
-        ) from exc
+        raise timeout_error(phase, where, peer) from exc
     except httpx.TransportError as exc:
-        raise translate_network_error(root_cause(exc), where, "probe") from exc
+        raise translate_network_error(root_cause(exc), where, "probe", peer) from exc
 
 
 def root_cause(exc: BaseException) -> BaseException:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.errors import Reason, SourceError, Wire
 
 USER_AGENT = "llmkube-stager/0.1"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -159,21 +159,24 @@ def rate_limit_wait_s(get: HeaderGet) -> float | None:
 
 
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
-    """Map an HTTP error status to a contract reason; 429/5xx are transient."""
+    """Map an HTTP error status to a contract reason; 429/5xx are transient.
+    The status rides along as a fact (`Wire`), for the operator's matcher."""
     text = f"{where} returned HTTP {status}"
+    wire = Wire(http_status=status)
     if status in (401, 403):
-        return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
+        return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True, wire=wire)
     if status in (404, 410):
-        return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True)
+        return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True, wire=wire)
     if status == 407:
         # A proxy in the way wants (other) credentials: HTTP(S)_PROXY.
         return SourceError(
             f"{text} (Proxy Authentication Required: check the credentials in the proxy URL)",
             reason=Reason.SOURCE_UNREACHABLE,
+            wire=wire,
         )
     if status == 412:
         # If-Match failed: the object changed under a pinned transfer.
-        return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True)
+        return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True, wire=wire)
     if status == 429:
         return SourceError(
             text,
@@ -181,6 +184,7 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
             transient=True,
             retry_after_s=rate_limit_wait_s(get),
             answered=True,
+            wire=wire,
         )
     if status >= 500:
         wait = retry_after_s(get("retry-after"))
@@ -190,5 +194,6 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
             transient=True,
             retry_after_s=wait,
             answered=True,
+            wire=wire,
         )
-    return SourceError(text, reason=Reason.SOURCE_REJECTED, answered=True)
+    return SourceError(text, reason=Reason.SOURCE_REJECTED, answered=True, wire=wire)

@@ -224,7 +224,20 @@ def _plan_probe_single_signed(pod: Pod, origin: Origin, stack: ExitStack) -> Sce
 
 def _plan_invalid(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
     pod.single(secret_url(origin.url, MODEL))
-    return Scenario(args=("plan", "--json"), env={"PROGRESS_INTERVAL": "-1"}, exit_code=2)
+    return Scenario(args=("plan", "--json"), env={"LLMKUBE_STALL_TIMEOUT": "-1"}, exit_code=2)
+
+
+def _tolerated_values_holding_secrets(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
+    """Values the scripts tolerated are echoed in a warning (issue #14):
+    never a secret, whole or cut."""
+    origin.put(MODEL, DATA)
+    pod.single(secret_url(origin.url, MODEL))
+    env: dict[str, str | None] = {
+        "LLMKUBE_REFRESH_POLICY": AWS_SESSION_TOKEN,
+        "PROGRESS_INTERVAL": HF_TOKEN,
+        "LLMKUBE_PREFETCH_STAGER": AWS_SECRET_ACCESS_KEY,
+    }
+    return Scenario(env=env, exit_code=0, reason="ModelTransferSucceeded")
 
 
 def _proxy(password: str, reason: str, exit_code: int | None = None) -> Setup:
@@ -279,6 +292,7 @@ SCENARIOS: dict[str, Setup] = {
     "plan-json-probe": _plan_json_probe,
     "plan-probe-404": _plan_probe_single_signed,
     "plan-invalid-config": _plan_invalid,
+    "tolerated-values-holding-secrets": _tolerated_values_holding_secrets,
 }
 
 

@@ -455,7 +455,9 @@ def test_scenario_53_truncated_legacy_file_is_backfilled_as_is(
     assert origin.requests() == []
 
 
-@pytest.mark.parametrize("value", ["false", "", "no", "0"])
+# "True", "1", "yes": the scripts' `= true` test made serving pods of them,
+# and a serving pod must never write on FUSE (spec §9.3, issue #14 item 5).
+@pytest.mark.parametrize("value", ["false", "", "no", "0", "True", "TRUE", "1", "yes", " true"])
 def test_scenario_58_only_prefetch_stager_true_makes_a_stager(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache, value: str
 ) -> None:
