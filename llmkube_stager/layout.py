@@ -211,6 +211,16 @@ def segmented_paths(dest: str, validator: str, writer_id: str) -> tuple[str, str
     return stem + SEGS_SUFFIX, stem + JOURNAL_SUFFIX
 
 
+def ranged_of_stream(part_path: str) -> tuple[str, str]:
+    """(data, journal) a writer's stream partial becomes when it widens to
+    ranged connections (the same writer id and key; current or old names)."""
+    if part_path.endswith(OLD_PART_SUFFIX):
+        stem = part_path[: -len(OLD_PART_SUFFIX)]
+        return stem + OLD_SEGS_SUFFIX, stem + OLD_JOURNAL_SUFFIX
+    stem = part_path[: -len(PART_SUFFIX)]
+    return stem + SEGS_SUFFIX, stem + JOURNAL_SUFFIX
+
+
 def journal_of(segs_path: str) -> str:
     """The journal beside a data file, named as the data file is (current or old)."""
     if segs_path.endswith(OLD_SEGS_SUFFIX):

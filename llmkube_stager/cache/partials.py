@@ -44,6 +44,7 @@ from llmkube_stager.layout import (
     parse_partial,
     partial_key,
     private_partial_path,
+    ranged_of_stream,
     segmented_paths,
 )
 
@@ -304,8 +305,23 @@ def adopt_partial(
     for candidate in sorted(candidates, key=lambda p: p.size_bytes, reverse=True):
         taken = _copy(candidate, own) if candidate.kind == "legacy" else _take(candidate, own)
         if taken is not None:
+            if candidate.kind == "part":
+                _drop_orphan_journal(candidate.path)
             return taken
     return own
+
+
+def _drop_orphan_journal(adopted_stream: str) -> None:
+    """A writer widening to ranged connections journals its stream's bytes
+    under its ranged name, then renames the stream partial to that name
+    (transfer/parallel.py `_take_over`). Killed between the two, it leaves
+    a journal without data beside the stream partial we just adopted: that
+    writer is gone (or, frozen and woken, finds its rename failing and
+    drops the journal itself), so the journal can never be completed."""
+    data, journal = ranged_of_stream(adopted_stream)
+    with contextlib.suppress(OSError):
+        if not os.path.lexists(data) and stat.S_ISREG(os.lstat(journal).st_mode):
+            os.unlink(journal)
 
 
 def remove_stale(
