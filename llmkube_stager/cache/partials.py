@@ -38,6 +38,7 @@ import stat
 from dataclasses import dataclass
 
 from llmkube_stager.layout import (
+    ATOMIC_TMP_INFIX,
     LEGACY_PARTIAL_SUFFIX,
     atomic_tmp_path,
     journal_of,
@@ -322,6 +323,23 @@ def _drop_orphan_journal(adopted_stream: str) -> None:
     with contextlib.suppress(OSError):
         if not os.path.lexists(data) and stat.S_ISREG(os.lstat(journal).st_mode):
             os.unlink(journal)
+    _drop_journal_temps(journal)
+
+
+def _drop_journal_temps(journal: str) -> None:
+    """The atomic-write temps (`<journal>.llmkube-tmp.XXXXXX`) a writer we
+    adopted from was killed in the middle of: its journal is ours now, or
+    gone, and nothing will ever rename them (the 10-minute sweep would)."""
+    directory, name = os.path.split(journal)
+    prefix = name + ATOMIC_TMP_INFIX
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory or "."):
+            tail = entry.name[len(prefix) :]
+            if entry.name.startswith(prefix) and len(tail) == 6 and entry.is_file(
+                follow_symlinks=False
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 def remove_stale(
@@ -391,6 +409,7 @@ def adopt_segmented(
             if not stat.S_ISREG(os.lstat(old_journal).st_mode):
                 raise FileNotFoundError(old_journal)
             os.rename(old_journal, journal)
+            _drop_journal_temps(old_journal)
         except OSError:
             taken.discard()
             own = Claim.create(data)

@@ -48,3 +48,23 @@ def test_a_journal_whose_data_exists_is_not_touched(tmp_path: Path) -> None:
         assert journal.exists() and segs.exists()
     finally:
         claim.close()
+
+
+def test_adopting_a_ranged_partial_drops_the_dead_writers_journal_temps(tmp_path: Path) -> None:
+    """Killed inside an atomic journal write (temp created, not renamed yet):
+    the temp is the dead writer's, never renamed by anyone."""
+    from llmkube_stager.cache.partials import adopt_segmented
+
+    dest = str(tmp_path / "model.gguf")
+    segs, journal = (Path(p) for p in segmented_paths(dest, VALIDATOR, "0badc0de"))
+    segs.write_bytes(b"\0" * 4096)
+    journal.write_text('{"validator": "", "size": 4096, "done": []}')
+    temp = Path(str(journal) + ".llmkube-tmp.AbC123")
+    temp.write_text("{")
+
+    claim, new_journal, adopted = adopt_segmented(dest, VALIDATOR, "12345678", idle_s=0.0)
+    try:
+        assert adopted and Path(new_journal).exists()
+        assert not temp.exists()
+    finally:
+        claim.close()
