@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_support import Pod, assert_failure, assert_success
 
 from tests.harness.origin import Origin
+from tests.harness.pod import Pod
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +27,7 @@ def test_blank_line_inside_model_files_is_skipped(pod: Pod, origin: Origin) -> N
     origin.put("/r/b.bin", b"bb")
     cache = pod.multi(origin.url + "/r/", ["a.bin", "", "b.bin"])
     run = pod.run("stage")
-    assert_success(run, files=2, fetched=2, reused=0)
+    run.ok(files=2, fetched=2, reused=0)
     assert (cache / "a.bin").read_bytes() == b"a" and (cache / "b.bin").read_bytes() == b"bb"
     assert any("MODEL_FILES" in w and "blank" in w for w in warnings(run.stderr)), run.stderr
 
@@ -35,7 +35,7 @@ def test_blank_line_inside_model_files_is_skipped(pod: Pod, origin: Origin) -> N
 def test_a_duplicate_entry_stays_invalid(pod: Pod, origin: Origin) -> None:
     pod.multi(origin.url + "/r/", ["a.bin", "", "a.bin"])
     run = pod.run("stage")
-    assert_failure(run, "InvalidFileSet", exit_code=2, retryable=False)
+    run.failed("InvalidFileSet", exit_code=2, retryable=False)
     assert not pod.models.exists()
     assert origin.requests() == []
 
@@ -47,7 +47,7 @@ def test_progress_interval_the_scripts_tolerated_is_the_default(
     origin.put(MODEL, DATA)
     pod.single(origin.url + MODEL)
     run = pod.run("stage", env={"PROGRESS_INTERVAL": value})
-    assert_success(run, files=1, fetched=1, reused=0)
+    run.ok(files=1, fetched=1, reused=0)
     assert any(w.startswith("WARNING: PROGRESS_INTERVAL=") for w in warnings(run.stderr)), run
 
 
@@ -58,7 +58,7 @@ def test_unknown_refresh_policy_is_if_not_present(pod: Pod, origin: Origin, valu
     assert pod.run("stage").returncode == 0
     origin.clear_log()
     run = pod.run("stage", env={"LLMKUBE_REFRESH_POLICY": value})
-    assert_success(run, files=1, fetched=0, reused=1)
+    run.ok(files=1, fetched=0, reused=1)
     assert origin.requests() == []  # IfNotPresent: a warm start asks nothing
     assert "Model already cached, skipping download" in run.stderr.splitlines()
     assert any("LLMKUBE_REFRESH_POLICY" in w for w in warnings(run.stderr)), run.stderr
@@ -103,6 +103,6 @@ def test_local_source_without_a_model_cache_fails_as_the_scripts_did(
     dest = pod.models / "ns-model.gguf"
     pod.env.update(MODEL_SOURCE=str(host), CACHE_DIR="", MODEL_PATH=str(dest))
     run = pod.run("stage")
-    doc = assert_failure(run, "InvalidConfiguration", exit_code=2, retryable=False)
+    doc = run.failed("InvalidConfiguration", exit_code=2, retryable=False).term
     assert "Local model source requires model cache to be configured" in doc["message"]
     assert not dest.exists() and not pod.models.exists()

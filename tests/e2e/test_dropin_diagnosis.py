@@ -6,6 +6,7 @@ there is no termination message."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_support import Pod, Run, tls_server_context
+from e2e_support import tls_server_context
 from upstream_matcher import MAX_LINE_BYTES, controller_message, log_tail, match
 
 from llmkube_stager.commands.diagnose import condition_for
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.pod import Pod, Run
 from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Server
 
 pytestmark = pytest.mark.e2e
@@ -141,7 +143,8 @@ def _enospc(pod: Pod, origin: Origin, tmp: Path, mount: Path) -> Run:
     pod.env.update(
         MODEL_SOURCE=origin.url + MODEL, CACHE_DIR=str(mount), MODEL_PATH=str(mount / "m.gguf")
     )
-    return pod.run("stage")
+    # Pinned: a body of unknown length is complete only by its digest (#10).
+    return pod.run("stage", env={"MODEL_SHA256": hashlib.sha256(DATA * 3).hexdigest()})
 
 
 def _preflight(pod: Pod, origin: Origin, tmp: Path, mount: Path) -> Run:
@@ -263,7 +266,7 @@ def _sigterm(pod: Pod, origin: Origin, tmp: Path) -> Run:
     proc = pod.popen("stage")
     wait_for(lambda: bool(partials_of(dest)), 20, "a partial", proc)
     proc.send_signal(signal.SIGTERM)
-    return pod.finish(proc, ("stage",))
+    return pod.finish(proc)
 
 
 def _truncated(pod: Pod, origin: Origin, tmp: Path) -> Run:

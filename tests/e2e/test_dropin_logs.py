@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
-from e2e_support import Pod, Run
 
 from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Pod, Run
 
 pytestmark = pytest.mark.e2e
 
