@@ -372,12 +372,19 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
 
 
 def _check_plain_text(name: str, path: str) -> None:
-    """No '..' part (the model directory must be where it says) and no
-    control character, in the path as the user wrote it."""
+    """No control character, and no '..' part that climbs out of a named
+    directory (the model directory must be where it says), in the path as
+    the user wrote it. A relative path may start by climbing (`../models`,
+    a person's local run): those parts are resolved against the working
+    directory, never against a directory of the cache."""
     shown = repr(path)[:200]
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
         raise ConfigError(f"{name} contains a control character: {shown}")
-    if any(part == ".." for part in path.split("/")):
+    parts = path.split("/")
+    if not path.startswith("/"):
+        while parts and parts[0] in ("..", "."):
+            parts = parts[1:]
+    if any(part == ".." for part in parts):
         raise ConfigError(f"{name} must not contain '..' parts, got {shown}")
 
 

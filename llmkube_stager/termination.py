@@ -114,14 +114,30 @@ def encode(doc: dict[str, Any], max_bytes: int = MAX_BYTES) -> bytes:
         if len(data) <= max_bytes:
             return data
         if not _shrink_longest(work):
-            return json.dumps(_minimal(work), separators=(",", ":")).encode()
+            return _last_resort(work, max_bytes)
+
+
+def _last_resort(work: dict[str, Any], max_bytes: int) -> bytes:
+    """The minimal document; below any real budget (a remedy is at most a
+    few hundred bytes), the four mandatory members and the reason alone."""
+    data = json.dumps(_minimal(work), separators=(",", ":")).encode()
+    if len(data) <= max_bytes:
+        return data
+    bare = {k: work[k] for k in ("v", "outcome", "reason", "retryable")}
+    if work["outcome"] == "failed":
+        bare = {"message": f"ERROR: {work['reason']}: see the pod log", **bare}
+    return json.dumps(bare, separators=(",", ":")).encode()
 
 
 def _minimal(work: dict[str, Any]) -> dict[str, Any]:
-    """The four mandatory members, after the reason as the message."""
+    """The four mandatory members after the message, which for a failure is
+    the reason and the remedy (the controller looks the remedy up verbatim;
+    the longest remedy keeps this document far below MAX_BYTES)."""
     minimal = {k: work[k] for k in ("v", "outcome", "reason", "retryable")}
     if work["outcome"] == "failed":
-        return {"message": f"ERROR: {work['reason']}", **minimal}
+        remedy = work.get("remedy", "")
+        message = f"ERROR: {work['reason']}: see the pod log; {remedy}"
+        return {"message": message, **minimal, "remedy": remedy}
     return minimal
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from llmkube_stager.layout import partial_key, validator_of
+from tests.harness.contract import exit_code_of
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -80,10 +81,12 @@ class Result:
         self.ended_with_a_reason()
         doc = self.term
         assert doc["outcome"] == "failed" and doc["reason"] == reason, str(self)
-        if exit_code is not None:
-            assert self.returncode == exit_code, str(self)
-        else:
-            assert self.returncode != 0, str(self)
+        # The contract's exit code for the reason, following the message's
+        # own retryable verdict (tests/harness/contract.py), unless given.
+        expected = exit_code_of(reason) if exit_code is None else exit_code
+        if exit_code is None and expected in (1, 4):
+            expected = 1 if doc["retryable"] else 4
+        assert self.returncode == expected, str(self)
         return doc
 
     def ok(self) -> dict[str, Any]:

@@ -40,10 +40,6 @@ KEY = key_of(len(DATA), ETAG)
 WRITER = "0badc0de"
 OLD_S = 3600.0
 COMMANDS = ("stage", "verify", "plan", "inspect")
-PARTIAL_XFAIL = pytest.mark.xfail(
-    strict=True, reason="partial adoption hardening: issue #10 branch"
-)
-
 # Every name the agent derives for MODEL_PATH=<cache>/model.gguf, by role.
 NAMES = {
     "final": "model.gguf",
@@ -62,13 +58,6 @@ NAMES = {
 # still trips on here: a FIFO named like an idle partial is adopted and the
 # resumed stream blocks on it; a directory named `<file>.tmp` makes
 # remove_stale's unlink raise IsADirectoryError (exit 3).
-ADOPTION_DEFECTS = frozenset(
-    {
-        ("legacy-partial", "fifo"),
-        ("part", "fifo"),
-        ("shell-tmp", "dir"),
-    }
-)
 # The matrix cells torture-quick takes (the rest run in `make torture`).
 QUICK_CELLS = frozenset(
     {
@@ -135,8 +124,6 @@ def _matrix() -> list[object]:
             for command in COMMANDS:
                 quick = (role, kind, command) in QUICK_CELLS
                 marks = [] if quick else [pytest.mark.slow]
-                if command == "stage" and (role, kind) in ADOPTION_DEFECTS:
-                    marks.append(PARTIAL_XFAIL)
                 cases.append(
                     pytest.param(role, kind, command, id=f"{role}-{kind}-{command}", marks=marks)
                 )
@@ -315,14 +302,14 @@ def test_an_unreadable_record_makes_the_file_unusable_and_is_never_overwritten(
 
     run = box.run("stage")
 
-    doc = run.failed("ModelCacheUnwritable", exit_code=1)
+    doc = run.failed("ModelCacheUnwritable")
     assert "fsGroup" in doc["remedy"], doc
     assert record.read_text() == str(len(DATA)), "the unreadable record was overwritten"
     assert (record.stat().st_uid, record.stat().st_mode & 0o777) == (0, 0)
     assert dest.read_bytes() == DATA[:1000], "the short file was kept as if legacy"
 
     verified = box.run("verify")
-    doc = verified.failed("ModelCacheIncomplete", exit_code=1)
+    doc = verified.failed("ModelCacheIncomplete")
     assert "fsGroup" in doc["remedy"], doc
 
 
@@ -348,7 +335,7 @@ def test_an_unreadable_subdirectory_is_a_cache_reason_not_a_bug(
         assert "unreadable" in run.stdout and "Permission denied" in run.stdout, str(run)
         return
     expected = "ModelCacheUnwritable" if command == "stage" else "ModelCacheIncomplete"
-    doc = run.failed(expected, exit_code=1)
+    doc = run.failed(expected)
     assert "fsGroup" in doc["remedy"], doc
 
 
@@ -364,7 +351,7 @@ def test_an_unwritable_subdirectory_fails_the_transfer_as_unwritable(
 
     run = box.run("stage")
 
-    doc = run.failed("ModelCacheUnwritable", exit_code=1)
+    doc = run.failed("ModelCacheUnwritable")
     assert "fsGroup" in doc["remedy"], doc
 
 

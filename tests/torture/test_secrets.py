@@ -93,8 +93,8 @@ def _with_secrets(box: Sandbox, origin: Origin) -> None:
 
 
 MISTAKES = {
-    "policy": {"LLMKUBE_REFRESH_POLICY": "Always"},
-    "relative-cache": {"CACHE_DIR": "rel/k"},
+    "log-format": {"LLMKUBE_LOG_FORMAT": "xml"},
+    "climbing-cache": {"CACHE_DIR": "rel/../../k"},
     "bad-file-set": {"MODEL_FILES": "../x"},
     "stamp-name": {"MODEL_FILES": "model.gguf\nmodel.gguf.sha256"},
     "long-name": {"MODEL_FILES": "n" * 240},

@@ -431,10 +431,23 @@ def test_the_fuse_refusal_cut_shows_the_cause() -> None:
 
 
 def test_the_minimal_document_still_starts_with_the_reason() -> None:
+    """Shrunk past every free-text field, the message is still the reason
+    and the remedy, and the document still meets the schema."""
     err = StagerError("d" * 5000, file="f" * 5000, reason=Reason.SOURCE_UNREACHABLE)
-    data = encode(failure_doc(err, "s" * 5000, no_redaction), max_bytes=200)
-    assert data.startswith(b'{"message":"ERROR: ModelSourceUnreachable"'), data
-    assert all(k in decode(data) for k in REQUIRED)
+    data = encode(failure_doc(err, "s" * 5000, no_redaction), max_bytes=350)
+    assert len(data) <= 350
+    assert data.startswith(b'{"message":"ERROR: ModelSourceUnreachable: '), data
+    doc = decode(data)
+    assert all(k in doc for k in REQUIRED)
+    assert doc["remedy"] == err.remedy and doc["message"].endswith(err.remedy)
+
+
+@pytest.mark.parametrize("reason", [r for r in Reason if r is not Reason.SUCCEEDED])
+def test_every_reasons_minimal_document_fits_the_budget(reason: Reason) -> None:
+    err = StagerError("d" * 50_000, file="f" * 50_000, reason=reason)
+    data = encode(failure_doc(err, "s" * 50_000, no_redaction))
+    assert len(data) <= MAX_BYTES
+    assert decode(data)["remedy"] == err.remedy
 
 
 # --- the operator's words (issue #14 item 1) ---------------------------------------------------
