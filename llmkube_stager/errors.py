@@ -236,6 +236,7 @@ class SourceError(StagerError):
         retry_after_s: float | None = None,
         file: str | None = None,
         answered: bool = False,
+        status: int | None = None,
     ) -> None:
         super().__init__(detail, file=file, reason=reason)
         self.transient = transient
@@ -243,6 +244,10 @@ class SourceError(StagerError):
         # True when the origin answered (an HTTP status), so the log never
         # calls an answering origin "unreachable" (scenario 51).
         self.answered = answered
+        # The HTTP status of that answer, for a source adapter whose origin
+        # gives a status its own meaning (S3: 503 is SlowDown, 403 may be an
+        # expired presigned URL).
+        self.status = status
 
 
 class TransferError(StagerError):

@@ -56,6 +56,11 @@ class Session:
         if self._fetcher is None:
             self._source = source
             self._fetcher = source.fetcher()
+            # A fetcher that reports on its own (S3: where its credentials
+            # came from, a re-signed URL) takes the run's log.
+            bind_log = getattr(self._fetcher, "bind_log", None)
+            if bind_log is not None:
+                bind_log(self.log)
         return self._fetcher
 
     def transfer_effects(self, root: str, listed: frozenset[str] = frozenset()) -> TransferEffects:

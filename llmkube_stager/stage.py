@@ -109,6 +109,10 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3).
             results = Executor(session, prepared.manifest, prepared.source).run(prepared.plan)
         else:
+            if any(action.transfers for action in prepared.plan.actions):
+                # Opening the fetcher checks what only it can (an S3 profile,
+                # the CA bundle) before the model directory and lock exist.
+                session.fetcher(prepared.source)
             results = _write(config, effects, prepared, session)
     finally:
         session.close()

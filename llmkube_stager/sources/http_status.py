@@ -119,7 +119,12 @@ def rate_limit_wait_s(get: HeaderGet) -> float | None:
 
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     """Map an HTTP error status to a contract reason; 429/5xx are transient."""
-    text = f"{where} returned HTTP {status}"
+    error = _status_error(status, get, f"{where} returned HTTP {status}")
+    error.status = status
+    return error
+
+
+def _status_error(status: int, get: HeaderGet, text: str) -> SourceError:
     if status in (401, 403):
         return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
     if status in (404, 410):

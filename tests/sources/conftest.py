@@ -1,9 +1,8 @@
-"""Fixtures of the source tests: a sandbox, a fake hub with its CDN, and
-moto's S3 server on loopback (one per session: moto's state is global)."""
+"""Fixtures of the source tests: a sandbox, a fake hub with its CDN. The
+S3 server (SeaweedFS, `s3` and `bucket`) comes from tests/conftest.py."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import sys
 from collections.abc import Callable, Iterator
@@ -14,9 +13,6 @@ import pytest
 from sources.support import HF_TOKEN, Sandbox
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
-from tests.harness.s3server import S3Server
-
-_BUCKETS = itertools.count(1)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,19 +44,6 @@ def cdn() -> Iterator[Origin]:
 def hub(cdn: Origin) -> Iterator[FakeHub]:
     with FakeHub(cdn, tokens={HF_TOKEN}) as fake:
         yield fake
-
-
-@pytest.fixture(scope="session")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture
-def bucket(s3: S3Server) -> str:
-    name = f"models-{next(_BUCKETS)}-{random.randrange(1 << 30):x}"
-    s3.client().create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture
