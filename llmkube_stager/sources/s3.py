@@ -51,7 +51,7 @@ _REGION_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 _PERCENT_ESCAPE_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 # A DNS label under a wildcard certificate: no dots (RFC 6125 wildcards).
 _VIRTUAL_HOSTABLE_RE = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
-_AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn")
+_AWS_DOMAINS = ("amazonaws.com", "amazonaws.com.cn")
 # Hosts botocore accepts for an http:// container credentials endpoint.
 _CONTAINER_HTTP_HOSTS = frozenset(
     {"127.0.0.1", "localhost", "::1", "169.254.170.2", "169.254.170.23", "fd00:ec2::23"}
@@ -172,13 +172,11 @@ def addressing_style(
     must (#12.6). `chosen`: AWS_S3_ADDRESSING_STYLE, else the profile's."""
     if chosen is not None:
         return chosen
-    if endpoint is None:
-        return "auto"  # AWS: botocore picks virtual-host style for DNS-safe names
-    parts = urlsplit(endpoint)
-    host = (parts.hostname or "").lower()
-    if host.endswith(_AWS_HOST_SUFFIXES):
-        # AWS names the bucket in the host; a dotted name breaks the
-        # wildcard certificate, and AWS still serves those by path.
+    host = (urlsplit(endpoint).hostname or "").lower() if endpoint else "s3.amazonaws.com"
+    if any(host == s or host.endswith("." + s) for s in _AWS_DOMAINS):
+        # AWS names the bucket in the (regional) host; a dotted name breaks
+        # the wildcard certificate, and AWS still serves those by path.
+        # Never botocore's "auto": it presigns for the global endpoint.
         hostable = _VIRTUAL_HOSTABLE_RE.fullmatch(bucket) is not None
         return "virtual" if hostable else "path"
     # MinIO, Ceph, SeaweedFS... rarely have wildcard DNS for bucket hosts

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
+from llmkube_stager.errors import ConfigError
 from llmkube_stager.sources.s3 import DEFAULT_REGION, S3Settings, addressing_style, parse_style
 from llmkube_stager.sources.s3_errors import translate_s3_error
 
@@ -34,14 +36,10 @@ class S3Clients:
         self._settings = settings
         self._bucket = bucket
         self.log: Log | None = None
-        where = f"s3://{bucket}"
-        try:
-            env = botocore_env(config.aws_env)
-            self._session = make_session(env, settings.sts_endpoint_url)
-            # A missing AWS_PROFILE fails here (botocore's ProfileNotFound).
-            profile = self._session.get_scoped_config()
-        except Exception as exc:
-            raise translate_s3_error(exc, where) from exc
+        env = botocore_env(config.aws_env)
+        _check_files(env)
+        self._session = make_session(env, settings.sts_endpoint_url)
+        profile = _profile(self._session, env)
         profile_style = (profile.get("s3") or {}).get("addressing_style")
         if settings.addressing is None and isinstance(profile_style, str):
             profile_choice = parse_style(profile_style, "the profile's s3 addressing_style")
@@ -140,6 +138,33 @@ class S3Clients:
         )
         client.meta.events.register("needs-retry.s3", self._learn_region)
         return client
+
+
+def _check_files(env: Mapping[str, str]) -> None:
+    """Files the credential chain will read: there, or a clear error now
+    rather than a failed request later."""
+    for name in ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"):
+        path = env.get(name)
+        if path and not os.path.isfile(path):
+            raise ConfigError(
+                f"{name} {path!r} is not a file (is the token projected into the pod?)"
+            )
+
+
+def _profile(session: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    """The selected profile of the shared files (reading them now)."""
+    from botocore.exceptions import BotoCoreError, ProfileNotFound
+
+    try:
+        profile: dict[str, Any] = session.get_scoped_config()
+    except ProfileNotFound:
+        raise ConfigError(
+            f"AWS_PROFILE {env.get('AWS_PROFILE', '')[:64]!r} is in neither "
+            "AWS_SHARED_CREDENTIALS_FILE nor AWS_CONFIG_FILE"
+        ) from None
+    except BotoCoreError as exc:  # an unparseable file
+        raise ConfigError(f"the AWS shared files cannot be read: {type(exc).__name__}") from None
+    return profile
 
 
 def _proxy_options(config: Config, endpoint: str | None, region: str) -> dict[str, Any]:

@@ -58,7 +58,11 @@ def make_session(env: Mapping[str, str], sts_endpoint: str | None) -> Any:
         "s3", session, _config_chains(chain, cp.DEFAULT_S3_CONFIG_VARS)
     )
     session.register_component("config_store", cp.ConfigValueStore(mapping=mapping))
-    session.register_component("credential_provider", _credential_resolver(session, env))
+    # Built on first use: the caller reads the profile first (a missing one
+    # is a configuration error, which the resolver would only hit midway).
+    session.lazy_register_component(
+        "credential_provider", lambda: _credential_resolver(session, env)
+    )
     return session
 
 

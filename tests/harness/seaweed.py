@@ -11,7 +11,8 @@ Identities:
 - `ADMIN` may do anything: the harness creates buckets and uploads with it;
 - `READER` may only read and list: the agent's static keys;
 - anonymous requests may read the bucket `PUBLIC_BUCKET` and nothing else;
-- with `issuer=`, the role `sts.ROLE_ARN` (read-only) for web identity tokens.
+- with `issuer=`, the role `sts.ROLE_ARN` (read-only) for web identity
+  tokens, in sessions of `session_s` seconds.
 
 Every request of the agent goes through an `S3Front` (s3front.py): the
 request log tests assert on, and S3-like faults. `endpoint_url` is the
@@ -57,11 +58,17 @@ def weed_binary() -> str | None:
     return found if os.path.exists(found) else None
 
 
+_TAKEN: set[int] = set()
+
+
 def _port_pair() -> int:
-    """A port whose +10000 (SeaweedFS's gRPC port) is free too."""
-    for _ in range(200):
-        port = random.randint(20000, 40000)
-        if all(_free(p) for p in (port, port + 10000)):
+    """A free port whose +10000 (SeaweedFS's gRPC port) is free too. Bases
+    below 30000, so no base is another server's gRPC port; never one this
+    process handed out before."""
+    for _ in range(500):
+        port = random.randint(20000, 29999)
+        if port not in _TAKEN and all(_free(p) for p in (port, port + 10000)):
+            _TAKEN.add(port)
             return port
     raise RuntimeError("no free port pair for SeaweedFS")
 
@@ -93,9 +100,14 @@ class SeaweedS3(Lifecycle):
     """`weed server -s3` (master, volume, filer, S3) plus its recording front."""
 
     def __init__(
-        self, *, issuer: OidcIssuer | None = None, tls: ssl.SSLContext | None = None
+        self,
+        *,
+        issuer: OidcIssuer | None = None,
+        session_s: int = 3600,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._issuer = issuer
+        self._session_s = session_s
         self._tls = tls
         self._server: subprocess.Popen[bytes] | None = None
         self._work = ""
@@ -158,11 +170,14 @@ class SeaweedS3(Lifecycle):
             "-s3",
             f"-s3.port={self.s3_port}",
             f"-s3.config={self._write_json('identities.json', _identities())}",
+            # <bucket>.localhost:<port> is virtual-host style (through a proxy
+            # that resolves .localhost: harness/proxy.py).
+            "-s3.domainName=localhost",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
         ]
         if self._issuer is not None:
-            iam = sts_iam_config(self._issuer.issuer)
+            iam = sts_iam_config(self._issuer.issuer, session_s=self._session_s)
             command.append(f"-s3.iam.config={self._write_json('iam.json', iam)}")
         return command
 

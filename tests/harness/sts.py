@@ -10,10 +10,12 @@ then checks on every request, presigned ones included, until they expire.
 Nothing about those credentials is faked: the issuer only plays the
 Kubernetes API server's part (it signs the projected service account token).
 
-The session a token buys lasts until the token's own `exp` at most
-(SeaweedFS caps it there), so a short-lived token file that is rewritten
-like the kubelet does (`rotating_token`) gives credentials that really
-expire during a test, and botocore really has to refresh them.
+SeaweedFS (4.48) issues every session for its configured `tokenDuration`
+(the token's own `exp` does not shorten it, and a request's DurationSeconds
+must be at least 900 s), so a server started with `session_s=3` gives
+credentials that really expire during a test, and botocore really has to
+refresh them (it re-reads the token file each time, like the kubelet's
+rotated projection: `rotating_token`).
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ class _Loopback(Lifecycle):
         self._server: _JsonServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.log: list[tuple[str, dict[str, str]]] = []  # (path, lower-cased headers)
+        # ("GET /path", lower-cased headers)
+        self.log: list[tuple[str, dict[str, str]]] = []
 
-    def answer(self, path: str, headers: dict[str, str]) -> tuple[int, Any]:
+    def answer(self, request: str, headers: dict[str, str]) -> tuple[int, Any]:
+        """(status, a JSON document or text) for "METHOD /path"."""
         raise NotImplementedError
 
     def start(self) -> Self:
@@ -77,11 +81,17 @@ class _Loopback(Lifecycle):
                 return
 
             def do_GET(self) -> None:
+                self._answer("GET")
+
+            def do_PUT(self) -> None:
+                self._answer("PUT")
+
+            def _answer(self, method: str) -> None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with owner._lock:
-                    owner.log.append((self.path, headers))
-                status, doc = owner.answer(self.path, headers)
-                body = json.dumps(doc).encode()
+                    owner.log.append((f"{method} {self.path}", headers))
+                status, doc = owner.answer(f"{method} {self.path}", headers)
+                body = doc.encode() if isinstance(doc, str) else json.dumps(doc).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -123,8 +133,8 @@ class OidcIssuer(_Loopback):
     def issuer(self) -> str:
         return self.url
 
-    def answer(self, path: str, headers: dict[str, str]) -> tuple[int, Any]:
-        if path.endswith("/jwks"):
+    def answer(self, request: str, headers: dict[str, str]) -> tuple[int, Any]:
+        if request.endswith("/jwks"):
             numbers = self._key.public_key().public_numbers()
             key = {
                 "kty": "RSA",
@@ -135,7 +145,7 @@ class OidcIssuer(_Loopback):
                 "e": _b64(_uint(numbers.e)),
             }
             return 200, {"keys": [key]}
-        if path.endswith("/.well-known/openid-configuration"):
+        if request.endswith("/.well-known/openid-configuration"):
             return 200, {"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks"}
         return 404, {}
 
@@ -187,12 +197,15 @@ class OidcIssuer(_Loopback):
             thread.join(2.0)
 
 
-def sts_iam_config(issuer: str, *, role_arn: str = ROLE_ARN) -> dict[str, Any]:
+def sts_iam_config(
+    issuer: str, *, session_s: int = 3600, role_arn: str = ROLE_ARN
+) -> dict[str, Any]:
     """SeaweedFS's advanced IAM configuration (`-s3.iam.config`): its STS
-    trusts `issuer` for AssumeRoleWithWebIdentity into a read-only role."""
+    trusts `issuer` for AssumeRoleWithWebIdentity into a read-only role, for
+    sessions of `session_s` (its S3 API refuses them afterwards)."""
     return {
         "sts": {
-            "tokenDuration": "1h",
+            "tokenDuration": f"{session_s}s",
             "maxSessionLength": "12h",
             "issuer": "seaweedfs-sts",
             # Any 32 bytes: SeaweedFS signs its session tokens with it.
@@ -259,13 +272,42 @@ class ContainerCredentials(_Loopback):
         self._credentials = credentials
         self._token = token
 
-    def answer(self, path: str, headers: dict[str, str]) -> tuple[int, Any]:
+    def answer(self, request: str, headers: dict[str, str]) -> tuple[int, Any]:
         if headers.get("authorization") != self._token:
             return 403, {"Message": "bad authorization token"}
-        c = self._credentials
-        return 200, {
-            "AccessKeyId": c.access_key_id,
-            "SecretAccessKey": c.secret_access_key,
-            "Token": c.session_token,
-            "Expiration": c.expiration,
-        }
+        return 200, _credentials_doc(self._credentials)
+
+
+def _credentials_doc(c: TemporaryCredentials) -> dict[str, str]:
+    return {
+        "Code": "Success",
+        "Type": "AWS-HMAC",
+        "AccessKeyId": c.access_key_id,
+        "SecretAccessKey": c.secret_access_key,
+        "Token": c.session_token,
+        "Expiration": c.expiration,
+    }
+
+
+class InstanceMetadata(_Loopback):
+    """EC2's instance metadata service (IMDSv2: a session token first) with
+    an instance profile role."""
+
+    ROLE = "llmkube-node"
+
+    def __init__(self, credentials: TemporaryCredentials) -> None:
+        super().__init__()
+        self._credentials = credentials
+        self._token = f"imds-{os.urandom(8).hex()}"
+
+    def answer(self, request: str, headers: dict[str, str]) -> tuple[int, Any]:
+        if request == "PUT /latest/api/token":
+            return 200, self._token
+        if headers.get("x-aws-ec2-metadata-token") != self._token:
+            return 401, ""
+        base = "GET /latest/meta-data/iam/security-credentials/"
+        if request == base:
+            return 200, self.ROLE
+        if request == base + self.ROLE:
+            return 200, _credentials_doc(self._credentials)
+        return 404, ""

@@ -1,0 +1,201 @@
+"""Bad S3 configuration is InvalidConfiguration, exit 2, before any I/O:
+no model directory, no lock, no request (#11.12); a source is a path, and
+what would be ambiguous is refused (#11.11); the S3 source needs no
+temporary directory unless it has extra CA certificates (#13.3).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sources.s3_support import KIB, s3_env, without_keys
+from sources.support import assert_success
+from tests.harness.tlsca import make_ca
+
+
+def assert_refused_before_any_io(box, run, s3, *texts: str) -> None:
+    assert run.returncode == 2, str(run)
+    doc = run.term
+    assert doc["reason"] == "InvalidConfiguration" and doc["retryable"] is False, doc
+    for text in texts:
+        assert text in doc["message"], doc
+    assert "Traceback" not in run.stderr, run.stderr
+    assert not box.cache_dir.exists()  # no model directory, so no lock either
+    assert s3.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AWS_ENDPOINT_URL": "minio.minio.svc:9000"}, "AWS_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL": "127.0.0.1:9000"}, "AWS_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:99999"}, "AWS_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL": "ftp://127.0.0.1:9000"}, "AWS_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL": "http://user:pw@127.0.0.1:9000"}, "AWS_ENDPOINT_URL"),
+        ({"AWS_ENDPOINT_URL_S3": "s3.example.com"}, "AWS_ENDPOINT_URL_S3"),
+        ({"AWS_ENDPOINT_URL_STS": "sts.example.com:443"}, "AWS_ENDPOINT_URL_STS"),
+        ({"AWS_REGION": "us east 1"}, "AWS_REGION"),
+        ({"AWS_REGION": "../../etc"}, "AWS_REGION"),
+        ({"AWS_DEFAULT_REGION": "eu_west_1"}, "AWS_DEFAULT_REGION"),
+        ({"AWS_S3_ADDRESSING_STYLE": "subdomain"}, "AWS_S3_ADDRESSING_STYLE"),
+        ({"AWS_SECRET_ACCESS_KEY": ""}, "AWS_SECRET_ACCESS_KEY"),
+        ({"AWS_ROLE_ARN": "arn:aws:iam::1:role/x"}, "AWS_WEB_IDENTITY_TOKEN_FILE"),
+        (
+            {"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://credentials.example.com/x"},
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        ),
+    ],
+    ids=lambda v: (
+        next(iter(v)) + "=" + repr(next(iter(v.values())))[:24] if isinstance(v, dict) else ""
+    ),
+)
+def test_bad_settings_are_refused_before_any_io_cli(box, s3, bucket, env, named) -> None:
+    """Before: a schemeless endpoint or port 99999 exited 3 after creating
+    the model directory and its lock; ftp://, a garbage region gave a
+    retryable ModelSourceUnreachable (a pod restarting forever)."""
+    run = box.cli(box.single(f"s3://{bucket}/m.gguf", **{**s3_env(s3), **env}))
+
+    assert_refused_before_any_io(box, run, s3, named)
+
+
+def test_a_profile_that_does_not_exist_is_refused_before_any_io_cli(
+    box, s3, bucket, payload, tmp_path
+) -> None:
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[models]\naws_access_key_id = AKIAX\naws_secret_access_key = y\n")
+    env = box.single(
+        f"s3://{bucket}/m.gguf",
+        **without_keys(s3_env(s3)),
+        AWS_SHARED_CREDENTIALS_FILE=str(credentials),
+        AWS_PROFILE="no-such-profile",
+    )
+
+    run = box.cli(env)
+
+    assert_refused_before_any_io(box, run, s3, "AWS_PROFILE")
+
+
+def test_a_missing_web_identity_token_file_is_refused_before_any_io_cli(
+    box, s3, bucket, tmp_path
+) -> None:
+    env = box.single(
+        f"s3://{bucket}/m.gguf",
+        **without_keys(s3_env(s3)),
+        AWS_ROLE_ARN="arn:aws:iam::role/llmkube-reader",
+        AWS_WEB_IDENTITY_TOKEN_FILE=str(tmp_path / "no-token"),
+    )
+
+    run = box.cli(env)
+
+    assert_refused_before_any_io(box, run, s3, "AWS_WEB_IDENTITY_TOKEN_FILE")
+
+
+# -- sources are paths (#11.11) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a#b.gguf", "a?b.gguf", "a?versionId=1", "a b#c?d.gguf"])
+def test_hash_and_question_mark_are_part_of_the_key(box, s3, bucket, payload, name) -> None:
+    """Before: `#` cut the key (a fragment) and `?` started a query, so the
+    agent published the object `k/a` with exit 0."""
+    s3.put(bucket, "k/a", b"the wrong object")
+    data = payload(4 * KIB)
+    s3.put(bucket, f"k/{name}", data)
+
+    box.ok(box.single(f"s3://{bucket}/k/{name}", **s3_env(s3)))
+
+    assert box.dest().read_bytes() == data
+    assert [r.path for r in s3.object_requests(bucket)] == [f"/{bucket}/k/{name}"] * 2
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["S3_KEY", "S3_PREFIX"])
+def test_a_percent_escape_in_the_source_is_refused_as_ambiguous_cli(
+    box, s3, bucket, payload, multi
+) -> None:
+    """Before: `s3://b/k/a%23b.gguf` was decoded and published `k/a#b.gguf`."""
+    s3.put(bucket, "k/a#b.gguf", payload(4 * KIB))
+    source = f"s3://{bucket}/k/a%23b.gguf" if not multi else f"s3://{bucket}/k%2Fx"
+    env = box.multi(source, ["m.gguf"], **s3_env(s3)) if multi else box.single(source, **s3_env(s3))
+
+    run = box.cli(env)
+
+    assert_refused_before_any_io(box, run, s3, "percent-escape", "S3_PREFIX" if multi else "S3_KEY")
+
+
+def test_the_exact_key_with_a_percent_sign_goes_in_s3_key(box, s3, bucket, payload) -> None:
+    data = payload(4 * KIB)
+    s3.put(bucket, "k/a%23b.gguf", data)
+
+    box.ok(box.single(f"s3://{bucket}/k/a%23b.gguf", S3_KEY="k/a%23b.gguf", **s3_env(s3)))
+
+    assert box.dest().read_bytes() == data
+
+
+# -- no temporary directory (#13.3) -------------------------------------------------------------
+
+
+def _llmkube_temp_entries() -> set[str]:
+    return {
+        n for n in os.listdir("/tmp") if n.startswith("llmkube-s3-") or n.startswith("llmkube-ca-")
+    }
+
+
+def test_an_s3_stage_creates_nothing_in_the_temporary_directory_cli(
+    box, s3, bucket, payload, tmp_path
+) -> None:
+    """A read-only root filesystem without a /tmp volume: the S3 source must
+    not need one. Before: every S3 fetcher made a TemporaryDirectory."""
+    data = payload(16 * KIB)
+    s3.put(bucket, "m.gguf", data)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    before = _llmkube_temp_entries()
+
+    run = box.cli(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3), TMPDIR=str(tmpdir)))
+
+    assert_success(run, files=1, fetched=1)
+    assert box.dest().read_bytes() == data
+    assert list(tmpdir.iterdir()) == []
+    assert _llmkube_temp_entries() == before
+
+
+def test_extra_ca_certificates_use_a_temporary_bundle_and_remove_it_cli(
+    box, s3, bucket, payload, tmp_path
+) -> None:
+    data = payload(8 * KIB)
+    s3.put(bucket, "m.gguf", data)
+    ca = make_ca(tmp_path / "pki")
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+
+    run = box.cli(
+        box.single(
+            f"s3://{bucket}/m.gguf",
+            **s3_env(s3),
+            LLMKUBE_CA_DIR=str(ca.ca_dir),
+            TMPDIR=str(tmpdir),
+        )
+    )
+
+    assert_success(run, files=1, fetched=1)
+    assert list(tmpdir.iterdir()) == []  # made for botocore, removed at the end
+
+
+def test_extra_ca_certificates_without_a_usable_temporary_directory(tmp_path, monkeypatch) -> None:
+    """Only then is a temporary directory needed; without one the failure
+    names the fix (here tempfile is told where its directory is, so it cannot
+    fall back to /tmp, which root can always write)."""
+    import tempfile
+
+    from llmkube_stager.errors import ConfigError
+    from llmkube_stager.sources.tls import write_ca_bundle
+
+    ca = make_ca(tmp_path / "pki")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+
+    with pytest.raises(ConfigError) as info:
+        write_ca_bundle(str(ca.ca_dir))
+
+    assert "TMPDIR" in info.value.detail and "/tmp" in info.value.detail
