@@ -74,7 +74,7 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
     from botocore import exceptions as bex
 
     if isinstance(exc, bex.ClientError):
-        return _client_error(exc.response, where)
+        return _client_error(exc.response, where, str(getattr(exc, "operation_name", "")))
     if isinstance(exc, bex.SSLError):
         return SourceError(
             f"TLS certificate verify failed for {where}", reason=Reason.SOURCE_UNTRUSTED
@@ -111,11 +111,14 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
     raise exc
 
 
-def _client_error(response: Any, where: str) -> SourceError:
+def _client_error(response: Any, where: str, operation: str) -> SourceError:
     error = response.get("Error", {}) if isinstance(response, dict) else {}
     code = str(error.get("Code", ""))
     status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     if code == str(status):
         code = ""  # botocore names a body-less (HEAD) answer by its status
-    text = f"{where}: {code or 'HTTP ' + str(status)}"
-    return status_error(code, status, text)
+    answer = code or f"HTTP {status}"
+    if operation.startswith("AssumeRole"):
+        # Getting credentials failed, not the object: say which step.
+        answer = f"STS {operation} answered {answer}"
+    return status_error(code, status, f"{where}: {answer}")

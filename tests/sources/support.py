@@ -19,7 +19,7 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,7 +186,14 @@ class Sandbox:
 
     # -- subprocess --------------------------------------------------------------------
 
-    def cli(self, env: Mapping[str, str], *args: str, timeout: float = 60) -> CliRun:
+    def cli(
+        self,
+        env: Mapping[str, str],
+        *args: str,
+        timeout: float = 60,
+        wrapper: Sequence[str] = (),
+    ) -> CliRun:
+        """The CLI as a subprocess; `wrapper` runs it (e.g. in a namespace)."""
         if self.term_path.exists():
             self.term_path.unlink()
         home = self.tmp / "home"
@@ -198,7 +205,7 @@ class Sandbox:
             **env,
         }
         proc = subprocess.run(
-            [sys.executable, "-m", "llmkube_stager", *(args or ("stage",))],
+            [*wrapper, sys.executable, "-m", "llmkube_stager", *(args or ("stage",))],
             env=child,
             cwd=ROOT,
             capture_output=True,

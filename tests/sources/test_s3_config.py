@@ -6,12 +6,14 @@ temporary directory unless it has extra CA certificates (#13.3).
 
 from __future__ import annotations
 
-import os
+import shlex
+import shutil
+import subprocess
 
 import pytest
 
 from sources.s3_support import KIB, s3_env, without_keys
-from sources.support import assert_success
+from sources.support import ROOT, assert_success
 from tests.harness.tlsca import make_ca
 
 
@@ -136,29 +138,51 @@ def test_the_exact_key_with_a_percent_sign_goes_in_s3_key(box, s3, bucket, paylo
 # -- no temporary directory (#13.3) -------------------------------------------------------------
 
 
-def _llmkube_temp_entries() -> set[str]:
-    return {
-        n for n in os.listdir("/tmp") if n.startswith("llmkube-s3-") or n.startswith("llmkube-ca-")
-    }
+def read_only_root(box) -> list[str]:
+    """A pod with readOnlyRootFilesystem and no /tmp volume: a mount
+    namespace where /tmp, /var/tmp and the working directory (tempfile's
+    fallbacks) are read-only; only the sandbox (the cache volume) is not."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is missing")
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("mount namespaces are not permitted here (needs root)")
+    box_dir = shlex.quote(str(box.tmp))
+    read_only = " ".join(shlex.quote(d) for d in ("/tmp", "/var/tmp", str(ROOT)))
+    script = (
+        "set -e; mount --make-rprivate /; "
+        f"mount --bind {box_dir} {box_dir}; "
+        f'for d in {read_only}; do mount --rbind "$d" "$d"; mount -o remount,bind,ro "$d"; done; '
+        'exec "$@"'
+    )
+    return ["unshare", "--mount", "sh", "-c", script, "sh"]
 
 
-def test_an_s3_stage_creates_nothing_in_the_temporary_directory_cli(
-    box, s3, bucket, payload, tmp_path
-) -> None:
-    """A read-only root filesystem without a /tmp volume: the S3 source must
-    not need one. Before: every S3 fetcher made a TemporaryDirectory."""
+def test_an_s3_stage_needs_no_temporary_directory_cli(box, s3, bucket, payload) -> None:
+    """Before: every S3 fetcher made a TemporaryDirectory, so the stage
+    failed (exit 3) where no temporary directory is writable."""
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
-    before = _llmkube_temp_entries()
 
-    run = box.cli(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3), TMPDIR=str(tmpdir)))
+    run = box.cli(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)), wrapper=read_only_root(box))
 
     assert_success(run, files=1, fetched=1)
     assert box.dest().read_bytes() == data
-    assert list(tmpdir.iterdir()) == []
-    assert _llmkube_temp_entries() == before
+
+
+def test_extra_ca_certificates_without_a_temporary_directory_name_the_fix_cli(
+    box, s3, bucket, payload, tmp_path
+) -> None:
+    """Only extra CA certificates need one (botocore takes a bundle file);
+    without it the failure is a configuration error that names the fix,
+    before the model directory exists."""
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
+    ca = make_ca(tmp_path / "pki")
+    env = box.single(f"s3://{bucket}/m.gguf", **s3_env(s3), LLMKUBE_CA_DIR=str(ca.ca_dir))
+
+    run = box.cli(env, wrapper=read_only_root(box))
+
+    assert_refused_before_any_io(box, run, s3, "LLMKUBE_CA_DIR", "/tmp")
 
 
 def test_extra_ca_certificates_use_a_temporary_bundle_and_remove_it_cli(
@@ -181,21 +205,3 @@ def test_extra_ca_certificates_use_a_temporary_bundle_and_remove_it_cli(
 
     assert_success(run, files=1, fetched=1)
     assert list(tmpdir.iterdir()) == []  # made for botocore, removed at the end
-
-
-def test_extra_ca_certificates_without_a_usable_temporary_directory(tmp_path, monkeypatch) -> None:
-    """Only then is a temporary directory needed; without one the failure
-    names the fix (here tempfile is told where its directory is, so it cannot
-    fall back to /tmp, which root can always write)."""
-    import tempfile
-
-    from llmkube_stager.errors import ConfigError
-    from llmkube_stager.sources.tls import write_ca_bundle
-
-    ca = make_ca(tmp_path / "pki")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
-
-    with pytest.raises(ConfigError) as info:
-        write_ca_bundle(str(ca.ca_dir))
-
-    assert "TMPDIR" in info.value.detail and "/tmp" in info.value.detail

@@ -222,3 +222,30 @@ def test_a_credential_failure_while_presigning_is_a_source_error(
 
     assert info.value.reason is Reason.SOURCE_UNAUTHORIZED
     assert sts3.object_requests(short_bucket, "GET") == []
+
+
+def test_a_failed_refresh_is_one_json_error_line_cli(
+    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+) -> None:
+    """A refresh that STS refuses is reported once, as the step that failed
+    (before: only "AccessDenied"), and stderr holds JSON lines only (botocore
+    logs the failure with its traceback, to a handler that drops it)."""
+    import json
+
+    sts3.put(short_bucket, "m.gguf", payload(4 * KIB))
+    sts3.set_fault(
+        f"/{short_bucket}/m.gguf", S3Fault(methods=("GET",), times=1, delay_s=SESSION_S + 1.5)
+    )
+    token_file = tmp_path / "token"
+    oidc_issuer.write_token(token_file, ttl_s=SESSION_S)  # not rotated: refresh fails
+    env = box.single(
+        f"s3://{short_bucket}/m.gguf",
+        **irsa_env(sts3, token_file, LLMKUBE_LOG_FORMAT="json", **SLOW),
+    )
+
+    run = box.cli(env)
+
+    assert run.returncode == 1 and run.term["reason"] == "ModelSourceUnauthorized", str(run)
+    assert "STS AssumeRoleWithWebIdentity" in run.term["message"]
+    lines = run.stderr.splitlines()
+    assert lines and all(json.loads(line) for line in lines), run.stderr
