@@ -214,9 +214,11 @@ class SeaweedS3(Lifecycle):
         if server is not None:
             server.terminate()
             try:
-                server.wait(5)
+                server.wait(1)
             except subprocess.TimeoutExpired:
-                server.kill()  # `weed server` may ignore SIGTERM while it flushes
+                # `weed server` takes seconds to flush on SIGTERM; its data
+                # is thrown away anyway.
+                server.kill()
                 server.wait(5)
         if self._work:
             shutil.rmtree(self._work, ignore_errors=True)

@@ -232,3 +232,33 @@ def test_static_keys_win_over_a_profile_like_boto3(box, s3, bucket, payload, tmp
     )
 
     assert f"Credential={READER[0]}/" in s3.object_requests(bucket)[0].headers["authorization"]
+
+
+def test_a_warm_start_with_the_whole_chain_configured_imports_and_asks_nothing_cli(
+    box, s3, bucket, payload, oidc_issuer, tmp_path
+) -> None:
+    """IRSA, a profile and container credentials all configured: a warm
+    start still imports no botocore, reads no credential and sends nothing
+    (no STS call, no HEAD)."""
+    data = payload(8 * KIB)
+    s3.put(bucket, "m.gguf", data)
+    token_file = tmp_path / "token"
+    oidc_issuer.write_token(token_file)
+    env = box.single(
+        f"s3://{bucket}/m.gguf",
+        **irsa_env(s3, token_file),
+        AWS_PROFILE="no-such-profile-on-a-warm-start",
+        AWS_CONTAINER_CREDENTIALS_FULL_URI="http://127.0.0.1:9/v1/credentials",
+        PYTHONPROFILEIMPORTTIME="1",
+    )
+    cold = box.cli({**env, "AWS_PROFILE": ""})
+    assert_success(cold, files=1, fetched=1)
+    assert "botocore" in cold.stderr  # the check can fail: a cold start imports it
+    s3.clear()
+
+    warm = box.cli(env)
+
+    assert_success(warm, files=1, fetched=0, reused=1)
+    assert "import time:" in warm.stderr
+    assert not [line for line in warm.stderr.splitlines() if "boto" in line]
+    assert s3.requests() == []
