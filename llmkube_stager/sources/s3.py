@@ -114,7 +114,7 @@ def s3_settings(config: Config) -> S3Settings:
         if env.get(name):
             _check_endpoint(name, env[name])
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-        if env.get(name) and not _REGION_RE.fullmatch(env[name]):
+        if env.get(name) and not is_region_name(env[name]):
             raise ConfigError(f"{name} {env[name][:70]!r} is not a region name")
     _check_pairs(env)
     if env.get("AWS_CONTAINER_CREDENTIALS_FULL_URI"):
@@ -125,6 +125,10 @@ def s3_settings(config: Config) -> S3Settings:
         addressing=parse_style(env.get("AWS_S3_ADDRESSING_STYLE", ""), "AWS_S3_ADDRESSING_STYLE"),
         sts_endpoint_url=env.get("AWS_ENDPOINT_URL_STS") or None,
     )
+
+
+def is_region_name(text: str) -> bool:
+    return _REGION_RE.fullmatch(text) is not None
 
 
 def _check_endpoint(name: str, url: str) -> None:

@@ -15,12 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.s3 import DEFAULT_REGION, S3Settings, addressing_style, parse_style
+from llmkube_stager.sources.s3 import (
+    DEFAULT_REGION,
+    S3Settings,
+    addressing_style,
+    is_region_name,
+    parse_style,
+)
 from llmkube_stager.sources.s3_errors import translate_s3_error
 
 if TYPE_CHECKING:
@@ -50,6 +57,8 @@ class S3Clients:
         self._ca_bundle = write_ca_bundle(config.ca_dir)
         self._signed: bool | None = None
         self._clients: dict[str, Any] = {}
+        # Parallel range workers presign at once; one client per region.
+        self._lock = threading.Lock()
 
     # -- requests ----------------------------------------------------------------------
 
@@ -80,10 +89,12 @@ class S3Clients:
     # -- clients -----------------------------------------------------------------------
 
     def _client(self) -> Any:
-        client = self._clients.get(self.region)
-        if client is None:
-            client = self._make_client(self.region)
-            self._clients[self.region] = client
+        with self._lock:
+            region = self.region
+            client = self._clients.get(region)
+            if client is None:
+                client = self._make_client(region)
+                self._clients[region] = client
         return client
 
     def _learn_region(self, response: Any = None, **_: Any) -> None:
@@ -92,7 +103,7 @@ class S3Clients:
             return
         headers = response[1].get("ResponseMetadata", {}).get("HTTPHeaders", {})
         region = headers.get("x-amz-bucket-region")
-        if region and region != self.region:
+        if isinstance(region, str) and is_region_name(region) and region != self.region:
             self.region = region
             if self.log is not None:
                 self.log.info(

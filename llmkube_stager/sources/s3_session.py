@@ -44,7 +44,6 @@ def make_session(env: Mapping[str, str], sts_endpoint: str | None) -> Any:
     import botocore.session
     from botocore import configprovider as cp
 
-
     class _Session(botocore.session.Session):  # type: ignore[misc]
         def create_client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
             # Credential providers create their STS clients through here.

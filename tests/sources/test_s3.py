@@ -29,9 +29,7 @@ from tests.harness.sts import ROLE_ARN
 # -- happy paths ------------------------------------------------------------------------------
 
 
-def test_single_file_cli_with_temporary_credentials(
-    box, s3, bucket, payload, oidc_issuer
-) -> None:
+def test_single_file_cli_with_temporary_credentials(box, s3, bucket, payload, oidc_issuer) -> None:
     """Temporary credentials (key, secret, session token) that SeaweedFS's
     STS issued: the server checks all three on the HEAD and the presigned GET."""
     data = payload(192 * KIB)
@@ -371,9 +369,7 @@ def test_boto3_and_the_data_path_both_go_through_the_proxy(box, s3, bucket, payl
     assert [r.method for r in s3.object_requests(bucket)] == ["HEAD", "GET"]
 
 
-def test_a_dead_proxy_with_credentials_fails_without_showing_them(
-    box, s3, bucket, payload
-) -> None:
+def test_a_dead_proxy_with_credentials_fails_without_showing_them(box, s3, bucket, payload) -> None:
     """botocore names the proxy URL in its ProxyConnectionError; the agent
     translates by type, so the password never reaches the error (this runner's
     redactor does not know it: a leak would show)."""

@@ -162,9 +162,7 @@ def test_instance_metadata_credentials(box, s3, bucket, payload, oidc_issuer) ->
 # -- nothing found --------------------------------------------------------------------------------
 
 
-def test_no_credentials_anywhere_sends_unsigned_requests_and_says_so(
-    box, s3, payload
-) -> None:
+def test_no_credentials_anywhere_sends_unsigned_requests_and_says_so(box, s3, payload) -> None:
     data = payload(8 * KIB)
     s3.put(PUBLIC_BUCKET, "open/m.gguf", data)
 
