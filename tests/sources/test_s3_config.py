@@ -28,38 +28,50 @@ def assert_refused_before_any_io(box, run, s3, *texts: str) -> None:
     assert s3.requests() == []
 
 
-@pytest.mark.parametrize(
-    ("env", "named"),
-    [
-        ({"AWS_ENDPOINT_URL": "minio.minio.svc:9000"}, "AWS_ENDPOINT_URL"),
-        ({"AWS_ENDPOINT_URL": "127.0.0.1:9000"}, "AWS_ENDPOINT_URL"),
-        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:99999"}, "AWS_ENDPOINT_URL"),
-        ({"AWS_ENDPOINT_URL": "ftp://127.0.0.1:9000"}, "AWS_ENDPOINT_URL"),
-        ({"AWS_ENDPOINT_URL": "http://user:pw@127.0.0.1:9000"}, "AWS_ENDPOINT_URL"),
-        ({"AWS_ENDPOINT_URL_S3": "s3.example.com"}, "AWS_ENDPOINT_URL_S3"),
-        ({"AWS_ENDPOINT_URL_STS": "sts.example.com:443"}, "AWS_ENDPOINT_URL_STS"),
-        ({"AWS_REGION": "us east 1"}, "AWS_REGION"),
-        ({"AWS_REGION": "../../etc"}, "AWS_REGION"),
-        ({"AWS_DEFAULT_REGION": "eu_west_1"}, "AWS_DEFAULT_REGION"),
-        ({"AWS_S3_ADDRESSING_STYLE": "subdomain"}, "AWS_S3_ADDRESSING_STYLE"),
-        ({"AWS_SECRET_ACCESS_KEY": ""}, "AWS_SECRET_ACCESS_KEY"),
-        ({"AWS_ROLE_ARN": "arn:aws:iam::1:role/x"}, "AWS_WEB_IDENTITY_TOKEN_FILE"),
-        (
-            {"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://credentials.example.com/x"},
-            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        ),
-    ],
-    ids=lambda v: (
-        next(iter(v)) + "=" + repr(next(iter(v.values())))[:24] if isinstance(v, dict) else ""
-    ),
-)
-def test_bad_settings_are_refused_before_any_io_cli(box, s3, bucket, env, named) -> None:
+# The issue's cases through the CLI (exit code, termination message)...
+CLI_CASES = {
+    "no scheme": {"AWS_ENDPOINT_URL": "minio.minio.svc:9000"},
+    "port 99999": {"AWS_ENDPOINT_URL": "http://127.0.0.1:99999"},
+    "ftp": {"AWS_ENDPOINT_URL": "ftp://127.0.0.1:9000"},
+    "garbage region": {"AWS_REGION": "us east 1"},
+}
+# ...and the rest in-process (the same code path, faster).
+STAGE_CASES = {
+    "ip without scheme": {"AWS_ENDPOINT_URL": "127.0.0.1:9000"},
+    "credentials in the endpoint": {"AWS_ENDPOINT_URL": "http://user:pw@127.0.0.1:9000"},
+    "s3 endpoint": {"AWS_ENDPOINT_URL_S3": "s3.example.com"},
+    "sts endpoint": {"AWS_ENDPOINT_URL_STS": "sts.example.com:443"},
+    "path as region": {"AWS_REGION": "../../etc"},
+    "default region": {"AWS_DEFAULT_REGION": "eu_west_1"},
+    "addressing": {"AWS_S3_ADDRESSING_STYLE": "subdomain"},
+    "half a key pair": {"AWS_SECRET_ACCESS_KEY": ""},
+    "role without token": {"AWS_ROLE_ARN": "arn:aws:iam::1:role/x"},
+    "remote http container endpoint": {
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://credentials.example.com/x"
+    },
+}
+
+
+@pytest.mark.parametrize("env", CLI_CASES.values(), ids=CLI_CASES.keys())
+def test_bad_settings_are_refused_before_any_io_cli(box, s3, bucket, env) -> None:
     """Before: a schemeless endpoint or port 99999 exited 3 after creating
     the model directory and its lock; ftp://, a garbage region gave a
     retryable ModelSourceUnreachable (a pod restarting forever)."""
     run = box.cli(box.single(f"s3://{bucket}/m.gguf", **{**s3_env(s3), **env}))
 
-    assert_refused_before_any_io(box, run, s3, named)
+    assert_refused_before_any_io(box, run, s3, next(iter(env)))
+
+
+@pytest.mark.parametrize("env", STAGE_CASES.values(), ids=STAGE_CASES.keys())
+def test_more_bad_settings_are_refused_before_any_io(box, s3, bucket, env) -> None:
+    run = box.fails(
+        box.single(f"s3://{bucket}/m.gguf", **{**s3_env(s3), **env}), "InvalidConfiguration"
+    )
+
+    named = next(iter(env))
+    assert named in run.detail or "AWS_WEB_IDENTITY_TOKEN_FILE" in run.detail, run.detail
+    assert not box.cache_dir.exists()
+    assert s3.requests() == []
 
 
 def test_a_profile_that_does_not_exist_is_refused_before_any_io_cli(
