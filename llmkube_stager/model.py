@@ -52,6 +52,8 @@ class FsInfo:
     is_fuse: bool | None  # None: could not be determined
     read_only: bool
     free_bytes: int | None
+    # O_DIRECT is a plain block I/O path here (ext4, xfs, btrfs: cache/fs.py).
+    direct_io_ok: bool = False
 
     @property
     def lock_scope(self) -> LockScope:
@@ -66,12 +68,35 @@ class FsInfo:
         return self.is_fuse is False and self.free_bytes is not None
 
 
+@dataclass(frozen=True)
+class Strategy:
+    """Every decision that depends on the filesystem and the pod's role,
+    made once (plan.strategy_for) and read by the planner, the stage
+    orchestration and the executor (spec §9.3)."""
+
+    may_write: bool
+    refusal: Reason | None = None  # why not, when it may not write
+    why: str = ""
+    keep_why: str = ""
+    # Writers take the directory flock off FUSE, and where the type is
+    # unknown (the previous behavior, spec §16 item 3); on FUSE nobody does.
+    take_lock: bool = False
+    # The flock is believed to exclude across nodes (not FUSE): writers
+    # re-plan under it, and partials may be adopted without an idle wait.
+    lock_excludes: bool = False
+    direct_io: bool = False
+
+
 class LocalState(StrEnum):
     MISSING = "missing"
     COMPLETE = "complete"  # size equals its own valid size record
     MISMATCH = "mismatch"  # size differs from its own valid size record
     LEGACY = "legacy"  # present, no valid record (cache from before #2185)
+    # Not a regular file, or reached through a symlinked directory (#11).
     NOT_A_FILE = "not-a-file"
+    # Its size record, or a directory on its path, is there but this uid
+    # cannot read it: unusable, and never overwritten (#11 items 5, 6).
+    UNREADABLE = "unreadable"
 
 
 class PinState(StrEnum):
@@ -93,10 +118,20 @@ class LocalFile:
     marker: bool = False
     # The origin validator this copy was staged from, when recorded.
     validator: str | None = None
+    # (dev, ino, size, mtime) of the inode whose bytes were hashed and found
+    # right (PinState.HASHED): a stamp is written only for that inode.
+    hashed_as: tuple[int, int, int, float] | None = None
+    # Why the state is what it is, where a reader needs more than the state
+    # (an invalid record's defect, what is not a regular file or unreadable).
+    detail: str = ""
 
     @property
     def present(self) -> bool:
-        return self.state not in (LocalState.MISSING, LocalState.NOT_A_FILE)
+        return self.state not in (
+            LocalState.MISSING,
+            LocalState.NOT_A_FILE,
+            LocalState.UNREADABLE,
+        )
 
     @property
     def usable(self) -> bool:
@@ -117,6 +152,9 @@ class LocalFile:
 class CacheState:
     root_exists: bool
     files: dict[str, LocalFile] = field(default_factory=dict)
+    # The model directory's `.llmkube-validators` as read (keys starting
+    # with "/" are the run record: commit, revision, publish intent).
+    validators: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,6 +186,7 @@ class Action:
     backfill_record: bool = False
     write_stamp: bool = False
     failure: Reason | None = None
+    remedy: str = ""  # a cause-specific remedy for a FAIL, where the reason's misleads
 
     @property
     def transfers(self) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from llmkube_stager import messages
 from llmkube_stager.config import RefreshPolicy
-from llmkube_stager.errors import Reason
+from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, REMEDY_UNREADABLE, Reason
 from llmkube_stager.model import (
     Action,
     CacheState,
@@ -29,22 +29,15 @@ from llmkube_stager.model import (
     Plan,
     Remote,
     Role,
+    Strategy,
 )
 
 
-@dataclass(frozen=True)
-class Permission:
-    """Whether this pod may write the cache, and if not, why (spec §9.3)."""
-
-    may_write: bool
-    refusal: Reason | None = None
-    why: str = ""
-    keep_why: str = ""
-
-
-def write_permission(fs: FsInfo, role: Role) -> Permission:
+def strategy_for(fs: FsInfo, role: Role, direct_io: bool = True) -> Strategy:
+    """Whether this pod may write the cache and how (spec §9.3). `direct_io`
+    is the user's LLMKUBE_DIRECT_IO (auto: where the filesystem allows)."""
     if fs.read_only:
-        return Permission(
+        return Strategy(
             False,
             Reason.CACHE_UNWRITABLE,
             "the cache volume is mounted read-only",
@@ -53,20 +46,25 @@ def write_permission(fs: FsInfo, role: Role) -> Permission:
     if fs.is_fuse and role == "serving":
         # A serving pod on FUSE writes nothing at all: flock does not exclude
         # across nodes there (#2158, #2254; seed-000).
-        return Permission(
+        return Strategy(
             False,
             Reason.CACHE_LOCK_UNSUPPORTED,
             "FUSE cache cannot guarantee cross-node file locking",
             messages.FUSE_READER_WHY,
         )
-    return Permission(True)
+    return Strategy(
+        True,
+        take_lock=fs.is_fuse is not True,
+        lock_excludes=fs.is_fuse is False,
+        direct_io=direct_io and fs.direct_io_ok,
+    )
 
 
 @dataclass(frozen=True)
 class _Ctx:
     multi: bool
     cached: bool  # a cache path (PVC), not an emptyDir: wording only
-    permission: Permission
+    permission: Strategy
     kind: str = "http"
 
 
@@ -91,13 +89,18 @@ def make_plan(
     remote: Mapping[str, Remote] | None = None,
     cached: bool = True,
 ) -> Plan:
-    ctx = _Ctx(manifest.multi_file, cached, write_permission(fs, role), manifest.kind)
+    ctx = _Ctx(manifest.multi_file, cached, strategy_for(fs, role), manifest.kind)
     probes = remote or {}
     actions = tuple(
         _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel), f.sha256)
         for f in manifest.files
     )
-    warnings = tuple(
+    invalid = tuple(
+        f"{local.detail}; treated as absent"
+        for local in (cache.files[f.rel] for f in manifest.files)
+        if local.state is LocalState.LEGACY and local.detail
+    )
+    warnings = invalid + tuple(
         f"no valid size record for {a.rel}; completeness cannot be proven until a stager "
         "backfills it"
         for a, f in zip(actions, manifest.files, strict=True)
@@ -126,13 +129,8 @@ def _decide(
 ) -> Action:
     if local.marker and not local.usable:
         return _marker_failure(ctx, local, pin or "<digest>")
-    if local.state is LocalState.NOT_A_FILE:
-        return Action(
-            local.rel,
-            Decision.FAIL,
-            "the destination exists but is not a regular file",
-            failure=Reason.CACHE_UNWRITABLE,
-        )
+    if local.state in (LocalState.NOT_A_FILE, LocalState.UNREADABLE):
+        return _cannot_judge(local)
     if policy == "OnChange":
         return _on_change(ctx, local, remote)
     if local.usable:
@@ -142,6 +140,28 @@ def _decide(
             ctx, local, decision, messages.hit(ctx.multi, local.rel, ctx.cached, ctx.kind)
         )
     return _transfer(ctx, local, Decision.REPAIR if local.present else Decision.FETCH)
+
+
+def _cannot_judge(local: LocalFile) -> Action:
+    """Not a regular file inside the model directory, or not readable by
+    this uid: nothing of it is read through, replaced or overwritten (#11)."""
+    if local.state is LocalState.UNREADABLE:
+        return Action(
+            local.rel,
+            Decision.FAIL,
+            f"{local.detail}: the copy cannot be judged, and what this uid cannot read "
+            "is never replaced",
+            failure=Reason.CACHE_UNWRITABLE,
+            remedy=REMEDY_UNREADABLE,
+        )
+    detail = f" ({local.detail})" if local.detail else ""
+    return Action(
+        local.rel,
+        Decision.FAIL,
+        f"the destination exists but is not a regular file{detail}",
+        failure=Reason.CACHE_UNWRITABLE,
+        remedy=REMEDY_LEADS_OUTSIDE,
+    )
 
 
 def _repair_failure(local: LocalFile) -> Reason:
@@ -155,8 +175,6 @@ def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Ac
     """Keep a usable copy; backfill a missing or stale record and the stamp
     where this pod may write (legacy caches, scenario 44/52)."""
     may_write = ctx.permission.may_write
-    if local.pin is PinState.STAMP_HIT:
-        message += " (stamp hit)"
     return Action(
         local.rel,
         decision,
@@ -168,7 +186,10 @@ def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Ac
 
 
 def _accept_why(local: LocalFile) -> str:
-    if local.pin in (PinState.STAMP_HIT, PinState.HASHED):
+    if local.pin is PinState.STAMP_HIT:
+        # spec §7: "stamp hit" in the output, on its own line (the hit line is exact).
+        return "matches its sha256 pin (stamp hit: same size and mtime, not read again)"
+    if local.pin is PinState.HASHED:
         return f"matches its sha256 pin ({local.pin.value})"
     if local.record_bytes is None:
         return "present without a valid size record; kept as-is"

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from llmkube_stager import messages
+from llmkube_stager.cache.disk import ensure_dir
+from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, intent_of
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
-from llmkube_stager.executor import Executor, Session, ensure_dir
+from llmkube_stager.executor import Executor, Session
 from llmkube_stager.logs import Log
 from llmkube_stager.model import (
     Action,
@@ -35,9 +37,10 @@ from llmkube_stager.model import (
     Plan,
     Remote,
     Role,
+    Strategy,
 )
-from llmkube_stager.plan import failed, make_plan, probes_needed
-from llmkube_stager.sources import open_source
+from llmkube_stager.plan import failed, make_plan, probes_needed, strategy_for
+from llmkube_stager.sources import check_libraries, open_source
 from llmkube_stager.sources.base import RemoteMeta, Source
 
 
@@ -58,8 +61,12 @@ class Prepared:
     role: Role
     cache: CacheState
     plan: Plan
+    strategy: Strategy
     started_s: float = field(default=0.0)
     remote: Mapping[str, Remote] = field(default_factory=dict)
+    # OnChange: the validators present files were verified to have (or
+    # "unverified"), in place of a missing record (defect 12).
+    checked: Mapping[str, str] = field(default_factory=dict)
 
 
 def role_of(config: Config) -> Role:
@@ -68,7 +75,7 @@ def role_of(config: Config) -> Role:
 
 def prepare(config: Config, effects: Effects) -> Prepared:
     started = effects.monotonic()
-    source = open_source(config)
+    source = open_source(config, effects.log)
     manifest = source.manifest()
     fs = effects.probe_fs(manifest.root)
     if fs.is_fuse is None:
@@ -77,12 +84,20 @@ def prepare(config: Config, effects: Effects) -> Prepared:
             "cannot determine the cache filesystem type; treating it as one where flock works",
             path=fs.path,
         )
-    prepared = Prepared(source, manifest, fs, role_of(config), CacheState(False), Plan((), False))
+    role = role_of(config)
+    strategy = strategy_for(fs, role, config.direct_io)
+    prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
     return _replan(config, replace(prepared, started_s=started))
 
 
 def _replan(config: Config, prepared: Prepared) -> Prepared:
     cache = read_cache_state(prepared.manifest)
+    if prepared.checked:
+        files = {
+            rel: replace(local, validator=prepared.checked.get(rel, local.validator))
+            for rel, local in cache.files.items()
+        }
+        cache = replace(cache, files=files)
     plan = make_plan(
         prepared.manifest,
         cache,
@@ -99,15 +114,24 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
     if prepared.manifest.kind == "pvc":
         return prepared, _verify_pvc(prepared, effects)
-    session = Session(config, effects.log, effects.sleep, effects.wall_clock, prepared.fs)
+    session = Session(
+        config, effects.log, effects.sleep, effects.wall_clock, prepared.fs, prepared.strategy
+    )
     try:
+        pending = bool(intent_of(prepared.cache.validators))
+        if pending and not prepared.strategy.may_write:
+            _refuse_half_published(prepared)
+        if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
+            # Before the first probe or mkdir: a missing library is a
+            # configuration error with nothing on disk (#13.1).
+            check_libraries(prepared.source)
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = _revalidate(config, prepared, session)
         _check_plan(prepared, effects.log)
-        if not prepared.plan.writes:
+        if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3).
-            results = Executor(session, prepared.manifest, prepared.source).run(prepared.plan)
+            results = _executor(session, prepared).run(prepared.plan)
         else:
             if any(action.transfers for action in prepared.plan.actions):
                 # Opening the fetcher checks what only it can (an S3 profile,
@@ -124,12 +148,93 @@ def _write(
 ) -> tuple[FileResult, ...]:
     ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
     with _writer_lock(config, effects, prepared):
-        if prepared.fs.is_fuse is not True:
+        if prepared.strategy.take_lock:
             # Another writer may have staged while we waited for the lock.
             prepared = _replan(config, prepared)
+        if intent_of(prepared.cache.validators):
+            _roll_forward(prepared, effects.log)
+            prepared = _replan(config, prepared)
+        if prepared.strategy.take_lock or prepared.checked:
             _check_plan(prepared, effects.log, warn=False)
         _sweep(prepared, effects)
-        return Executor(session, prepared.manifest, prepared.source).run(prepared.plan)
+        if config.refresh_policy == "IfNotPresent":
+            session.commit = _recorded_commit(prepared)
+        return _executor(session, prepared).run(prepared.plan)
+
+
+def _executor(session: Session, prepared: Prepared) -> Executor:
+    verified = frozenset(
+        rel
+        for rel, remote in prepared.remote.items()
+        if remote.validator and prepared.cache.files[rel].validator == remote.validator
+    )
+    return Executor(session, prepared.manifest, prepared.source, prepared.cache, verified)
+
+
+def _recorded_commit(prepared: Prepared) -> str | None:
+    """IfNotPresent finishes an interrupted Hugging Face run from the commit
+    its files came from (defect 11: one manifest, one commit); when the
+    revision asked for is not the one recorded, the files present are of
+    another revision: fail closed rather than mix."""
+    record = prepared.cache.validators
+    commit, revision = record.get(COMMIT_KEY), record.get(REVISION_KEY)
+    if prepared.manifest.kind != "hf" or not commit or not prepared.plan.needs_network:
+        return None
+    present = [a for a in prepared.plan.actions if not a.transfers]
+    if not present:
+        return None
+    asked = getattr(prepared.source, "ref", None)
+    asked_revision = getattr(asked, "revision", revision)
+    if asked_revision not in (revision, commit):
+        raise CacheError(
+            f"the cache holds files of revision {revision} (commit {commit[:12]}) and "
+            f"MODEL_SOURCE asks for {asked_revision}: finishing the model would mix two "
+            "revisions; use LLMKUBE_REFRESH_POLICY=OnChange or clear the model directory",
+            reason=Reason.CACHE_INCOMPLETE,
+            source_kind=prepared.manifest.kind,
+        )
+    return commit
+
+
+def _refuse_half_published(prepared: Prepared) -> None:
+    """A reader that finds a publish interrupted halfway (its partials still
+    there) does not serve the mixed set as whole (defect 13)."""
+    root = prepared.manifest.root
+    for entry in intent_of(prepared.cache.validators):
+        rel = str(entry["rel"])
+        partial = os.path.join(os.path.dirname(os.path.join(root, rel)), str(entry["partial"]))
+        if os.path.lexists(partial):
+            raise CacheError(
+                f"a publish of the model was interrupted after some of its files were "
+                f"replaced ({rel} is not in place yet): a writer must finish it",
+                reason=Reason.CACHE_INCOMPLETE,
+                file=rel,
+                source_kind=prepared.manifest.kind,
+            )
+
+
+def _roll_forward(prepared: Prepared, log: Log) -> None:
+    """Finish the publish a killed writer left halfway (defect 13)."""
+    from llmkube_stager.cache.publish import roll_forward
+    from llmkube_stager.cache.records import write_validators
+
+    manifest = prepared.manifest
+    updates = {INTENT_KEY: ""}
+    listed = {f.rel: f for f in manifest.files}
+    for entry in intent_of(prepared.cache.validators):
+        rel = str(entry["rel"])
+        if rel not in listed:
+            continue
+        done = roll_forward(listed[rel].dest, str(entry["partial"]), int(str(entry["size"])))
+        # A file that cannot be vouched for loses its validator: OnChange
+        # then verifies it against the origin instead of trusting it.
+        updates[rel] = str(entry.get("validator") or "") if done else ""
+    write_validators(manifest.root, updates)
+    log.warning(
+        "rolled_forward",
+        "finished a publish that an earlier writer left halfway",
+        path=manifest.root,
+    )
 
 
 def _verify_pvc(prepared: Prepared, effects: Effects) -> Outcome:
@@ -158,7 +263,48 @@ def _revalidate(config: Config, prepared: Prepared, session: Session) -> Prepare
     for rel in rels:
         file = prepared.manifest.file(rel)
         remote[rel] = _probe_one(session, file.url, rel, unreachable, prepared)
-    return _replan(config, replace(prepared, remote=remote))
+    checked = _check_unrecorded(prepared, session, remote)
+    return _replan(config, replace(prepared, remote=remote, checked=checked))
+
+
+def _check_unrecorded(
+    prepared: Prepared, session: Session, remote: Mapping[str, Remote]
+) -> dict[str, str]:
+    """A Hugging Face copy without a recorded validator (staged by the
+    scripts, or by a run that was interrupted) is not "unchanged" because
+    its size matches: its bytes are checked against the hub's LFS sha256 or
+    git blob id, once (defect 12). The result stands in for the record."""
+    from llmkube_stager.cache.state import hash_file
+
+    checked: dict[str, str] = {}
+    if prepared.manifest.kind != "hf":
+        return checked
+    for rel, answer in remote.items():
+        local = prepared.cache.files[rel]
+        meta = session.metas.get(rel)
+        if local.validator or not answer.validator or meta is None or not local.present:
+            continue
+        dest = prepared.manifest.file(rel).dest
+        try:
+            if meta.sha256 is not None:
+                same = hash_file(dest)[0] == meta.sha256
+            else:
+                same = _git_blob_id(dest) == (meta.etag or "").strip('"')
+        except OSError:
+            same = False
+        checked[rel] = answer.validator if same else "unverified"
+    return checked
+
+
+def _git_blob_id(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        sha = hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False)
+        while chunk := handle.read(1 << 20):
+            sha.update(chunk)
+    return sha.hexdigest()
 
 
 def _probe_one(
@@ -177,7 +323,7 @@ def _probe_one(
     except SourceError as err:
         if not err.answered:
             unreachable[origin] = err.detail
-        elif getattr(prepared.source, "get_without_probe", False):
+        elif prepared.source.get_without_probe:
             # Answered without a usable size (5xx/429 on HEAD): the transfer
             # tries the GET without asking again (spec §8.1 "try GET").
             from llmkube_stager.sources.http_probe import unknown_meta
@@ -204,7 +350,13 @@ def _failure_error(action: Action, prepared: Prepared) -> StagerError:
         return TransferError(action.why, reason=reason, file=action.rel)
     else:
         detail = f"cannot stage {action.rel}: {action.why}"
-    return CacheError(detail, reason=reason, file=action.rel, source_kind=prepared.manifest.kind)
+    return CacheError(
+        detail,
+        reason=reason,
+        file=action.rel,
+        source_kind=prepared.manifest.kind,
+        remedy=action.remedy or None,
+    )
 
 
 def _writer_lock(
@@ -214,7 +366,7 @@ def _writer_lock(
     §16 item 3) writers take the flock; on FUSE nobody does (spec §9.3)."""
     from llmkube_stager.cache.lock import CacheLock
 
-    if prepared.fs.is_fuse:
+    if not prepared.strategy.take_lock:
         return contextlib.nullcontext()
     return CacheLock(
         prepared.manifest.root,

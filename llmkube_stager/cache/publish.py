@@ -1,37 +1,25 @@
-"""Publish a finished partial: rename, make it durable, check, record.
+"""Publish a finished partial: check, rename, make it durable, record.
 
 Publish is a rename, so a reader sees either the old file or the whole new
-one, never a file being written (#1428, scenario 95). A published file whose
-size is not the promised one is removed with its stamp before anyone can
-accept it (seed-001: an existence-only reader would, scenario 17).
+one, never a file being written (#1428, scenario 95). What is published is
+the inode we hold (our claim), judged by its descriptor's fstat before the
+rename: a partial of the wrong size is never published (seed-001: an
+existence-only reader would accept it, scenario 17), and our name must
+still name our inode (a partial adopted away, or a name replaced under us,
+is never renamed into place). The size record is written only while the
+destination still names what we published.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
+import stat
 
+from llmkube_stager.cache.disk import disk_error
+from llmkube_stager.cache.partials import Claim
 from llmkube_stager.cache.records import fsync_dir, write_size_record
-from llmkube_stager.errors import CacheError, Reason, TransferError
-
-_OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def disk_error(exc: OSError, what: str, rel: str) -> Exception:
-    """Translate a cache-side OSError into the contract's reasons."""
-    if exc.errno in _OUT_OF_SPACE:
-        return TransferError(
-            f"no space left on device while {what} {rel}", reason=Reason.OUT_OF_SPACE, file=rel
-        )
-    if exc.errno in _UNWRITABLE:
-        return CacheError(
-            f"cannot write the cache while {what} {rel}: {os.strerror(exc.errno or 0)}",
-            reason=Reason.CACHE_UNWRITABLE,
-            file=rel,
-        )
-    return exc
+from llmkube_stager.errors import Reason, TransferError
 
 
 class PartialLost(Exception):
@@ -39,34 +27,88 @@ class PartialLost(Exception):
     never publish it; start over (see partials.py)."""
 
 
-def publish(partial: str, dest: str, expected_bytes: int | None, rel: str) -> int:
-    """Rename `partial` onto `dest`, check the published size, write the record."""
+def names_inode(path: str, st: os.stat_result) -> bool:
     try:
-        inode = os.stat(partial).st_ino
-        os.replace(partial, dest)
+        named = os.lstat(path)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
+
+
+def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os.stat_result:
+    """Rename our partial onto `dest` and record its size. Returns the
+    published inode's fstat (size and mtime a stamp may vouch for)."""
+    try:
+        os.fsync(claim.fd)
+        st = os.fstat(claim.fd)
+    except OSError as exc:
+        raise disk_error(exc, "publishing", rel) from exc
+    if expected_bytes is not None and st.st_size != expected_bytes:
+        claim.discard()
+        raise TransferError(
+            f"the partial of {rel} has {st.st_size} bytes, the origin promised {expected_bytes}",
+            reason=Reason.SIZE_MISMATCH,
+            file=rel,
+        )
+    if not claim.owned():
+        claim.close()
+        raise PartialLost(claim.path)
+    try:
+        os.replace(claim.path, dest)
     except FileNotFoundError as exc:
-        raise PartialLost(partial) from exc
+        claim.close()
+        raise PartialLost(claim.path) from exc
     except OSError as exc:
         raise disk_error(exc, "publishing", rel) from exc
     try:
         fsync_dir(os.path.dirname(dest))
-        st = os.stat(dest)
-    except OSError as exc:
-        raise disk_error(exc, "publishing", rel) from exc
-    published = st.st_size
-    # Only judge (and remove) what we published: a racing writer may already
-    # have renamed its own complete file over ours.
-    if st.st_ino == inode and expected_bytes is not None and published != expected_bytes:
-        for path in (dest, dest + ".sha256"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        raise TransferError(
-            f"published {rel} has {published} bytes, the origin promised {expected_bytes}",
-            reason=Reason.SIZE_MISMATCH,
-            file=rel,
-        )
-    try:
-        write_size_record(dest, published)
+        # Another writer may already have renamed its own file over ours:
+        # its record is its own to write.
+        if names_inode(dest, st):
+            write_size_record(dest, st.st_size)
     except OSError as exc:
         raise disk_error(exc, "recording the size of", rel) from exc
-    return published
+    finally:
+        claim.close()
+    return st
+
+
+def stamp_published(dest: str, digest: str, st: os.stat_result) -> None:
+    """Stamp `digest` for the inode described by `st` (the descriptor that
+    was hashed or written), and only while `dest` still names it: a stamp
+    never vouches for bytes it did not see (#10 defect 3). Written, then
+    checked again: a writer that replaced the file meanwhile loses our stamp
+    (no stamp means a re-hash, never a wrong file)."""
+    from llmkube_stager.cache.records import read_stamp, write_stamp
+    from llmkube_stager.layout import stamp_path
+
+    if not names_inode(dest, st):
+        return
+    write_stamp(dest, digest, st)
+    if not names_inode(dest, st) and read_stamp(dest) == (digest, st.st_size, int(st.st_mtime)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stamp_path(dest))
+
+
+def roll_forward(dest: str, partial_name: str, size: int) -> bool:
+    """Finish one entry of an interrupted publish (journal.intent_of): the
+    listed partial, still whole, is renamed into place; a partial already
+    renamed shows as a destination of its size. False when neither holds
+    (the entry cannot be vouched for)."""
+    partial = os.path.join(os.path.dirname(dest), partial_name)
+    try:
+        st = os.lstat(partial)
+        if stat.S_ISREG(st.st_mode) and st.st_size == size:
+            os.replace(partial, dest)
+            fsync_dir(os.path.dirname(dest))
+    except FileNotFoundError:
+        pass
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+        return False
+    if names_inode(dest, st):
+        write_size_record(dest, size)
+    return True

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from llmkube_stager.cache.layout import destinations
 from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceKind
+from llmkube_stager.layout import destinations
 from llmkube_stager.model import Manifest, RemoteFile
 
 
@@ -33,6 +33,9 @@ class RemoteMeta:
     if_match: str | None = None
     # A digest the origin declares (HF LFS sha256): verified while receiving.
     sha256: str | None = None
+    # The URL names one version forever (a commit-pinned HF resolve URL): a
+    # partial may be resumed without a validator the origin checks.
+    immutable: bool = False
 
 
 class Body(Protocol):
@@ -45,13 +48,30 @@ class Body(Protocol):
     total_bytes: int | None
     # A 416 to `bytes=<size>-`: the partial is already complete (spec §5.2 5).
     complete: bool
+    # The response's validators (a resumed 206 must carry the partial's).
+    etag: str | None
+    last_modified: str | None
+    # Its end is provable: a Content-Length, chunked framing, a local file.
+    # A close-delimited body cut short looks like a complete one.
+    framed: bool
 
     def readinto(self, buffer: memoryview) -> int: ...
+
+    @property
+    def copy_into(self) -> Callable[[int, int], int] | None:
+        """Capability: the kernel copies the next chunk into the descriptor
+        at the offset and returns its length (a local file, nothing to
+        hash); None where bytes must pass through user space."""
+        ...
 
     def close(self) -> None: ...
 
 
 class Fetcher(Protocol):
+    # Capability: several ranged requests into one file are worth it (not
+    # for a local copy, which the kernel does).
+    parallel_ranges: bool
+
     def probe(self, file: RemoteFile) -> RemoteMeta: ...
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -62,6 +82,12 @@ class Fetcher(Protocol):
 
 
 class Source(Protocol):
+    kind: SourceKind
+    # Capability: a file can be fetched even when its probe failed (a plain
+    # URL: spec §8.1 "try GET"); a source whose probe resolves where the
+    # bytes are (S3 presigning, the hub API) cannot.
+    get_without_probe: bool
+
     def manifest(self) -> Manifest: ...
 
     def fetcher(self) -> Fetcher: ...

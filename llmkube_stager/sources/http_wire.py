@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urljoin, urlsplit
 
-from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.errors import Network, Reason, SourceError, Wire
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.base import RangeUnusable
@@ -29,32 +29,111 @@ from llmkube_stager.sources.http_status import (
     parse_content_range,
     parse_digits,
     parse_unsatisfied_range,
+    split_userinfo,
     status_error,
 )
-from llmkube_stager.sources.tls import is_cert_failure
+from llmkube_stager.sources.tls import cert_error
 
 _DRAIN_LIMIT_BYTES = 64 * 1024
 _STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
-def translate_network_error(exc: BaseException, where: str, phase: str) -> SourceError:
-    """OSError / http.client errors -> SourceError, by type (never by text)."""
-    if is_cert_failure(exc):
+def translate_network_error(
+    exc: BaseException, where: str, phase: str, peer: Origin | None = None
+) -> SourceError:
+    """OSError / http.client errors -> SourceError, by type (never by text).
+    `peer` (the host and port connected to: the origin, or the proxy) goes
+    into the error's facts, from which errors.operator_phrase gives the
+    operator's matcher curl's words."""
+    if isinstance(exc, ProxyRefused):
+        return proxy_refused(f"{exc.status} {exc.reason}", where, phase)
+    if isinstance(exc, TimeoutError):
+        return timeout_error(phase, where, peer)
+    cert = cert_error(exc)
+    if cert is not None:
+        wire = _wire(Network.TLS_UNTRUSTED, peer, tls_problem=str(cert.verify_message or ""))
         return SourceError(
-            f"TLS certificate verify failed for {where}", reason=Reason.SOURCE_UNTRUSTED
+            f"TLS certificate verify failed for {where}", reason=Reason.SOURCE_UNTRUSTED, wire=wire
         )
+    kind: Network | None = None
     if isinstance(exc, socket.gaierror):
-        text = f"could not resolve host for {where}"
+        kind, text = Network.DNS, f"could not resolve host for {where}"
     elif isinstance(exc, ConnectionRefusedError):
-        text = f"connection refused by {where}"
-    elif isinstance(exc, TimeoutError):
-        text = f"{phase} timed out for {where}"
-    elif str(exc).startswith("Tunnel connection failed:"):
-        # http.client's CONNECT refusal: the proxy's status line, no secret.
-        return proxy_refused(str(exc).split(":", 1)[1], where, phase)
+        kind, text = Network.REFUSED, f"connection refused by {where}"
     else:
+        kind = Network.RESET if isinstance(exc, ConnectionResetError) else None
         text = f"{phase} failed for {where}: {type(exc).__name__}"
-    return SourceError(text, reason=Reason.SOURCE_UNREACHABLE, transient=True)
+    return SourceError(
+        text, reason=Reason.SOURCE_UNREACHABLE, transient=True, wire=_wire(kind, peer)
+    )
+
+
+def timeout_error(phase: str, where: str, peer: Origin | None) -> SourceError:
+    """No connection within the connect timeout, or no byte within the stall
+    timeout on an established one."""
+    kind = Network.CONNECT_TIMEOUT if phase == "connect" else Network.READ_TIMEOUT
+    return SourceError(
+        f"{phase} timed out for {where}",
+        reason=Reason.SOURCE_UNREACHABLE,
+        transient=True,
+        wire=_wire(kind, peer),
+    )
+
+
+def _wire(kind: Network | None, peer: Origin | None, tls_problem: str = "") -> Wire:
+    if peer is None:
+        return Wire(network=kind, tls_problem=tls_problem)
+    return Wire(network=kind, host=peer.host, port=peer.port, tls_problem=tls_problem)
+
+
+class ProxyRefused(OSError):
+    """A forward proxy answered CONNECT with a non-2xx status (its status
+    line holds no secret)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"the proxy answered CONNECT with {status} {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def open_tunnel(sock: socket.socket, host: str, port: int, authorization: str | None) -> None:
+    """CONNECT host:port through a forward proxy on `sock` (RFC 9110 §9.3.6).
+    Ours, not http.client's `set_tunnel`, which reports a refusal as a bare
+    OSError with the status line in its text."""
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+    if authorization:
+        lines.append(f"Proxy-Authorization: {authorization}")
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    # The proxy sends nothing after its header block until the TLS client
+    # hello, so the response's buffered reader cannot swallow tunnel bytes.
+    response = http.client.HTTPResponse(sock, method="CONNECT")
+    try:
+        response.begin()
+    finally:
+        response.fp = None  # type: ignore[assignment]  # keep the socket: it is the tunnel
+    if not 200 <= response.status < 300:
+        raise ProxyRefused(response.status, response.reason)
+
+
+class _TunnelledHTTPSConnection(http.client.HTTPSConnection):
+    """An https origin through a forward proxy: TCP to the proxy, our own
+    CONNECT, then TLS to the origin over the tunnel."""
+
+    def __init__(self, origin: Origin, proxy: Proxy, timeout_s: float, context: ssl.SSLContext):
+        super().__init__(origin.host, origin.port, timeout=timeout_s, context=context)
+        self._proxy = proxy
+        self._tls = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._proxy.host, self._proxy.port), self.timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            open_tunnel(sock, self.host, self.port, self._proxy.authorization())
+            self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
 
 
 def proxy_refused(status_line: str, where: str, phase: str) -> SourceError:
@@ -121,15 +200,12 @@ class ConnectionPool:
         conn: http.client.HTTPConnection
         proxy = self.proxy_for(origin)
         host, port = (proxy.host, proxy.port) if proxy is not None else (origin.host, origin.port)
-        if origin.scheme == "https":
+        if origin.scheme == "https" and proxy is not None:
+            conn = _TunnelledHTTPSConnection(origin, proxy, self._connect_s, self._ssl_context())
+        elif origin.scheme == "https":
             conn = http.client.HTTPSConnection(
                 host, port, timeout=self._connect_s, context=self._ssl_context()
             )
-            if proxy is not None:
-                auth = proxy.authorization()
-                conn.set_tunnel(
-                    origin.host, origin.port, {"Proxy-Authorization": auth} if auth else None
-                )
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self._connect_s)
         where = f"{origin.scheme}://{origin.host}:{origin.port}"
@@ -139,7 +215,8 @@ class ConnectionPool:
             conn.connect()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise translate_network_error(exc, where, "connect") from exc
+            peer = Origin(origin.scheme, host, port)
+            raise translate_network_error(exc, where, "connect", peer) from exc
         assert conn.sock is not None
         # After the handshake the socket timeout is the stall timeout: the
         # longest time without a received byte (CONTRACT §3).
@@ -167,6 +244,8 @@ class ConnectionPool:
 class WireBody:
     """A response body being received; see `sources.base.Body`."""
 
+    copy_into = None  # bytes pass through user space (hashed, counted)
+
     def __init__(
         self,
         pool: ConnectionPool,
@@ -183,6 +262,9 @@ class WireBody:
         self.start = 0
         self.total_bytes: int | None = None
         self.complete = False
+        self.etag: str | None = resp.getheader("etag")
+        self.last_modified: str | None = resp.getheader("last-modified")
+        self.framed = bool(resp.chunked) or resp.length is not None
         # Bytes still due by Content-Length (None: chunked or close-delimited).
         self._remaining = None if resp.chunked else resp.length
         self._pending: SourceError | None = None
@@ -202,7 +284,7 @@ class WireBody:
             try:
                 n = self._resp.fp.readinto1(buffer[filled : min(len(buffer), limit)])
             except (OSError, http.client.HTTPException) as exc:
-                error = translate_network_error(exc, self._where, "receive")
+                error = translate_network_error(exc, self._where, "receive", self._origin)
                 if not filled:
                     raise error from exc
                 self._pending = error
@@ -220,7 +302,7 @@ class WireBody:
         try:
             return self._resp.readinto(buffer)
         except (OSError, http.client.HTTPException) as exc:
-            raise translate_network_error(exc, self._where, "receive") from exc
+            raise translate_network_error(exc, self._where, "receive", self._origin) from exc
 
     def close(self) -> None:
         if self._resp.isclosed() and not self._resp.will_close:
@@ -245,10 +327,10 @@ def _request(
             # A kept-alive connection the server already closed: retry once
             # at once on a fresh one (GET/HEAD are idempotent).
             if not reused:
-                raise translate_network_error(exc, display_url(url), "request") from exc
+                raise translate_network_error(exc, display_url(url), "request", origin) from exc
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise translate_network_error(exc, display_url(url), "request") from exc
+            raise translate_network_error(exc, display_url(url), "request", origin) from exc
     raise AssertionError("unreachable")
 
 
@@ -289,7 +371,7 @@ def open_get(
                     reason=Reason.SOURCE_REJECTED,
                     answered=True,
                 )
-            url = urljoin(url, location)
+            url, _ = split_userinfo(urljoin(url, location))
             continue
         return _body_for(pool, url, conn, resp, offset, end)
     raise SourceError(

@@ -50,8 +50,15 @@ def check_allowed(path: str, roots: tuple[str, ...]) -> None:
 
 class LocalSource:
     kind: SourceKind = "local"
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
+        if not config.cache_dir:
+            # The operator mounts the host file only for a cached model; the
+            # scripts refused the emptyDir case with this text (spec §11.4).
+            raise ConfigError(
+                "Local model source requires model cache to be configured (CACHE_DIR is empty)"
+            )
         self._config = config
         base = local_path(config.source)
         # The allowed roots judge the source the user named, whatever is
@@ -112,6 +119,9 @@ class LocalBody:
         self.start = offset
         self.total_bytes: int | None = size_bytes
         self.complete = offset >= size_bytes > 0
+        self.etag: str | None = None
+        self.last_modified: str | None = None
+        self.framed = True
 
     def readinto(self, buffer: memoryview) -> int:
         n = os.preadv(self._fd, [buffer], self._offset)
@@ -149,11 +159,14 @@ class LocalFetcher:
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
         st = stat_source(file.url)
+        etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+        # `open` checks this validator on every read (as If-Match would).
         return RemoteMeta(
             url=file.url,
             size_bytes=st.st_size or None,
-            etag=f'"{st.st_mtime_ns:x}-{st.st_size:x}"',
+            etag=etag,
             accept_ranges=True,
+            if_match=etag,
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -173,6 +186,7 @@ class PvcSource:
     /model-source; `stage` checks the mounted file (spec §3.5)."""
 
     kind: SourceKind = "pvc"
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
         parts = urlsplit(config.source)

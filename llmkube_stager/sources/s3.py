@@ -190,6 +190,8 @@ def addressing_style(
 
 class S3Source:
     kind: SourceKind = "s3"
+    # The signed HEAD is also where the presigned GET comes from.
+    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
         self._config = config
@@ -210,6 +212,8 @@ class S3Source:
 
 
 class S3Fetcher:
+    parallel_ranges = True
+
     def __init__(
         self,
         config: Config,
@@ -256,7 +260,7 @@ class S3Fetcher:
         try:
             return self._get(file, meta, key, where, offset, end)
         except SourceError as err:
-            if err.status == 503:
+            if _status_of(err) == 503:
                 # S3 throttles with 503 SlowDown: back off, as from a 429.
                 err.reason = Reason.SOURCE_RATE_LIMITED
             raise
@@ -268,7 +272,7 @@ class S3Fetcher:
         try:
             return self._http.open(file, signed, offset, end)
         except SourceError as err:
-            if err.status != 403:
+            if _status_of(err) != 403:
                 raise
         # The signature or its temporary credentials expired on the way:
         # signing again is local, so it spends no retry budget.
@@ -284,3 +288,8 @@ class S3Fetcher:
     def close(self) -> None:
         self._http.close()
         self._clients.close()
+
+
+def _status_of(err: SourceError) -> int | None:
+    """The HTTP status the data path got, if the origin answered."""
+    return None if err.wire is None else err.wire.http_status

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.errors import ConfigError, Network, Reason, SourceError, Wire
 
 # S3 (and STS, for credentials) error codes, checked first.
 ERROR_CODES: dict[str, Reason] = {
@@ -64,9 +64,9 @@ def reason_for(code: str, status: int) -> Reason:
 
 def status_error(code: str, status: int, text: str) -> SourceError:
     reason = reason_for(code, status)
-    return SourceError(
-        text, reason=reason, transient=reason in TRANSIENT, answered=True, status=status
-    )
+    # What S3 said rides along as facts (the operator's matcher reads them).
+    wire = Wire(http_status=status or None, s3_code=code)
+    return SourceError(text, reason=reason, transient=reason in TRANSIENT, answered=True, wire=wire)
 
 
 def translate_s3_error(exc: Exception, where: str) -> SourceError:
@@ -77,7 +77,9 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
         return _client_error(exc.response, where, str(getattr(exc, "operation_name", "")))
     if isinstance(exc, bex.SSLError):
         return SourceError(
-            f"TLS certificate verify failed for {where}", reason=Reason.SOURCE_UNTRUSTED
+            f"TLS certificate verify failed for {where}",
+            reason=Reason.SOURCE_UNTRUSTED,
+            wire=_network_wire(exc, Network.TLS_UNTRUSTED),
         )
     if isinstance(
         exc, bex.ConnectTimeoutError | bex.EndpointConnectionError | bex.ReadTimeoutError
@@ -86,6 +88,7 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             f"cannot reach the S3 endpoint for {where}: {type(exc).__name__}",
             reason=Reason.SOURCE_UNREACHABLE,
             transient=True,
+            wire=_network_wire(exc, _network_kind(exc)),
         )
     if isinstance(exc, bex.ParamValidationError):
         # botocore refused before sending: retrying cannot help.
@@ -109,6 +112,53 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             transient=True,
         )
     raise exc
+
+
+def _network_kind(exc: Exception) -> Network | None:
+    """By the types in the exception's chain, never its text."""
+    import socket
+
+    from botocore import exceptions as bex
+
+    if isinstance(exc, bex.ConnectTimeoutError):
+        return Network.CONNECT_TIMEOUT
+    if isinstance(exc, bex.ReadTimeoutError):
+        return Network.READ_TIMEOUT
+    cause: BaseException | None = exc
+    for _ in range(10):
+        if cause is None:
+            break
+        if isinstance(cause, socket.gaierror):
+            return Network.DNS
+        if isinstance(cause, ConnectionRefusedError):
+            return Network.REFUSED
+        if isinstance(cause, ConnectionResetError):
+            return Network.RESET
+        nested = getattr(cause, "kwargs", {}).get("error")  # botocore keeps urllib3's here
+        cause = (
+            nested if isinstance(nested, BaseException) else cause.__cause__ or cause.__context__
+        )
+    return None
+
+
+def _network_wire(exc: Exception, kind: Network | None) -> Wire:
+    from urllib.parse import urlsplit
+
+    from llmkube_stager.sources.tls import cert_error
+
+    url = str(getattr(exc, "kwargs", {}).get("endpoint_url") or "")
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80 if parts.scheme else None)
+    except ValueError:
+        port = None
+    problem = cert_error(exc)
+    return Wire(
+        network=kind,
+        host=parts.hostname or "",
+        port=port,
+        tls_problem=str(problem.verify_message or "") if problem is not None else "",
+    )
 
 
 def _client_error(response: Any, where: str, operation: str) -> SourceError:

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Pod, Run, record_of, snapshot
 
+from tests.harness.disk import record_of, snapshot
 from tests.harness.origin import Origin
+from tests.harness.pod import Pod, Run
 from tests.harness.sample import gguf_like
 
 pytestmark = pytest.mark.e2e

@@ -14,20 +14,18 @@ from pathlib import Path
 import pytest
 from e2e_support import (
     CONTRACT_VARS,
-    Pod,
-    assert_failure,
-    assert_success,
-    debris,
     flag_of,
     import_lines,
     partials_of,
-    record_of,
     tls_server_context,
     wait_for,
 )
 
+from tests.harness.disk import debris, record_of
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.pod import Pod
 from tests.harness.sample import gguf_like, write_sample_tree
+from tests.harness.schema import validate_termination
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +51,7 @@ def test_single_file_cold_then_warm(pod: Pod, origin: Origin) -> None:
     dest = pod.single(origin.url + MODEL)
 
     cold = pod.run("stage")
-    doc = assert_success(cold, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    doc = cold.ok(files=1, fetched=1, reused=0, nbytes=len(DATA)).term
     assert doc["source"] == origin.url + MODEL
     assert dest.read_bytes() == DATA
     assert record_of(dest) == str(len(DATA))
@@ -67,7 +65,7 @@ def test_single_file_cold_then_warm(pod: Pod, origin: Origin) -> None:
     before = dest.stat()
     origin.clear_log()
     warm = pod.run("stage")
-    assert_success(warm, files=1, fetched=0, reused=1, nbytes=0)
+    warm.ok(files=1, fetched=0, reused=1, nbytes=0)
     assert origin.requests() == [], "a warm start must not contact the origin"
     assert "Model already cached, skipping download" in warm.stderr
     after = dest.stat()
@@ -86,7 +84,7 @@ def test_multi_file_cold_then_warm(
     total = sum(len(b) for b in files.values())
 
     cold = pod.run("stage")
-    assert_success(cold, files=4, fetched=4, reused=0, nbytes=total)
+    cold.ok(files=4, fetched=4, reused=0, nbytes=total)
     for rel, data in files.items():
         dest = cache_dir / rel
         assert dest.read_bytes() == data, rel
@@ -100,7 +98,7 @@ def test_multi_file_cold_then_warm(
 
     origin.clear_log()
     warm = pod.run("stage")
-    doc = assert_success(warm, files=4, fetched=0, reused=4, nbytes=0)
+    doc = warm.ok(files=4, fetched=0, reused=4, nbytes=0).term
     assert doc["stats"]["reused"] == doc["stats"]["files"]
     assert origin.requests() == []
     for rel in files:
@@ -116,7 +114,7 @@ def test_warm_start_needs_no_origin(pod: Pod, sample_repo: tuple[str, dict[str, 
     (cache_dir / "config.json.llmkube-size").unlink()
     pod.env["MODEL_SOURCE"] = closed_port_url() + "/org/repo/resolve/main/"
     run = pod.run("stage")
-    assert_success(run, files=4, fetched=0, reused=3, kept=1, nbytes=0)
+    run.ok(files=4, fetched=0, reused=3, kept=1, nbytes=0)
     assert record_of(cache_dir / "config.json") == str(len(files["config.json"]))
     assert "Model artifact config.json already cached, skipping download" in run.stderr
 
@@ -127,11 +125,11 @@ def test_emptydir_single_file_without_cache_dir(pod: Pod, origin: Origin) -> Non
     dest = pod.models / "ns-model.gguf"
     pod.env.update(MODEL_SOURCE=origin.url + MODEL, CACHE_DIR="", MODEL_PATH=str(dest))
     cold = pod.run("stage")
-    assert_success(cold, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    cold.ok(files=1, fetched=1, reused=0, nbytes=len(DATA))
     assert dest.read_bytes() == DATA
     origin.clear_log()
     warm = pod.run("stage")
-    assert_success(warm, files=1, fetched=0, reused=1, nbytes=0)
+    warm.ok(files=1, fetched=0, reused=1, nbytes=0)
     assert "Model already exists, skipping download" in warm.stderr
     assert origin.requests() == []
 
@@ -142,7 +140,7 @@ def test_file_names_needing_percent_encoding(pod: Pod, origin: Origin) -> None:
         origin.put("/r/" + rel, data)
     cache_dir = pod.multi(origin.url + "/r/", names)
     run = pod.run("stage")
-    assert_success(run, files=3, fetched=3, reused=0, nbytes=35)
+    run.ok(files=3, fetched=3, reused=0, nbytes=35)
     for rel, data in names.items():
         assert (cache_dir / rel).read_bytes() == data
     paths = {r.path for r in origin.requests(method="GET")}
@@ -161,14 +159,14 @@ def test_termination_message_is_written_in_place(pod: Pod, origin: Origin) -> No
     inode = pod.term_path.stat().st_ino
 
     ok = pod.run("stage", fresh_term=False)
-    assert_success(ok, files=1, fetched=1, reused=0)
+    ok.ok(files=1, fetched=1, reused=0)
     assert pod.term_path.stat().st_ino == inode
     assert alias.read_bytes() == ok.term_raw
 
     origin.remove(MODEL)
     pod.single(origin.url + MODEL, key="other")
     failed = pod.run("stage", fresh_term=False)
-    assert_failure(failed, "ModelSourceNotFound", exit_code=1, retryable=False)
+    failed.failed("ModelSourceNotFound", exit_code=4, retryable=False)
     assert pod.term_path.stat().st_ino == inode
     assert alias.read_bytes() == failed.term_raw
 
@@ -182,7 +180,7 @@ def test_unwritable_termination_path_is_skipped_quietly(
     dest = pod.single(origin.url + MODEL)
     missing_dir = pod.tmp / "no-such-dir"
     run = pod.run("stage", env={"LLMKUBE_TERMINATION_LOG": str(missing_dir / "termination-log")})
-    assert run.returncode == (0 if present else 1), str(run)
+    assert run.returncode == (0 if present else 4), str(run)
     assert "Traceback" not in run.stderr
     assert not missing_dir.exists()
     assert dest.is_file() is present
@@ -196,7 +194,7 @@ def test_unwritable_termination_path_is_skipped_quietly(
 def test_not_found_single_file(pod: Pod, origin: Origin) -> None:
     dest = pod.single(origin.url + MODEL)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False)
+    doc = run.failed("ModelSourceNotFound", exit_code=4, retryable=False).term
     assert doc["file"] == "model.gguf"
     assert doc["source"] == origin.url + MODEL
     assert not dest.exists()
@@ -208,7 +206,7 @@ def test_not_found_single_file(pod: Pod, origin: Origin) -> None:
 def test_closed_port_is_unreachable_and_retryable(pod: Pod) -> None:
     dest = pod.single(closed_port_url() + MODEL)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceUnreachable", exit_code=1, retryable=True)
+    doc = run.failed("ModelSourceUnreachable", exit_code=1, retryable=True).term
     assert doc["file"] == "model.gguf"
     assert not dest.exists()
 
@@ -217,7 +215,7 @@ def test_blackhole_times_out_as_unreachable(pod: Pod) -> None:
     with Blackhole("accept") as hole:
         pod.single(hole.url + MODEL)
         run = pod.run("stage", env={"LLMKUBE_RETRIES": "0"}, timeout=30)
-    assert_failure(run, "ModelSourceUnreachable", exit_code=1, retryable=True)
+    run.failed("ModelSourceUnreachable", exit_code=1, retryable=True)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +233,7 @@ def test_http_status_reasons(
     origin.set_fault(MODEL, Fault(status=status, retry_after="0" if status == 429 else None))
     dest = pod.single(origin.url + MODEL)
     run = pod.run("stage")
-    assert_failure(run, reason, exit_code=1, retryable=retryable)
+    run.failed(reason, exit_code=1 if retryable else 4, retryable=retryable)
     assert not dest.exists()
 
 
@@ -245,7 +243,7 @@ def test_hf_repo_missing_on_the_mirror_is_not_found(pod: Pod, origin: Origin) ->
     pod.env["HF_ENDPOINT"] = origin.url
     dest = pod.single(origin.url + "/org/no-such-repo/resolve/main/model.gguf")
     run = pod.run("stage")
-    assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False)
+    run.failed("ModelSourceNotFound", exit_code=4, retryable=False)
     assert not dest.exists()
     assert origin.requests(), "the mirror was never asked"
 
@@ -257,7 +255,7 @@ def test_multi_file_not_found_logs_failed_to_download(
     rels = ["config.json", "missing/weights.safetensors", "model-00001-of-00002.safetensors"]
     cache_dir = pod.multi(base, rels)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False)
+    doc = run.failed("ModelSourceNotFound", exit_code=4, retryable=False).term
     assert doc["file"] == "missing/weights.safetensors"
     assert "failed to download missing/weights.safetensors" in run.stderr
     # The file before the failure was published properly, the missing one not at all.
@@ -270,8 +268,8 @@ def test_oversized_failure_message_is_cut_to_valid_json(pod: Pod, origin: Origin
     long_path = "/m/" + "very-long-directory-name/" * 250 + "model.gguf"  # ~6 KB URL
     pod.single(origin.url + long_path)
     run = pod.run("stage")
-    doc = assert_failure(run, "ModelSourceNotFound", exit_code=1, retryable=False, log_line=False)
-    assert len(run.term_raw or b"") <= 4096
+    doc = run.failed("ModelSourceNotFound", exit_code=4, retryable=False, log_line=False).term
+    assert len(run.term_raw or b"") <= 2048  # the pod budget (docs/operations.md)
     assert doc["message"].endswith(doc["remedy"])
 
 
@@ -291,14 +289,8 @@ CONFIG_ERRORS = [
     pytest.param({"LLMKUBE_MAX_RETRY_WAIT": "nan"}, "LLMKUBE_MAX_RETRY_WAIT", id="retry-wait-nan"),
     pytest.param({"LLMKUBE_LOCK_TIMEOUT": "abc"}, "LLMKUBE_LOCK_TIMEOUT", id="lock-timeout-abc"),
     pytest.param({"LLMKUBE_RETRIES": "-1"}, "LLMKUBE_RETRIES", id="retries-negative"),
-    pytest.param(
-        {"LLMKUBE_REFRESH_POLICY": "Sometimes"}, "LLMKUBE_REFRESH_POLICY", id="refresh-policy"
-    ),
-    pytest.param({"PROGRESS_INTERVAL": "-1"}, "PROGRESS_INTERVAL", id="progress-negative"),
     pytest.param({"LLMKUBE_LOG_FORMAT": "xml"}, "LLMKUBE_LOG_FORMAT", id="log-format-xml"),
-    pytest.param(
-        {"LLMKUBE_PREFETCH_STAGER": "maybe"}, "LLMKUBE_PREFETCH_STAGER", id="prefetch-maybe"
-    ),
+    # The values the scripts tolerated are not errors: test_dropin_config.py.
     pytest.param({"MODEL_SHA256": "abc123"}, "MODEL_SHA256", id="sha256-short"),
     pytest.param({"MODEL_FILES": "a.gguf\nb.gguf"}, "MODEL_FILES", id="both-path-and-files"),
     pytest.param({"MODEL_PATH": None}, "MODEL_PATH", id="neither-path-nor-files"),
@@ -307,7 +299,7 @@ CONFIG_ERRORS = [
         "CACHE_DIR",
         id="files-without-cache-dir",
     ),
-    pytest.param({"MODEL_PATH": "models/k1/model.gguf"}, "MODEL_PATH", id="relative-path"),
+    pytest.param({"MODEL_PATH": "~/models/k1/model.gguf"}, "MODEL_PATH", id="unexpanded-tilde"),
     pytest.param({"MODEL_SOURCE": "ftp://127.0.0.1/m.gguf"}, "MODEL_SOURCE", id="ftp-scheme"),
     pytest.param({"MODEL_SOURCE": "http:///m.gguf"}, "MODEL_SOURCE", id="no-host"),
     pytest.param(
@@ -322,7 +314,7 @@ def test_config_errors_exit_2_and_touch_nothing(
 ) -> None:
     _single_env(pod, origin)
     run = pod.run("stage", env=overrides)
-    doc = assert_failure(run, "InvalidConfiguration", exit_code=2, retryable=False)
+    doc = run.failed("InvalidConfiguration", exit_code=2, retryable=False).term
     assert var in doc["message"], doc["message"]
     if var == "MODEL_FILES":
         assert "MODEL_PATH" in doc["message"]
@@ -333,7 +325,7 @@ def test_config_errors_exit_2_and_touch_nothing(
 def test_flag_wins_over_valid_env(pod: Pod, origin: Origin) -> None:
     _single_env(pod, origin)
     run = pod.run("stage", "--llmkube-connect-timeout", "abc")
-    doc = assert_failure(run, "InvalidConfiguration", exit_code=2, retryable=False)
+    doc = run.failed("InvalidConfiguration", exit_code=2, retryable=False).term
     assert "LLMKUBE_CONNECT_TIMEOUT" in doc["message"]
     assert not pod.models.exists()
     assert origin.requests() == []
@@ -350,7 +342,7 @@ def test_flag_wins_over_invalid_env(pod: Pod, origin: Origin) -> None:
         "2",
         env={"MODEL_SOURCE": "ftp://bad.invalid/x", "LLMKUBE_CONNECT_TIMEOUT": "abc"},
     )
-    assert_success(run, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    run.ok(files=1, fetched=1, reused=0, nbytes=len(DATA))
     assert len(origin.requests(MODEL, "GET")) == 1
 
 
@@ -365,14 +357,13 @@ def test_usage_error_writes_invalid_configuration(
     assert run.returncode == 2, str(run)
     assert not pod.models.exists()
     assert origin.requests() == []
-    doc = assert_failure(run, "InvalidConfiguration", exit_code=2, retryable=False)
+    doc = run.failed("InvalidConfiguration", exit_code=2, retryable=False).term
     assert args[0] in doc["message"]
 
 
 INVALID_FILE_SETS = {
     "absolute": ["config.json", "/etc/passwd"],
     "dotdot": ["config.json", "sub/../../escape.bin"],
-    "empty-line-in-middle": ["config.json", "", "tokenizer.json"],
     "duplicate": ["config.json", "model.gguf", "config.json"],
     "dot-part": ["./config.json"],
     "reserved-record-name": ["model.gguf.llmkube-size"],
@@ -384,7 +375,7 @@ def test_invalid_file_set_env(pod: Pod, origin: Origin, files: list[str]) -> Non
     origin.put("/repo/config.json", b"{}")
     pod.multi(origin.url + "/repo/", files)
     run = pod.run("stage")
-    assert_failure(run, "InvalidFileSet", exit_code=2, retryable=False)
+    run.failed("InvalidFileSet", exit_code=2, retryable=False)
     assert not pod.models.exists()
     assert origin.requests() == []
 
@@ -393,7 +384,7 @@ def test_invalid_file_set_control_char_via_flag(pod: Pod, origin: Origin) -> Non
     origin.put("/repo/config.json", b"{}")
     pod.multi(origin.url + "/repo/", ["config.json"])
     run = pod.run("stage", "--model-files", "config.json\nweights\x01.bin")
-    doc = assert_failure(run, "InvalidFileSet", exit_code=2, retryable=False)
+    doc = run.failed("InvalidFileSet", exit_code=2, retryable=False).term
     assert "\x01" not in run.stderr  # shown escaped, never raw
     assert doc["reason"] == "InvalidFileSet"
     assert not pod.models.exists()
@@ -416,12 +407,12 @@ def test_json_logs_every_line_is_an_event(pod: Pod, origin: Origin) -> None:
     pod.multi(origin.url + "/repo/", files)
     env = {"LLMKUBE_LOG_FORMAT": "json", "PROGRESS_INTERVAL": "0.1"}
     ok = pod.run("stage", env=env)
-    assert_success(ok, files=2, fetched=2, reused=0)
+    ok.ok(files=2, fetched=2, reused=0)
 
     origin.set_fault("/repo/gone.bin", Fault(status=500))
     pod.multi(origin.url + "/repo/", ["config.json", "gone.bin"], key="k3")
     failed = pod.run("stage", env=env)
-    assert failed.returncode == 1, str(failed)
+    assert failed.returncode == 1, str(failed)  # a 500: retryable
 
     invalid = pod.run("stage", env={**env, "LLMKUBE_RETRIES": "many"})
     assert invalid.returncode == 2, str(invalid)
@@ -463,7 +454,7 @@ def test_text_logs_have_progress_lines_and_no_carriage_return(pod: Pod, origin: 
     files = _throttled_pair(origin, "/repo/")
     pod.multi(origin.url + "/repo/", files)
     run = pod.run("stage", env={"PROGRESS_INTERVAL": "0.1"})
-    assert_success(run, files=2, fetched=2, reused=0)
+    run.ok(files=2, fetched=2, reused=0)
     assert "\r" not in run.stderr
     assert re.search(r"^Downloaded \d+ MiB of 2 MiB \(\d+%\)", run.stderr, re.M), run.stderr
     for line in run.stderr.splitlines():
@@ -475,7 +466,7 @@ def test_hang_up_mid_body_is_resumed_within_the_run(pod: Pod, origin: Origin) ->
     origin.set_fault(MODEL, Fault(truncate_after=1 << 20, times=1, methods=("GET",)))
     dest = pod.single(origin.url + MODEL)
     run = pod.run("stage")
-    assert_success(run, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    run.ok(files=1, fetched=1, reused=0, nbytes=len(DATA))
     first, second = origin.requests(MODEL, "GET")
     assert first.status == 200 and "range" not in first.headers
     assert second.status == 206 and second.headers["range"] == f"bytes={1 << 20}-"
@@ -500,14 +491,14 @@ def test_concurrent_stagers_transfer_once(pod: Pod, origin: Origin) -> None:
     wait_for(lambda: bool(origin.requests(MODEL, "GET")), 15, "the first writer's GET", first)
     second = pod.popen("stage", env={"LLMKUBE_TERMINATION_LOG": str(term_b)})
     impatient = pod.run("stage", env={"LLMKUBE_LOCK_TIMEOUT": "0.3"})
-    a = pod.finish(first, ("stage",))
-    b = pod.finish(second, ("stage",))
+    a = pod.finish(first)
+    b = pod.finish(second)
 
     assert a.returncode == 0, str(a)
-    assert json.loads(term_a.read_bytes())["stats"]["fetched"] == 1
+    assert validate_termination(term_a.read_bytes())["stats"]["fetched"] == 1
     assert b.returncode == 0, str(b)
-    assert json.loads(term_b.read_bytes())["stats"]["reused"] == 1
-    assert_failure(impatient, "ModelCacheLockTimeout", exit_code=1, retryable=True)
+    assert validate_termination(term_b.read_bytes())["stats"]["reused"] == 1
+    impatient.failed("ModelCacheLockTimeout", exit_code=1, retryable=True)
     assert dest.read_bytes() == data
     gets = origin.requests(MODEL, "GET")
     assert [g.status for g in gets] == [200, 206], "the model was transferred more than once"
@@ -530,8 +521,8 @@ def test_sigterm_keeps_partial_and_next_run_resumes(pod: Pod, origin: Origin) ->
 
     wait_for(partial_has_bytes, 15, "a partial with bytes in it", proc)
     proc.send_signal(signal.SIGTERM)
-    cancelled = pod.finish(proc, ("stage",))
-    doc = assert_failure(cancelled, "ModelTransferCancelled", exit_code=1, retryable=True)
+    cancelled = pod.finish(proc)
+    doc = cancelled.failed("ModelTransferCancelled", exit_code=1, retryable=True).term
     assert doc["file"] == "model.gguf"
     assert not dest.exists()
     (partial,) = partials_of(dest)
@@ -542,7 +533,7 @@ def test_sigterm_keeps_partial_and_next_run_resumes(pod: Pod, origin: Origin) ->
     origin.set_fault(MODEL, None)
     origin.clear_log()
     resumed = pod.run("stage")
-    assert_success(resumed, files=1, fetched=1, reused=0, nbytes=len(data) - kept)
+    resumed.ok(files=1, fetched=1, reused=0, nbytes=len(data) - kept)
     gets = origin.requests(MODEL, "GET")
     assert len(gets) == 1, gets
     assert gets[0].headers.get("range") == f"bytes={kept}-"
@@ -555,6 +546,8 @@ def test_sigterm_keeps_partial_and_next_run_resumes(pod: Pod, origin: Origin) ->
 # -- warm start imports no HTTP library ----------------------------------------------
 
 _HTTP_MODULES = ("httpx", "http.client", "ssl", "boto3", "huggingface_hub")
+# Write-path libraries (#15): the lock and the free-space preflight only.
+_WRITE_PATH_MODULES = ("filelock", "psutil")
 
 
 def _http_imports(stderr: str) -> set[str]:
@@ -565,18 +558,29 @@ def _http_imports(stderr: str) -> set[str]:
     }
 
 
+def _imported(stderr: str, names: tuple[str, ...]) -> set[str]:
+    return {
+        m
+        for m in import_lines(stderr)
+        if any(m == name or m.startswith(name + ".") for name in names)
+    }
+
+
 def test_warm_start_imports_no_http_library(pod: Pod, origin: Origin) -> None:
     origin.put(MODEL, DATA)
     pod.single(origin.url + MODEL)
     cold = pod.run("stage", python_flags=("-X", "importtime"))
     assert cold.returncode == 0, str(cold)
-    # The check can fail: a cold run does pull in the HTTP stack.
+    # The check can fail: a cold run does pull in the HTTP stack, the lock
+    # (filelock) and the free-space preflight (psutil).
     assert {"httpx", "http.client"} <= _http_imports(cold.stderr)
+    assert {"filelock", "psutil"} <= _imported(cold.stderr, _WRITE_PATH_MODULES)
 
     warm = pod.run("stage", python_flags=("-X", "importtime"))
-    assert_success(warm, files=1, fetched=0, reused=1)
+    warm.ok(files=1, fetched=0, reused=1)
     assert len(import_lines(warm.stderr)) > 20  # importtime output really was captured
     assert _http_imports(warm.stderr) == set()
+    assert _imported(warm.stderr, _WRITE_PATH_MODULES) == set()
 
 
 # -- TLS -------------------------------------------------------------------------------
@@ -600,11 +604,11 @@ def test_tls_untrusted_then_trusted_through_ca_dir(
     empty.mkdir()
 
     untrusted = pod.run("stage", env={"LLMKUBE_CA_DIR": str(empty)})
-    assert_failure(untrusted, "ModelSourceUntrusted", exit_code=1, retryable=False)
+    untrusted.failed("ModelSourceUntrusted", exit_code=4, retryable=False)
     assert not dest.exists()
 
     trusted = pod.run("stage", env={"LLMKUBE_CA_DIR": str(certs)})
-    assert_success(trusted, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    trusted.ok(files=1, fetched=1, reused=0, nbytes=len(DATA))
     assert dest.read_bytes() == DATA
 
 
@@ -641,7 +645,7 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
 
     def journaled() -> int:
         total = 0
-        for path in dest.parent.glob("*.llmkube-journal") if dest.parent.is_dir() else []:
+        for path in dest.parent.glob("*.llmkube-journal*") if dest.parent.is_dir() else []:
             try:
                 total = max(total, sum(e - s for s, e in json.loads(path.read_text())["done"]))
             except (OSError, ValueError, KeyError):
@@ -658,12 +662,31 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
     origin.clear_log()
     resumed = pod.run("stage", env={"LLMKUBE_CONNECTIONS": "4"})
 
-    assert_success(resumed, files=1, fetched=1, reused=0)
+    resumed.ok(files=1, fetched=1, reused=0)
     gets = origin.requests(MODEL, "GET")
     assert gets and all("range" in g.headers for g in gets), "a GET from byte 0"
     assert sum(g.body_bytes for g in gets) <= size - kept
     assert dest.read_bytes() == data
     assert record_of(dest) == str(size)
     assert partials_of(dest) == []
-    leftovers = [*dest.parent.glob("*.llmkube-segs"), *dest.parent.glob("*.llmkube-journal")]
-    assert leftovers == []
+    leftovers = [*dest.parent.glob("*.llmkube-segs*"), *dest.parent.glob("*.llmkube-journal*")]
+    listing = [p.name for p in dest.parent.iterdir()]
+    assert leftovers == [], (listing, [p.read_text()[:300] for p in leftovers], resumed.stderr)
+
+
+def test_a_40_file_warm_start_makes_no_request_and_imports_no_write_library(
+    pod: Pod, origin: Origin
+) -> None:
+    names = [f"shard-{i:02d}.bin" for i in range(40)]
+    for name in names:
+        origin.put(f"/m/{name}", DATA[:1000] + name.encode())
+    pod.multi(origin.url + "/m", names)
+    assert pod.run("stage").returncode == 0
+    origin.clear_log()
+
+    warm = pod.run("stage", python_flags=("-X", "importtime"))
+
+    warm.ok(files=40, fetched=0, reused=40)
+    assert origin.requests() == []
+    modules = _HTTP_MODULES + _WRITE_PATH_MODULES
+    assert _imported(warm.stderr, modules) == set()

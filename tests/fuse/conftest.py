@@ -1,6 +1,5 @@
 """Fixtures of the real-mount tests: bindfs (FUSE) mounts, two bindfs mounts
-of one backing directory (two "nodes"), a real read-only bind mount, and the
-loopback origin.
+of one backing directory (two "nodes") and a real read-only bind mount.
 
 A test is marked skipped at collection only when the feature is truly
 missing here, with a reason naming it; CI has bindfs, fuse3, /dev/fuse and
@@ -25,8 +24,6 @@ from fuse_support import (
     mount_ro_bind,
     unmount,
 )
-
-from tests.harness.origin import Origin
 
 
 def _fuse_missing() -> str | None:
@@ -133,9 +130,3 @@ def ro_cache(tmp_path: Path) -> Iterator[ReadOnlyCache]:
         yield ReadOnlyCache(backing, mnt)
     finally:
         unmount(mnt)
-
-
-@pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        yield srv

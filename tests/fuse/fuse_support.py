@@ -1,43 +1,20 @@
-"""Helpers of the real-mount tests: mount/unmount bindfs and bind mounts, run
-`python -m llmkube_stager` as a pod would, and look at what it left behind.
-
-The child gets a minimal pod-like environment (never the developer's
-os.environ), so no stray setting can make a test pass.
-"""
+"""What only the real-mount tests need beyond tests/harness: bindfs and
+read-only bind mounts (made, inspected, torn down), the constants of the FUSE
+rules, and the origin's GETs."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tests.harness.origin import Origin, RequestRecord
 
-# The checkout these tests belong to: the child runs there, so
-# `python -m llmkube_stager` imports this tree's package.
-ROOT = Path(__file__).resolve().parents[2]
-
-LOCK_NAME = ".llmkube.lock"
-RECORD_SUFFIX = ".llmkube-size"
 FUSE_MAGIC_HEX = "65735546"
 TEN_MINUTES_S = 600.0
-
-# What the brief prescribes for every run: fail fast, never hang a test.
-POD_TIMEOUTS = {
-    "LLMKUBE_CONNECT_TIMEOUT": "1",
-    "LLMKUBE_STALL_TIMEOUT": "2",
-    "LLMKUBE_RETRIES": "1",
-    "LLMKUBE_MAX_RETRY_WAIT": "1",
-}
 
 REMEDY_HTTP = (
     "set spec.modelCache.prefetch: true on every InferenceService using this claim, or use "
@@ -152,206 +129,6 @@ def unmount(mnt: Path) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"could not unmount {mnt}: {mountinfo_line(mnt)}")
         time.sleep(0.1)
-
-
-# -- looking at a directory ---------------------------------------------------------
-
-
-def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Every path under `root` (the backing directory, not a mount) with its
-    type, size, mtime and content hash: a pod that writes nothing leaves it
-    identical."""
-    result: dict[str, tuple[Any, ...]] = {}
-    if not root.exists():
-        return result
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        digest = ""
-        if path.is_file() and not path.is_symlink():
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        result[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
-    st = root.lstat()
-    result["."] = (st.st_mode, st.st_mtime_ns)
-    return result
-
-
-def names(root: Path) -> list[str]:
-    if not root.exists():
-        return []
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-
-
-def make_old(path: Path, age_s: float) -> None:
-    when = time.time() - age_s
-    os.utime(path, (when, when))
-
-
-def write_file(path: Path, data: bytes, *, record: int | None = None, age_s: float = 0) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    if record is not None:
-        Path(str(path) + RECORD_SUFFIX).write_text(str(record))
-    if age_s:
-        make_old(path, age_s)
-    return path
-
-
-def record_of(dest: Path) -> str | None:
-    try:
-        return Path(str(dest) + RECORD_SUFFIX).read_text()
-    except FileNotFoundError:
-        return None
-
-
-_TEMP_RE = re.compile(r".*(\.tmp|\.llmkube-part|\.llmkube-tmp\.[A-Za-z0-9]{6})")
-
-
-def temp_files(root: Path) -> list[str]:
-    return [n for n in names(root) if _TEMP_RE.fullmatch(n)]
-
-
-def payload(size: int, seed: int) -> bytes:
-    """Deterministic bytes that differ per seed at every offset block, so a
-    splice or a zero-filled hole can never look right."""
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest()
-    out = bytearray()
-    counter = 0
-    while len(out) < size:
-        out += hashlib.sha256(block + counter.to_bytes(8, "big")).digest()
-        counter += 1
-    return bytes(out[:size])
-
-
-# -- running the CLI ----------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    args: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-    term_raw: bytes | None
-
-    @property
-    def term(self) -> dict[str, Any]:
-        assert self.term_raw, f"no termination message was written\n{self}"
-        doc = json.loads(self.term_raw)
-        assert isinstance(doc, dict), doc
-        return doc
-
-    def __str__(self) -> str:
-        return (
-            f"args={self.args} rc={self.returncode}\n--- stdout ---\n{self.stdout}"
-            f"\n--- stderr ---\n{self.stderr}\n--- termination ---\n{self.term_raw!r}"
-        )
-
-
-class Pod:
-    """One pod-like CLI caller with its own termination-log file."""
-
-    _count = 0
-
-    def __init__(self, tmp: Path, env: Mapping[str, str], *, stager: bool = False) -> None:
-        Pod._count += 1
-        self.term_path = tmp / f"termination-{Pod._count}.log"
-        home = tmp / "home"
-        home.mkdir(exist_ok=True)
-        self.env: dict[str, str] = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "LANG": "C.UTF-8",
-            "LLMKUBE_TERMINATION_LOG": str(self.term_path),
-            **POD_TIMEOUTS,
-            **env,
-        }
-        if stager:
-            self.env["LLMKUBE_PREFETCH_STAGER"] = "true"
-
-    def command(self, args: Iterable[str]) -> list[str]:
-        return [sys.executable, "-m", "llmkube_stager", *args]
-
-    def run(self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> Run:
-        self.term_path.unlink(missing_ok=True)
-        proc = subprocess.run(
-            self.command(args or ("stage",)),
-            env={**self.env, **(env or {})},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        return Run(tuple(args), proc.returncode, proc.stdout, proc.stderr, self._term())
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        self.term_path.unlink(missing_ok=True)
-        return subprocess.Popen(
-            self.command(args or ("stage",)),
-            env=self.env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def finish(self, proc: subprocess.Popen[str], timeout: float = 60) -> Run:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"the stager did not exit in {timeout}s\n{err}") from None
-        args = tuple(str(a) for a in proc.args[3:]) if isinstance(proc.args, list) else ()
-        return Run(args, proc.returncode, out, err, self._term())
-
-    def _term(self) -> bytes | None:
-        try:
-            return self.term_path.read_bytes()
-        except FileNotFoundError:
-            return None
-
-
-def single_env(source: str, cache_dir: Path, name: str = "model.gguf") -> dict[str, str]:
-    return {
-        "MODEL_SOURCE": source,
-        "CACHE_DIR": str(cache_dir),
-        "MODEL_PATH": str(cache_dir / name),
-    }
-
-
-def multi_env(base_url: str, cache_dir: Path, files: Iterable[str]) -> dict[str, str]:
-    return {
-        "MODEL_SOURCE": base_url.rstrip("/") + "/",
-        "CACHE_DIR": str(cache_dir),
-        "MODEL_FILES": "\n".join(files),
-    }
-
-
-# -- assertions ---------------------------------------------------------------------
-
-
-def assert_ok(run: Run) -> dict[str, Any]:
-    assert run.returncode == 0, str(run)
-    doc = run.term
-    assert doc["outcome"] == "succeeded", doc
-    assert doc["reason"] == "ModelTransferSucceeded", doc
-    assert "Traceback" not in run.stderr, run.stderr
-    return doc
-
-
-def assert_failed(run: Run, reason: str, *, exit_code: int = 1) -> dict[str, Any]:
-    """CONTRACT §5: `message` starts `ERROR: <Reason>:`, ends with the remedy,
-    which is the `remedy` field verbatim, and the log carries the same line."""
-    assert run.returncode == exit_code, str(run)
-    assert "Traceback" not in run.stderr, run.stderr
-    doc = run.term
-    assert doc["outcome"] == "failed", doc
-    assert doc["reason"] == reason, doc
-    assert doc["message"].startswith(f"ERROR: {reason}:"), doc
-    assert doc["remedy"] and doc["message"].endswith(doc["remedy"]), doc
-    assert doc["message"] in run.stderr, f"the log does not carry the failure line\n{run}"
-    return doc
 
 
 def gets(origin: Origin, path: str | None = None) -> list[RequestRecord]:

@@ -18,25 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    LOCK_NAME,
-    Pod,
-    Run,
-    TwoNodes,
-    assert_failed,
-    assert_ok,
-    gets,
-    make_old,
-    names,
-    payload,
-    record_of,
-    single_env,
-    temp_files,
-    write_file,
-)
+from fuse_support import TwoNodes, gets
 
-from llmkube_stager.cache.layout import private_partial_path, validator_of
+from llmkube_stager.layout import private_partial_path, validator_of
+from tests.harness.disk import LOCK_NAME, debris, make_old, names, record_of, seed
 from tests.harness.origin import Fault, Origin
+from tests.harness.pod import Pod, Run, single_env
+from tests.harness.sample import payload
 
 SIZE = 256 * 1024
 RATE = 1024 * 1024  # ~0.25 s per transfer: long enough for two racers to overlap
@@ -61,9 +49,8 @@ def _wait_until(predicate: Callable[[], bool], proc: subprocess.Popen[str], what
 def _seed_idle_partial(dest: Path, data: bytes, etag: str) -> Path:
     """An idle partial of a dead writer "deadbeef": the right first bytes,
     untouched for 60 s (partials.IDLE_S is 30 s), so every racer may adopt it."""
-    seed = Path(private_partial_path(str(dest), validator_of(len(data), etag), "deadbeef"))
-    write_file(seed, data[:SEEDED_PREFIX], age_s=60)
-    return seed
+    partial = Path(private_partial_path(str(dest), validator_of(len(data), etag), "deadbeef"))
+    return seed(partial, data[:SEEDED_PREFIX], age_s=60)
 
 
 def _assert_published_exactly(dest: Path, data: bytes, runs: list[Run]) -> None:
@@ -71,7 +58,7 @@ def _assert_published_exactly(dest: Path, data: bytes, runs: list[Run]) -> None:
     assert len(got) == len(data), f"published {len(got)} of {len(data)} bytes"
     assert got == data, "published bytes differ from the origin (mixed or zero-filled)"
     assert record_of(dest) == str(len(data))
-    assert temp_files(dest.parent) == [], names(dest.parent)
+    assert debris(dest.parent) == [], names(dest.parent)
     assert any(r.returncode == 0 for r in runs), "\n".join(map(str, runs))
 
 
@@ -120,7 +107,7 @@ def _race_round(
         )
         for node in (nodes.node1, nodes.node2)
     ]
-    procs = [(pod, pod.start("stage")) for pod in pods]
+    procs = [(pod, pod.popen("stage")) for pod in pods]
     runs = [pod.finish(proc) for pod, proc in procs]
     return dest, data, runs
 
@@ -135,7 +122,7 @@ def test_scenario_43_two_stagers_on_two_nodes_publish_the_exact_file(
     for i in range(ROUNDS):
         dest, data, runs = _race_round(tmp_path, origin, two_nodes, i, seeded=False)
         for run in runs:
-            assert_ok(run)
+            run.ok()
         _assert_published_exactly(dest, data, runs)
         # Both transferred (a real race), or the later one found the file.
         transfers = len(gets(origin, f"/r{i}/model.gguf"))
@@ -169,14 +156,14 @@ def test_adopted_partial_taken_away_never_publishes_zero_filled_bytes(
     origin.put("/m.gguf", data, etag='"v1"')
     origin.set_fault("/m.gguf", Fault(delay_s=3.0, methods=("GET",), times=1))
     dest = two_nodes.backing / "k" / "model.gguf"
-    seed = _seed_idle_partial(dest, data, '"v1"')
+    idle = _seed_idle_partial(dest, data, '"v1"')
     a = Pod(tmp_path, single_env(origin.url + "/m.gguf", two_nodes.node1 / "k"), stager=True)
     b = Pod(tmp_path, single_env(origin.url + "/m.gguf", two_nodes.node2 / "k"), stager=True)
     for pod in (a, b):
         pod.env.update(ONE_CONNECTION)
     a.env["LLMKUBE_STALL_TIMEOUT"] = "10"  # the first byte comes after 3 s, on purpose
-    proc_a = a.start("stage")
-    _wait_until(lambda: not seed.exists(), proc_a, "racer A adopted the idle partial")
+    proc_a = a.popen("stage")
+    _wait_until(lambda: not idle.exists(), proc_a, "racer A adopted the idle partial")
     run_b = b.run("stage")
     run_a = a.finish(proc_a)
     assert run_b.returncode == 0, str(run_b)
@@ -196,14 +183,14 @@ def test_racer_whose_partial_was_adopted_away_recovers(
     origin.put("/m.gguf", data, etag='"v1"')
     origin.set_fault("/m.gguf", Fault(delay_s=3.0, methods=("GET",), times=1))
     dest = caching_nodes.backing / "k" / "model.gguf"
-    seed = _seed_idle_partial(dest, data, '"v1"')
+    idle = _seed_idle_partial(dest, data, '"v1"')
     a = Pod(tmp_path, single_env(origin.url + "/m.gguf", caching_nodes.node1 / "k"), stager=True)
     b = Pod(tmp_path, single_env(origin.url + "/m.gguf", caching_nodes.node2 / "k"), stager=True)
     for pod in (a, b):
         pod.env.update(ONE_CONNECTION)
     b.env["LLMKUBE_STALL_TIMEOUT"] = "10"  # the first byte comes after 3 s, on purpose
-    proc_b = b.start("stage")
-    _wait_until(lambda: not seed.exists(), proc_b, "racer B adopted the idle partial")
+    proc_b = b.popen("stage")
+    _wait_until(lambda: not idle.exists(), proc_b, "racer B adopted the idle partial")
     run_a = a.run("stage")
     run_b = b.finish(proc_b)
     assert dest.read_bytes() == data
@@ -231,19 +218,19 @@ def test_stager_against_serving_pods_on_two_nodes(
                 tmp_path, single_env(origin.url + path, two_nodes.node1 / key), stager=True
             )
             serving = Pod(tmp_path, single_env(serving_origin.url + path, two_nodes.node2 / key))
-            proc = stager.start("stage")
+            proc = stager.popen("stage")
             time.sleep(delay)
             served = serving.run("stage")
             staged = stager.finish(proc)
 
-            assert_ok(staged)
+            staged.ok()
             dest = two_nodes.backing / key / "model.gguf"
             _assert_published_exactly(dest, data, [staged])
             assert "Downloading model" not in served.stderr
             if served.returncode == 0:
                 assert "Model already cached, skipping download" in served.stderr
             else:
-                assert_failed(served, "ModelCacheLockUnsupported")
+                served.failed("ModelCacheLockUnsupported")
         assert serving_origin.requests() == []
 
 
@@ -259,11 +246,11 @@ def test_off_fuse_racing_writers_one_downloads_the_others_wait_and_reuse(
     root = tmp_path / "models" / "k"
     env = single_env(origin.url + "/m.gguf", root)
     pods = [Pod(tmp_path, env, stager=(n % 2 == 0)) for n in range(4)]
-    procs = [(pod, pod.start("stage")) for pod in pods]
+    procs = [(pod, pod.popen("stage")) for pod in pods]
     runs = [pod.finish(proc) for pod, proc in procs]
 
     for run in runs:
-        assert_ok(run)
+        run.ok()
     assert len(gets(origin, "/m.gguf")) == 1, "exactly one writer downloads"
     downloaded = [r for r in runs if "Downloading model..." in r.stderr]
     reused = [r for r in runs if "Model already cached, skipping download" in r.stderr]
@@ -272,7 +259,7 @@ def test_off_fuse_racing_writers_one_downloads_the_others_wait_and_reuse(
     assert (root / "model.gguf").read_bytes() == data
     assert record_of(root / "model.gguf") == str(len(data))
     assert (root / LOCK_NAME).is_file()
-    assert temp_files(root) == []
+    assert debris(root) == []
 
 
 def _hold_lock(root: Path) -> int:
@@ -296,14 +283,14 @@ def test_off_fuse_writer_logs_while_waiting_and_fails_with_lock_timeout(
         elapsed = time.monotonic() - started
     finally:
         os.close(fd)
-    doc = assert_failed(run, "ModelCacheLockTimeout")
+    doc = run.failed("ModelCacheLockTimeout").term
     assert "Waiting for another writer to finish staging into this cache directory" in run.stderr
     assert "LLMKUBE_LOCK_TIMEOUT" in doc["remedy"]
     assert doc["retryable"] is True
     assert 1.0 <= elapsed < 10
     assert origin.requests() == [], "nothing is fetched without the lock"
     assert not (root / "model.gguf").exists()
-    assert temp_files(root) == []
+    assert debris(root) == []
 
 
 def test_off_fuse_writer_waits_for_the_lock_then_stages(tmp_path: Path, origin: Origin) -> None:
@@ -314,14 +301,14 @@ def test_off_fuse_writer_waits_for_the_lock_then_stages(tmp_path: Path, origin: 
     pod = Pod(tmp_path, single_env(origin.url + "/m.gguf", root))
     pod.env["LLMKUBE_LOCK_TIMEOUT"] = "30"
     try:
-        proc = pod.start("stage")
+        proc = pod.popen("stage")
         time.sleep(1.0)
         assert proc.poll() is None, "the writer must wait for the lock"
         assert origin.requests() == []
     finally:
         os.close(fd)
     run = pod.finish(proc)
-    assert_ok(run)
+    run.ok()
     assert "Waiting for another writer" in run.stderr
     assert (root / "model.gguf").read_bytes() == data
 
@@ -332,7 +319,7 @@ def test_warm_reader_off_fuse_takes_no_lock_while_a_writer_holds_it(
     """A pod that only reads a warm cache takes no lock and writes nothing."""
     data = payload(8192, 4)
     root = tmp_path / "models" / "k"
-    write_file(root / "model.gguf", data, record=len(data))
+    seed(root / "model.gguf", data, record=len(data))
     fd = _hold_lock(root)
     make_old(root / LOCK_NAME, 3600)
     before = {n: os.stat(root / n).st_mtime_ns for n in names(root)}
@@ -342,7 +329,7 @@ def test_warm_reader_off_fuse_takes_no_lock_while_a_writer_holds_it(
         )
     finally:
         os.close(fd)
-    assert_ok(run)
+    run.ok()
     assert "Waiting for another writer" not in run.stderr
     assert {n: os.stat(root / n).st_mtime_ns for n in names(root)} == before
     assert origin.requests() == []

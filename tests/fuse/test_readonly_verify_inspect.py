@@ -14,23 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    LOCK_NAME,
-    FuseCache,
-    Pod,
-    ReadOnlyCache,
-    assert_failed,
-    assert_ok,
-    make_old,
-    multi_env,
-    names,
-    payload,
-    single_env,
-    snapshot,
-    write_file,
-)
+from fuse_support import FuseCache, ReadOnlyCache
 
+from tests.harness.disk import LOCK_NAME, make_old, names, seed, snapshot
 from tests.harness.origin import Origin, closed_port_url
+from tests.harness.pod import Pod, multi_env, single_env
+from tests.harness.sample import payload
 
 CONFIG = b'{"architectures": ["LlamaForCausalLM"]}\n'
 WEIGHTS = payload(48 * 1024, 21)
@@ -46,8 +35,8 @@ def _sha(data: bytes) -> str:
 
 
 def _warm(root: Path, *, records: bool = True) -> None:
-    write_file(root / "config.json", CONFIG, record=len(CONFIG) if records else None)
-    write_file(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS) if records else None)
+    seed(root / "config.json", CONFIG, record=len(CONFIG) if records else None)
+    seed(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS) if records else None)
 
 
 # -- read-only warm and cold caches --------------------------------------------------
@@ -61,11 +50,11 @@ def test_read_only_warm_cache_starts_offline_and_writes_nothing(
     deliberately unreachable; a warm read-only cache starts with exit 0,
     no lock, no write attempt."""
     _warm(ro_cache.backing / "k")
-    write_file(ro_cache.backing / "k" / "old.llmkube-tmp.AbC123", b"1", age_s=86400)
+    seed(ro_cache.backing / "k" / "old.llmkube-tmp.AbC123", b"1", age_s=86400)
     before = snapshot(ro_cache.backing)
     env = multi_env(closed_port_url() + "/repo/", ro_cache.mnt / "k", FILES)
     run = Pod(tmp_path, env, stager=stager).run("stage")
-    doc = assert_ok(run)
+    doc = run.ok().term
     assert doc["stats"]["reused"] == 2
     assert snapshot(ro_cache.backing) == before
     assert not (ro_cache.backing / "k" / LOCK_NAME).exists()
@@ -80,17 +69,17 @@ def test_read_only_warm_cache_without_records_starts_with_a_warning(
     before = snapshot(ro_cache.backing)
     env = multi_env(closed_port_url() + "/repo/", ro_cache.mnt / "k", FILES)
     run = Pod(tmp_path, env, stager=True).run("stage")  # even a stager cannot backfill here
-    assert_ok(run)
+    run.ok()
     assert "no valid size record" in run.stderr
     assert "could not update records" not in run.stderr
     assert snapshot(ro_cache.backing) == before
 
 
 def test_read_only_single_file_warm_cache(tmp_path: Path, ro_cache: ReadOnlyCache) -> None:
-    write_file(ro_cache.backing / "k" / "model.gguf", WEIGHTS, record=len(WEIGHTS))
+    seed(ro_cache.backing / "k" / "model.gguf", WEIGHTS, record=len(WEIGHTS))
     before = snapshot(ro_cache.backing)
     run = Pod(tmp_path, single_env(closed_port_url() + "/m.gguf", ro_cache.mnt / "k")).run("stage")
-    assert_ok(run)
+    run.ok()
     assert "Model already cached, skipping download" in run.stderr
     assert snapshot(ro_cache.backing) == before
 
@@ -101,11 +90,11 @@ def test_read_only_cold_cache_fails_with_model_cache_unwritable(
 ) -> None:
     origin.put("/repo/config.json", CONFIG)
     origin.put("/repo/model.safetensors", WEIGHTS)
-    write_file(ro_cache.backing / "k" / "config.json", CONFIG, record=len(CONFIG))
+    seed(ro_cache.backing / "k" / "config.json", CONFIG, record=len(CONFIG))
     before = snapshot(ro_cache.backing)
     env = multi_env(origin.url + "/repo/", ro_cache.mnt / "k", FILES)
     run = Pod(tmp_path, env, stager=stager).run("stage")
-    doc = assert_failed(run, "ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert doc["remedy"] == REMEDY_UNWRITABLE
     assert doc["file"] == "model.safetensors"
     assert "read-only" in doc["message"]
@@ -118,7 +107,7 @@ def test_read_only_missing_cache_directory_fails_with_model_cache_unwritable(
 ) -> None:
     origin.put("/m.gguf", WEIGHTS)
     run = Pod(tmp_path, single_env(origin.url + "/m.gguf", ro_cache.mnt / "absent")).run("stage")
-    assert_failed(run, "ModelCacheUnwritable")
+    run.failed("ModelCacheUnwritable")
     assert names(ro_cache.backing) == []
     assert origin.requests() == []
 
@@ -136,27 +125,27 @@ def test_verify_empty_cache(tmp_path: Path, layout: str) -> None:
         (root / ".snapshot").mkdir()
         (root / LOCK_NAME).write_text("")
     before = snapshot(tmp_path / "models")
-    run = Pod(tmp_path, multi_env(closed_port_url(), root, FILES)).run("verify")
-    doc = assert_failed(run, "ModelCacheEmpty")
+    run = Pod(tmp_path, multi_env(closed_port_url() + "/", root, FILES)).run("verify")
+    doc = run.failed("ModelCacheEmpty").term
     assert "reader volume may not be the writer's volume" in doc["remedy"]
     assert snapshot(tmp_path / "models") == before
 
 
 def test_verify_names_missing_and_short_files(tmp_path: Path) -> None:
     root = tmp_path / "models" / "k"
-    write_file(root / "config.json", CONFIG, record=len(CONFIG))
-    write_file(root / "model.safetensors", WEIGHTS[:1000], record=len(WEIGHTS))  # truncated
+    seed(root / "config.json", CONFIG, record=len(CONFIG))
+    seed(root / "model.safetensors", WEIGHTS[:1000], record=len(WEIGHTS))  # truncated
     files = [*FILES, "tokenizer.json"]
-    run = Pod(tmp_path, multi_env(closed_port_url(), root, files)).run("verify")
-    doc = assert_failed(run, "ModelCacheIncomplete")
+    run = Pod(tmp_path, multi_env(closed_port_url() + "/", root, files)).run("verify")
+    doc = run.failed("ModelCacheIncomplete").term
     assert "missing: tokenizer.json" in doc["message"]
     assert f"model.safetensors (size 1000, record {len(WEIGHTS)})" in doc["message"]
     assert doc["file"] == "tokenizer.json"
 
     (root / "tokenizer.json").write_text("{}")
     Path(str(root / "tokenizer.json") + ".llmkube-size").write_text("2")
-    run = Pod(tmp_path, multi_env(closed_port_url(), root, files)).run("verify")
-    doc = assert_failed(run, "ModelCacheIncomplete")
+    run = Pod(tmp_path, multi_env(closed_port_url() + "/", root, files)).run("verify")
+    doc = run.failed("ModelCacheIncomplete").term
     assert doc["file"] == "model.safetensors"
     assert "missing:" not in doc["message"]
     assert "not matching their size records: model.safetensors" in doc["message"]
@@ -169,7 +158,7 @@ def test_verify_checksum_mismatch_multi_file(tmp_path: Path, origin: Origin) -> 
     env = {**multi_env(origin.url + "/repo/", root, FILES), "MODEL_FILE_SHA256": pins}
     before = snapshot(root)
     run = Pod(tmp_path, env).run("verify")
-    doc = assert_failed(run, "ModelTransferChecksumMismatch")
+    doc = run.failed("ModelTransferChecksumMismatch").term
     assert doc["file"] == "model.safetensors"
     assert "mismatch for model.safetensors" in doc["message"]
     assert snapshot(root) == before, "verify writes no stamp and no marker"
@@ -178,12 +167,12 @@ def test_verify_checksum_mismatch_multi_file(tmp_path: Path, origin: Origin) -> 
 
 def test_verify_checksum_single_file_pin(tmp_path: Path, origin: Origin) -> None:
     root = tmp_path / "models" / "k"
-    write_file(root / "model.gguf", WEIGHTS, record=len(WEIGHTS))
+    seed(root / "model.gguf", WEIGHTS, record=len(WEIGHTS))
     env = single_env(origin.url + "/m.gguf", root)
     bad = Pod(tmp_path, {**env, "MODEL_SHA256": _sha(b"not it")}).run("verify")
-    assert_failed(bad, "ModelTransferChecksumMismatch")
+    bad.failed("ModelTransferChecksumMismatch")
     good = Pod(tmp_path, {**env, "MODEL_SHA256": _sha(WEIGHTS)}).run("verify")
-    assert_ok(good)
+    good.ok()
     assert not (root / "model.gguf.sha256").exists(), "verify never writes a stamp"
     assert origin.requests() == []
 
@@ -197,7 +186,7 @@ def test_verify_ok_only_when_everything_is_present_and_complete(
     env = {**multi_env(origin.url + "/repo/", root, FILES), "MODEL_FILE_SHA256": pins}
     before = snapshot(root)
     run = Pod(tmp_path, env).run("verify")
-    doc = assert_ok(run)
+    doc = run.ok().term
     assert doc["stats"]["files"] == 2
     assert "verified" in doc["message"]
     assert snapshot(root) == before
@@ -206,14 +195,14 @@ def test_verify_ok_only_when_everything_is_present_and_complete(
 
 def test_verify_file_without_record_passes_with_warning_unless_strict(tmp_path: Path) -> None:
     root = tmp_path / "models" / "k"
-    write_file(root / "config.json", CONFIG, record=len(CONFIG))
-    write_file(root / "model.safetensors", WEIGHTS)  # legacy: no record
-    env = multi_env(closed_port_url(), root, FILES)
+    seed(root / "config.json", CONFIG, record=len(CONFIG))
+    seed(root / "model.safetensors", WEIGHTS)  # legacy: no record
+    env = multi_env(closed_port_url() + "/", root, FILES)
     lenient = Pod(tmp_path, env).run("verify")
-    assert_ok(lenient)
+    lenient.ok()
     assert "no valid size record for model.safetensors" in lenient.stderr
     strict = Pod(tmp_path, env).run("verify", "--strict")
-    doc = assert_failed(strict, "ModelCacheIncomplete")
+    doc = strict.failed("ModelCacheIncomplete").term
     assert "without a size record: model.safetensors" in doc["message"]
 
 
@@ -221,16 +210,18 @@ def test_verify_on_the_read_only_bind_mount(tmp_path: Path, ro_cache: ReadOnlyCa
     root = ro_cache.backing / "k"
     _warm(root)
     before = snapshot(ro_cache.backing)
-    env = multi_env(closed_port_url(), ro_cache.mnt / "k", FILES)
-    assert_ok(Pod(tmp_path, env).run("verify"))
+    env = multi_env(closed_port_url() + "/", ro_cache.mnt / "k", FILES)
+    Pod(tmp_path, env).run("verify").ok()
     assert snapshot(ro_cache.backing) == before
 
     missing = Pod(
-        tmp_path, multi_env(closed_port_url(), ro_cache.mnt / "k", [*FILES, "tokenizer.json"])
+        tmp_path, multi_env(closed_port_url() + "/", ro_cache.mnt / "k", [*FILES, "tokenizer.json"])
     ).run("verify")
-    assert_failed(missing, "ModelCacheIncomplete")
-    empty = Pod(tmp_path, multi_env(closed_port_url(), ro_cache.mnt / "nope", FILES)).run("verify")
-    assert_failed(empty, "ModelCacheEmpty")
+    missing.failed("ModelCacheIncomplete")
+    empty = Pod(tmp_path, multi_env(closed_port_url() + "/", ro_cache.mnt / "nope", FILES)).run(
+        "verify"
+    )
+    empty.failed("ModelCacheEmpty")
     assert snapshot(ro_cache.backing) == before
 
 
@@ -243,18 +234,16 @@ def _inspect_fixture(root: Path) -> None:
     temp that is never swept."""
     _warm(root)
     short = root / "shard-2.safetensors"
-    write_file(short, WEIGHTS[:100], record=len(WEIGHTS))
+    seed(short, WEIGHTS[:100], record=len(WEIGHTS))
     dest = root / "model.safetensors"
     st = os.stat(dest)
     Path(str(dest) + ".sha256").write_text(f"{_sha(WEIGHTS)} {st.st_size} {int(st.st_mtime)}")
     Path(str(dest) + f".{'ab' * 32}.sha256-rejected").write_text(_sha(b"x"))
-    write_file(
-        root / "shard-2.safetensors.0123456789ab.deadbeef.llmkube-part", b"p" * 10, age_s=3600
-    )
-    write_file(root / "shard-2.safetensors.0123456789ab.feedface.llmkube-part", b"q" * 20)
-    write_file(root / "config.json.llmkube-tmp.AbC123", b"5", age_s=3600)
-    write_file(root / "config.json.llmkube-tmp.AbC124", b"5", age_s=60)
-    write_file(root / "model.safetensors.sha256.Ldfhhl", b"?", age_s=86400)
+    seed(root / "shard-2.safetensors.0123456789ab.deadbeef.llmkube-part", b"p" * 10, age_s=3600)
+    seed(root / "shard-2.safetensors.0123456789ab.feedface.llmkube-part", b"q" * 20)
+    seed(root / "config.json.llmkube-tmp.AbC123", b"5", age_s=3600)
+    seed(root / "config.json.llmkube-tmp.AbC124", b"5", age_s=60)
+    seed(root / "model.safetensors.sha256.Ldfhhl", b"?", age_s=86400)
 
 
 def test_inspect_json_on_the_fuse_mount(tmp_path: Path, fuse_cache: FuseCache) -> None:
@@ -318,7 +307,7 @@ def test_inspect_off_fuse_after_a_stage_and_on_the_read_only_mount(
 ) -> None:
     origin.put("/m.gguf", WEIGHTS)
     root = ro_cache.backing / "k"
-    assert_ok(Pod(tmp_path, single_env(origin.url + "/m.gguf", root)).run("stage"))
+    Pod(tmp_path, single_env(origin.url + "/m.gguf", root)).run("stage").ok()
     make_old(root / "model.gguf", 10)
 
     rw = json.loads(Pod(tmp_path, {}).run("inspect", "--json", str(root)).stdout)

@@ -15,27 +15,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    FUSE_MAGIC_HEX,
-    LOCK_NAME,
-    REMEDY_HTTP,
-    FuseCache,
-    Pod,
-    TwoNodes,
-    assert_failed,
-    assert_ok,
-    gets,
-    multi_env,
-    names,
-    payload,
-    record_of,
-    single_env,
-    snapshot,
-    write_file,
-)
+from fuse_support import FUSE_MAGIC_HEX, REMEDY_HTTP, FuseCache, TwoNodes, gets
 
-from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, classify, mount_for, parse_mountinfo, probe_fs
+from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, MountEntry, classify, mount_for, probe_fs
+from tests.harness.disk import LOCK_NAME, names, record_of, seed, snapshot
 from tests.harness.origin import Origin, closed_port_url
+from tests.harness.pod import Pod, multi_env, single_env
+from tests.harness.sample import payload
 
 DAY_S = 86400.0
 CONFIG = b'{"architectures": ["LlamaForCausalLM"]}\n'
@@ -59,9 +45,9 @@ def _matrix_cache(backing: Path, origin: Origin) -> Path:
     origin.put("/repo/config.json", CONFIG)
     origin.put("/repo/sub/model.safetensors", WEIGHTS)
     root = backing / "0123456789abcdef"
-    write_file(root / "config.json", CONFIG, age_s=DAY_S)
-    write_file(root / OLD_DEBRIS, b"12", age_s=DAY_S)
-    write_file(root / OLD_PARTIAL, CONFIG[:5], age_s=DAY_S)
+    seed(root / "config.json", CONFIG, age_s=DAY_S)
+    seed(root / OLD_DEBRIS, b"12", age_s=DAY_S)
+    seed(root / OLD_PARTIAL, CONFIG[:5], age_s=DAY_S)
     return root
 
 
@@ -90,7 +76,7 @@ def test_row_serving_pod_off_fuse_mkdirs_locks_sweeps_stages_backfills(
 ) -> None:
     root = _matrix_cache(tmp_path / "models", origin)
     run = _matrix_pod(tmp_path, origin, root, stager=False).run("stage")
-    assert_ok(run)
+    run.ok()
     _assert_wrote_everything(root, origin)
     assert (root / LOCK_NAME).is_file(), "off FUSE a writer takes the flock"
 
@@ -100,7 +86,7 @@ def test_row_stager_off_fuse_mkdirs_locks_sweeps_stages_backfills(
 ) -> None:
     root = _matrix_cache(tmp_path / "models", origin)
     run = _matrix_pod(tmp_path, origin, root, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     _assert_wrote_everything(root, origin)
     assert (root / LOCK_NAME).is_file(), "off FUSE a stager takes the flock too"
 
@@ -111,7 +97,7 @@ def test_row_stager_on_fuse_mkdirs_sweeps_stages_backfills_without_flock(
     root = _matrix_cache(fuse_cache.backing, origin)
     seen = fuse_cache.mnt / root.name
     run = _matrix_pod(tmp_path, origin, seen, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     _assert_wrote_everything(root, origin)
     assert not (root / LOCK_NAME).exists(), "a FUSE stager must not rely on flock"
 
@@ -123,7 +109,7 @@ def test_row_serving_pod_on_fuse_writes_nothing_and_refuses_to_stage(
     before = snapshot(fuse_cache.backing)
     run = _matrix_pod(tmp_path, origin, fuse_cache.mnt / root.name, stager=False).run("stage")
 
-    doc = assert_failed(run, "ModelCacheLockUnsupported")
+    doc = run.failed("ModelCacheLockUnsupported").term
     assert doc["remedy"] == REMEDY_HTTP
     assert doc["file"] == "sub/model.safetensors"
     assert "FUSE cache cannot guarantee cross-node file locking for staging" in doc["message"]
@@ -146,10 +132,10 @@ def test_fuse_refusal_remedy_is_one_constant_in_log_message_and_remedy(
     The refusal comes before any request: the hf case would otherwise try
     the hub, which is unreachable from here."""
     origin.put("/repo/model.safetensors", WEIGHTS)
-    source = origin.url + "/repo/" if kind == "http" else "hf://org/repo"
+    source = origin.url + "/repo/" if kind == "http" else "hf://org/repo/"
     env = multi_env(source, fuse_cache.mnt / "k", ["model.safetensors"])
     run = Pod(tmp_path, env).run("stage")
-    doc = assert_failed(run, "ModelCacheLockUnsupported")
+    doc = run.failed("ModelCacheLockUnsupported").term
     assert doc["remedy"] == REMEDY_HTTP
     assert doc["message"] == (
         "ERROR: ModelCacheLockUnsupported: FUSE cache cannot guarantee cross-node file "
@@ -168,14 +154,14 @@ def test_scenario_25_warm_fuse_cache_serving_pod_no_lock_no_writes(
     tmp_path: Path, fuse_cache: FuseCache
 ) -> None:
     root = fuse_cache.backing / "k"
-    write_file(root / "config.json", CONFIG, record=len(CONFIG))
-    write_file(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS))
+    seed(root / "config.json", CONFIG, record=len(CONFIG))
+    seed(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS))
     before = snapshot(fuse_cache.backing)
     env = multi_env(
         closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["config.json", "model.safetensors"]
     )
     run = Pod(tmp_path, env).run("stage")
-    doc = assert_ok(run)
+    doc = run.ok().term
     assert doc["stats"]["reused"] == 2 and doc["stats"]["fetched"] == 0
     assert "Model artifact model.safetensors already cached, skipping download" in run.stderr
     assert snapshot(fuse_cache.backing) == before
@@ -186,12 +172,12 @@ def test_scenario_48_warm_fuse_cache_without_record_starts_and_writes_nothing(
     tmp_path: Path, fuse_cache: FuseCache
 ) -> None:
     root = fuse_cache.backing / "k"
-    write_file(root / "model.safetensors", WEIGHTS)  # staged before #2185: no record
-    write_file(root / OLD_DEBRIS, b"1", age_s=DAY_S)  # a reader must not sweep it either
+    seed(root / "model.safetensors", WEIGHTS)  # staged before #2185: no record
+    seed(root / OLD_DEBRIS, b"1", age_s=DAY_S)  # a reader must not sweep it either
     before = snapshot(fuse_cache.backing)
     env = multi_env(closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
     run = Pod(tmp_path, env).run("stage")
-    assert_ok(run)
+    run.ok()
     assert "no valid size record" in run.stderr
     assert snapshot(fuse_cache.backing) == before
     assert record_of(root / "model.safetensors") is None
@@ -202,13 +188,13 @@ def test_scenario_57_warm_single_file_fuse_cache_no_lock_zero_downloads(
 ) -> None:
     origin.put("/m.gguf", WEIGHTS)
     root = fuse_cache.backing / "k"
-    write_file(root / "model.gguf", WEIGHTS, record=len(WEIGHTS))
+    seed(root / "model.gguf", WEIGHTS, record=len(WEIGHTS))
     # The old s3/local branches' `$MODEL_PATH.tmp`: a FUSE reader must not
     # `rm -f` it (§9.3), however old.
-    write_file(root / "model.gguf.tmp", WEIGHTS[:10], age_s=DAY_S)
+    seed(root / "model.gguf.tmp", WEIGHTS[:10], age_s=DAY_S)
     before = snapshot(fuse_cache.backing)
     run = Pod(tmp_path, single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")).run("stage")
-    assert_ok(run)
+    run.ok()
     assert "Model already cached, skipping download" in run.stderr
     assert origin.requests() == []
     assert snapshot(fuse_cache.backing) == before
@@ -227,20 +213,20 @@ def test_scenario_26_missing_file_serving_refuses_then_stager_stages(
     before = snapshot(fuse_cache.backing)
 
     refused = Pod(tmp_path, env).run("stage")
-    doc = assert_failed(refused, "ModelCacheLockUnsupported")
+    doc = refused.failed("ModelCacheLockUnsupported").term
     assert "for staging model.safetensors; " in doc["message"]
     assert snapshot(fuse_cache.backing) == before, "the refusal must not even mkdir"
     assert origin.requests() == []
 
     staged = Pod(tmp_path, env, stager=True).run("stage")
-    assert assert_ok(staged)["stats"]["fetched"] == 1
+    assert staged.ok().term["stats"]["fetched"] == 1
     dest = fuse_cache.backing / "k" / "model.safetensors"
     assert dest.read_bytes() == WEIGHTS
     assert record_of(dest) == str(len(WEIGHTS))
     assert not (fuse_cache.backing / "k" / LOCK_NAME).exists()
 
     again = Pod(tmp_path, env).run("stage")  # the serving pod now starts warm
-    assert assert_ok(again)["stats"]["reused"] == 1
+    assert again.ok().term["stats"]["reused"] == 1
 
 
 def test_scenario_56_single_file_serving_pod_never_downloads_on_fuse(
@@ -249,7 +235,7 @@ def test_scenario_56_single_file_serving_pod_never_downloads_on_fuse(
     origin.put("/m.gguf", WEIGHTS)
     before = snapshot(fuse_cache.backing)
     run = Pod(tmp_path, single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")).run("stage")
-    assert_failed(run, "ModelCacheLockUnsupported")
+    run.failed("ModelCacheLockUnsupported")
     assert "Downloading model..." not in run.stderr
     assert origin.requests() == [], "no probe and no download"
     assert snapshot(fuse_cache.backing) == before
@@ -272,7 +258,7 @@ def test_scenario_56_single_file_stager_does_not_rely_on_flock(
         run = Pod(tmp_path, env, stager=True).run("stage", env={"LLMKUBE_LOCK_TIMEOUT": "1"})
     finally:
         os.close(fd)
-    assert_ok(run)
+    run.ok()
     assert "Downloading model..." in run.stderr
     assert "Waiting for another writer" not in run.stderr
     assert (root / "model.gguf").read_bytes() == WEIGHTS
@@ -286,7 +272,7 @@ def test_scenario_56_single_file_stager_does_not_rely_on_flock(
 def test_scenario_27_inspect_reports_fuse_and_bindfs_on_a_real_mount(
     tmp_path: Path, fuse_cache: FuseCache
 ) -> None:
-    write_file(fuse_cache.backing / "k" / "model.gguf", WEIGHTS, record=len(WEIGHTS))
+    seed(fuse_cache.backing / "k" / "model.gguf", WEIGHTS, record=len(WEIGHTS))
     stat = subprocess.run(
         ["stat", "-f", "-c", "%t", str(fuse_cache.mnt)], capture_output=True, text=True, check=True
     )
@@ -319,12 +305,11 @@ def test_scenario_27_virtiofs_is_classified_as_fuse() -> None:
     """virtiofs (Docker Desktop bind mounts, Kata volumes) reports the FUSE
     magic (spec §9.2, scenario 13/27). A virtiofs mount cannot be produced in
     this sandbox (it needs a hypervisor's virtio-fs device), so the mount
-    table classification is tested with a real-shaped mountinfo line."""
-    text = (
-        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-        "512 27 0:77 / /run/desktop/mnt/host rw,relatime - virtiofs virtiofs0 rw\n"
-    )
-    entries = parse_mountinfo(text)
+    table classification is tested with a real-shaped mount table."""
+    entries = [
+        MountEntry("/", "ext4", "/dev/vda", frozenset({"rw", "relatime"})),
+        MountEntry("/run/desktop/mnt/host", "virtiofs", "virtiofs0", frozenset({"rw", "relatime"})),
+    ]
     mount = mount_for("/run/desktop/mnt/host/models/k", entries)
     assert mount is not None and mount.fstype == "virtiofs"
     by_magic = classify("/run/desktop/mnt/host/models/k", FUSE_SUPER_MAGIC, mount, False, 1)
@@ -342,8 +327,8 @@ def test_scenario_27_virtiofs_is_classified_as_fuse() -> None:
 
 def _onchange_warm(backing: Path, old: bytes, *, record: bool) -> Path:
     root = backing / "k"
-    write_file(root / "config.json", CONFIG, record=len(CONFIG))
-    write_file(root / "model.safetensors", old, record=len(old) if record else None)
+    seed(root / "config.json", CONFIG, record=len(CONFIG))
+    seed(root / "model.safetensors", old, record=len(old) if record else None)
     return root
 
 
@@ -362,7 +347,7 @@ def test_scenario_51_59_onchange_upstream_changed_keeps_copy_never_unreachable(
     )
     run = Pod(tmp_path, env).run("stage", env={"LLMKUBE_REFRESH_POLICY": "OnChange"})
 
-    doc = assert_ok(run)
+    doc = run.ok().term
     assert UPSTREAM_CHANGED.format(rel="model.safetensors") in run.stderr
     assert "unreachable" not in run.stderr.lower()
     assert "Model artifact config.json revalidated (unchanged, skipped download)" in run.stderr
@@ -381,7 +366,7 @@ def test_scenario_59_onchange_offline_uses_the_unreachable_wording(
         closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["config.json", "model.safetensors"]
     )
     run = Pod(tmp_path, env).run("stage", env={"LLMKUBE_REFRESH_POLICY": "OnChange"})
-    assert_ok(run)
+    run.ok()
     assert "Revalidation unreachable for model.safetensors; kept cached copy" in run.stderr
     assert "Upstream changed" not in run.stderr
     assert snapshot(fuse_cache.backing) == before
@@ -392,11 +377,11 @@ def test_scenario_51_single_file_onchange_upstream_changed(
 ) -> None:
     old, new = payload(4096, 4), payload(5000, 5)
     origin.put("/m.gguf", new)
-    write_file(fuse_cache.backing / "k" / "model.gguf", old, record=len(old))
+    seed(fuse_cache.backing / "k" / "model.gguf", old, record=len(old))
     before = snapshot(fuse_cache.backing)
     env = single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")
     run = Pod(tmp_path, env).run("stage", env={"LLMKUBE_REFRESH_POLICY": "OnChange"})
-    assert_ok(run)
+    run.ok()
     assert UPSTREAM_CHANGED.format(rel="model.gguf") in run.stderr
     assert "unreachable" not in run.stderr.lower()
     assert gets(origin) == []
@@ -417,10 +402,10 @@ def test_scenario_35_onchange_upstream_change_does_not_fail_serving_pods(
     for node in (two_nodes.node1, two_nodes.node2, two_nodes.node1, two_nodes.node2):
         env = multi_env(origin.url + "/repo/", node / "k", ["config.json", "model.safetensors"])
         pod = Pod(tmp_path, {**env, "LLMKUBE_REFRESH_POLICY": "OnChange"})
-        procs.append((pod, pod.start("stage")))
+        procs.append((pod, pod.popen("stage")))
     for pod, proc in procs:
         run = pod.finish(proc)
-        assert assert_ok(run)["stats"]["kept"] == 2
+        assert run.ok().term["stats"]["kept"] == 2
         assert UPSTREAM_CHANGED.format(rel="config.json") in run.stderr
     assert gets(origin) == []
     assert snapshot(two_nodes.backing) == before
@@ -433,22 +418,22 @@ def test_scenario_52_60_fuse_stager_backfills_missing_size_record(
     tmp_path: Path, fuse_cache: FuseCache
 ) -> None:
     root = fuse_cache.backing / "k"
-    write_file(root / "model.safetensors", WEIGHTS)  # staged before #2185
+    seed(root / "model.safetensors", WEIGHTS)  # staged before #2185
     env = multi_env(closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
 
     warned = Pod(tmp_path, env).run("stage")  # a serving pod warns, writes nothing
-    assert_ok(warned)
+    warned.ok()
     assert "no valid size record" in warned.stderr
     assert record_of(root / "model.safetensors") is None
 
     run = Pod(tmp_path, env, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     assert (root / "model.safetensors.llmkube-size").read_text() == str(len(WEIGHTS))
     assert (root / "model.safetensors").read_bytes() == WEIGHTS
     assert not (root / LOCK_NAME).exists()
 
     quiet = Pod(tmp_path, env).run("stage")  # serving pods stop warning
-    assert_ok(quiet)
+    quiet.ok()
     assert "no valid size record" not in quiet.stderr
 
 
@@ -461,16 +446,18 @@ def test_scenario_53_truncated_legacy_file_is_backfilled_as_is(
     origin.put("/repo/model.safetensors", WEIGHTS)
     root = fuse_cache.backing / "k"
     short = WEIGHTS[: len(WEIGHTS) // 3]
-    write_file(root / "model.safetensors", short)
+    seed(root / "model.safetensors", short)
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
     run = Pod(tmp_path, env, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     assert record_of(root / "model.safetensors") == str(len(short))
     assert (root / "model.safetensors").read_bytes() == short
     assert origin.requests() == []
 
 
-@pytest.mark.parametrize("value", ["false", "", "no", "0"])
+# "True", "1", "yes": the scripts' `= true` test made serving pods of them,
+# and a serving pod must never write on FUSE (spec §9.3, issue #14 item 5).
+@pytest.mark.parametrize("value", ["false", "", "no", "0", "True", "TRUE", "1", "yes", " true"])
 def test_scenario_58_only_prefetch_stager_true_makes_a_stager(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache, value: str
 ) -> None:
@@ -481,9 +468,9 @@ def test_scenario_58_only_prefetch_stager_true_makes_a_stager(
     env = single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")
 
     serving = Pod(tmp_path, {**env, "LLMKUBE_PREFETCH_STAGER": value}).run("stage")
-    assert_failed(serving, "ModelCacheLockUnsupported")
+    serving.failed("ModelCacheLockUnsupported")
     assert origin.requests() == []
 
     stager = Pod(tmp_path, {**env, "LLMKUBE_PREFETCH_STAGER": "true"}).run("stage")
-    assert assert_ok(stager)["stats"]["fetched"] == 1
+    assert stager.ok().term["stats"]["fetched"] == 1
     assert (fuse_cache.backing / "k" / "model.gguf").read_bytes() == WEIGHTS

@@ -13,30 +13,21 @@ import time
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    FuseCache,
-    Pod,
-    TwoNodes,
-    assert_ok,
-    multi_env,
-    names,
-    payload,
-    record_of,
-    single_env,
-    snapshot,
-    write_file,
-)
+from fuse_support import FuseCache, TwoNodes
 
-from llmkube_stager.cache.layout import (
+from llmkube_stager.cache.records import write_atomic
+from llmkube_stager.cache.sweep import is_atomic_debris
+from llmkube_stager.layout import (
     atomic_tmp_path,
     marker_path,
     private_partial_path,
     record_path,
     stamp_path,
 )
-from llmkube_stager.cache.records import write_atomic
-from llmkube_stager.cache.sweep import is_atomic_debris
+from tests.harness.disk import names, record_of, seed, snapshot
 from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Pod, multi_env, single_env
+from tests.harness.sample import payload
 
 OLD_S = 11 * 60  # just past the 10-minute gate
 YOUNG_S = 5 * 60
@@ -80,7 +71,7 @@ def _cache_needing_a_write(root: Path, origin: Origin) -> list[str]:
     """model.safetensors is settled (complete, recorded); tokenizer.json is
     missing, so the pod is a writer this start and runs its sweep."""
     origin.put("/repo/tokenizer.json", b'{"model": {}}')
-    write_file(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS))
+    seed(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS))
     return ["model.safetensors", "tokenizer.json"]
 
 
@@ -91,11 +82,11 @@ def test_scenarios_61_64_old_debris_swept_young_debris_kept(
     root, seen, stager = _writer(kind, tmp_path, fuse_cache)
     files = _cache_needing_a_write(root, origin)
     for old, young in DEBRIS.items():
-        write_file(root / old, b"old", age_s=OLD_S)
+        seed(root / old, b"old", age_s=OLD_S)
         if young:
-            write_file(root / young, b"young", age_s=YOUNG_S)
+            seed(root / young, b"young", age_s=YOUNG_S)
     run = Pod(tmp_path, multi_env(origin.url + "/repo/", seen, files), stager=stager).run("stage")
-    assert_ok(run)
+    run.ok()
 
     left = names(root)
     for old, young in DEBRIS.items():
@@ -110,10 +101,10 @@ def test_scenario_61_single_file_atomic_temp_swept_when_a_writer_starts(
 ) -> None:
     origin.put("/m.gguf", WEIGHTS)
     root = fuse_cache.backing / "k"
-    write_file(root / "model.gguf.llmkube-tmp.AbC123", b"4096", age_s=OLD_S)
+    seed(root / "model.gguf.llmkube-tmp.AbC123", b"4096", age_s=OLD_S)
     env = single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")
     run = Pod(tmp_path, env, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     assert names(root) == ["model.gguf", "model.gguf.llmkube-size"]
     assert (root / "model.gguf").read_bytes() == WEIGHTS
 
@@ -124,11 +115,11 @@ def test_scenario_54_record_temp_of_a_killed_pod_is_eventually_swept(
     """A pod killed between mktemp and mv left the temp and no record: the
     next stager backfills the record and sweeps the temp."""
     root = fuse_cache.backing / "k"
-    write_file(root / "model.safetensors", WEIGHTS, age_s=DAY_S)
-    write_file(root / "model.safetensors.llmkube-size.Ab12Cd", b"65", age_s=OLD_S)
+    seed(root / "model.safetensors", WEIGHTS, age_s=DAY_S)
+    seed(root / "model.safetensors.llmkube-size.Ab12Cd", b"65", age_s=OLD_S)
     env = multi_env(closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
     run = Pod(tmp_path, env, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     assert names(root) == ["model.safetensors", "model.safetensors.llmkube-size"]
     assert record_of(root / "model.safetensors") == str(len(WEIGHTS))
 
@@ -167,9 +158,9 @@ def test_scenario_63_every_writer_temp_name_matches_a_sweep_pattern(
     made = sorted({os.path.basename(atomic_tmp_path(t)) for t in targets})
     part = os.path.basename(private_partial_path(dest, "CL1ET", "0badc0de"))
     for name in [*made, part]:
-        write_file(root / name, b"x", age_s=OLD_S)
+        seed(root / name, b"x", age_s=OLD_S)
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", files)
-    assert_ok(Pod(tmp_path, env, stager=True).run("stage"))
+    Pod(tmp_path, env, stager=True).run("stage").ok()
     left = names(root)
     assert [n for n in [*made, part] if n in left] == []
 
@@ -179,21 +170,21 @@ def test_scenario_65_stamp_temp_is_never_swept(
 ) -> None:
     root = fuse_cache.backing / "k"
     files = _cache_needing_a_write(root, origin)
-    write_file(root / NEVER, b"a repository file could look like this", age_s=DAY_S)
+    seed(root / NEVER, b"a repository file could look like this", age_s=DAY_S)
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", files)
-    assert_ok(Pod(tmp_path, env, stager=True).run("stage"))
+    Pod(tmp_path, env, stager=True).run("stage").ok()
     assert (root / NEVER).read_bytes() == b"a repository file could look like this"
 
 
 def test_scenario_66_fuse_serving_pod_sweeps_nothing(tmp_path: Path, fuse_cache: FuseCache) -> None:
     root = fuse_cache.backing / "k"
-    write_file(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS))
+    seed(root / "model.safetensors", WEIGHTS, record=len(WEIGHTS))
     for name in (*DEBRIS, NEVER):
-        write_file(root / name, b"old", age_s=DAY_S)
+        seed(root / name, b"old", age_s=DAY_S)
     before = snapshot(fuse_cache.backing)
     env = multi_env(closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
     run = Pod(tmp_path, env).run("stage")
-    assert_ok(run)
+    run.ok()
     assert "removed stale temp file" not in run.stderr
     assert snapshot(fuse_cache.backing) == before
 
@@ -209,11 +200,11 @@ def test_manifest_listed_tmp_files_are_never_swept(
         "model.safetensors.0123456789ab.tmp": b"repo file shaped like a partial",
     }
     for name, data in listed.items():
-        write_file(root / name, data, record=len(data), age_s=DAY_S)
+        seed(root / name, data, record=len(data), age_s=DAY_S)
     files = [*_cache_needing_a_write(root, origin), *listed]
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", files)
     run = Pod(tmp_path, env, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     for name, data in listed.items():
         assert (root / name).read_bytes() == data, f"{name} was swept"
 
@@ -227,11 +218,11 @@ def test_manifest_listed_tmp_file_survives_staging_of_its_namesake(
         "weights.0123456789ab.tmp": b"repo file shaped like a partial",
     }
     for name, data in listed.items():
-        write_file(root / name, data, record=len(data), age_s=DAY_S)
+        seed(root / name, data, record=len(data), age_s=DAY_S)
     origin.put("/repo/weights", WEIGHTS)  # missing: the stager stages it
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", ["weights", *listed])
     run = Pod(tmp_path, env, stager=True).run("stage")
-    assert_ok(run)
+    run.ok()
     assert (root / "weights").read_bytes() == WEIGHTS
     for name, data in listed.items():
         assert (root / name).exists() and (root / name).read_bytes() == data, names(root)
@@ -258,17 +249,17 @@ def test_young_partial_of_a_live_writer_on_another_node_is_not_swept(
         stager=True,
     )
     # B's sweep must have something old to take, so it provably ran.
-    write_file(root / "small.bin.llmkube-tmp.AbC123", b"5", age_s=OLD_S)
-    proc = a.start("stage")
+    seed(root / "small.bin.llmkube-tmp.AbC123", b"5", age_s=OLD_S)
+    proc = a.popen("stage")
     deadline = time.monotonic() + 10
-    while not [n for n in names(root) if n.startswith("big.bin.") and n.endswith("-part")]:
+    while not [n for n in names(root) if n.startswith("big.bin.") and ".llmkube-part" in n]:
         assert proc.poll() is None and time.monotonic() < deadline, "A never started its partial"
         time.sleep(0.01)
     run_b = b.run("stage")
-    assert_ok(run_b)
+    run_b.ok()
     assert "small.bin.llmkube-tmp.AbC123" not in names(root), "B's sweep did not run"
     assert proc.poll() is None, "A should still be transferring while B swept"
     run_a = a.finish(proc)
-    assert_ok(run_a)
+    run_a.ok()
     assert (root / "big.bin").read_bytes() == big
     assert record_of(root / "big.bin") == str(len(big))

@@ -9,48 +9,34 @@ requests.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from pathlib import Path
 
 from tests.harness.origin import Origin
+from tests.harness.pod import Pod, Run
 from tests.harness.sample import write_sample_tree
 
 
-@dataclass(frozen=True)
-class Run:
-    label: str
-    exit_code: int
-    termination: dict[str, object]
-    requests: int
-
-
-def _stage(env: dict[str, str], workdir: str, label: str, origin: Origin) -> Run:
+def _stage(pod: Pod, label: str, origin: Origin) -> tuple[str, Run, int]:
+    """One `stage`, its log shown; returns (label, run, requests it made)."""
     before = len(origin.requests())
-    term = os.path.join(workdir, "termination-log")
-    full_env = {**os.environ, **env, "LLMKUBE_TERMINATION_LOG": term, "PROGRESS_INTERVAL": "1"}
     print(f"\n--- {label} " + "-" * max(0, 60 - len(label)), flush=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmkube_stager", "stage"], env=full_env, check=False
-    )
-    with open(term, encoding="utf-8") as handle:
-        termination = json.load(handle)
-    return Run(label, proc.returncode, termination, len(origin.requests()) - before)
+    run = pod.run("stage", PROGRESS_INTERVAL="1")
+    print(run.stderr, end="", flush=True)
+    return label, run, len(origin.requests()) - before
 
 
-def _summary(runs: list[Run]) -> str:
+def _summary(runs: list[tuple[str, Run, int]]) -> str:
     header = f"{'run':<34} {'exit':>4} {'files':>5} {'fetched':>7} {'reused':>6} {'requests':>8}"
     lines = [header, "-" * len(header)]
-    for run in runs:
-        stats = run.termination.get("stats", {})
-        assert isinstance(stats, dict)
+    for label, run, requests in runs:
+        stats = run.term.get("stats", {}) if run.term_raw else {}
         lines.append(
-            f"{run.label:<34} {run.exit_code:>4} {stats.get('files', '-'):>5} "
-            f"{stats.get('fetched', '-'):>7} {stats.get('reused', '-'):>6} {run.requests:>8}"
+            f"{label:<34} {run.returncode:>4} {stats.get('files', '-'):>5} "
+            f"{stats.get('fetched', '-'):>7} {stats.get('reused', '-'):>6} {requests:>8}"
         )
     return "\n".join(lines)
 
@@ -60,29 +46,22 @@ def main() -> int:
     workdir = keep or tempfile.mkdtemp(prefix="llmkube-demo-")
     try:
         layout = write_sample_tree(os.path.join(workdir, "origin"))
-        cache = os.path.join(workdir, "cache")
+        # The agent's own default timeouts and retries, not the tests' short ones.
+        single, multi = Pod(Path(workdir), budget={}), Pod(Path(workdir), budget={})
         with Origin() as origin:
             origin.serve_directory(os.path.join(workdir, "origin"))
-            single = {
-                "MODEL_SOURCE": f"{origin.url}/single/model.gguf",
-                "MODEL_PATH": os.path.join(cache, "single-key", "model.gguf"),
-                "CACHE_DIR": os.path.join(cache, "single-key"),
-            }
-            multi = {
-                "MODEL_SOURCE": f"{origin.url}/multi/",
-                "MODEL_FILES": "\n".join(layout["multi"]),
-                "CACHE_DIR": os.path.join(cache, "multi-key"),
-            }
+            single.single(f"{origin.url}/single/model.gguf", key="single-key")
+            multi.multi(f"{origin.url}/multi/", layout["multi"], key="multi-key")
             runs = [
-                _stage(single, workdir, "single-file GGUF, cold", origin),
-                _stage(multi, workdir, "multi-file safetensors, cold", origin),
-                _stage(single, workdir, "single-file GGUF, warm", origin),
-                _stage(multi, workdir, "multi-file safetensors, warm", origin),
+                _stage(single, "single-file GGUF, cold", origin),
+                _stage(multi, "multi-file safetensors, cold", origin),
+                _stage(single, "single-file GGUF, warm", origin),
+                _stage(multi, "multi-file safetensors, warm", origin),
             ]
         print("\n" + _summary(runs))
-        warm_requests = sum(r.requests for r in runs[2:])
-        ok = all(r.exit_code == 0 for r in runs) and warm_requests == 0
-        where = cache if keep else "a temporary directory (set DEMO_DIR to keep it)"
+        warm_requests = sum(requests for _, _, requests in runs[2:])
+        ok = all(run.returncode == 0 for _, run, _ in runs) and warm_requests == 0
+        where = single.models if keep else "a temporary directory (set DEMO_DIR to keep it)"
         print(f"\nwarm starts made {warm_requests} requests; cache was in {where}")
         return 0 if ok else 1
     finally:

@@ -15,10 +15,17 @@ files_metadata=True)` asks for and what `/resolve/` downloads expect:
   hub itself (Range supported), both with ``X-Repo-Commit``;
 - errors the way huggingface.co sends them, so that `huggingface_hub` raises
   its own classes: ``X-Error-Code: RepoNotFound`` (401 to anonymous callers,
-  404 to authenticated ones), ``RevisionNotFound`` (404), ``EntryNotFound``
-  (404), ``GatedRepo`` (403 on the files of a gated repo), and a 401 with
-  ``X-Error-Message: Invalid credentials in Authorization header`` for a
-  token the hub does not know.
+  for a missing repo and for a private one alike: the hub does not reveal
+  which; 404 to authenticated ones), ``RevisionNotFound`` (404),
+  ``EntryNotFound`` (404), ``GatedRepo`` on the files of a gated repo (401
+  to anonymous callers, 403 to authenticated ones without access), and a
+  401 with ``X-Error-Message: Invalid credentials in Authorization header``
+  for a token the hub does not know. (huggingface_hub's own
+  `hf_raise_for_status` documents the 401-for-private-or-missing rule.)
+
+`FakeHub(api=False)` is a mirror that serves only ``/resolve/`` (a static
+mirror or a caching proxy): its API route answers a plain 404, without the
+``X-Error-Code`` every 404 of the real API carries.
 
 Fault knobs (`HubFault`) make the API or the resolver answer a status (429
 with Retry-After, 500, ...) for N requests; `on_api` runs a callback after
@@ -34,21 +41,15 @@ import hashlib
 import itertools
 import json
 import re
-import socket
-import socketserver
 import ssl
-import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit
 
-from tests.harness.lifecycle import Lifecycle
+from tests.harness.loopback import Clients, LoopbackHTTP, Request, TrackedHandler
 from tests.harness.origin import Origin
 
-_HOST = "127.0.0.1"
-_CLOSE_JOIN_S = 0.9
 _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
 # Git files the hub stores without LFS when `lfs=True` (configs, tokenizers' JSON, docs).
 _SMALL_SUFFIXES = (".json", ".md", ".txt", ".gitattributes")
@@ -129,16 +130,14 @@ class HubFault:
     retry_after: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    # Sent instead of the JSON error body (an HTML page, a truncated answer).
+    body: bytes | None = None
 
 
 @dataclass(frozen=True)
-class HubRequest:
+class HubRequest(Request):
     """One request as the hub saw it (header names lower-cased)."""
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    status: int
     kind: RequestKind
 
     @property
@@ -163,17 +162,16 @@ def _error(
     return _Answer(status, headers, json.dumps({"error": message}).encode())
 
 
-class _State:
-    def __init__(self, cdn: Origin, tokens: frozenset[str] | None) -> None:
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
+class _State(Clients):
+    def __init__(self, cdn: Origin, tokens: frozenset[str] | None, api: bool) -> None:
+        super().__init__()
+        self.api = api
         self.cdn = cdn
         self.tokens = tokens
         self.repos: dict[str, _Repo] = {}
         self.faults: dict[RequestKind, tuple[HubFault, list[int]]] = {}
         self.log: list[HubRequest] = []
         self.on_api: Callable[[], None] | None = None
-        self.clients: dict[socket.socket, threading.Thread] = {}
 
     def take_fault(self, kind: RequestKind) -> HubFault | None:
         with self.lock:
@@ -187,72 +185,14 @@ class _State:
             return fault
 
 
-class _Server(socketserver.ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, state: _State, tls: ssl.SSLContext | None) -> None:
-        self.state = state
-        self.tls = tls
-        super().__init__((_HOST, 0), _Handler)
-
-    def server_bind(self) -> None:
-        # Skip HTTPServer's reverse-DNS lookup (getfqdn).
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = _HOST
-        self.server_port = self.server_address[1]
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        if self.tls is not None:
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # clients hanging up are routine
-
-
-def _hard_shutdown(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
 def _segments(path: str) -> list[str]:
     return [unquote(part) for part in path.split("/") if part]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
+class _Handler(TrackedHandler):
     _authenticated: bool = False
 
-    def setup(self) -> None:
-        state = self.server.state
-        with state.lock:
-            state.clients[self.request] = threading.current_thread()
-        if state.stop.is_set():
-            _hard_shutdown(self.request)
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.do_handshake()
-        super().setup()
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            with self.server.state.lock:
-                self.server.state.clients.pop(self.request, None)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_HEAD(self) -> None:
-        self._serve("HEAD")
-
-    def _serve(self, method: str) -> None:
+    def answer(self, method: str) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
         kind, answer = self._route(method, headers)
         record = HubRequest(method, self.path, headers, answer.status, kind)
@@ -284,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
             # User-Agent; answered like the real hub, logged as "other".
             return "other", _Answer(200, [("Content-Type", "application/json")], _HARNESSES)
         if len(segments) >= 3 and segments[:2] == ["api", "models"]:
+            if not self.server.state.api:
+                return "api", _Answer(404, [("Content-Type", "text/html")], b"<h1>404</h1>")
             return "api", self._guarded("api", headers, lambda: self._api(segments[2:], parts))
         if len(segments) >= 5 and segments[2] == "resolve":
             return "resolve", self._guarded(
@@ -296,6 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> _Answer:
         state = self.server.state
         fault = state.take_fault(kind)
+        if fault is not None and fault.body is not None:
+            return _Answer(fault.status, [("Content-Type", "text/html")], fault.body)
         if fault is not None:
             extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
             return _error(
@@ -380,7 +324,8 @@ class _Handler(BaseHTTPRequestHandler):
         if hub_file is None:
             return _error(404, "Entry not found", "EntryNotFound")
         if repo.gated:
-            return _error(403, f"Access to model {repo_id} is restricted.", "GatedRepo")
+            status = 403 if self._authenticated else 401
+            return _error(status, f"Access to model {repo_id} is restricted.", "GatedRepo")
         common = [("X-Repo-Commit", commit), ("Accept-Ranges", "bytes")]
         if hub_file.lfs:
             location = self.server.state.cdn.url + _signed(cdn_path(hub_file.sha256))
@@ -420,8 +365,11 @@ def _signed(path: str) -> str:
     return f"{path}?X-Amz-Expires=3600&X-Amz-Signature={signature}"
 
 
-class FakeHub(Lifecycle):
+class FakeHub(LoopbackHTTP):
     """Threaded fake hub on 127.0.0.1; LFS bytes are served by `cdn`."""
+
+    _name = "fakehub"
+    _state: _State
 
     def __init__(
         self,
@@ -429,51 +377,13 @@ class FakeHub(Lifecycle):
         *,
         tls: ssl.SSLContext | None = None,
         tokens: Collection[str] | None = None,
+        api: bool = True,
     ) -> None:
-        """`tokens`: the bearer tokens the hub accepts (None: any token)."""
-        self._tls = tls
-        self._state = _State(cdn, frozenset(tokens) if tokens is not None else None)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        """`tokens`: the bearer tokens the hub accepts (None: any token);
+        `api=False`: a mirror that serves /resolve/ only."""
+        state = _State(cdn, frozenset(tokens) if tokens is not None else None, api)
+        super().__init__(state, _Handler, tls=tls)
         self._commit_ids = itertools.count(1)
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> Self:
-        if self._server is not None:
-            raise RuntimeError("hub already started")
-        self._server = _Server(self._state, self._tls)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.01},
-            name=f"fakehub-{self._server.server_port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        server = self._server
-        if server is None or self._state.stop.is_set():
-            return
-        self._state.stop.set()
-        server.shutdown()
-        server.server_close()
-        with self._state.lock:
-            clients = list(self._state.clients.items())
-        for sock, _ in clients:
-            _hard_shutdown(sock)
-        for _, thread in clients:
-            thread.join(_CLOSE_JOIN_S)
-        if self._thread is not None:
-            self._thread.join(_CLOSE_JOIN_S)
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("hub not started")
-        scheme = "http" if self._tls is None else "https"
-        return f"{scheme}://{_HOST}:{self._server.server_port}"
 
     @property
     def cdn(self) -> Origin:

@@ -11,43 +11,42 @@ Run ``python -m tests.harness.origin --dir DIR`` to serve a directory.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import email.utils
 import hashlib
 import os
 import re
 import signal
 import socket
-import socketserver
 import ssl
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import FrameType
-from typing import Any, Literal, Self
+from typing import Literal, Self
 from urllib.parse import unquote, urlsplit
 
 from tests.harness.lifecycle import Lifecycle
+from tests.harness.loopback import (
+    HOST,
+    Clients,
+    LoopbackHTTP,
+    Request,
+    TrackedHandler,
+    accept_until,
+)
 
-_HOST = "127.0.0.1"
 _CHUNK = 256 * 1024
 _FAULT_BODY = b"injected fault\n"
 _NOT_FOUND_BODY = b"not found\n"
-_CLOSE_JOIN_S = 0.9  # close() budget for handler threads; callers expect ~1 s worst case
 _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class RequestRecord(Request):
     """One answered request, as the origin saw and answered it."""
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    status: int
     body_bytes: int
 
 
@@ -188,25 +187,16 @@ def _disk_resource(root: str, prefix: str, route: str) -> _Resource | None:
     return _Resource(st.st_size, etag, st.st_mtime, file_path=full)
 
 
-def _hard_shutdown(sock: socket.socket) -> None:
-    # socket.socket.shutdown (not SSLSocket.shutdown) so a TLS handler thread blocked in
-    # read/write wakes up with EOF instead of racing on a torn-down SSL object.
-    with contextlib.suppress(OSError):  # already closed or never connected: nothing to wake
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class _State:
+class _State(Clients):
     """Everything handler threads share with the Origin; guarded by ``lock``."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
+        super().__init__()
         self.files: dict[str, _Resource] = {}
         self.dirs: list[tuple[str, str]] = []
         self.faults: dict[str, Fault] = {}
         self.fault_uses: dict[str, int] = {}
         self.log: list[_Entry] = []
-        self.clients: dict[socket.socket, threading.Thread] = {}
 
     def take_fault(self, route: str, method: str) -> Fault | None:
         """Return the fault to apply to this request, consuming one of its ``times``."""
@@ -232,81 +222,11 @@ class _State:
                 return found
         return None
 
-    def register(self, sock: socket.socket) -> None:
-        with self.lock:
-            self.clients[sock] = threading.current_thread()
-            stopping = self.stop.is_set()
-        if stopping:  # accepted just as close() snapshotted the clients: hang up ourselves
-            _hard_shutdown(sock)
 
-    def unregister(self, sock: socket.socket) -> None:
-        with self.lock:
-            self.clients.pop(sock, None)
-
-    def hang_up_clients(self, timeout: float) -> None:
-        with self.lock:
-            clients = list(self.clients.items())
-        for sock, _ in clients:
-            _hard_shutdown(sock)
-        deadline = time.monotonic() + timeout
-        for _, thread in clients:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-class _Server(socketserver.ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-    block_on_close = False  # close() joins handler threads itself, with a deadline
-
-    def __init__(self, state: _State, tls: ssl.SSLContext | None, port: int) -> None:
-        self.state = state
-        self.tls = tls
-        super().__init__((_HOST, port), _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind does a reverse-DNS lookup (getfqdn) that can take seconds.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = _HOST
-        self.server_port = self.server_address[1]
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        if self.tls is not None:
-            # Handshake later, in the handler thread, so a slow TLS client cannot block accept().
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients hanging up mid-body is routine in these tests; keep stderr quiet.
-        return
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
+class _Handler(TrackedHandler):
     _entry: _Entry  # log entry of the request being answered
 
-    def setup(self) -> None:
-        self.server.state.register(self.request)
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.do_handshake()
-        super().setup()
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.state.unregister(self.request)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # quiet: test output should only show the stager's own logs
-
-    def do_GET(self) -> None:
-        self._answer("GET")
-
-    def do_HEAD(self) -> None:
-        self._answer("HEAD")
-
-    def _answer(self, method: str) -> None:
+    def answer(self, method: str) -> None:
         # Logged up front and updated as bytes go out, so a client that has read the whole
         # response never races the handler thread to the log.
         headers = {k.lower(): v for k, v in self.headers.items()}
@@ -423,46 +343,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.state.stop.wait(ahead)
 
 
-class Origin(Lifecycle):
+class Origin(LoopbackHTTP):
     """Threaded HTTP/1.1 origin on 127.0.0.1 with files in memory, faults and a request log."""
 
+    _name = "origin"
+    _state: _State
+
     def __init__(self, *, tls: ssl.SSLContext | None = None, port: int = 0) -> None:
-        self._tls = tls
-        self._port = port
-        self._state = _State()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Self:
-        if self._server is not None:
-            raise RuntimeError("origin already started")
-        self._server = _Server(self._state, self._tls, self._port)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.01},  # shutdown() waits up to one poll interval
-            name=f"origin-{self._server.server_port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        server = self._server
-        if server is None or self._state.stop.is_set():
-            return
-        self._state.stop.set()  # wakes stalled, delayed and throttled handlers
-        server.shutdown()
-        server.server_close()
-        self._state.hang_up_clients(_CLOSE_JOIN_S)
-        if self._thread is not None:
-            self._thread.join(_CLOSE_JOIN_S)
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("origin not started")
-        scheme = "http" if self._tls is None else "https"
-        return f"{scheme}://{_HOST}:{self._server.server_port}"
+        super().__init__(_State(), _Handler, tls=tls, port=port)
 
     def put(
         self,
@@ -545,13 +433,14 @@ class Blackhole(Lifecycle):
         self._stop = threading.Event()
         self._listener: socket.socket | None = None
         self._held: list[socket.socket] = []
+        self._accepted = 0
         self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
         if self._listener is not None:
             raise RuntimeError("blackhole already started")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((_HOST, 0))
+        listener.bind((HOST, 0))
         self._listener = listener
         if self._mode == "accept":
             listener.listen(64)
@@ -566,15 +455,12 @@ class Blackhole(Lifecycle):
     def _accept_loop(self) -> None:
         # Accept (and hold, silently) so the backlog never fills and every connect succeeds.
         assert self._listener is not None
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self._held.append(conn)
+        accept_until(self._listener, self._stop, self._hold)
+
+    def _hold(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._held.append(conn)
+            self._accepted += 1
 
     def _fill_backlog(self) -> None:
         # Linux drops SYNs once the accept queue is full, and nobody ever accepts here, so
@@ -583,7 +469,7 @@ class Blackhole(Lifecycle):
             probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             probe.settimeout(0.1)
             try:
-                probe.connect((_HOST, self.port))
+                probe.connect((HOST, self.port))
             except TimeoutError:
                 probe.close()
                 return
@@ -599,7 +485,13 @@ class Blackhole(Lifecycle):
 
     @property
     def url(self) -> str:
-        return f"http://{_HOST}:{self.port}"
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def connections(self) -> int:
+        """Connections accepted so far (mode="accept"), also after close()."""
+        with self._lock:
+            return self._accepted
 
     def close(self) -> None:
         self._stop.set()
@@ -620,9 +512,9 @@ class Blackhole(Lifecycle):
 def closed_port_url() -> str:
     """URL of a 127.0.0.1 port with nothing listening (connects are refused)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
+        sock.bind((HOST, 0))
         port = sock.getsockname()[1]
-    return f"http://{_HOST}:{port}"
+    return f"http://{HOST}:{port}"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -74,18 +74,19 @@ class _Handler(socketserver.StreamRequestHandler):
         authorized = state.expected is None or headers.get("proxy-authorization") == state.expected
         host, port = _upstream(method, target)
         if not authorized:
-            self._reply(407, 'Proxy-Authenticate: Basic realm="test"\r\n')
+            # Recorded before the reply: a client that has its answer finds it in the log.
             state.record(ProxyRecord(method, target, False, 407))
+            self._reply(407, 'Proxy-Authenticate: Basic realm="test"\r\n')
             return method != "CONNECT"
         if not _is_loopback(host):
-            self._reply(403)
             state.record(ProxyRecord(method, target, True, 403))
+            self._reply(403)
             return False
         try:
             upstream = socket.create_connection((_address_of(host), port), timeout=10)
         except OSError:
-            self._reply(502)
             state.record(ProxyRecord(method, target, True, 502))
+            self._reply(502)
             return False
         state.record(ProxyRecord(method, target, True, 200))
         with upstream:

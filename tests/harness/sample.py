@@ -21,6 +21,11 @@ _GGUF_MAGIC = b"GGUF"
 _GGUF_VERSION = 3
 
 
+def payload(size: int, seed: int = 1) -> bytes:
+    """`size` deterministic pseudo-random bytes; another seed differs everywhere."""
+    return random.Random(seed).randbytes(size)
+
+
 def _with_random_tail(prefix: bytes, size: int, seed: int) -> bytes:
     """``prefix`` then deterministic pseudo-random bytes, ``size`` bytes in total."""
     base = random.Random(seed).randbytes(_BLOCK)

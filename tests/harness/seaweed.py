@@ -64,10 +64,12 @@ _TAKEN: set[int] = set()
 
 def _port_pair() -> int:
     """A free port whose +10000 (SeaweedFS's gRPC port) is free too. Bases
-    below 30000, so no base is another server's gRPC port; never one this
-    process handed out before."""
+    in 20000-22767: no base is another server's gRPC port, and both stay
+    below Linux's ephemeral range (32768-), where the outgoing connections
+    of every other process on this machine could take them at any moment;
+    never one this process handed out before."""
     for _ in range(500):
-        port = random.randint(20000, 29999)
+        port = random.randint(20000, 22767)
         if port not in _TAKEN and all(_free(p) for p in (port, port + 10000)):
             _TAKEN.add(port)
             return port

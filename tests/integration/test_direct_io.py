@@ -1,5 +1,5 @@
-"""O_DIRECT partial writes and the receive/hash/write pipeline (directio.py,
-pipeline.py; issue #6).
+"""O_DIRECT partial writes and the receive/hash/write pipeline (transfer/directio.py,
+transfer/pipeline.py; issue #6).
 
 Real files on the test machine's disk (ext4 here and in CI). What is
 asserted: the bytes in the file, how much of it the page cache holds after
@@ -18,15 +18,16 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.directio import (
+from llmkube_stager.transfer.directio import (
     ALIGN_BYTES,
     DirectReader,
     PartialWriter,
     aligned_buffer,
-    direct_io_fits,
     fill_limit,
 )
-from llmkube_stager.pipeline import Pipeline
+from llmkube_stager.transfer.pipeline import Pipeline
+from tests.harness.disk import seed, shell_partial
+from tests.harness.sample import payload
 
 MIB = 1 << 20
 PATH = "/files/model.gguf"
@@ -53,15 +54,15 @@ def _drop_cache(path: Path) -> None:
 
 @pytest.fixture
 def disk_dir(tmp_path: Path) -> Path:
-    fstype = probe_fs(str(tmp_path)).fstype
-    if not direct_io_fits(fstype):
-        pytest.skip(f"needs a local ext4/xfs/btrfs test directory for O_DIRECT, got {fstype}")
+    fs = probe_fs(str(tmp_path))
+    if not fs.direct_io_ok:
+        pytest.skip(f"needs a local ext4/xfs/btrfs test directory for O_DIRECT, got {fs.fstype}")
     return tmp_path
 
 
 def _write_file(path: Path, data: bytes, direct: bool, offset: int = 0) -> bool:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    writer = PartialWriter(fd, str(path), direct)
+    writer = PartialWriter(fd, direct)
     buffer = aligned_buffer(len(data) + ALIGN_BYTES)
     buffer[: len(data)] = data
     try:
@@ -77,9 +78,9 @@ def _write_file(path: Path, data: bytes, direct: bool, offset: int = 0) -> bool:
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "buffered"])
 def test_partial_writer_bytes_and_what_stays_in_the_page_cache(
-    disk_dir: Path, make_payload, direct: bool
+    disk_dir: Path, direct: bool
 ) -> None:
-    data = make_payload(8 * MIB + 100, seed=1)  # an odd tail, as at the end of a file
+    data = payload(8 * MIB + 100, seed=1)  # an odd tail, as at the end of a file
     path = disk_dir / "part"
 
     used_direct = _write_file(path, data, direct)
@@ -94,11 +95,9 @@ def test_partial_writer_bytes_and_what_stays_in_the_page_cache(
     assert path.read_bytes() == data
 
 
-def test_an_odd_offset_is_written_through_the_page_cache_and_stays_right(
-    disk_dir: Path, make_payload
-) -> None:
-    head = make_payload(1000, seed=2)
-    rest = make_payload(3 * MIB, seed=3)
+def test_an_odd_offset_is_written_through_the_page_cache_and_stays_right(disk_dir: Path) -> None:
+    head = payload(1000, seed=2)
+    rest = payload(3 * MIB, seed=3)
     path = disk_dir / "part"
     path.write_bytes(head)
 
@@ -118,17 +117,19 @@ def test_fill_limit_brings_an_odd_offset_back_to_alignment() -> None:
     ("offset", "length"), [(0, 5000), (1, 4095), (4095, 2), (12345, 1 * MIB), (3 * MIB - 7, 100)]
 )
 def test_direct_reader_returns_exactly_the_asked_span(
-    disk_dir: Path, make_payload, offset: int, length: int
+    disk_dir: Path, offset: int, length: int
 ) -> None:
-    data = make_payload(3 * MIB + 11, seed=4)
+    data = payload(3 * MIB + 11, seed=4)
     path = disk_dir / "f"
     path.write_bytes(data)
     _drop_cache(path)
-    reader = DirectReader(str(path), 2 * MIB)
+    fd = os.open(path, os.O_RDONLY)
+    reader = DirectReader(fd, 2 * MIB)
     try:
         got = bytes(reader.read(offset, length))
     finally:
         reader.close()
+        os.close(fd)
     assert got == data[offset : offset + min(length, 2 * MIB)]
 
 
@@ -136,7 +137,7 @@ def test_a_write_error_reaches_the_receiving_thread(tmp_path: Path) -> None:
     path = tmp_path / "ro"
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)  # every pwrite fails with EBADF
-    pipe = Pipeline(PartialWriter(fd, str(path), False), hashlib.sha256(), depth=2)
+    pipe = Pipeline(PartialWriter(fd, False), hashlib.sha256(), depth=2)
     try:
         buffer = pipe.take()
         pipe.submit(buffer, 4096, 0)
@@ -151,17 +152,17 @@ def test_a_write_error_reaches_the_receiving_thread(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_an_odd_sized_partial_resumes_and_verifies_in_both_write_modes(
-    origin, stager, make_payload, mode: str
+    origin, pod, mode: str
 ) -> None:
     size = 9 * MIB + 333
     odd = 5 * MIB + 1001  # a partial a buffered writer (or the scripts) left
-    data = make_payload(size, seed=5)
+    data = payload(size, seed=5)
     origin.put(PATH, data, etag='"vA"')
-    dest = stager.dest()
-    stager.seed(stager.shell_partial(dest, size, '"vA"'), data[:odd])
+    dest = pod.dest()
+    seed(shell_partial(dest, size, '"vA"'), data[:odd], age_s=3600)
     digest = hashlib.sha256(data).hexdigest()
 
-    stager.ok(stager.single_env(origin.url + PATH, MODEL_SHA256=digest, LLMKUBE_DIRECT_IO=mode))
+    pod.stage(pod.single_env(origin.url + PATH, MODEL_SHA256=digest, LLMKUBE_DIRECT_IO=mode)).ok()
 
     (get,) = origin.requests(PATH, "GET")
     assert get.headers.get("range") == f"bytes={odd}-"

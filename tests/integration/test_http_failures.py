@@ -6,15 +6,18 @@ Retry waits are recorded by the injected `sleep`, never slept.
 
 from __future__ import annotations
 
+import hashlib
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmkube_stager.logs import Redactor
+from tests.harness.disk import record_of
+from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.sample import payload
 from tests.harness.tlsca import make_ca
 
 PATH = "/files/model.gguf"
@@ -31,173 +34,169 @@ def _methods(origin: Origin) -> list[str]:
 
 
 @pytest.mark.parametrize("methods", [("GET", "HEAD"), ("GET",)], ids=["probe", "get"])
-def test_429_retry_after_is_honoured_then_succeeds(
-    origin, stager, make_payload, methods: tuple[str, ...]
-) -> None:
-    data = make_payload(64 * KIB)
+def test_429_retry_after_is_honoured_then_succeeds(origin, pod, methods: tuple[str, ...]) -> None:
+    data = payload(64 * KIB)
     origin.put(PATH, data)
     origin.set_fault(PATH, Fault(status=429, retry_after="2", times=1, methods=methods))
 
-    run = stager.ok(stager.single_env(origin.url + PATH))
+    run = pod.stage(pod.single_env(origin.url + PATH)).ok()
 
     assert 2.0 in run.sleeps
     assert [r.status for r in origin.requests()].count(429) == 1
-    assert stager.dest().read_bytes() == data
-    assert stager.record(stager.dest()) == str(len(data)).encode()
+    assert pod.dest().read_bytes() == data
+    assert record_of(pod.dest()) == str(len(data))
 
 
-def test_429_every_time_fails_rate_limited_after_the_retries(origin, stager, make_payload) -> None:
-    origin.put(PATH, make_payload(64 * KIB))
+def test_429_every_time_fails_rate_limited_after_the_retries(origin, pod) -> None:
+    origin.put(PATH, payload(64 * KIB))
     origin.set_fault(PATH, Fault(status=429, retry_after="1"))
 
-    run = stager.fails(stager.single_env(origin.url + PATH, LLMKUBE_RETRIES="2"))
+    run = pod.stage(pod.single_env(origin.url + PATH, LLMKUBE_RETRIES="2")).failed()
 
     assert run.reason == "ModelSourceRateLimited"
     assert len(origin.requests()) == 3
     assert run.sleeps == [1.0, 1.0]
-    assert not stager.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_retry_after_beyond_the_max_wait_fails_at_once(origin, stager, make_payload) -> None:
-    origin.put(PATH, make_payload(64 * KIB))
+def test_retry_after_beyond_the_max_wait_fails_at_once(origin, pod) -> None:
+    origin.put(PATH, payload(64 * KIB))
     origin.set_fault(PATH, Fault(status=429, retry_after="30"))
 
-    run = stager.fails(stager.single_env(origin.url + PATH, LLMKUBE_MAX_RETRY_WAIT="5"))
+    run = pod.stage(pod.single_env(origin.url + PATH, LLMKUBE_MAX_RETRY_WAIT="5")).failed()
 
     assert run.reason == "ModelSourceRateLimited"
     assert len(origin.requests()) == 1
     assert run.sleeps == []
 
 
-def test_503_is_retried_then_fails_unavailable(origin, stager, make_payload) -> None:
-    origin.put(PATH, make_payload(64 * KIB))
+def test_503_is_retried_then_fails_unavailable(origin, pod) -> None:
+    origin.put(PATH, payload(64 * KIB))
     origin.set_fault(PATH, Fault(status=503))
 
-    run = stager.fails(stager.single_env(origin.url + PATH, LLMKUBE_RETRIES="2"))
+    run = pod.stage(pod.single_env(origin.url + PATH, LLMKUBE_RETRIES="2")).failed()
 
     assert run.reason == "ModelSourceUnavailable"
     assert len(origin.requests()) == 3
     assert len(run.sleeps) == 2
     assert all(0 < s <= 60 for s in run.sleeps)
-    assert not stager.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_503_retry_after_on_the_get_is_honoured(origin, stager, make_payload) -> None:
-    data = make_payload(64 * KIB)
+def test_503_retry_after_on_the_get_is_honoured(origin, pod) -> None:
+    data = payload(64 * KIB)
     origin.put(PATH, data)
     origin.set_fault(PATH, Fault(status=503, retry_after="3", times=1, methods=("GET",)))
 
-    run = stager.ok(stager.single_env(origin.url + PATH))
+    run = pod.stage(pod.single_env(origin.url + PATH)).ok()
 
     assert [r.status for r in origin.requests(PATH, "GET")] == [503, 200]
     assert run.sleeps == [3.0]
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
 
 
 @pytest.mark.parametrize("status", [401, 403])
 @pytest.mark.parametrize("methods", [("GET", "HEAD"), ("GET",)], ids=["probe", "get"])
 def test_401_403_fail_unauthorized_without_retries(
-    origin, stager, make_payload, status: int, methods: tuple[str, ...]
+    origin, pod, status: int, methods: tuple[str, ...]
 ) -> None:
-    origin.put(PATH, make_payload(64 * KIB))
+    origin.put(PATH, payload(64 * KIB))
     origin.set_fault(PATH, Fault(status=status, methods=methods))
 
-    run = stager.fails(stager.single_env(origin.url + PATH))
+    run = pod.stage(pod.single_env(origin.url + PATH)).failed()
 
     assert run.reason == "ModelSourceUnauthorized"
     assert [r.status for r in origin.requests()].count(status) == 1
     assert len(origin.requests(method="GET")) <= 1
     assert run.sleeps == []
-    assert not stager.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_404_fails_not_found_without_retries(origin, stager) -> None:
-    run = stager.fails(stager.single_env(origin.url + PATH))
+def test_404_fails_not_found_without_retries(origin, pod) -> None:
+    run = pod.stage(pod.single_env(origin.url + PATH)).failed()
 
     assert run.reason == "ModelSourceNotFound"
     assert len(origin.requests()) == 1
     assert run.sleeps == []
 
 
-def test_presigned_url_with_head_refused_is_fetched_by_get(origin, stager, make_payload) -> None:
+def test_presigned_url_with_head_refused_is_fetched_by_get(origin, pod) -> None:
     """A URL signed for GET only answers 403 to HEAD: the GET decides, and the
     signature in the query string never reaches the log."""
     signature = "sekrit0123456789abcdef"
-    data = make_payload(64 * KIB)
+    data = payload(64 * KIB)
     origin.put(PATH, data)
     origin.set_fault(PATH, Fault(status=403, methods=("HEAD",)))
     source = f"{origin.url}{PATH}?X-Amz-Expires=60&X-Amz-Signature={signature}"
 
-    run = stager.ok(stager.single_env(source), redactor=Redactor())
+    run = pod.stage(pod.single_env(source), redactor=Redactor()).ok()
 
     (get,) = origin.requests(PATH, "GET")
     assert get.path.endswith(f"X-Amz-Signature={signature}")
-    assert stager.dest().read_bytes() == data
-    assert stager.record(stager.dest()) == str(len(data)).encode()
-    assert signature not in run.log
+    assert pod.dest().read_bytes() == data
+    assert record_of(pod.dest()) == str(len(data))
+    assert signature not in run.stderr
 
 
 # --- timeouts and dead origins --------------------------------------------------------
 
 
-def test_syn_drop_ends_with_the_connect_timeout(stager, watchdog) -> None:
+def test_syn_drop_ends_with_the_connect_timeout(pod, watchdog) -> None:
     with Blackhole("syn-drop") as hole:
         watchdog(10, hole.close)
-        run = stager.fails(
-            stager.single_env(hole.url + PATH, LLMKUBE_CONNECT_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
-        )
+        run = pod.stage(
+            pod.single_env(hole.url + PATH, LLMKUBE_CONNECT_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
+        ).failed()
 
     assert run.reason == "ModelSourceUnreachable"
     assert len(run.sleeps) == 1
     # Two attempts of 0.5 s: a correctness bound against unbounded waits.
-    assert run.elapsed_s < 10
-    assert not stager.dest().exists()
+    assert run.seconds < 10
+    assert not pod.dest().exists()
 
 
-def test_silent_origin_ends_with_the_stall_timeout(stager, watchdog) -> None:
+def test_silent_origin_ends_with_the_stall_timeout(pod, watchdog) -> None:
     with Blackhole("accept") as hole:
         watchdog(10, hole.close)
-        run = stager.fails(
-            stager.single_env(hole.url + PATH, LLMKUBE_STALL_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
-        )
+        run = pod.stage(
+            pod.single_env(hole.url + PATH, LLMKUBE_STALL_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
+        ).failed()
 
     assert run.reason == "ModelSourceUnreachable"
     assert len(run.sleeps) == 1
-    assert run.elapsed_s < 10
+    assert run.seconds < 10
 
 
 @pytest.mark.parametrize("mode", ["syn-drop", "accept"])
-def test_body_request_to_a_dead_host_is_bounded_too(
-    origin, stager, make_payload, watchdog, mode: str
-) -> None:
+def test_body_request_to_a_dead_host_is_bounded_too(origin, pod, watchdog, mode: str) -> None:
     """The probe answers, but the GET is redirected to a host that never
     connects / never answers: the data path has its own connect and stall
     timeouts."""
-    origin.put(PATH, make_payload(64 * KIB))
+    origin.put(PATH, payload(64 * KIB))
     with Blackhole(mode) as hole:  # type: ignore[arg-type]
         watchdog(10, hole.close)
         origin.set_fault(PATH, Fault(redirect_to=hole.url + "/blob", methods=("GET",)))
-        run = stager.fails(
-            stager.single_env(
+        run = pod.stage(
+            pod.single_env(
                 origin.url + PATH,
                 LLMKUBE_CONNECT_TIMEOUT="0.5",
                 LLMKUBE_STALL_TIMEOUT="0.5",
                 LLMKUBE_RETRIES="1",
             )
-        )
+        ).failed()
 
     assert run.reason == "ModelSourceUnreachable"
     assert len(origin.requests(PATH, "GET")) == 2  # first attempt + one retry
-    assert run.elapsed_s < 10
-    assert not stager.dest().exists()
+    assert run.seconds < 10
+    assert not pod.dest().exists()
 
 
-def test_closed_port_is_unreachable(stager) -> None:
-    run = stager.fails(stager.single_env(closed_port_url() + PATH, LLMKUBE_RETRIES="2"))
+def test_closed_port_is_unreachable(pod) -> None:
+    run = pod.stage(pod.single_env(closed_port_url() + PATH, LLMKUBE_RETRIES="2")).failed()
 
     assert run.reason == "ModelSourceUnreachable"
     assert len(run.sleeps) == 2  # transient: retried
-    assert run.elapsed_s < 10
+    assert run.seconds < 10
 
 
 # --- Hugging Face token scope (spec §3.2, scenario 90) ---------------------------------
@@ -208,66 +207,64 @@ def _auth(record) -> str | None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("endpoint_suffix", ["", "/", "\n"], ids=["exact", "slash", "newline"])
-def test_hf_token_goes_to_the_hf_endpoint_origin(
-    origin, stager, make_payload, endpoint_suffix: str
-) -> None:
-    data = make_payload(64 * KIB)
+def test_hf_token_goes_to_the_hf_endpoint_origin(origin, pod, endpoint_suffix: str) -> None:
+    data = payload(64 * KIB)
     origin.put(PATH, data)
-    env = stager.single_env(
+    env = pod.single_env(
         origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url + endpoint_suffix
     )
 
-    run = stager.ok(env, redactor=Redactor())  # no redaction: the code must not log it
+    run = pod.stage(env, redactor=Redactor()).ok()  # no redaction: the code must not log it
 
     assert _methods(origin) == ["HEAD", "GET"]
     assert all(_auth(r) == f"Bearer {CANARY}" for r in origin.requests())
-    assert stager.dest().read_bytes() == data
-    assert CANARY not in run.log
+    assert pod.dest().read_bytes() == data
+    assert CANARY not in run.stderr
 
 
 @pytest.mark.parametrize("methods", [("GET", "HEAD"), ("GET",)], ids=["probe", "get"])
 def test_hf_token_never_follows_a_redirect_to_another_host(
-    origin, origin_b, stager, make_payload, methods: tuple[str, ...]
+    origin, origin_b, pod, methods: tuple[str, ...]
 ) -> None:
-    data = make_payload(64 * KIB)
+    data = payload(64 * KIB)
     origin.put(PATH, data, etag='"v1"')
     origin_b.put("/blobs/abc", data, etag='"v1"')
     origin.set_fault(PATH, Fault(redirect_to=origin_b.url + "/blobs/abc", methods=methods))
-    env = stager.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+    env = pod.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
 
-    run = stager.ok(env, redactor=Redactor())
+    run = pod.stage(env, redactor=Redactor()).ok()
 
     assert origin.requests(), "the HF origin was never asked"
     assert all(_auth(r) == f"Bearer {CANARY}" for r in origin.requests())
     assert origin_b.requests(method="GET"), "the redirect target served nothing"
     assert all(_auth(r) is None for r in origin_b.requests())
-    assert stager.dest().read_bytes() == data
-    assert CANARY not in run.log
+    assert pod.dest().read_bytes() == data
+    assert CANARY not in run.stderr
 
 
-def test_hf_token_never_goes_to_a_non_hf_origin(origin, origin_b, stager, make_payload) -> None:
-    data = make_payload(64 * KIB)
+def test_hf_token_never_goes_to_a_non_hf_origin(origin, origin_b, pod) -> None:
+    data = payload(64 * KIB)
     origin_b.put(PATH, data)
-    env = stager.single_env(origin_b.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+    env = pod.single_env(origin_b.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
 
-    run = stager.ok(env, redactor=Redactor())
+    run = pod.stage(env, redactor=Redactor()).ok()
 
     assert [r.method for r in origin_b.requests()] == ["HEAD", "GET"]
     assert all(_auth(r) is None for r in origin_b.requests())
     assert origin.requests() == []
-    assert stager.dest().read_bytes() == data
-    assert CANARY not in run.log
+    assert pod.dest().read_bytes() == data
+    assert CANARY not in run.stderr
 
 
-def test_hf_token_stays_out_of_failure_logs_and_errors(origin, stager) -> None:
+def test_hf_token_stays_out_of_failure_logs_and_errors(origin, pod) -> None:
     origin.set_fault(PATH, Fault(status=401))
-    env = stager.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+    env = pod.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
 
-    run = stager.fails(env, redactor=Redactor())
+    run = pod.stage(env, redactor=Redactor()).failed()
 
     assert run.reason == "ModelSourceUnauthorized"
     assert _auth(origin.requests()[0]) == f"Bearer {CANARY}"
-    assert CANARY not in run.log
+    assert CANARY not in run.stderr
     assert run.error is not None and CANARY not in str(run.error)
 
 
@@ -277,37 +274,21 @@ def test_hf_token_stays_out_of_failure_logs_and_errors(origin, stager) -> None:
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real ENOSPC and a real statvfs for the preflight."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount tmpfs")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def _tmpfs_env(stager, url: str, mount_point: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    env = stager.single_env(url)
+def _tmpfs_env(pod, url: str, mount_point: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = pod.single_env(url)
     env["CACHE_DIR"] = str(mount_point)
     env["MODEL_PATH"] = str(mount_point / "model.gguf")
     return env
 
 
-def test_space_preflight_refuses_a_file_that_cannot_fit(
-    origin, stager, make_payload, small_tmpfs: Path
-) -> None:
-    origin.put(PATH, make_payload(4 * MIB))
+def test_space_preflight_refuses_a_file_that_cannot_fit(origin, pod, small_tmpfs: Path) -> None:
+    origin.put(PATH, payload(4 * MIB))
 
-    run = stager.fails(_tmpfs_env(stager, origin.url + PATH, small_tmpfs))
+    run = pod.stage(_tmpfs_env(pod, origin.url + PATH, small_tmpfs)).failed()
 
     assert run.reason == "ModelTransferOutOfSpace"
     assert origin.requests(method="GET") == []  # refused before any body transfer
@@ -315,13 +296,15 @@ def test_space_preflight_refuses_a_file_that_cannot_fit(
     assert not (small_tmpfs / "model.gguf").exists()
 
 
-def test_enospc_while_writing_fails_out_of_space(
-    origin, stager, make_payload, small_tmpfs: Path
-) -> None:
-    origin.put(PATH, make_payload(4 * MIB))
+def test_enospc_while_writing_fails_out_of_space(origin, pod, small_tmpfs: Path) -> None:
+    data = payload(4 * MIB)
+    origin.put(PATH, data)
     origin.set_fault(PATH, Fault(no_content_length=True))  # size unknown: no preflight
+    env = _tmpfs_env(pod, origin.url + PATH, small_tmpfs)
+    # Pinned: a body of unknown length is complete only by its digest (#10).
+    env["MODEL_SHA256"] = hashlib.sha256(data).hexdigest()
 
-    run = stager.fails(_tmpfs_env(stager, origin.url + PATH, small_tmpfs))
+    run = pod.stage(env).failed()
 
     assert run.reason == "ModelTransferOutOfSpace"
     assert len(origin.requests(method="GET")) == 1  # a full disk is not retried
@@ -339,63 +322,59 @@ def tls_origin(tmp_path: Path) -> Iterator[tuple[Origin, Path]]:
         yield srv, ca.ca_pem
 
 
-def test_untrusted_certificate_fails_untrusted_without_retries(
-    tls_origin, stager, make_payload
-) -> None:
+def test_untrusted_certificate_fails_untrusted_without_retries(tls_origin, pod) -> None:
     origin, _ca = tls_origin
-    origin.put(PATH, make_payload(64 * KIB))
-    env = stager.single_env(origin.url + PATH)
-    env.pop("LLMKUBE_CA_DIR", None)
+    origin.put(PATH, payload(64 * KIB))
+    env = pod.single_env(origin.url + PATH)
+    env["LLMKUBE_CA_DIR"] = None  # the default, /custom-certs
     if os.path.isdir("/custom-certs"):
         pytest.skip("/custom-certs exists on this machine; the default CA dir is not empty")
 
-    run = stager.fails(env)
+    run = pod.stage(env).failed()
 
     assert run.reason == "ModelSourceUntrusted"
     assert run.sleeps == []  # a trust failure is not transient
     assert origin.requests() == []  # no request ever went over the failed handshake
-    assert not stager.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_ca_dir_makes_the_private_ca_trusted(tls_origin, stager, make_payload, tmp_path) -> None:
+def test_ca_dir_makes_the_private_ca_trusted(tls_origin, pod, tmp_path) -> None:
     origin, ca = tls_origin
-    data = make_payload(256 * KIB)
+    data = payload(256 * KIB)
     origin.put(PATH, data, etag='"vA"')
     ca_dir = tmp_path / "custom-certs"
     ca_dir.mkdir()
     (ca_dir / "ca.crt").write_bytes(ca.read_bytes())
     (ca_dir / "README").write_text("not a certificate\n")  # ConfigMaps carry other keys
 
-    stager.ok(stager.single_env(origin.url + PATH, LLMKUBE_CA_DIR=str(ca_dir)))
+    pod.stage(pod.single_env(origin.url + PATH, LLMKUBE_CA_DIR=str(ca_dir))).ok()
 
-    assert stager.dest().read_bytes() == data
-    assert stager.record(stager.dest()) == str(len(data)).encode()
+    assert pod.dest().read_bytes() == data
+    assert record_of(pod.dest()) == str(len(data))
     assert [r.method for r in origin.requests()] == ["HEAD", "GET"]
 
 
-def test_hf_token_kept_on_a_relative_redirect_within_the_same_origin(
-    origin, stager, make_payload
-) -> None:
-    data = make_payload(64 * KIB)
+def test_hf_token_kept_on_a_relative_redirect_within_the_same_origin(origin, pod) -> None:
+    data = payload(64 * KIB)
     origin.put(PATH, data)
     origin.put("/cdn/blob", data)
     origin.set_fault(PATH, Fault(redirect_to="/cdn/blob"))
-    env = stager.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
+    env = pod.single_env(origin.url + PATH, HF_TOKEN=CANARY, HF_ENDPOINT=origin.url)
 
-    run = stager.ok(env, redactor=Redactor())
+    run = pod.stage(env, redactor=Redactor()).ok()
 
     assert origin.requests("/cdn/blob", "GET"), "the relative Location was not followed"
     assert all(_auth(r) == f"Bearer {CANARY}" for r in origin.requests())
-    assert stager.dest().read_bytes() == data
-    assert CANARY not in run.log
+    assert pod.dest().read_bytes() == data
+    assert CANARY not in run.stderr
 
 
-def test_redirect_loop_ends(origin, stager) -> None:
+def test_redirect_loop_ends(origin, pod) -> None:
     origin.set_fault(PATH, Fault(redirect_to=PATH))
 
-    run = stager.fails(stager.single_env(origin.url + PATH))
+    run = pod.stage(pod.single_env(origin.url + PATH)).failed()
 
     assert run.reason == "ModelSourceRejected"
     assert run.sleeps == []  # a redirect loop is not transient
     assert len(origin.requests()) <= 11  # bounded hops
-    assert not stager.dest().exists()
+    assert not pod.dest().exists()

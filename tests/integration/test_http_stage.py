@@ -8,6 +8,7 @@ request log is the evidence of what went over the wire.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import socket
 import threading
@@ -15,7 +16,10 @@ import threading
 import pytest
 
 from llmkube_stager.model import Decision
+from tests.harness.disk import cached_files, partials, record_of, seed, shell_partial, write_record
+from tests.harness.loopback import accept_until
 from tests.harness.origin import Fault, closed_port_url
+from tests.harness.sample import payload
 
 PATH = "/files/model.gguf"
 REPO = "/org/repo/resolve/main"
@@ -23,15 +27,15 @@ KIB = 1024
 MIB = 1024 * KIB
 
 
-def test_s83_single_file_cold_fetch(origin, stager, make_payload) -> None:
-    data = make_payload(256 * KIB)
+def test_s83_single_file_cold_fetch(origin, pod) -> None:
+    data = payload(256 * KIB)
     origin.put(PATH, data, etag='"vA"')
 
-    run = stager.ok(stager.single_env(origin.url + PATH))
+    run = pod.stage(pod.single_env(origin.url + PATH)).ok()
 
-    dest = stager.dest()
+    dest = pod.dest()
     assert dest.read_bytes() == data
-    assert stager.record(dest) == str(len(data)).encode()  # decimal, no newline
+    assert record_of(dest) == str(len(data))  # decimal, no newline
     head, get = origin.requests(PATH)
     assert (head.method, head.status) == ("HEAD", 200)
     assert (get.method, get.status, get.body_bytes) == ("GET", 200, len(data))
@@ -41,37 +45,35 @@ def test_s83_single_file_cold_fetch(origin, stager, make_payload) -> None:
     start = next(i for i, line in enumerate(lines) if "Downloading model..." in line)
     done = next(i for i, line in enumerate(lines) if "Model downloaded successfully" in line)
     assert start < done
-    assert stager.partials(dest) == {}
+    assert partials(dest) == {}
     assert run.outcome is not None and run.outcome.count(Decision.FETCH) == 1
 
 
-def test_s24_restart_after_fresh_download_makes_zero_requests(origin, stager, make_payload) -> None:
-    data = make_payload(64 * KIB)
+def test_s24_restart_after_fresh_download_makes_zero_requests(origin, pod) -> None:
+    data = payload(64 * KIB)
     origin.put(PATH, data)
-    env = stager.single_env(origin.url + PATH)
-    stager.ok(env)
+    env = pod.single_env(origin.url + PATH)
+    pod.stage(env).ok()
     origin.clear_log()
 
-    run = stager.ok(env)
+    run = pod.stage(env).ok()
 
     assert origin.requests() == []
     assert run.has_line("Model already cached, skipping download")
     assert not run.has_line("Downloading model")
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
 
 
 @pytest.mark.parametrize(
     "upstream",
     ["removed", "503", "429", "no-content-length", "content-length-0", "closed-port"],
 )
-def test_warm_start_single_file_makes_zero_requests(
-    origin, stager, make_payload, upstream: str
-) -> None:
+def test_warm_start_single_file_makes_zero_requests(origin, pod, upstream: str) -> None:
     """§8.4.1: IfNotPresent + present file: exit 0, zero requests, whatever the origin does."""
-    data = make_payload(64 * KIB)
-    dest = stager.seed(stager.dest(), data)
-    stager.write_record(dest, len(data))
-    origin.put(PATH, make_payload(80 * KIB, seed=9))  # upstream moved on: irrelevant
+    data = payload(64 * KIB)
+    dest = seed(pod.dest(), data, age_s=3600)
+    write_record(dest, len(data))
+    origin.put(PATH, payload(80 * KIB, seed=9))  # upstream moved on: irrelevant
     source = origin.url + PATH
     if upstream == "removed":
         origin.remove(PATH)
@@ -86,26 +88,26 @@ def test_warm_start_single_file_makes_zero_requests(
     else:
         source = closed_port_url() + PATH
 
-    run = stager.ok(stager.single_env(source))
+    run = pod.stage(pod.single_env(source)).ok()
 
     assert origin.requests() == []
     assert run.sleeps == []
     assert run.has_line("Model already cached, skipping download")
     assert dest.read_bytes() == data
-    assert stager.record(dest) == str(len(data)).encode()
+    assert record_of(dest) == str(len(data))
     assert run.outcome is not None and run.outcome.count(Decision.REUSE) == 1
 
 
-def test_warm_start_multi_file_makes_zero_requests(origin, stager, make_payload) -> None:
+def test_warm_start_multi_file_makes_zero_requests(origin, pod) -> None:
     files = ["model.safetensors", "tokenizer/tokenizer.json"]
     for i, rel in enumerate(files):
-        data = make_payload(32 * KIB, seed=i)
-        stager.seed(stager.dest(rel), data)
-        stager.write_record(stager.dest(rel), len(data))
+        data = payload(32 * KIB, seed=i)
+        seed(pod.dest(rel), data, age_s=3600)
+        write_record(pod.dest(rel), len(data))
         origin.put(f"{REPO}/{rel}", data)
         origin.set_fault(f"{REPO}/{rel}", Fault(status=503))
 
-    run = stager.ok(stager.multi_env(origin.url + REPO + "/", files))
+    run = pod.stage(pod.multi_env(origin.url + REPO + "/", files)).ok()
 
     assert origin.requests() == []
     for rel in files:
@@ -113,18 +115,18 @@ def test_warm_start_multi_file_makes_zero_requests(origin, stager, make_payload)
     assert not run.has_line("no valid size record")
 
 
-def test_multi_file_subdirectories_and_percent_encoded_names(origin, stager, make_payload) -> None:
+def test_multi_file_subdirectories_and_percent_encoded_names(origin, pod) -> None:
     files = ["model.safetensors", "tokenizer/tokenizer.json", "my model/part 1.bin", "a%20b.bin"]
-    blobs = {rel: make_payload((64 + 16 * i) * KIB, seed=i) for i, rel in enumerate(files)}
+    blobs = {rel: payload((64 + 16 * i) * KIB, seed=i) for i, rel in enumerate(files)}
     for rel, data in blobs.items():
         origin.put(f"{REPO}/{rel}", data)  # the origin routes on the decoded path
 
-    run = stager.ok(stager.multi_env(origin.url + REPO + "/", files))
+    run = pod.stage(pod.multi_env(origin.url + REPO + "/", files)).ok()
 
     for rel, data in blobs.items():
-        dest = stager.dest(rel)
+        dest = pod.dest(rel)
         assert dest.read_bytes() == data, rel
-        assert stager.record(dest) == str(len(data)).encode(), rel
+        assert record_of(dest) == str(len(data)), rel
         assert [r.method for r in origin.requests(f"{REPO}/{rel}")] == ["HEAD", "GET"], rel
         assert run.has_line(f"Downloading model artifact {rel}...")
         assert run.has_line(f"Model artifact {rel} downloaded")
@@ -133,71 +135,67 @@ def test_multi_file_subdirectories_and_percent_encoded_names(origin, stager, mak
     assert f"{REPO}/my%20model/part%201.bin" in raw
     assert f"{REPO}/a%2520b.bin" in raw
     assert not any(" " in p for p in raw)
-    assert stager.names(stager.cache_dir) == set(files) | {f + ".llmkube-size" for f in files}
+    assert cached_files(pod.cache_dir) == set(files) | {f + ".llmkube-size" for f in files}
     assert run.outcome is not None and run.outcome.count(Decision.FETCH) == len(files)
 
 
-def test_s47_record_mismatch_is_repaired_when_origin_is_up(origin, stager, make_payload) -> None:
+def test_s47_record_mismatch_is_repaired_when_origin_is_up(origin, pod) -> None:
     files = ["model.safetensors", "config.json"]
-    model, config = make_payload(256 * KIB, seed=1), make_payload(4 * KIB, seed=2)
+    model, config = payload(256 * KIB, seed=1), payload(4 * KIB, seed=2)
     origin.put(f"{REPO}/model.safetensors", model)
     origin.put(f"{REPO}/config.json", config)
     # Truncated by #2158: shorter than its own record.
-    stager.seed(stager.dest("model.safetensors"), model[: 100 * KIB])
-    stager.write_record(stager.dest("model.safetensors"), len(model))
-    stager.seed(stager.dest("config.json"), config)
-    stager.write_record(stager.dest("config.json"), len(config))
+    seed(pod.dest("model.safetensors"), model[: 100 * KIB], age_s=3600)
+    write_record(pod.dest("model.safetensors"), len(model))
+    seed(pod.dest("config.json"), config, age_s=3600)
+    write_record(pod.dest("config.json"), len(config))
 
-    run = stager.ok(stager.multi_env(origin.url + REPO + "/", files))
+    run = pod.stage(pod.multi_env(origin.url + REPO + "/", files)).ok()
 
-    assert stager.dest("model.safetensors").read_bytes() == model
-    assert stager.record(stager.dest("model.safetensors")) == str(len(model)).encode()
+    assert pod.dest("model.safetensors").read_bytes() == model
+    assert record_of(pod.dest("model.safetensors")) == str(len(model))
     assert origin.requests(f"{REPO}/config.json") == []  # the healthy file is not touched
     gets = origin.requests(f"{REPO}/model.safetensors", "GET")
     assert len(gets) == 1 and gets[0].body_bytes == len(model)
     assert run.outcome is not None and run.outcome.count(Decision.REPAIR) == 1
 
 
-def test_s47_record_mismatch_with_origin_down_fails_and_keeps_the_file(
-    stager, make_payload
-) -> None:
-    model = make_payload(256 * KIB)
+def test_s47_record_mismatch_with_origin_down_fails_and_keeps_the_file(pod) -> None:
+    model = payload(256 * KIB)
     short = model[: 100 * KIB]
-    dest = stager.seed(stager.dest("model.safetensors"), short)
-    stager.write_record(dest, len(model))
+    dest = seed(pod.dest("model.safetensors"), short, age_s=3600)
+    write_record(dest, len(model))
 
-    run = stager.fails(stager.multi_env(closed_port_url() + REPO + "/", ["model.safetensors"]))
+    run = pod.stage(pod.multi_env(closed_port_url() + REPO + "/", ["model.safetensors"])).failed()
 
     # CONTRACT §5: "shorter/longer than its own size record and cannot be
     # repaired now", the same reason the OnChange planner gives this state.
     assert run.reason == "ModelCacheTruncated"
     assert dest.read_bytes() == short  # not deleted: it is all the cache has
-    assert stager.record(dest) == str(len(model)).encode()
+    assert record_of(dest) == str(len(model))
 
 
 @pytest.mark.parametrize("mode", ["single", "multi"])
-def test_s44_legacy_file_kept_offline_and_record_backfilled(
-    origin, stager, make_payload, mode: str
-) -> None:
-    local = make_payload(48 * KIB, seed=1)
-    origin.put(f"{REPO}/model.safetensors", make_payload(96 * KIB, seed=2))  # upstream grew
+def test_s44_legacy_file_kept_offline_and_record_backfilled(origin, pod, mode: str) -> None:
+    local = payload(48 * KIB, seed=1)
+    origin.put(f"{REPO}/model.safetensors", payload(96 * KIB, seed=2))  # upstream grew
     if mode == "single":
-        dest = stager.seed(stager.dest("model.safetensors"), local)
-        env = stager.single_env(origin.url + f"{REPO}/model.safetensors", "model.safetensors")
+        dest = seed(pod.dest("model.safetensors"), local, age_s=3600)
+        env = pod.single_env(origin.url + f"{REPO}/model.safetensors", "model.safetensors")
         hit = "Model already cached, skipping download"
     else:
-        dest = stager.seed(stager.dest("model.safetensors"), local)
-        env = stager.multi_env(origin.url + REPO + "/", ["model.safetensors"])
+        dest = seed(pod.dest("model.safetensors"), local, age_s=3600)
+        env = pod.multi_env(origin.url + REPO + "/", ["model.safetensors"])
         hit = "Model artifact model.safetensors already cached, skipping download"
 
-    first = stager.ok(env)
+    first = pod.stage(env).ok()
 
     assert origin.requests() == []
     assert dest.read_bytes() == local
-    assert stager.record(dest) == str(len(local)).encode()  # the local size, as-is (#53)
+    assert record_of(dest) == str(len(local))  # the local size, as-is (#53)
     assert first.has_line(hit)
 
-    second = stager.ok(env)
+    second = pod.stage(env).ok()
 
     assert origin.requests() == []
     assert second.has_line(hit)
@@ -205,36 +203,41 @@ def test_s44_legacy_file_kept_offline_and_record_backfilled(
     assert not any(line.startswith("WARNING") for line in second.lines)
 
 
-def test_s89_progress_lines_during_a_slow_transfer(origin, stager, make_payload) -> None:
-    data = make_payload(2 * MIB)
+def test_s89_progress_lines_during_a_slow_transfer(origin, pod) -> None:
+    data = payload(2 * MIB)
     origin.put(PATH, data)
     origin.set_fault(PATH, Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
 
-    run = stager.ok(stager.single_env(origin.url + PATH, PROGRESS_INTERVAL="0.2"))
+    run = pod.stage(pod.single_env(origin.url + PATH, PROGRESS_INTERVAL="0.2")).ok()
 
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     pattern = re.compile(r"Downloaded (\d+) MiB of (\d+) MiB \((\d+)%\)")
     progress = [m for line in run.lines if (m := pattern.search(line))]
-    assert len(progress) >= 2, run.log
+    assert len(progress) >= 2, run.stderr
     assert all(m.group(2) == "2" for m in progress)
     percents = [int(m.group(3)) for m in progress]
     assert percents == sorted(percents) and all(0 <= p <= 100 for p in percents)
-    assert "\r" not in run.log
+    assert "\r" not in run.stderr
 
 
-def test_s89_progress_without_a_known_total(origin, stager, make_payload) -> None:
-    data = make_payload(MIB)
+def test_s89_progress_without_a_known_total(origin, pod) -> None:
+    data = payload(MIB)
     origin.put(PATH, data)
     origin.set_fault(PATH, Fault(rate_bytes_per_s=MIB, no_content_length=True))
+    # Pinned: a close-delimited body of unknown length is complete only by
+    # its digest (#10 defect 8).
+    pin = hashlib.sha256(data).hexdigest()
 
-    run = stager.ok(stager.single_env(origin.url + PATH, PROGRESS_INTERVAL="0.2"))
+    run = pod.stage(
+        pod.single_env(origin.url + PATH, PROGRESS_INTERVAL="0.2", MODEL_SHA256=pin)
+    ).ok()
 
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     progress = [line for line in run.lines if "Downloaded " in line and " MiB" in line]
-    assert len(progress) >= 2, run.log
+    assert len(progress) >= 2, run.stderr
     assert all(re.search(r"Downloaded \d+ MiB(?! of)", line) for line in progress)
     assert not any("%" in line for line in progress)
-    assert "\r" not in run.log
+    assert "\r" not in run.stderr
 
 
 class CountingRelay:
@@ -257,19 +260,15 @@ class CountingRelay:
         return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
 
     def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            upstream = socket.create_connection(self._target)
-            with self._lock:
-                self.connections += 1
-                self._sockets += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+        accept_until(self._listener, self._stop, self._relay)
+
+    def _relay(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self._target)
+        with self._lock:
+            self.connections += 1
+            self._sockets += [client, upstream]
+        for src, dst in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:
@@ -290,66 +289,64 @@ class CountingRelay:
                 sock.close()
 
 
-def test_multi_file_stage_reuses_keep_alive_connections(origin, stager, make_payload) -> None:
+def test_multi_file_stage_reuses_keep_alive_connections(origin, pod) -> None:
     files = [f"model-0000{i}-of-00005.safetensors" for i in range(1, 6)]
-    blobs = {rel: make_payload(64 * KIB, seed=i) for i, rel in enumerate(files)}
+    blobs = {rel: payload(64 * KIB, seed=i) for i, rel in enumerate(files)}
     for rel, data in blobs.items():
         origin.put(f"{REPO}/{rel}", data)
     relay = CountingRelay(origin.url)
     try:
-        stager.ok(stager.multi_env(relay.url + REPO + "/", files))
+        pod.stage(pod.multi_env(relay.url + REPO + "/", files)).ok()
     finally:
         relay.close()
 
     for rel, data in blobs.items():
-        assert stager.dest(rel).read_bytes() == data, rel
+        assert pod.dest(rel).read_bytes() == data, rel
     assert len(origin.requests()) == 2 * len(files)  # a HEAD and a GET each
     # One connection for the probes and one for the bodies would do; a new
     # connection per request would be 10.
     assert relay.connections <= 3, relay.connections
 
 
-def test_content_length_zero_on_the_probe_means_unknown(origin, stager, make_payload) -> None:
+def test_content_length_zero_on_the_probe_means_unknown(origin, pod) -> None:
     """CL 0 is "unavailable", never authoritative (spec §8.1): the file is still
     fetched whole, a seeded partial is not resumed blindly, the record holds
     the real size."""
-    data = make_payload(128 * KIB)
+    data = payload(128 * KIB)
     origin.put(PATH, data, etag='"vA"')
     origin.set_fault(PATH, Fault(head_content_length_zero=True, methods=("HEAD",)))
-    stager.seed(stager.shell_partial(stager.dest(), None, '"vA"'), b"\0" * 1000)
+    seed(shell_partial(pod.dest(), None, '"vA"'), b"\0" * 1000, age_s=3600)
 
-    stager.ok(stager.single_env(origin.url + PATH))
+    pod.stage(pod.single_env(origin.url + PATH)).ok()
 
     (get,) = origin.requests(PATH, "GET")
     assert "range" not in get.headers
-    assert stager.dest().read_bytes() == data
-    assert stager.record(stager.dest()) == str(len(data)).encode()
-    assert stager.partials(stager.dest()) == {}
+    assert pod.dest().read_bytes() == data
+    assert record_of(pod.dest()) == str(len(data))
+    assert partials(pod.dest()) == {}
 
 
-def test_empty_repository_file_is_staged_and_then_reused(origin, stager, make_payload) -> None:
+def test_empty_repository_file_is_staged_and_then_reused(origin, pod) -> None:
     files = ["model.safetensors", "empty.txt"]
-    model = make_payload(64 * KIB)
+    model = payload(64 * KIB)
     origin.put(f"{REPO}/model.safetensors", model)
     origin.put(f"{REPO}/empty.txt", b"")
-    env = stager.multi_env(origin.url + REPO + "/", files)
+    env = pod.multi_env(origin.url + REPO + "/", files)
 
-    stager.ok(env)
+    pod.stage(env).ok()
 
-    assert stager.dest("model.safetensors").read_bytes() == model
-    assert stager.dest("empty.txt").read_bytes() == b""
-    assert stager.record(stager.dest("empty.txt")) == b"0"
+    assert pod.dest("model.safetensors").read_bytes() == model
+    assert pod.dest("empty.txt").read_bytes() == b""
+    assert record_of(pod.dest("empty.txt")) == "0"
     origin.clear_log()
 
-    run = stager.ok(env)
+    run = pod.stage(env).ok()
 
     assert origin.requests() == []
     assert run.has_line("Model artifact empty.txt already cached, skipping download")
 
 
-def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(
-    tmp_path, origin, make_payload
-) -> None:
+def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(tmp_path, origin) -> None:
     """statfs and the mount table both failed (e.g. a custom image): not the
     lock-unsupported refusal of the old scripts (seed-001 r3) but a distinct
     warning and the previous behavior, the flock."""
@@ -360,7 +357,7 @@ def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(
     from llmkube_stager.model import FsInfo
     from llmkube_stager.stage import Effects, run_stage
 
-    data = make_payload(64 * KIB)
+    data = payload(64 * KIB)
     origin.put("/m.gguf", data)
     cache = tmp_path / "cache"
     config = load_config(

@@ -19,6 +19,7 @@ from llmkube_stager.config import secret_values
 from llmkube_stager.logs import Redactor
 from tests.harness.origin import Origin
 from tests.harness.proxy import ForwardProxy
+from tests.harness.sample import payload
 from tests.harness.tlsca import make_ca
 
 PATH = "/files/model.gguf"
@@ -46,24 +47,22 @@ def _port(origin: Origin) -> int:
     return int(origin.url.rsplit(":", 1)[1])
 
 
-def test_an_https_origin_is_reached_through_a_connect_tunnel(
-    tls_origin, proxy, stager, make_payload
-) -> None:
+def test_an_https_origin_is_reached_through_a_connect_tunnel(tls_origin, proxy, pod) -> None:
     origin, ca_dir = tls_origin
-    data = make_payload(3 * MIB, seed=1)
+    data = payload(3 * MIB, seed=1)
     origin.put(PATH, data)
     digest = hashlib.sha256(data).hexdigest()
 
-    stager.ok(
-        stager.single_env(
+    pod.stage(
+        pod.single_env(
             origin.url + PATH,
             LLMKUBE_CA_DIR=str(ca_dir),
             HTTPS_PROXY=proxy.url,
             MODEL_SHA256=digest,
         )
-    )
+    ).ok()
 
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     tunnels = [r for r in proxy.requests() if r.method == "CONNECT"]
     assert tunnels and all(r.target == f"127.0.0.1:{_port(origin)}" for r in tunnels)
     # The HEAD (httpx) and the GET (http.client) both came through it.
@@ -71,80 +70,76 @@ def test_an_https_origin_is_reached_through_a_connect_tunnel(
     assert len(tunnels) == 2
 
 
-def test_an_http_origin_gets_absolute_form_requests(proxy, origin, stager, make_payload) -> None:
-    data = make_payload(2 * MIB, seed=2)
+def test_an_http_origin_gets_absolute_form_requests(proxy, origin, pod) -> None:
+    data = payload(2 * MIB, seed=2)
     origin.put(PATH, data)
 
-    stager.ok(stager.single_env(origin.url + PATH, http_proxy=proxy.url))
+    pod.stage(pod.single_env(origin.url + PATH, http_proxy=proxy.url)).ok()
 
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     asked = [(r.method, r.target) for r in proxy.requests()]
     assert asked == [("HEAD", origin.url + PATH), ("GET", origin.url + PATH)]
 
 
-def test_https_proxy_is_not_used_for_an_http_origin(proxy, origin, stager, make_payload) -> None:
-    origin.put(PATH, make_payload(64 * 1024))
+def test_https_proxy_is_not_used_for_an_http_origin(proxy, origin, pod) -> None:
+    origin.put(PATH, payload(64 * 1024))
 
-    stager.ok(stager.single_env(origin.url + PATH, HTTPS_PROXY=proxy.url))
+    pod.stage(pod.single_env(origin.url + PATH, HTTPS_PROXY=proxy.url)).ok()
 
     assert proxy.requests() == []
     assert len(origin.requests()) == 2
 
 
 @pytest.mark.parametrize("no_proxy", ["127.0.0.1", "localhost,127.0.0.0/8", "*", ".svc,127.0.0.1"])
-def test_no_proxy_sends_matching_hosts_direct(
-    proxy, origin, stager, make_payload, no_proxy: str
-) -> None:
-    data = make_payload(64 * 1024)
+def test_no_proxy_sends_matching_hosts_direct(proxy, origin, pod, no_proxy: str) -> None:
+    data = payload(64 * 1024)
     origin.put(PATH, data)
 
-    stager.ok(stager.single_env(origin.url + PATH, HTTP_PROXY=proxy.url, NO_PROXY=no_proxy))
+    pod.stage(pod.single_env(origin.url + PATH, HTTP_PROXY=proxy.url, NO_PROXY=no_proxy)).ok()
 
-    assert stager.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert proxy.requests() == []
 
 
-def test_proxy_credentials_are_sent_and_never_printed(
-    tmp_path, origin, stager, make_payload
-) -> None:
-    data = make_payload(64 * 1024)
+def test_proxy_credentials_are_sent_and_never_printed(tmp_path, origin, pod) -> None:
+    data = payload(64 * 1024)
     origin.put(PATH, data)
     with ForwardProxy(credentials=("agent", CANARY)) as proxy:
-        env = stager.single_env(origin.url + PATH, HTTP_PROXY=proxy.url)
-        run = stager.ok(env, redactor=Redactor(secret_values(env, {})))
+        env = pod.single_env(origin.url + PATH, HTTP_PROXY=proxy.url)
+        run = pod.stage(env, redactor=Redactor(secret_values(env, {}))).ok()
         assert all(r.authorized for r in proxy.requests())
         assert len(proxy.requests()) == 2
 
-    assert stager.dest().read_bytes() == data
-    assert CANARY not in run.log
+    assert pod.dest().read_bytes() == data
+    assert CANARY not in run.stderr
     assert not any(CANARY in p.read_text(errors="replace") for p in _text_files(tmp_path))
 
 
 def test_a_proxy_refusing_the_credentials_fails_with_a_reason_and_no_secret(
-    tls_origin, stager, make_payload
+    tls_origin, pod
 ) -> None:
     origin, ca_dir = tls_origin
-    origin.put(PATH, make_payload(64 * 1024))
+    origin.put(PATH, payload(64 * 1024))
     with ForwardProxy(credentials=("agent", "the-right-one")) as proxy:
         wrong = proxy.url.replace("the-right-one", CANARY)
-        env = stager.single_env(origin.url + PATH, LLMKUBE_CA_DIR=str(ca_dir), HTTPS_PROXY=wrong)
-        run = stager.fails(env, redactor=Redactor(secret_values(env, {})))
+        env = pod.single_env(origin.url + PATH, LLMKUBE_CA_DIR=str(ca_dir), HTTPS_PROXY=wrong)
+        run = pod.stage(env, redactor=Redactor(secret_values(env, {}))).failed()
         assert {r.status for r in proxy.requests()} == {407}
         assert len(proxy.requests()) == 1, "a 407 is not retried"
         where = f"127.0.0.1:{proxy.port}"
 
     assert run.reason == "ModelSourceUnreachable"
     assert "407" in str(run.error) and f"via the proxy {where}" in str(run.error)
-    assert CANARY not in run.log and CANARY not in str(run.error)
+    assert CANARY not in run.stderr and CANARY not in str(run.error)
     assert origin.requests() == []
-    assert not stager.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_a_proxy_that_is_down_is_named_in_the_error(origin, stager, make_payload) -> None:
-    origin.put(PATH, make_payload(64 * 1024))
+def test_a_proxy_that_is_down_is_named_in_the_error(origin, pod) -> None:
+    origin.put(PATH, payload(64 * 1024))
     with ForwardProxy() as gone:
         dead, where = gone.url, f"127.0.0.1:{gone.port}"
-    run = stager.fails(stager.single_env(origin.url + PATH, HTTP_PROXY=dead))
+    run = pod.stage(pod.single_env(origin.url + PATH, HTTP_PROXY=dead)).failed()
 
     assert run.reason == "ModelSourceUnreachable"
     assert f"via the proxy {where}" in str(run.error)
@@ -155,14 +150,12 @@ def _text_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and p.stat().st_size < 1 << 20]
 
 
-def test_an_http_origin_behind_a_proxy_wanting_credentials_fails_once(
-    origin, stager, make_payload
-) -> None:
-    origin.put(PATH, make_payload(64 * 1024))
+def test_an_http_origin_behind_a_proxy_wanting_credentials_fails_once(origin, pod) -> None:
+    origin.put(PATH, payload(64 * 1024))
     with ForwardProxy(credentials=("agent", "needed")) as proxy:
-        run = stager.fails(
-            stager.single_env(origin.url + PATH, HTTP_PROXY=f"http://127.0.0.1:{proxy.port}")
-        )
+        run = pod.stage(
+            pod.single_env(origin.url + PATH, HTTP_PROXY=f"http://127.0.0.1:{proxy.port}")
+        ).failed()
         statuses = [r.status for r in proxy.requests()]
 
     assert run.reason == "ModelSourceUnreachable"

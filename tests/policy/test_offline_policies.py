@@ -17,21 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
-    CountingListener,
-    Pod,
-    fuse_fs,
-    methods,
-    payload,
-    read_only_fs,
-    record,
-    seed,
-    serve_repo,
-    snapshot,
-)
+from policy_support import ON_CHANGE, fuse_fs, methods, read_only_fs, serve_repo
 
+from tests.harness.disk import record_of, seed, snapshot
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e
 
@@ -65,14 +56,14 @@ DEAD = ["closed", "accept", "syn-drop"]
 
 def warm_single(pod: Pod, base: str, records: bool = True) -> Path:
     dest = pod.single(base + PATH)
-    seed(dest, DATA, record="auto" if records else None)
+    seed(dest, DATA, record=len(DATA) if records else None)
     return dest
 
 
 def warm_multi(pod: Pod, base: str, files: dict[str, bytes] = FILES, records: bool = True) -> Path:
     cache = pod.multi(base + REPO, files)
     for rel, data in files.items():
-        seed(cache / rel, data, record="auto" if records else None)
+        seed(cache / rel, data, record=len(data) if records else None)
     return cache
 
 
@@ -103,7 +94,7 @@ def test_s1_s21_if_not_present_warm_start_never_connects(pod: Pod, kind: str, sh
 def test_s23_if_not_present_warm_start_opens_zero_connections(
     pod: Pod, shape: str, policy: str
 ) -> None:
-    with CountingListener() as listener:
+    with Blackhole("accept") as listener:
         if shape == "single":
             warm_single(pod, listener.url)
         else:
@@ -143,8 +134,8 @@ def test_s3_s9_s21_s37_if_not_present_warm_start_ignores_the_origin(
         paths = [cache / rel for rel in FILES]
 
     for _ in range(2):  # scenario 8: two starts must not make two full GETs
-        run = pod.run_in().ok()
-        assert "ERROR" not in run.log
+        run = pod.stage().ok()
+        assert "ERROR" not in run.stderr
 
     assert origin.requests() == []
     assert all(p.stat().st_size > 0 for p in paths)
@@ -160,21 +151,21 @@ def test_s4_hf_token_warm_start_with_a_failing_origin(pod: Pod, origin: Origin) 
     run = pod.run(HF_TOKEN=token).ok()
 
     assert origin.requests() == []
-    assert token not in run.log and token not in str(run.term)
+    assert token not in run.stderr and token not in str(run.term)
 
 
 def test_s24_restart_after_a_fresh_multi_file_download_makes_zero_requests(
     pod: Pod, origin: Origin
 ) -> None:
     cache = pod.multi(serve_repo(origin, FILES), FILES)
-    pod.run_in().ok()
+    pod.stage().ok()
     origin.clear_log()
 
     run = pod.run().ok()
 
     assert origin.requests() == []
     assert run.stats == (2, 0, 2, 0)
-    assert all(record(cache / rel) == str(len(data)) for rel, data in FILES.items())
+    assert all(record_of(cache / rel) == str(len(data)) for rel, data in FILES.items())
 
 
 # --- legacy caches (§8.4 item 3; scenarios 32, 33, 44, 53) ---------------------------------------
@@ -191,11 +182,11 @@ def test_s32_s44_legacy_cache_is_backfilled_once_with_zero_requests(
     assert origin.requests() == []
     for rel, data in FILES.items():
         assert (cache / rel).read_bytes() == data  # s33/s44: not re-downloaded
-        assert record(cache / rel) == str(len(data))
-        assert f"Model artifact {rel} already cached, skipping download" in first.log
+        assert record_of(cache / rel) == str(len(data))
+        assert f"Model artifact {rel} already cached, skipping download" in first.stderr
     second = pod.run().ok()
     assert second.warnings == []
-    assert "Backfilled" not in second.log
+    assert "Backfilled" not in second.stderr
     assert origin.requests() == []
 
 
@@ -203,11 +194,11 @@ def test_s53_legacy_truncated_file_is_recorded_as_is(pod: Pod, origin: Origin) -
     # Accepted limitation: a legacy file cannot be proven complete.
     serve_repo(origin, FILES)
     cache = warm_multi(pod, origin.url, records=False)
-    seed(cache / "model.safetensors", FILES["model.safetensors"][:100], None)
+    seed(cache / "model.safetensors", FILES["model.safetensors"][:100])
 
-    pod.run_in().ok()
+    pod.stage().ok()
 
-    assert record(cache / "model.safetensors") == "100"
+    assert record_of(cache / "model.safetensors") == "100"
     assert origin.requests() == []
 
 
@@ -219,13 +210,13 @@ def test_s22_s47_if_not_present_short_file_is_repaired_when_the_origin_is_up(
 ) -> None:
     cache = pod.multi(serve_repo(origin, FILES), FILES)
     for rel, data in FILES.items():
-        seed(cache / rel, data)
+        seed(cache / rel, data, record=len(data))
     seed(cache / "model.safetensors", b"x" * 10, record=len(FILES["model.safetensors"]))
 
-    run = pod.run_in().ok()
+    run = pod.stage().ok()
 
     assert (cache / "model.safetensors").read_bytes() == FILES["model.safetensors"]
-    assert record(cache / "model.safetensors") == str(len(FILES["model.safetensors"]))
+    assert record_of(cache / "model.safetensors") == str(len(FILES["model.safetensors"]))
     assert methods(origin, REPO + "model.safetensors")["GET"] == 1
     assert methods(origin, REPO + "config.json") == {}
     assert run.stats == (2, 1, 1, 0)
@@ -237,9 +228,9 @@ def test_s47_if_not_present_short_file_fails_when_the_origin_is_down(pod: Pod, k
         cache = warm_multi(pod, base)
         seed(cache / "model.safetensors", b"x" * 10, record=len(FILES["model.safetensors"]))
 
-        run = pod.run_in(**TIGHT)
+        run = pod.stage(**TIGHT)
 
-    assert run.rc == 1, str(run)
+    assert run.returncode == 1, str(run)
     assert run.term is not None and run.term["file"] == "model.safetensors"
     assert (cache / "model.safetensors").read_bytes() == b"x" * 10
 
@@ -261,7 +252,7 @@ def test_s7_onchange_warm_start_offline_keeps_within_the_timeouts(
             expected = [f"Revalidation unreachable for {rel}; kept cached copy" for rel in FILES]
         before = snapshot(pod.models)
 
-        run = pod.run_in(**ON_CHANGE, **TIGHT).ok()
+        run = pod.stage(**ON_CHANGE, **TIGHT).ok()
 
     for line in expected:
         assert run.line_with(line).startswith(line)
@@ -283,15 +274,15 @@ def test_s38_onchange_blackholed_origin_does_not_stall_per_shard(pod: Pod, kind:
     assert run.seconds < 10, str(run)
     assert run.stats == (20, 0, 0, 20)
     for rel in SHARDS:
-        assert f"Revalidation unreachable for {rel}; kept cached copy" in run.log
+        assert f"Revalidation unreachable for {rel}; kept cached copy" in run.stderr
 
 
 def test_s38_onchange_asks_a_silent_origin_once_for_all_shards(pod: Pod) -> None:
     files = {rel: payload(1024, seed=i) for i, rel in enumerate(SHARDS)}
-    with CountingListener() as listener:
+    with Blackhole("accept") as listener:
         warm_multi(pod, listener.url, files)
 
-        run = pod.run_in(**ON_CHANGE, **TIGHT).ok()
+        run = pod.stage(**ON_CHANGE, **TIGHT).ok()
 
         # The first shard's probe and its one retry; no other shard connects.
         assert listener.connections <= 2
@@ -303,7 +294,7 @@ def test_onchange_offline_missing_file_fails_the_run(pod: Pod) -> None:
         cache = warm_multi(pod, base)
         (cache / "config.json").unlink()
 
-        run = pod.run_in(**ON_CHANGE, **TIGHT).failed("ModelSourceUnreachable")
+        run = pod.stage(**ON_CHANGE, **TIGHT).failed("ModelSourceUnreachable")
 
     assert "model artifact config.json missing and revalidation failed" in run.term["message"]  # type: ignore[index]
     assert not (cache / "config.json").exists()
@@ -321,7 +312,7 @@ def test_s5_s10_s25_warm_cache_starts_offline_without_lock_or_writes(
         warm_multi(pod, base)
         before = snapshot(pod.models)
 
-        run = pod.run_in(fs=fs, LLMKUBE_REFRESH_POLICY=policy, **TIGHT).ok()  # type: ignore[arg-type]
+        run = pod.stage(fs=fs, LLMKUBE_REFRESH_POLICY=policy, **TIGHT).ok()  # type: ignore[arg-type]
 
     assert snapshot(pod.models) == before
     assert run.stats[1] == 0
@@ -336,33 +327,33 @@ def test_s48_fuse_serving_pod_starts_from_a_legacy_cache_and_writes_nothing(
         cache = warm_multi(pod, base, records=False)
         before = snapshot(pod.models)
 
-        run = pod.run_in(fs=fuse_fs, LLMKUBE_REFRESH_POLICY=policy, **TIGHT).ok()
+        run = pod.stage(fs=fuse_fs, LLMKUBE_REFRESH_POLICY=policy, **TIGHT).ok()
 
     assert snapshot(pod.models) == before
     for rel in FILES:
         assert any("no valid size record" in w and rel in w for w in run.warnings), str(run)
-        assert record(cache / rel) is None
+        assert record_of(cache / rel) is None
 
 
 def test_s52_fuse_stager_backfills_the_record_so_readers_stop_warning(pod: Pod) -> None:
     with dead_origin("closed") as base:
         cache = warm_multi(pod, base, records=False)
 
-        pod.run_in(fs=fuse_fs, role="stager", **TIGHT).ok()
-        reader = pod.run_in(fs=fuse_fs, **TIGHT).ok()
+        pod.stage(fs=fuse_fs, LLMKUBE_PREFETCH_STAGER="true", **TIGHT).ok()
+        reader = pod.stage(fs=fuse_fs, **TIGHT).ok()
 
-    assert all(record(cache / rel) == str(len(data)) for rel, data in FILES.items())
+    assert all(record_of(cache / rel) == str(len(data)) for rel, data in FILES.items())
     assert not (cache / ".llmkube.lock").exists()  # a FUSE stager takes no flock
     assert reader.warnings == []
 
 
 def test_s26_fuse_serving_pod_missing_file_is_refused_without_network(pod: Pod) -> None:
-    with CountingListener() as listener:
+    with Blackhole("accept") as listener:
         cache = warm_multi(pod, listener.url)
         (cache / "model.safetensors").unlink()
         before = snapshot(pod.models)
 
-        run = pod.run_in(fs=fuse_fs).failed("ModelCacheLockUnsupported")
+        run = pod.stage(fs=fuse_fs).failed("ModelCacheLockUnsupported")
 
         assert listener.connections == 0
     assert snapshot(pod.models) == before
@@ -373,11 +364,11 @@ def test_s6_cache_written_by_the_shell_scripts_starts_offline(pod: Pod) -> None:
     # Operator upgrade (Recreate): the new agent starts from the old cache offline.
     with dead_origin("syn-drop") as base:
         cache = warm_multi(pod, base)
-        seed(cache / "model.safetensors.0123456789ab.tmp", b"partial", None)  # shell partial
+        seed(cache / "model.safetensors.0123456789ab.tmp", b"partial")  # shell partial
         before = snapshot(pod.models)
 
         for policy in ("IfNotPresent", "OnChange"):
-            run = pod.run_in(LLMKUBE_REFRESH_POLICY=policy, **TIGHT).ok()
+            run = pod.stage(LLMKUBE_REFRESH_POLICY=policy, **TIGHT).ok()
             assert run.stats[1] == 0
 
     assert snapshot(pod.models) == before

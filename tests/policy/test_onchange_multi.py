@@ -12,22 +12,13 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
-    Pod,
-    fuse_fs,
-    leftovers,
-    methods,
-    payload,
-    read_only_fs,
-    record,
-    seed,
-    serve_repo,
-    snapshot,
-)
+from policy_support import ON_CHANGE, fuse_fs, methods, read_only_fs, serve_repo
 
 from llmkube_stager.errors import REMEDY_LOCK_UNSUPPORTED_PREFETCH
+from tests.harness.disk import debris, record_of, seed, snapshot
 from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e
 
@@ -65,14 +56,14 @@ def repo_path(rel: str) -> str:
 def warm_cache(pod: Pod, base: str, files: dict[str, bytes] = OLD, records: bool = True) -> Path:
     cache = pod.multi(base, files)
     for rel, data in files.items():
-        seed(cache / rel, data, record="auto" if records else None)
+        seed(cache / rel, data, record=len(data) if records else None)
     return cache
 
 
 def assert_holds(cache: Path, files: dict[str, bytes]) -> None:
     for rel, data in files.items():
         assert (cache / rel).read_bytes() == data, rel
-        assert record(cache / rel) == str(len(data)), rel
+        assert record_of(cache / rel) == str(len(data)), rel
 
 
 @pytest.fixture
@@ -92,7 +83,7 @@ def test_s88_onchange_multi_unchanged_is_skipped_with_heads_only(pod: Pod, origi
     assert methods(origin) == {"HEAD": len(FILES)}
     for rel in FILES:
         assert run.line_with(unchanged(rel)).startswith(unchanged(rel))
-    assert "Downloading model artifact" not in run.log
+    assert "Downloading model artifact" not in run.stderr
     assert run.stats == (4, 0, 4, 0)
     assert run.warnings == []
     assert snapshot(cache) == before  # no lock, no record rewritten
@@ -104,16 +95,16 @@ def test_s88_onchange_multi_one_changed_file_is_downloaded_and_recorded(
     cache = warm_cache(pod, base)
     origin.put(repo_path(SHARD2), NEW[SHARD2])
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert_holds(cache, {**OLD, SHARD2: NEW[SHARD2]})
     assert methods(origin, repo_path(SHARD2)) == {"HEAD": 1, "GET": 1}
     assert methods(origin)["GET"] == 1
-    assert downloaded(SHARD2) in run.log
+    assert downloaded(SHARD2) in run.stderr
     for rel in (SHARD1, CONFIG, TOKENIZER):
-        assert unchanged(rel) in run.log
+        assert unchanged(rel) in run.stderr
     assert run.stats == (4, 1, 3, 0)
-    assert leftovers(cache) == []
+    assert debris(cache) == []
 
 
 def test_onchange_legacy_file_changed_upstream_is_refreshed_and_recorded(
@@ -122,20 +113,20 @@ def test_onchange_legacy_file_changed_upstream_is_refreshed_and_recorded(
     cache = warm_cache(pod, base, records=False)
     origin.put(repo_path(SHARD1), NEW[SHARD1])
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert (cache / SHARD1).read_bytes() == NEW[SHARD1]
-    assert record(cache / SHARD1) == str(len(NEW[SHARD1]))
+    assert record_of(cache / SHARD1) == str(len(NEW[SHARD1]))
     for rel in (SHARD2, CONFIG, TOKENIZER):  # unchanged: skipped, record backfilled
-        assert unchanged(rel) in run.log
-        assert record(cache / rel) == str(len(OLD[rel]))
+        assert unchanged(rel) in run.stderr
+        assert record_of(cache / rel) == str(len(OLD[rel]))
     assert run.stats == (4, 1, 3, 0)
 
 
 def test_s88_onchange_multi_cold_cache_one_get_per_file(pod: Pod, origin, base) -> None:
     cache = pod.multi(base, FILES)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert_holds(cache, OLD)
     assert methods(origin)["GET"] == len(FILES)
@@ -160,8 +151,8 @@ def test_s18_no_mixed_revisions_when_the_second_changed_file_fails_then_recovers
     assert methods(origin, repo_path(SHARD1))["GET"] == 1
     assert "kept cached copy" in first.line_with(f"Not publishing the new {SHARD1}")
     assert "kept cached copy" in first.line_with(f"Revalidation failed for {SHARD2}")
-    assert downloaded(SHARD1) not in first.log and downloaded(SHARD2) not in first.log
-    assert "unreachable" not in first.log.lower()
+    assert downloaded(SHARD1) not in first.stderr and downloaded(SHARD2) not in first.stderr
+    assert "unreachable" not in first.stderr.lower()
     assert first.stats == (4, 0, 2, 2)
 
     origin.set_fault(repo_path(SHARD2), None)
@@ -169,11 +160,11 @@ def test_s18_no_mixed_revisions_when_the_second_changed_file_fails_then_recovers
     second = pod.run(**ON_CHANGE).ok()
 
     assert_holds(cache, {**OLD, **NEW})
-    assert downloaded(SHARD1) in second.log and downloaded(SHARD2) in second.log
+    assert downloaded(SHARD1) in second.stderr and downloaded(SHARD2) in second.stderr
     assert second.stats == (4, 2, 2, 0)
     # SHARD1's complete partial of the first run is published without its body again.
     assert second.term is not None and second.term["stats"]["bytes"] == len(NEW[SHARD2])
-    assert leftovers(cache) == []
+    assert debris(cache) == []
 
 
 def test_s18_no_mixed_revisions_when_the_first_changed_file_fails(pod: Pod, origin, base) -> None:
@@ -182,7 +173,7 @@ def test_s18_no_mixed_revisions_when_the_first_changed_file_fails(pod: Pod, orig
     origin.put(repo_path(SHARD2), NEW[SHARD2])
     origin.set_fault(repo_path(SHARD1), Fault(truncate_after=100, methods=("GET",)))
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert_holds(cache, OLD)
     assert methods(origin, repo_path(SHARD2))["GET"] == 1
@@ -208,7 +199,7 @@ def _servable(cache: Path, files: list[str]) -> list[str]:
     bad = []
     for rel in files:
         dest = cache / rel
-        if not dest.is_file() or record(dest) != str(dest.stat().st_size):
+        if not dest.is_file() or record_of(dest) != str(dest.stat().st_size):
             bad.append(rel)
     return bad
 
@@ -225,10 +216,10 @@ def test_onchange_failed_refresh_never_hides_a_missing_or_truncated_file(
     else:
         seed(cache / TOKENIZER, OLD[TOKENIZER][:10], record=len(OLD[TOKENIZER]))
 
-    run = pod.run_in(**ON_CHANGE)
+    run = pod.stage(**ON_CHANGE)
 
     # Exit 0 promises a servable model (CONTRACT §2).
-    assert run.rc != 0 or _servable(cache, FILES) == [], str(run)
+    assert run.returncode != 0 or _servable(cache, FILES) == [], str(run)
 
 
 # --- origin unreachable (§8.4 item 4) ----------------------------------------------------------
@@ -236,16 +227,16 @@ def test_onchange_failed_refresh_never_hides_a_missing_or_truncated_file(
 
 def test_s28_onchange_offline_truncated_file_fails(pod: Pod) -> None:
     cache = pod.multi(closed_port_url() + "/org/repo/resolve/main/", [CONFIG, "model.safetensors"])
-    seed(cache / CONFIG, OLD[CONFIG])
+    seed(cache / CONFIG, OLD[CONFIG], record=len(OLD[CONFIG]))
     seed(cache / "model.safetensors", b"12345", record=23)
 
     run = pod.run(**ON_CHANGE, LLMKUBE_RETRIES="0").failed("ModelCacheTruncated")
 
     assert run.term is not None
     assert run.term["file"] == "model.safetensors"
-    assert "kept cached copy" not in run.log
+    assert "kept cached copy" not in run.stderr
     assert (cache / "model.safetensors").read_bytes() == b"12345"
-    assert record(cache / "model.safetensors") == "23"
+    assert record_of(cache / "model.safetensors") == "23"
 
 
 def test_s16_onchange_offline_failure_names_the_truncated_shard(pod: Pod) -> None:
@@ -253,7 +244,7 @@ def test_s16_onchange_offline_failure_names_the_truncated_shard(pod: Pod) -> Non
     cache = warm_cache(pod, closed_port_url() + "/org/repo/resolve/main/")
     seed(cache / SHARD2, OLD[SHARD2][:999], record=len(OLD[SHARD2]))
 
-    run = pod.run_in(**ON_CHANGE).failed("ModelCacheTruncated")
+    run = pod.stage(**ON_CHANGE).failed("ModelCacheTruncated")
 
     assert run.term is not None and run.term["file"] == SHARD2
     assert "999" in run.term["message"] and str(len(OLD[SHARD2])) in run.term["message"]
@@ -263,7 +254,7 @@ def test_s20_s29_onchange_offline_complete_files_are_kept_without_warning(pod: P
     cache = warm_cache(pod, closed_port_url() + "/org/repo/resolve/main/")
     before = snapshot(cache)
 
-    run = pod.run_in(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
+    run = pod.stage(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
 
     for rel in FILES:
         assert run.line_with(unreachable_kept(rel)).startswith(unreachable_kept(rel))
@@ -275,22 +266,22 @@ def test_s20_s29_onchange_offline_complete_files_are_kept_without_warning(pod: P
 def test_s30_onchange_offline_file_without_record_is_kept_with_a_warning(pod: Pod) -> None:
     cache = warm_cache(pod, closed_port_url() + "/org/repo/resolve/main/", records=False)
 
-    run = pod.run_in(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
+    run = pod.stage(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
 
     assert all((cache / rel).read_bytes() == OLD[rel] for rel in FILES)
     for rel in FILES:
-        assert unreachable_kept(rel) in run.log
+        assert unreachable_kept(rel) in run.stderr
         assert any(rel in w for w in run.warnings), f"no warning names {rel}\n{run}"
 
 
 def test_s30_onchange_offline_file_without_record_is_kept_and_backfilled(pod: Pod) -> None:
     cache = warm_cache(pod, closed_port_url() + "/org/repo/resolve/main/", records=False)
 
-    run = pod.run_in(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
+    run = pod.stage(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
 
     assert run.stats == (4, 0, 0, 4)
     for rel in FILES:
-        assert unreachable_kept(rel) in run.log
+        assert unreachable_kept(rel) in run.stderr
     assert_holds(cache, OLD)  # records backfilled from the local sizes
 
 
@@ -305,13 +296,13 @@ def test_s34_s45_onchange_changed_but_download_fails_keeps_the_copy(
     origin.put(repo_path(SHARD1), NEW[SHARD1])
     origin.set_fault(repo_path(SHARD1), Fault(status=500, methods=("GET",)))
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert (cache / SHARD1).read_bytes() == OLD[SHARD1]
-    assert record(cache / SHARD1) == (str(len(OLD[SHARD1])) if has_record else None)
+    assert record_of(cache / SHARD1) == (str(len(OLD[SHARD1])) if has_record else None)
     kept = run.line_with(f"Revalidation failed for {SHARD1}")
     assert kept.startswith("WARNING: ") and "kept cached copy" in kept
-    assert "unreachable" not in run.log.lower()
+    assert "unreachable" not in run.stderr.lower()
     assert run.stats == (4, 0, 3, 1)
 
 
@@ -330,13 +321,13 @@ def test_s46_onchange_file_not_matching_its_own_record_fails(
     elif how == "head-5xx":
         origin.set_fault(repo_path(SHARD1), Fault(status=503))
 
-    run = pod.run_in(**ON_CHANGE)
+    run = pod.stage(**ON_CHANGE)
 
-    assert run.rc == 1, str(run)
+    assert run.returncode == 1, str(run)
     assert run.term is not None and run.term["file"] == SHARD1
     assert "kept cached copy" not in run.line_with(SHARD1)
     assert (cache / SHARD1).read_bytes() == bad
-    assert record(cache / SHARD1) == str(len(OLD[SHARD1]))
+    assert record_of(cache / SHARD1) == str(len(OLD[SHARD1]))
 
 
 def test_s31_onchange_truncated_file_is_repaired_when_the_origin_is_up(
@@ -345,7 +336,7 @@ def test_s31_onchange_truncated_file_is_repaired_when_the_origin_is_up(
     cache = warm_cache(pod, base)
     seed(cache / SHARD2, OLD[SHARD2][:100], record=len(OLD[SHARD2]))
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert_holds(cache, OLD)
     assert methods(origin)["GET"] == 1
@@ -359,9 +350,9 @@ def test_onchange_stale_record_confirmed_by_the_origin_is_skipped_and_rewritten(
     cache = warm_cache(pod, base)
     seed(cache / SHARD1, OLD[SHARD1], record=99999)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
-    assert unchanged(SHARD1) in run.log
+    assert unchanged(SHARD1) in run.stderr
     assert methods(origin)["GET"] == 0
     assert_holds(cache, OLD)  # the record now says the size the origin confirmed
     assert run.stats == (4, 0, 4, 0)
@@ -381,9 +372,9 @@ def test_s37_onchange_multi_unknown_size_is_not_authoritative(
     cache = warm_cache(pod, base)
     origin.set_fault(repo_path(CONFIG), fault)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
-    assert downloaded(CONFIG) in run.log and unchanged(CONFIG) not in run.log
+    assert downloaded(CONFIG) in run.stderr and unchanged(CONFIG) not in run.stderr
     assert methods(origin, repo_path(CONFIG))["GET"] == 1
     assert methods(origin)["GET"] == 1
     assert_holds(cache, OLD)
@@ -396,10 +387,10 @@ def test_s37_onchange_empty_file_with_content_length_0_is_never_unchanged(
     files = {**OLD, "added_tokens.json": b""}
     cache = warm_cache(pod, serve_repo(origin, files), files)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
-    assert unchanged("added_tokens.json") not in run.log
-    assert downloaded("added_tokens.json") in run.log
+    assert unchanged("added_tokens.json") not in run.stderr
+    assert downloaded("added_tokens.json") in run.stderr
     assert methods(origin, repo_path("added_tokens.json")) == {"HEAD": 1, "GET": 1}
     assert_holds(cache, files)
 
@@ -409,11 +400,13 @@ def test_onchange_missing_file_that_cannot_be_fetched_fails(pod: Pod, origin, ba
     (cache / CONFIG).unlink()
     origin.set_fault(repo_path(CONFIG), Fault(status=500, methods=("GET",)))
 
-    run = pod.run_in(**ON_CHANGE).failed("ModelSourceUnavailable")
+    run = pod.stage(**ON_CHANGE).failed("ModelSourceUnavailable")
 
     assert run.term is not None
     assert f"model artifact {CONFIG} missing and revalidation failed" in run.term["message"]
-    assert f"failed to download {CONFIG}" in run.log
+    # spec §6.3 step 5: the scripts' OnChange line, whole (issue #14 item 4).
+    line = f"ERROR: model artifact {CONFIG} missing and revalidation failed"
+    assert line in run.lines, run.stderr
     assert not (cache / CONFIG).exists()
 
 
@@ -438,37 +431,40 @@ def test_s87_failed_loop_keeps_partials_then_the_next_start_completes(
     partial = seed(
         shell_partial(cache / "sub/b.bin", files["sub/b.bin"]),
         files["sub/b.bin"][:10000],
-        None,
         age_s=3600,
     )
 
-    failed = pod.run_in(LLMKUBE_REFRESH_POLICY=policy).failed("ModelSourceNotFound")
+    failed = pod.stage(LLMKUBE_REFRESH_POLICY=policy).failed("ModelSourceNotFound")
 
     assert failed.term is not None and failed.term["file"] == "missing.gguf"
-    assert "failed to download missing.gguf" in failed.log
+    expected = {
+        "IfNotPresent": "ERROR: failed to download missing.gguf",  # spec §6.2
+        "OnChange": "ERROR: model artifact missing.gguf missing and revalidation failed",  # §6.3
+    }[policy]
+    assert expected in failed.lines, failed.stderr
     assert not (cache / "missing.gguf").exists()
     assert not (cache / "sub/b.bin").exists()
     if policy == "IfNotPresent":
         # Published file by file; the loop stopped at missing.gguf: b's partial is untouched.
         assert (cache / "a.bin").read_bytes() == files["a.bin"]
         assert partial.read_bytes() == files["sub/b.bin"][:10000]
-        assert leftovers(cache) == [str(partial.relative_to(cache))]
+        assert debris(cache) == [str(partial.relative_to(cache))]
     else:
         # Nothing of a failed OnChange run is published; the complete partials stay.
         assert not (cache / "a.bin").exists()
-        kept = leftovers(cache)
+        kept = debris(cache)
         assert len(kept) == 2 and {k.split(".")[0] for k in kept} == {"a", "sub/b"}
         sizes = sorted((cache / k).stat().st_size for k in kept)
         assert sizes == sorted(len(d) for d in files.values())
 
-    orphan = seed(cache / "sub/b.bin.deadbeefcafe.tmp", b"old version", None, age_s=3600)
+    orphan = seed(cache / "sub/b.bin.deadbeefcafe.tmp", b"old version", age_s=3600)
     origin.put(repo_path("missing.gguf"), payload(5000, 33))
     origin.clear_log()
-    done = pod.run_in(LLMKUBE_REFRESH_POLICY=policy).ok()
+    done = pod.stage(LLMKUBE_REFRESH_POLICY=policy).ok()
 
     assert_holds(cache, {**files, "missing.gguf": payload(5000, 33)})
     assert not orphan.exists()
-    assert leftovers(cache) == []
+    assert debris(cache) == []
     assert done.stats[0] == 3
     received = sum(r.body_bytes for r in origin.requests(method="GET"))
     if policy == "IfNotPresent":
@@ -500,19 +496,19 @@ def test_s35_s51_s59_fuse_serving_pod_keeps_its_copy_and_writes_nothing(
     origin.put(repo_path(SHARD2), NEW[SHARD2])
     before = snapshot(pod.models)
 
-    run = pod.run_in(fs=fuse_fs, **ON_CHANGE, LLMKUBE_RETRIES="0").ok()
+    run = pod.stage(fs=fuse_fs, **ON_CHANGE, LLMKUBE_RETRIES="0").ok()
 
     assert snapshot(pod.models) == before  # no lock file, no record, no partial
     assert methods(origin)["GET"] == 0
     for rel in (SHARD1, SHARD2):
         assert run.line_with(line.format(rel=rel)).startswith(line.format(rel=rel))
     if how == "changed":
-        assert "unreachable" not in run.log.lower()
-        assert unchanged(CONFIG) in run.log
+        assert "unreachable" not in run.stderr.lower()
+        assert unchanged(CONFIG) in run.stderr
         assert run.stats == (4, 0, 2, 2)
     else:
         assert run.stats == (4, 0, 0, 4)
-    assert "ERROR" not in run.log
+    assert "ERROR" not in run.stderr
 
 
 @pytest.mark.parametrize(
@@ -527,11 +523,11 @@ def test_s37_s59_fuse_serving_pod_origin_answering_without_size_is_not_unreachab
     origin.set_fault(repo_path(SHARD1), fault)
     before = snapshot(pod.models)
 
-    run = pod.run_in(fs=fuse_fs, **ON_CHANGE, LLMKUBE_RETRIES="0").ok()
+    run = pod.stage(fs=fuse_fs, **ON_CHANGE, LLMKUBE_RETRIES="0").ok()
 
     assert snapshot(pod.models) == before
     assert methods(origin)["GET"] == 0
-    assert "unreachable" not in run.log.lower()
+    assert "unreachable" not in run.stderr.lower()
     line = run.line_with(f"for {SHARD1};")
     assert "kept the cached copy" in line
     # The origin gave no usable size: it cannot be said to have changed.
@@ -550,7 +546,7 @@ def test_s26_fuse_serving_pod_refuses_to_stage_under_onchange(
     origin.put(repo_path(SHARD2), NEW[SHARD2])
     before = snapshot(pod.models)
 
-    run = pod.run_in(fs=fuse_fs, **ON_CHANGE).failed("ModelCacheLockUnsupported")
+    run = pod.stage(fs=fuse_fs, **ON_CHANGE).failed("ModelCacheLockUnsupported")
 
     assert run.term is not None
     assert run.term["message"] == (
@@ -567,7 +563,7 @@ def test_s26_fuse_stager_refreshes_without_a_lock_file(pod: Pod, origin, base) -
     origin.put(repo_path(SHARD1), NEW[SHARD1])
     origin.put(repo_path(SHARD2), NEW[SHARD2])
 
-    run = pod.run_in(fs=fuse_fs, role="stager", **ON_CHANGE).ok()
+    run = pod.stage(fs=fuse_fs, LLMKUBE_PREFETCH_STAGER="true", **ON_CHANGE).ok()
 
     assert_holds(cache, {**OLD, **NEW})
     assert run.stats == (4, 2, 2, 0)
@@ -581,11 +577,11 @@ def test_s5_read_only_cache_onchange_upstream_changed_keeps_and_writes_nothing(
     origin.put(repo_path(SHARD1), NEW[SHARD1])
     before = snapshot(pod.models)
 
-    run = pod.run_in(fs=read_only_fs, **ON_CHANGE).ok()
+    run = pod.stage(fs=read_only_fs, **ON_CHANGE).ok()
 
     assert snapshot(pod.models) == before
     assert methods(origin)["GET"] == 0
     assert (
         f"Upstream changed for {SHARD1}; the cache is read-only for this pod, so it kept the "
         "cached copy"
-    ) in run.log
+    ) in run.stderr

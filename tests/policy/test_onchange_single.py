@@ -8,26 +8,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
-    ROOT,
-    Pod,
-    fuse_fs,
-    leftovers,
-    methods,
-    payload,
-    record,
-    seed,
-    snapshot,
-)
+from policy_support import ON_CHANGE, fuse_fs, methods
 
+from tests.harness.disk import debris, record_of, seed, snapshot
 from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e
 
@@ -40,12 +30,13 @@ UNCHANGED = "Model revalidated (unchanged, skipped download)"
 DOWNLOADED = "Model revalidated (downloaded)"
 UNREACHABLE_KEPT = "Revalidation unreachable; kept cached copy"
 
+
 @pytest.fixture
 def warm(pod: Pod, origin: Origin):  # type: ignore[no-untyped-def]
     """OLD cached (with its record) and served by the origin; returns MODEL_PATH."""
     origin.put(PATH, OLD)
     dest = pod.single(origin.url + PATH)
-    seed(dest, OLD)
+    seed(dest, OLD, record=len(OLD))
     return dest
 
 
@@ -57,7 +48,7 @@ def test_s88_onchange_single_unchanged_is_skipped_with_one_head(pod: Pod, origin
     assert methods(origin) == {"HEAD": 1}
     assert REVALIDATING in run.lines[0]
     assert run.line_with(UNCHANGED).startswith(UNCHANGED)
-    assert "Downloading model..." not in run.log
+    assert "Downloading model..." not in run.stderr
     assert run.stats == (1, 0, 1, 0)
     after = warm.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
@@ -70,41 +61,41 @@ def test_s88_onchange_single_changed_downloads_new_bytes_and_record(pod: Pod, or
     run = pod.run(**ON_CHANGE).ok()
 
     assert warm.read_bytes() == NEW
-    assert record(warm) == str(len(NEW))
+    assert record_of(warm) == str(len(NEW))
     # The probe's answer is reused by the transfer: one HEAD, one GET.
     assert methods(origin) == {"HEAD": 1, "GET": 1}
     (get,) = origin.requests(PATH, "GET")
     assert (get.status, get.body_bytes) == (200, len(NEW))
     assert run.line_with(DOWNLOADED).startswith(DOWNLOADED)
-    assert UNCHANGED not in run.log
+    assert UNCHANGED not in run.stderr
     assert run.stats == (1, 1, 0, 0)
     assert run.term is not None and run.term["stats"]["bytes"] == len(NEW)
-    assert leftovers(pod.models) == []
+    assert debris(pod.models) == []
 
 
 def test_s88_onchange_single_no_cache_one_get(pod: Pod, origin: Origin) -> None:
     origin.put(PATH, NEW)
     dest = pod.single(origin.url + PATH)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert dest.read_bytes() == NEW
-    assert record(dest) == str(len(NEW))
+    assert record_of(dest) == str(len(NEW))
     assert methods(origin)["GET"] == 1
-    assert DOWNLOADED in run.log
+    assert DOWNLOADED in run.stderr
     assert run.stats == (1, 1, 0, 0)
 
 
 def test_s88_onchange_stale_partial_of_another_version_is_swept(pod: Pod, origin, warm) -> None:
     # The old scripts' `<dest>.<key>.tmp` of an earlier upstream version.
-    stale = seed(warm.parent / "model.gguf.deadbeefcafe.tmp", OLD[:1000], None, age_s=3600)
+    stale = seed(warm.parent / "model.gguf.deadbeefcafe.tmp", OLD[:1000], age_s=3600)
     origin.put(PATH, NEW)
 
-    pod.run_in(**ON_CHANGE).ok()
+    pod.stage(**ON_CHANGE).ok()
 
     assert not stale.exists()
     assert warm.read_bytes() == NEW
-    assert leftovers(pod.models) == []
+    assert debris(pod.models) == []
 
 
 @pytest.mark.parametrize(
@@ -122,22 +113,22 @@ def test_s34_onchange_single_changed_but_download_fails_keeps_cached_copy(
     origin.put(PATH, NEW)
     origin.set_fault(PATH, fault)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert warm.read_bytes() == OLD
-    assert record(warm) == str(len(OLD))
+    assert record_of(warm) == str(len(OLD))
     assert methods(origin)["HEAD"] == 1 and methods(origin)["GET"] >= 1
     kept = run.line_with("kept cached copy")
     assert "model.gguf" in kept
     # The origin answered: the log never calls it unreachable (scenario 51).
-    assert "unreachable" not in run.log.lower()
-    assert DOWNLOADED not in run.log
+    assert "unreachable" not in run.stderr.lower()
+    assert DOWNLOADED not in run.stderr
     assert run.stats == (1, 0, 0, 1)
 
 
 def test_s7_onchange_single_offline_keeps_cached_copy(pod: Pod) -> None:
     dest = pod.single(closed_port_url() + PATH)
-    seed(dest, OLD)
+    seed(dest, OLD, record=len(OLD))
 
     run = pod.run(**ON_CHANGE, LLMKUBE_RETRIES="0").ok()
 
@@ -160,7 +151,7 @@ def test_onchange_single_missing_and_get_fails(pod: Pod) -> None:
 def test_onchange_single_missing_and_get_404(pod: Pod, origin: Origin) -> None:
     dest = pod.single(origin.url + PATH)
 
-    run = pod.run_in(**ON_CHANGE).failed("ModelSourceNotFound")
+    run = pod.stage(**ON_CHANGE).failed("ModelSourceNotFound")
 
     assert "model missing and revalidation failed" in run.term["message"]  # type: ignore[index]
     assert not dest.exists()
@@ -186,13 +177,13 @@ def test_s37_onchange_single_unknown_size_is_never_unchanged(
     # even though the cached copy has the same size (L0 quirk kept).
     origin.set_fault(PATH, fault)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
-    assert UNCHANGED not in run.log
-    assert DOWNLOADED in run.log
+    assert UNCHANGED not in run.stderr
+    assert DOWNLOADED in run.stderr
     assert methods(origin, PATH)["GET"] == 1
     assert warm.read_bytes() == OLD  # the same bytes, downloaded again
-    assert record(warm) == str(len(OLD))
+    assert record_of(warm) == str(len(OLD))
     assert run.stats == (1, 1, 0, 0)
 
 
@@ -203,14 +194,14 @@ def test_s45_onchange_single_changed_get_500_keeps_with_or_without_record(
     origin.put(PATH, NEW)
     origin.set_fault(PATH, Fault(status=500, methods=("GET",)))
     dest = pod.single(origin.url + PATH)
-    seed(dest, OLD, record="auto" if has_record else None)
+    seed(dest, OLD, record=len(OLD) if has_record else None)
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert dest.read_bytes() == OLD
-    assert record(dest) == (str(len(OLD)) if has_record else None)
-    assert "kept cached copy" in run.log
-    assert "unreachable" not in run.log.lower()
+    assert record_of(dest) == (str(len(OLD)) if has_record else None)
+    assert "kept cached copy" in run.stderr
+    assert "unreachable" not in run.stderr.lower()
     assert run.stats == (1, 0, 0, 1)
 
 
@@ -232,25 +223,30 @@ def test_onchange_single_unknown_size_and_get_fails_keeps(
     origin.put(PATH, NEW)
     origin.set_fault(PATH, fault)
 
-    run = pod.run_in(**ON_CHANGE, LLMKUBE_RETRIES="0", LLMKUBE_STALL_TIMEOUT="0.3").ok()
+    run = pod.stage(**ON_CHANGE, LLMKUBE_RETRIES="0", LLMKUBE_STALL_TIMEOUT="0.3").ok()
 
     assert warm.read_bytes() == OLD
-    assert record(warm) == str(len(OLD))
+    assert record_of(warm) == str(len(OLD))
     if not answered:
         assert methods(origin, PATH)["GET"] == 1
-    assert "kept cached copy" in run.log
+    assert "kept cached copy" in run.stderr
     if answered:
-        assert "unreachable" not in run.log.lower()
+        assert "unreachable" not in run.stderr.lower()
     assert run.stats == (1, 0, 0, 1)
 
 
-def test_onchange_single_nocl_downloads_on_every_start(pod: Pod, origin, warm) -> None:
-    # spec §5.3 note: with no Content-Length OnChange downloads on every start.
+def test_onchange_single_nocl_asks_on_every_start_and_keeps_the_copy(
+    pod: Pod, origin, warm
+) -> None:
+    # spec §5.3 note: with no Content-Length OnChange downloads on every
+    # start. A close-delimited body of unknown size cannot be proven
+    # complete (#10 defect 8): it is not published, the copy keeps serving.
     origin.set_fault(PATH, Fault(no_content_length=True))
 
     for _ in range(2):
-        run = pod.run_in(**ON_CHANGE).ok()
-        assert DOWNLOADED in run.log
+        run = pod.stage(**ON_CHANGE).ok()
+        assert DOWNLOADED not in run.stderr
+        assert "kept cached copy" in run.stderr
     assert methods(origin, PATH) == {"HEAD": 2, "GET": 2}
     assert warm.read_bytes() == OLD
 
@@ -262,9 +258,9 @@ def test_s28_onchange_single_offline_file_shorter_than_its_record_fails(pod: Pod
     run = pod.run(**ON_CHANGE, LLMKUBE_RETRIES="0").failed("ModelCacheTruncated")
 
     assert run.term["file"] == "model.gguf"  # type: ignore[index]
-    assert "kept cached copy" not in run.log
+    assert "kept cached copy" not in run.stderr
     assert dest.read_bytes() == b"12345"  # left on disk
-    assert record(dest) == "23"
+    assert record_of(dest) == "23"
 
 
 def test_s31_onchange_single_truncated_is_repaired_when_the_origin_is_up(
@@ -274,10 +270,10 @@ def test_s31_onchange_single_truncated_is_repaired_when_the_origin_is_up(
     dest = pod.single(origin.url + PATH)
     seed(dest, OLD[:100], record=len(OLD))
 
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert dest.read_bytes() == OLD
-    assert record(dest) == str(len(OLD))
+    assert record_of(dest) == str(len(OLD))
     assert run.stats == (1, 1, 0, 0)
 
 
@@ -287,11 +283,11 @@ def test_s46_onchange_single_truncated_and_download_fails_fails(pod: Pod, origin
     dest = pod.single(origin.url + PATH)
     seed(dest, OLD[:100], record=len(OLD))
 
-    run = pod.run_in(**ON_CHANGE)
+    run = pod.stage(**ON_CHANGE)
 
-    assert run.rc == 1, str(run)
+    assert run.returncode == 1, str(run)
     assert run.term is not None and run.term["outcome"] == "failed"
-    assert "kept cached copy" not in run.log
+    assert "kept cached copy" not in run.stderr
     assert dest.read_bytes() == OLD[:100]
 
 
@@ -301,14 +297,7 @@ def test_s95_onchange_refresh_never_exposes_a_partial_file(pod: Pod, origin, war
     big = payload(1 << 20, seed=3)
     origin.put(PATH, big)
     origin.set_fault(PATH, Fault(rate_bytes_per_s=2 << 20, methods=("GET",)))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmkube_stager", "stage"],
-        env={**pod.env, **ON_CHANGE},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = pod.popen(**ON_CHANGE)
     try:
         seen_old_mid_transfer = False
         deadline = time.monotonic() + 20
@@ -318,14 +307,14 @@ def test_s95_onchange_refresh_never_exposes_a_partial_file(pod: Pod, origin, war
                 assert warm.read_bytes() == OLD
                 seen_old_mid_transfer = True
             time.sleep(0.02)
-        _, err = proc.communicate(timeout=20)
+        run = pod.finish(proc, timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert run.returncode == 0, str(run)
     assert seen_old_mid_transfer, "never observed the transfer in progress"
     assert warm.read_bytes() == big
-    assert DOWNLOADED in err
+    assert DOWNLOADED in run.stderr
 
 
 @pytest.mark.parametrize("state", ["changed", "offline", "missing"])
@@ -335,16 +324,16 @@ def test_s35_onchange_single_fuse_serving_pod_never_transfers(
     origin.put(PATH, NEW)
     dest = pod.single((closed_port_url() if state == "offline" else origin.url) + PATH)
     if state != "missing":
-        seed(dest, OLD)
+        seed(dest, OLD, record=len(OLD))
     else:
         dest.parent.mkdir(parents=True)
     before = snapshot(pod.models)
 
-    run = pod.run_in(fs=fuse_fs, **ON_CHANGE, LLMKUBE_RETRIES="0")
+    run = pod.stage(fs=fuse_fs, **ON_CHANGE, LLMKUBE_RETRIES="0")
 
     assert snapshot(pod.models) == before
     assert methods(origin)["GET"] == 0
-    assert "Downloading model..." not in run.log
+    assert "Downloading model..." not in run.stderr
     if state == "missing":
         run.failed("ModelCacheLockUnsupported")
         return
@@ -377,7 +366,7 @@ def huge_upstream(pod: Pod, origin: Origin, tmp_path: Path):  # type: ignore[no-
         pytest.skip("the cache has room for 8 TiB")
     origin.serve_directory(str(upstream), "/big")
     dest = pod.single(origin.url + "/big/model.gguf")
-    seed(dest, OLD)
+    seed(dest, OLD, record=len(OLD))
     yield dest
     os.unlink(upstream / "model.gguf")
 
@@ -386,11 +375,11 @@ def test_s34_onchange_changed_but_no_space_keeps_the_cached_copy(
     pod: Pod, origin: Origin, huge_upstream: Path
 ) -> None:
     # "download fails (network blip, 5xx, disk pressure): cached copy kept".
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
     assert huge_upstream.read_bytes() == OLD
-    assert record(huge_upstream) == str(len(OLD))
-    assert "kept cached copy" in run.log
+    assert record_of(huge_upstream) == str(len(OLD))
+    assert "kept cached copy" in run.stderr
     assert methods(origin) == {"HEAD": 1}
     assert run.stats == (1, 0, 0, 1)
 
@@ -398,7 +387,7 @@ def test_s34_onchange_changed_but_no_space_keeps_the_cached_copy(
 def test_s34_onchange_no_space_is_not_called_unreachable(
     pod: Pod, origin: Origin, huge_upstream: Path
 ) -> None:
-    run = pod.run_in(**ON_CHANGE).ok()
+    run = pod.stage(**ON_CHANGE).ok()
 
-    assert "unreachable" not in run.log.lower(), run.log
-    assert "space" in run.line_with("kept cached copy"), run.log
+    assert "unreachable" not in run.stderr.lower(), run.stderr
+    assert "space" in run.line_with("kept cached copy"), run.stderr

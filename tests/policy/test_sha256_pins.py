@@ -12,22 +12,19 @@ from pathlib import Path
 import pytest
 from policy_support import (
     ON_CHANGE,
-    Pod,
-    leftovers,
     markers,
     methods,
-    payload,
-    record,
-    seed,
     serve_repo,
     sha,
-    snapshot,
     stamp,
     stamp_triple,
     write_stamp,
 )
 
+from tests.harness.disk import debris, record_of, seed, snapshot
 from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e
 
@@ -92,7 +89,7 @@ def test_pin_precheck_fails_closed_before_any_io(
     else:
         pod.multi(serve_repo(origin, REPO_FILES), [SHARD, CONFIG])
 
-    run = pod.run(**env).failed("InvalidConfiguration", rc=2)
+    run = pod.run(**env).failed("InvalidConfiguration", exit_code=2)
 
     assert run.term is not None and text in run.term["message"]
     assert run.term["retryable"] is False
@@ -106,12 +103,12 @@ def test_pin_precheck_runs_before_the_sweep_on_a_warm_cache(
 ) -> None:
     cache = pod.multi(serve_repo(origin, REPO_FILES), [SHARD, CONFIG])
     for rel, data in REPO_FILES.items():
-        seed(cache / rel, data)
-    seed(cache / (SHARD + ".llmkube-size.AbC123"), b"12", None, age_s=3600)  # old debris
+        seed(cache / rel, data, record=len(data))
+    seed(cache / (SHARD + ".llmkube-size.AbC123"), b"12", age_s=3600)  # old debris
     before = snapshot(pod.models)
 
     pod.run(MODEL_FILE_SHA256="", LLMKUBE_REFRESH_POLICY=policy).failed(
-        "InvalidConfiguration", rc=2
+        "InvalidConfiguration", exit_code=2
     )
 
     assert snapshot(pod.models) == before
@@ -127,11 +124,11 @@ def test_s91_download_publishes_the_stamp_triple(pod: Pod, origin: Origin) -> No
     run = pod.run(MODEL_SHA256=GOOD).ok()
 
     assert dest.read_bytes() == DATA
-    assert record(dest) == str(len(DATA))
+    assert record_of(dest) == str(len(DATA))
     # Hashed while downloading: the stamp names the received bytes' digest.
     assert stamp(dest) == stamp_triple(dest, GOOD)
-    assert "Model downloaded successfully" in run.log
-    assert "stamp hit" not in run.log
+    assert "Model downloaded successfully" in run.stderr
+    assert "stamp hit" not in run.stderr
     assert methods(origin) == {"HEAD": 1, "GET": 1}
     assert markers(dest) == []
 
@@ -142,9 +139,9 @@ def test_s91_resumed_download_is_hashed_over_the_whole_file(pod: Pod, origin: Or
     dest = served(pod, origin)
     etag = '"' + sha(DATA)[:16] + '"'
     key = sha(f"CL{len(DATA)}ET{etag}".encode())[:12]
-    seed(Path(f"{dest}.{key}.tmp"), DATA[:20000], None, age_s=3600)
+    seed(Path(f"{dest}.{key}.tmp"), DATA[:20000], age_s=3600)
 
-    pod.run_in(MODEL_SHA256=GOOD).ok()
+    pod.stage(MODEL_SHA256=GOOD).ok()
 
     (get,) = origin.requests(PATH, "GET")
     assert get.headers.get("range") == "bytes=20000-"
@@ -159,19 +156,20 @@ def test_s91_warm_cache_is_hashed_once_and_stamped_with_zero_gets(
     pod: Pod, origin: Origin, policy: str
 ) -> None:
     dest = served(pod, origin)
-    seed(dest, DATA)
+    seed(dest, DATA, record=len(DATA))
 
     first = pod.run(MODEL_SHA256=GOOD, LLMKUBE_REFRESH_POLICY=policy).ok()
 
     assert stamp(dest) == stamp_triple(dest, GOOD)
-    assert "stamp hit" not in first.log
+    assert "stamp hit" not in first.stderr
     assert methods(origin)["GET"] == 0
     second = pod.run(MODEL_SHA256=GOOD, LLMKUBE_REFRESH_POLICY=policy).ok()
-    assert "stamp hit" in second.log
+    assert "stamp hit" in second.stderr
     assert methods(origin)["GET"] == 0
     if policy == "IfNotPresent":
         assert origin.requests() == []
-        assert second.line_with("stamp hit").startswith("Model already cached, skipping download")
+        assert "Model already cached, skipping download" in second.lines
+        assert second.line_with("stamp hit").startswith("model.gguf matches its sha256 pin")
     assert second.stats == (1, 0, 1, 0)
 
 
@@ -179,15 +177,15 @@ def test_s91_stamp_hit_accepts_the_file_without_reading_it(pod: Pod, origin: Ori
     # Trust semantics: a stamp whose size and mtime still match is accepted
     # without hashing. Proof: different bytes with the same size and mtime pass.
     dest = served(pod, origin)
-    seed(dest, DATA)
+    seed(dest, DATA, record=len(DATA))
     write_stamp(dest, GOOD)
     st = dest.stat()
     dest.write_bytes(bytes(len(DATA)))
     os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
 
-    run = pod.run_in(MODEL_SHA256=GOOD).ok()
+    run = pod.stage(MODEL_SHA256=GOOD).ok()
 
-    assert "stamp hit" in run.log
+    assert "stamp hit" in run.stderr
     assert origin.requests() == []
     assert dest.read_bytes() == bytes(len(DATA))
 
@@ -196,29 +194,29 @@ def test_s91_legacy_bare_digest_stamp_is_rehashed_once_and_rewritten(
     pod: Pod, origin: Origin
 ) -> None:
     dest = served(pod, origin)
-    seed(dest, DATA)
+    seed(dest, DATA, record=len(DATA))
     Path(str(dest) + ".sha256").write_text(GOOD)
 
-    first = pod.run_in(MODEL_SHA256=GOOD).ok()
+    first = pod.stage(MODEL_SHA256=GOOD).ok()
 
-    assert "stamp hit" not in first.log
+    assert "stamp hit" not in first.stderr
     assert stamp(dest) == stamp_triple(dest, GOOD)
-    second = pod.run_in(MODEL_SHA256=GOOD).ok()
-    assert "stamp hit" in second.log
+    second = pod.stage(MODEL_SHA256=GOOD).ok()
+    assert "stamp hit" in second.stderr
     assert origin.requests() == []
 
 
 def test_s91_stamp_of_a_changed_file_is_a_miss(pod: Pod, origin: Origin) -> None:
     # The stamp's size/mtime no longer match: the file is hashed (and repaired).
     dest = served(pod, origin)
-    seed(dest, DATA)
+    seed(dest, DATA, record=len(DATA))
     write_stamp(dest, GOOD)
     dest.write_bytes(DATA[:-1] + b"\0")
     os.utime(dest, (1, 1))
 
-    run = pod.run_in(MODEL_SHA256=GOOD).ok()
+    run = pod.stage(MODEL_SHA256=GOOD).ok()
 
-    assert "stamp hit" not in run.log
+    assert "stamp hit" not in run.stderr
     assert dest.read_bytes() == DATA
     assert stamp(dest) == stamp_triple(dest, GOOD)
 
@@ -239,13 +237,13 @@ def test_s91_mismatch_discards_the_download_and_records_a_rejection(
     assert markers(dest) == [WRONG]
     assert not dest.exists()
     assert stamp(dest) is None
-    assert leftovers(pod.models) == []
+    assert debris(pod.models) == []
     assert methods(origin)["GET"] == 1
 
 
 def test_s91_marker_bounds_re_downloads_zero_requests(pod: Pod, origin: Origin) -> None:
     dest = served(pod, origin)
-    pod.run_in(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
+    pod.stage(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
     origin.clear_log()
 
     for _ in range(2):
@@ -259,9 +257,9 @@ def test_s91_marker_bounds_re_downloads_zero_requests(pod: Pod, origin: Origin) 
 def test_s92_marker_failure_text_matches_the_scripts(pod: Pod, origin: Origin) -> None:
     cache = pod.multi(serve_repo(origin, REPO_FILES), [SHARD, CONFIG])
     pins = file_pins((WRONG, SHARD))
-    pod.run_in(MODEL_FILE_SHA256=pins).failed("ModelTransferChecksumMismatch")
+    pod.stage(MODEL_FILE_SHA256=pins).failed("ModelTransferChecksumMismatch")
 
-    run = pod.run_in(MODEL_FILE_SHA256=pins).failed("ModelTransferChecksumMismatch")
+    run = pod.stage(MODEL_FILE_SHA256=pins).failed("ModelTransferChecksumMismatch")
 
     message = run.term["message"]  # type: ignore[index]
     assert f"spec.fileSha256 mismatch for {SHARD}" in message
@@ -274,7 +272,7 @@ def test_s91_corrected_pin_retries_cleanly_and_the_old_marker_is_inert(
     pod: Pod, origin: Origin
 ) -> None:
     dest = served(pod, origin)
-    pod.run_in(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
+    pod.stage(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
 
     fixed = pod.run(MODEL_SHA256=GOOD).ok()
 
@@ -283,21 +281,21 @@ def test_s91_corrected_pin_retries_cleanly_and_the_old_marker_is_inert(
     assert markers(dest) == [WRONG]  # left for a human; keyed on the old pin
     assert fixed.stats == (1, 1, 0, 0)
     origin.clear_log()
-    pod.run_in(MODEL_SHA256=GOOD).ok()
+    pod.stage(MODEL_SHA256=GOOD).ok()
     assert origin.requests() == []
 
 
 def test_s91_co_tenant_publish_never_clears_another_pins_marker(pod: Pod, origin: Origin) -> None:
     # Two Models on one source share MODEL_PATH (spec §4.1): A's pin is wrong, B's right.
     dest = served(pod, origin)
-    pod.run_in(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
+    pod.stage(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
 
-    pod.run_in(MODEL_SHA256=GOOD).ok()  # B publishes
+    pod.stage(MODEL_SHA256=GOOD).ok()  # B publishes
 
     assert markers(dest) == [WRONG]
     b_file, b_stamp = dest.stat(), stamp(dest)
     origin.clear_log()
-    again = pod.run_in(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
+    again = pod.stage(MODEL_SHA256=WRONG).failed("ModelTransferChecksumMismatch")
     assert methods(origin)["GET"] == 0
     assert "sha256-rejected" in again.term["message"]  # type: ignore[index]
     after = dest.stat()
@@ -310,17 +308,17 @@ def test_s91_wrong_pin_never_deletes_a_co_tenants_file_or_stamp(
     pod: Pod, origin: Origin, policy: str
 ) -> None:
     dest = served(pod, origin)
-    pod.run_in(MODEL_SHA256=GOOD).ok()  # B
+    pod.stage(MODEL_SHA256=GOOD).ok()  # B
     before = snapshot(pod.models)
     b_stamp = stamp(dest)
 
-    run = pod.run_in(MODEL_SHA256=WRONG, LLMKUBE_REFRESH_POLICY=policy)  # A
+    run = pod.stage(MODEL_SHA256=WRONG, LLMKUBE_REFRESH_POLICY=policy)  # A
 
-    assert run.rc == 1, str(run)
+    assert run.returncode == 4, str(run)
     assert run.reason == "ModelTransferChecksumMismatch"
     assert dest.read_bytes() == DATA
     assert stamp(dest) == b_stamp
-    assert record(dest) == str(len(DATA))
+    assert record_of(dest) == str(len(DATA))
     after = snapshot(pod.models)
     for name in ("k1/model.gguf", "k1/model.gguf.sha256", "k1/model.gguf.llmkube-size"):
         assert after[name] == before[name], name
@@ -333,9 +331,9 @@ def test_s91_corrupt_warm_copy_is_replaced_in_the_same_start_without_a_marker(
 ) -> None:
     # OnChange: the origin still announces the cached size (size-match corrupt).
     dest = served(pod, origin)
-    seed(dest, bytes(len(DATA)))
+    seed(dest, bytes(len(DATA)), record=len(DATA))
 
-    run = pod.run_in(MODEL_SHA256=GOOD, LLMKUBE_REFRESH_POLICY=policy).ok()
+    run = pod.stage(MODEL_SHA256=GOOD, LLMKUBE_REFRESH_POLICY=policy).ok()
 
     assert dest.read_bytes() == DATA
     assert stamp(dest) == stamp_triple(dest, GOOD)
@@ -349,38 +347,38 @@ def test_s91_onchange_download_mismatch_is_rejected_before_publish(
 ) -> None:
     dest = served(pod, origin)
 
-    run = pod.run_in(MODEL_SHA256=WRONG, **ON_CHANGE).failed("ModelTransferChecksumMismatch")
+    run = pod.stage(MODEL_SHA256=WRONG, **ON_CHANGE).failed("ModelTransferChecksumMismatch")
 
     assert "discarded" in run.term["message"]  # type: ignore[index]
     assert not dest.exists()
     assert markers(dest) == [WRONG]
-    assert leftovers(pod.models) == []
+    assert debris(pod.models) == []
 
 
 def test_s91_onchange_moved_upstream_keeps_the_pinned_copy_then_stops_asking(
     pod: Pod, origin: Origin
 ) -> None:
     dest = served(pod, origin)
-    pod.run_in(MODEL_SHA256=GOOD).ok()
+    pod.stage(MODEL_SHA256=GOOD).ok()
     origin.put(PATH, MOVED)  # upstream moved: new bytes, no longer the pinned digest
     origin.clear_log()
 
     first = pod.run(MODEL_SHA256=GOOD, **ON_CHANGE).ok()
 
-    assert "kept the pinned cached copy" in first.log
+    assert "kept the pinned cached copy" in first.stderr
     assert "spec.sha256" in first.line_with("kept the pinned cached copy")
-    assert "unreachable" not in first.log.lower()
+    assert "unreachable" not in first.stderr.lower()
     assert first.stats == (1, 0, 0, 1)
     assert markers(dest) == [GOOD]
     assert dest.read_bytes() == DATA
     assert stamp(dest) == stamp_triple(dest, GOOD)
     assert methods(origin) == {"HEAD": 1, "GET": 1}
-    assert leftovers(pod.models) == []
+    assert debris(pod.models) == []
 
     origin.clear_log()
     for _ in range(2):
         later = pod.run(MODEL_SHA256=GOOD, **ON_CHANGE).ok()
-        assert "kept the pinned cached copy" in later.log
+        assert "kept the pinned cached copy" in later.stderr
         assert later.stats == (1, 0, 0, 1)
     assert origin.requests() == [], "the marker must stop the HEAD and the GET"
     assert dest.read_bytes() == DATA
@@ -388,33 +386,35 @@ def test_s91_onchange_moved_upstream_keeps_the_pinned_copy_then_stops_asking(
 
 def test_s91_onchange_offline_keeps_a_copy_that_verifies_and_stamps_it(pod: Pod) -> None:
     dest = pod.single(closed_port_url() + PATH)
-    seed(dest, DATA)
+    seed(dest, DATA, record=len(DATA))
 
-    run = pod.run_in(MODEL_SHA256=GOOD, **ON_CHANGE).ok()
+    run = pod.stage(MODEL_SHA256=GOOD, **ON_CHANGE).ok()
 
-    assert "Revalidation unreachable; kept cached copy" in run.log
+    assert "Revalidation unreachable; kept cached copy" in run.stderr
     assert stamp(dest) == stamp_triple(dest, GOOD)
     assert run.stats == (1, 0, 0, 1)
 
 
 def test_s91_onchange_offline_rejects_a_corrupt_copy_and_leaves_it(pod: Pod) -> None:
     dest = pod.single(closed_port_url() + PATH)
-    seed(dest, bytes(len(DATA)))
+    seed(dest, bytes(len(DATA)), record=len(DATA))
     before = snapshot(pod.models)
 
-    run = pod.run_in(MODEL_SHA256=GOOD, **ON_CHANGE)
+    run = pod.stage(MODEL_SHA256=GOOD, **ON_CHANGE)
 
-    assert run.rc == 1, str(run)
-    assert "kept cached copy" not in run.log
+    # Reported as the pin not met (next test), so exit 4 like every checksum
+    # failure, although the origin's return could repair it.
+    assert run.returncode == 4, str(run)
+    assert "kept cached copy" not in run.stderr
     assert snapshot(pod.models) == before  # left on disk, no marker, no stamp
     assert markers(dest) == []
 
 
 def test_s91_onchange_offline_corrupt_copy_is_reported_as_a_checksum_mismatch(pod: Pod) -> None:
     dest = pod.single(closed_port_url() + PATH)
-    seed(dest, bytes(len(DATA)))
+    seed(dest, bytes(len(DATA)), record=len(DATA))
 
-    run = pod.run_in(MODEL_SHA256=GOOD, **ON_CHANGE)
+    run = pod.stage(MODEL_SHA256=GOOD, **ON_CHANGE)
 
     assert run.reason == "ModelTransferChecksumMismatch", str(run)
 
@@ -432,7 +432,7 @@ def test_s92_pinned_file_verified_and_unpinned_file_staged(pod: Pod, origin, rep
 
     for rel, data in REPO_FILES.items():
         assert (repo / rel).read_bytes() == data
-        assert record(repo / rel) == str(len(data))
+        assert record_of(repo / rel) == str(len(data))
     assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha(REPO_FILES[SHARD]))
     assert stamp(repo / CONFIG) is None  # unpinned: no protection, no stamp
     assert run.stats == (2, 2, 0, 0)
@@ -440,15 +440,15 @@ def test_s92_pinned_file_verified_and_unpinned_file_staged(pod: Pod, origin, rep
 
 def test_s92_warm_pinned_file_is_a_stamp_hit_with_zero_requests(pod: Pod, origin, repo) -> None:
     pins = file_pins((sha(REPO_FILES[SHARD]), SHARD))
-    pod.run_in(MODEL_FILE_SHA256=pins).ok()
+    pod.stage(MODEL_FILE_SHA256=pins).ok()
     origin.clear_log()
 
     run = pod.run(MODEL_FILE_SHA256=pins).ok()
 
     assert origin.requests() == []
     line = f"Model artifact {SHARD} already cached, skipping download"
-    assert run.line_with(line).startswith(line)
-    assert "stamp hit" in run.line_with(line)
+    assert line in run.lines  # whole: the stamp hit is said on its own line
+    assert run.line_with("stamp hit").startswith(f"{SHARD} matches its sha256 pin")
     assert run.stats == (2, 0, 2, 0)
 
 
@@ -462,18 +462,18 @@ def test_s92_mismatch_rejects_the_pinned_file_only(pod: Pod, origin, repo) -> No
     assert run.term["file"] == SHARD  # type: ignore[index]
     assert not (repo / SHARD).exists()
     assert markers(repo / SHARD) == [WRONG]
-    assert leftovers(repo) == []
+    assert debris(repo) == []
 
 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
 def test_s92_marker_bounds_retries_under_both_policies(pod: Pod, origin, repo, policy: str) -> None:
     pins = file_pins((WRONG, SHARD))
-    pod.run_in(MODEL_FILE_SHA256=pins).failed("ModelTransferChecksumMismatch")
+    pod.stage(MODEL_FILE_SHA256=pins).failed("ModelTransferChecksumMismatch")
     origin.clear_log()
 
-    run = pod.run_in(MODEL_FILE_SHA256=pins, LLMKUBE_REFRESH_POLICY=policy)
+    run = pod.stage(MODEL_FILE_SHA256=pins, LLMKUBE_REFRESH_POLICY=policy)
 
-    assert run.rc == 1 and run.reason == "ModelTransferChecksumMismatch", str(run)
+    assert run.returncode == 4 and run.reason == "ModelTransferChecksumMismatch", str(run)
     assert f"spec.fileSha256 mismatch for {SHARD}" in run.term["message"]  # type: ignore[index]
     assert methods(origin)["GET"] == 0
     assert origin.requests(f"/org/repo/resolve/main/{SHARD}") == []
@@ -481,22 +481,22 @@ def test_s92_marker_bounds_retries_under_both_policies(pod: Pod, origin, repo, p
 
 def test_s92_onchange_moved_upstream_keeps_the_pinned_shard(pod: Pod, origin, repo) -> None:
     pins = file_pins((sha(REPO_FILES[SHARD]), SHARD))
-    pod.run_in(MODEL_FILE_SHA256=pins).ok()
+    pod.stage(MODEL_FILE_SHA256=pins).ok()
     origin.put(f"/org/repo/resolve/main/{SHARD}", MOVED)
 
-    run = pod.run_in(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
+    run = pod.stage(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
 
     line = (
         f"Model artifact {SHARD}: the origin served bytes that do not match the pinned "
         "spec.fileSha256; kept the pinned cached copy"
     )
     assert run.line_with(line).startswith(("WARNING: " + line, line))
-    assert f"Model artifact {CONFIG} revalidated (unchanged, skipped download)" in run.log
+    assert f"Model artifact {CONFIG} revalidated (unchanged, skipped download)" in run.stderr
     assert (repo / SHARD).read_bytes() == REPO_FILES[SHARD]
     assert markers(repo / SHARD) == [sha(REPO_FILES[SHARD])]
     origin.clear_log()
-    again = pod.run_in(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
-    assert line in again.log
+    again = pod.stage(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
+    assert line in again.stderr
     assert origin.requests(f"/org/repo/resolve/main/{SHARD}") == []
 
 
@@ -504,42 +504,43 @@ def test_without_pins_nothing_of_the_digest_machinery_shows(pod: Pod, origin: Or
     # A partially pinned set stages its unpinned file exactly as the unpinned path does.
     base = serve_repo(origin, REPO_FILES)
     plain = pod.multi(base, [SHARD, CONFIG], key="plain")
-    unpinned_run = pod.run_in().ok()
+    unpinned_run = pod.stage().ok()
     mixed = pod.multi(base, [SHARD, CONFIG], key="mixed")
-    mixed_run = pod.run_in(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
+    mixed_run = pod.stage(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
 
     assert sorted(p.name for p in plain.iterdir()) == sorted(
         [SHARD, CONFIG, SHARD + ".llmkube-size", CONFIG + ".llmkube-size", ".llmkube.lock"]
     )
-    assert "sha256" not in unpinned_run.log and "stamp" not in unpinned_run.log
+    assert "sha256" not in unpinned_run.stderr and "stamp" not in unpinned_run.stderr
     config_lines = [line for line in unpinned_run.lines if CONFIG in line]
     assert config_lines == [line for line in mixed_run.lines if CONFIG in line]
     assert stamp(mixed / CONFIG) is None and markers(mixed / CONFIG) == []
     assert (mixed / CONFIG).read_bytes() == (plain / CONFIG).read_bytes()
-    assert record(mixed / CONFIG) == record(plain / CONFIG)
+    assert record_of(mixed / CONFIG) == record_of(plain / CONFIG)
 
 
 def test_s92_onchange_pinned_unchanged_is_a_stamp_hit(pod: Pod, origin, repo) -> None:
     pins = file_pins((sha(REPO_FILES[SHARD]), SHARD))
-    pod.run_in(MODEL_FILE_SHA256=pins).ok()
+    pod.stage(MODEL_FILE_SHA256=pins).ok()
     origin.clear_log()
 
-    run = pod.run_in(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
+    run = pod.stage(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
 
     line = f"Model artifact {SHARD} revalidated (unchanged, skipped download)"
-    assert "stamp hit" in run.line_with(line)
+    assert line in run.lines
+    assert run.line_with("stamp hit").startswith(f"{SHARD} matches its sha256 pin")
     assert methods(origin) == {"HEAD": 2}
 
 
 def test_s92_onchange_offline_pinned_shard_kept_when_it_verifies(pod: Pod) -> None:
     cache = pod.multi(closed_port_url() + "/org/repo/resolve/main/", [SHARD, CONFIG])
     for rel, data in REPO_FILES.items():
-        seed(cache / rel, data)
+        seed(cache / rel, data, record=len(data))
 
-    run = pod.run_in(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD)), **ON_CHANGE)
+    run = pod.stage(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD)), **ON_CHANGE)
 
     run.ok()
-    assert f"Revalidation unreachable for {SHARD}; kept cached copy" in run.log
+    assert f"Revalidation unreachable for {SHARD}; kept cached copy" in run.stderr
     assert stamp(cache / SHARD) == stamp_triple(cache / SHARD, sha(REPO_FILES[SHARD]))
 
 
@@ -551,7 +552,7 @@ def test_s92_fault_during_pinned_download_never_publishes_unverified_bytes(
         f"/org/repo/resolve/main/{SHARD}", Fault(truncate_after=10000, times=1, methods=("GET",))
     )
 
-    pod.run_in(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
+    pod.stage(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
 
     assert (repo / SHARD).read_bytes() == REPO_FILES[SHARD]
     assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha(REPO_FILES[SHARD]))

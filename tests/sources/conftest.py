@@ -1,18 +1,18 @@
-"""Fixtures of the source tests: a sandbox, a fake hub with its CDN. The
-S3 server (SeaweedFS, `s3` and `bucket`) comes from tests/conftest.py."""
+"""Fixtures of the source tests (the shared ones are in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import random
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 
 import pytest
 
-from sources.support import HF_TOKEN, Sandbox
-from tests.harness.hub import FakeHub
-from tests.harness.origin import Origin
+from sources.support import BUDGET
+
+
+@pytest.fixture
+def pod_budget() -> Mapping[str, str]:
+    return BUDGET
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,30 +27,3 @@ def _no_hub_telemetry() -> Iterator[None]:
         if constants is not None:  # imported earlier in this session
             patch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
         yield
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Sandbox:
-    return Sandbox(tmp_path)
-
-
-@pytest.fixture
-def cdn() -> Iterator[Origin]:
-    with Origin() as origin:
-        yield origin
-
-
-@pytest.fixture
-def hub(cdn: Origin) -> Iterator[FakeHub]:
-    with FakeHub(cdn, tokens={HF_TOKEN}) as fake:
-        yield fake
-
-
-@pytest.fixture
-def payload() -> Callable[..., bytes]:
-    """Deterministic pseudo-random bytes: payload(size, seed=1)."""
-
-    def make(size: int, seed: int = 1) -> bytes:
-        return random.Random(seed).randbytes(size)
-
-    return make

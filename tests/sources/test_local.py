@@ -19,16 +19,10 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.model import Decision
-from sources.support import (
-    Sandbox,
-    assert_failure,
-    assert_success,
-    debris,
-    record,
-    sha256,
-    snapshot,
-    tree,
-)
+from sources.support import BUDGET, sha256
+from tests.harness.disk import debris, record_of, snapshot, tree
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
 
 KIB = 1024
 NOBODY = 65534
@@ -43,54 +37,56 @@ def write(path: Path, data: bytes) -> Path:
 # -- copies -------------------------------------------------------------------------------------
 
 
-def test_file_url_single_copy_cli(box, payload) -> None:
+def test_file_url_single_copy_cli(pod) -> None:
     data = payload(300 * KIB)
-    source = write(box.tmp / "host" / "models" / "llama.gguf", data)
+    source = write(pod.tmp / "host" / "models" / "llama.gguf", data)
 
-    run = box.cli(box.single(f"file://{source}"))
+    run = pod.run(env=pod.single_env(f"file://{source}"))
 
-    assert_success(run, files=1, fetched=1)
-    assert box.dest().read_bytes() == data
-    assert record(box.dest()) == str(len(data))
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+    assert record_of(pod.dest()) == str(len(data))
     assert "Copying model from local source..." in run.stderr
     assert "Model copied successfully" in run.stderr
-    assert debris(box.cache_dir) == []
+    assert debris(pod.cache_dir, markers=True) == []
     assert source.read_bytes() == data  # the source is never touched
 
 
-def test_plain_absolute_path_copy_and_warm_restart(box, payload) -> None:
+def test_plain_absolute_path_copy_and_warm_restart(pod) -> None:
     data = payload(64 * KIB)
-    source = write(box.tmp / "host" / "m.gguf", data)
-    env = box.single(str(source))
+    source = write(pod.tmp / "host" / "m.gguf", data)
+    env = pod.single_env(str(source))
 
-    first = box.ok(env)
-    second = box.ok(env)
+    first = pod.stage(env).ok()
+    second = pod.stage(env).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert first.count(Decision.FETCH) == 1
     assert second.count(Decision.REUSE) == 1
     assert second.has_line("Model already cached, skipping copy")
 
 
-def test_host_model_mount_is_preferred_when_it_exists(box, payload) -> None:
-    mounted = write(box.tmp / "host-model" / "model.gguf", payload(16 * KIB, 1))
-    declared = write(box.tmp / "declared" / "m.gguf", payload(16 * KIB, 2))
+def test_host_model_mount_is_preferred_when_it_exists(pod) -> None:
+    mounted = write(pod.tmp / "host-model" / "model.gguf", payload(16 * KIB, 1))
+    declared = write(pod.tmp / "declared" / "m.gguf", payload(16 * KIB, 2))
 
-    box.ok(box.single(f"file://{declared}", LLMKUBE_HOST_MODEL=str(mounted)))
+    pod.stage(pod.single_env(f"file://{declared}", LLMKUBE_HOST_MODEL=str(mounted))).ok()
 
-    assert box.dest().read_bytes() == mounted.read_bytes()
-
-
-def test_declared_path_is_used_when_no_host_model_is_mounted(box, payload) -> None:
-    declared = write(box.tmp / "declared" / "m.gguf", payload(16 * KIB, 2))
-
-    box.ok(box.single(f"file://{declared}", LLMKUBE_HOST_MODEL=str(box.tmp / "absent.gguf")))
-
-    assert box.dest().read_bytes() == declared.read_bytes()
+    assert pod.dest().read_bytes() == mounted.read_bytes()
 
 
-def test_multi_file_local_directory(box, payload) -> None:
-    root = box.tmp / "host" / "llama"
+def test_declared_path_is_used_when_no_host_model_is_mounted(pod) -> None:
+    declared = write(pod.tmp / "declared" / "m.gguf", payload(16 * KIB, 2))
+
+    pod.stage(
+        pod.single_env(f"file://{declared}", LLMKUBE_HOST_MODEL=str(pod.tmp / "absent.gguf"))
+    ).ok()
+
+    assert pod.dest().read_bytes() == declared.read_bytes()
+
+
+def test_multi_file_local_directory(pod) -> None:
+    root = pod.tmp / "host" / "llama"
     files = {
         "model-00001-of-00002.safetensors": payload(48 * KIB, 1),
         "model-00002-of-00002.safetensors": payload(24 * KIB, 2),
@@ -101,67 +97,71 @@ def test_multi_file_local_directory(box, payload) -> None:
         write(root / rel, data)
     write(root / "unlisted.bin", b"no")
 
-    run = box.ok(box.multi(f"file://{root}", files))
+    run = pod.stage(pod.multi_env(f"file://{root}", files)).ok()
 
     assert run.count(Decision.FETCH) == 4
-    published = {k: v for k, v in tree(box.cache_dir).items() if not k.endswith(".llmkube-size")}
+    published = {k: v for k, v in tree(pod.cache_dir).items() if not k.endswith(".llmkube-size")}
     published.pop(".llmkube.lock", None)
     assert published == files
     for rel, data in files.items():
-        assert record(box.dest(rel)) == str(len(data))
+        assert record_of(pod.dest(rel)) == str(len(data))
 
 
-def test_pinned_local_copy_is_verified_and_stamped(box, payload) -> None:
+def test_pinned_local_copy_is_verified_and_stamped(pod) -> None:
     data = payload(32 * KIB)
-    source = write(box.tmp / "host" / "m.gguf", data)
+    source = write(pod.tmp / "host" / "m.gguf", data)
 
-    box.ok(box.single(str(source), MODEL_SHA256=sha256(data)))
+    pod.stage(pod.single_env(str(source), MODEL_SHA256=sha256(data))).ok()
 
-    dest = box.dest()
+    dest = pod.dest()
     assert dest.read_bytes() == data
     st = dest.stat()
     stamp = Path(f"{dest}.sha256").read_text().split()
     assert stamp == [sha256(data), str(st.st_size), str(int(st.st_mtime))]
 
 
-def test_pinned_local_copy_with_the_wrong_digest_is_discarded(box, payload) -> None:
+def test_pinned_local_copy_with_the_wrong_digest_is_discarded(pod) -> None:
     data = payload(32 * KIB)
-    source = write(box.tmp / "host" / "m.gguf", data)
+    source = write(pod.tmp / "host" / "m.gguf", data)
     wrong = sha256(b"something else")
 
-    run = box.fails(box.single(str(source), MODEL_SHA256=wrong), "ModelTransferChecksumMismatch")
+    run = pod.stage(pod.single_env(str(source), MODEL_SHA256=wrong)).failed(
+        "ModelTransferChecksumMismatch"
+    )
 
     assert "spec.sha256 mismatch" in run.detail and "discarded" in run.detail
-    assert not box.dest().exists()
-    assert Path(f"{box.dest()}.{wrong}.sha256-rejected").read_text() == sha256(data)
+    assert not pod.dest().exists()
+    assert Path(f"{pod.dest()}.{wrong}.sha256-rejected").read_text() == sha256(data)
 
 
 # -- refusals --------------------------------------------------------------------------------------
 
 
-def test_missing_source(box) -> None:
-    missing = box.tmp / "host" / "nope.gguf"
+def test_missing_source(pod) -> None:
+    missing = pod.tmp / "host" / "nope.gguf"
 
-    run = box.fails(box.single(f"file://{missing}"), "ModelSourceNotFound")
+    run = pod.stage(pod.single_env(f"file://{missing}")).failed("ModelSourceNotFound")
 
     assert f"{missing} does not exist on the mounted volume" in run.detail
-    assert not box.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_directory_source(box) -> None:
-    directory = box.tmp / "host" / "a-dir.gguf"
+def test_directory_source(pod) -> None:
+    directory = pod.tmp / "host" / "a-dir.gguf"
     directory.mkdir(parents=True)
 
-    run = box.fails(box.single(str(directory)), "ModelSourceNotFound")
+    run = pod.stage(pod.single_env(str(directory))).failed("ModelSourceNotFound")
 
     assert f"{directory} is a directory, not a file" in run.detail
 
 
-def test_missing_file_of_a_local_directory(box) -> None:
-    root = box.tmp / "host" / "llama"
+def test_missing_file_of_a_local_directory(pod) -> None:
+    root = pod.tmp / "host" / "llama"
     write(root / "config.json", b"{}")
 
-    run = box.fails(box.multi(str(root), ["config.json", "weights.bin"]), "ModelSourceNotFound")
+    run = pod.stage(pod.multi_env(str(root), ["config.json", "weights.bin"])).failed(
+        "ModelSourceNotFound"
+    )
 
     assert run.error is not None and run.error.file == "weights.bin"
     assert "does not exist on the mounted volume" in run.detail
@@ -172,49 +172,51 @@ def test_missing_file_of_a_local_directory(box) -> None:
     ["{outside}/m.gguf", "{allowed}-evil/m.gguf", "file://{allowed}/../outside/m.gguf"],
     ids=["outside", "prefix-lookalike", "dot-dot"],
 )
-def test_source_outside_the_allowed_roots_is_refused(box, payload, source) -> None:
-    allowed, outside = box.tmp / "allowed", box.tmp / "outside"
+def test_source_outside_the_allowed_roots_is_refused(pod, source) -> None:
+    allowed, outside = pod.tmp / "allowed", pod.tmp / "outside"
     for root in (allowed, outside, Path(f"{allowed}-evil")):
         write(root / "m.gguf", payload(1 * KIB))
-    env = box.single(
+    env = pod.single_env(
         source.format(allowed=allowed, outside=outside),
         LLMKUBE_ALLOWED_HOST_ROOTS=f"/nonexistent-root:{allowed}",
     )
 
-    run = box.cli(env)
+    run = pod.run(env=env)
 
-    assert_failure(run, "SourceNotAllowed", retryable=False)
-    assert not box.cache_dir.exists()
+    run.failed("SourceNotAllowed", retryable=False)
+    assert not pod.cache_dir.exists()
 
 
-def test_source_inside_the_allowed_roots_is_copied(box, payload) -> None:
-    allowed = box.tmp / "allowed"
+def test_source_inside_the_allowed_roots_is_copied(pod) -> None:
+    allowed = pod.tmp / "allowed"
     data = payload(2 * KIB)
     write(allowed / "sub" / "m.gguf", data)
 
-    box.ok(box.single(f"{allowed}/sub/m.gguf", LLMKUBE_ALLOWED_HOST_ROOTS=f"{allowed}/"))
+    pod.stage(
+        pod.single_env(f"{allowed}/sub/m.gguf", LLMKUBE_ALLOWED_HOST_ROOTS=f"{allowed}/")
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
 
 
-def test_allowed_roots_apply_even_when_the_host_model_is_mounted(box, payload) -> None:
-    mounted = write(box.tmp / "host-model" / "model.gguf", payload(1 * KIB))
-    env = box.single(
+def test_allowed_roots_apply_even_when_the_host_model_is_mounted(pod) -> None:
+    mounted = write(pod.tmp / "host-model" / "model.gguf", payload(1 * KIB))
+    env = pod.single_env(
         "/etc/shadow-model.gguf",
         LLMKUBE_HOST_MODEL=str(mounted),
-        LLMKUBE_ALLOWED_HOST_ROOTS=str(box.tmp / "allowed"),
+        LLMKUBE_ALLOWED_HOST_ROOTS=str(pod.tmp / "allowed"),
     )
 
-    box.fails(env, "SourceNotAllowed")
+    pod.stage(env).failed("SourceNotAllowed")
 
 
 # -- pvc:// verify ---------------------------------------------------------------------------------
 
 
-def pvc_env(box: Sandbox, mounted: Path, **extra: str) -> dict[str, str]:
+def pvc_env(pod: Pod, mounted: Path, **extra: str) -> dict[str, str]:
     """pvc://claim/<path> verified where the claim is mounted (MODEL_PATH)."""
     return {
-        **box.base_env,
+        **pod.env,
         "MODEL_SOURCE": "pvc://models-claim/llama/model.gguf",
         "MODEL_PATH": str(mounted),
         **extra,
@@ -222,60 +224,60 @@ def pvc_env(box: Sandbox, mounted: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def mount(box) -> Path:
+def mount(pod) -> Path:
     """The read-only claim mount, as a directory of its own."""
-    path = box.tmp / "model-source"
+    path = pod.tmp / "model-source"
     path.mkdir()
     return path
 
 
-def test_pvc_match_writes_nothing(box, mount, payload) -> None:
+def test_pvc_match_writes_nothing(pod, mount) -> None:
     data = payload(20 * KIB)
     mounted = write(mount / "llama" / "model.gguf", data)
-    before_mount, before_tmp = snapshot(mount), sorted(os.listdir(box.tmp))
+    before_mount, before_tmp = snapshot(mount), sorted(os.listdir(pod.tmp))
 
-    run = box.cli(pvc_env(box, mounted, MODEL_SHA256=sha256(data)))
+    run = pod.run(env=pvc_env(pod, mounted, MODEL_SHA256=sha256(data)))
 
-    assert_success(run, files=1, fetched=0, reused=1)
+    run.ok(files=1, fetched=0, reused=1)
     assert snapshot(mount) == before_mount  # no stamp, no record, no lock
-    assert sorted(os.listdir(box.tmp)) == sorted([*before_tmp, "home", "termination-log"])
+    assert sorted(os.listdir(pod.tmp)) == sorted([*before_tmp, "termination-log"])
     assert "Pre-staged model" in run.stderr and "verified" in run.stderr
 
 
-def test_pvc_without_a_pin_checks_presence(box, mount, payload) -> None:
+def test_pvc_without_a_pin_checks_presence(pod, mount) -> None:
     mounted = write(mount / "llama" / "model.gguf", payload(1 * KIB))
     before = snapshot(mount)
 
-    box.ok(pvc_env(box, mounted))
+    pod.stage(pvc_env(pod, mounted)).ok()
 
     assert snapshot(mount) == before
 
 
-def test_pvc_mismatch(box, mount, payload) -> None:
+def test_pvc_mismatch(pod, mount) -> None:
     mounted = write(mount / "llama" / "model.gguf", payload(20 * KIB))
     before = snapshot(mount)
 
-    run = box.cli(pvc_env(box, mounted, MODEL_SHA256=sha256(b"other")))
+    run = pod.run(env=pvc_env(pod, mounted, MODEL_SHA256=sha256(b"other")))
 
-    doc = assert_failure(run, "ModelTransferChecksumMismatch", retryable=False)
+    doc = run.failed("ModelTransferChecksumMismatch", retryable=False).term
     assert "SHA256 mismatch for the pre-staged" in doc["message"]
     assert snapshot(mount) == before
 
 
-def test_pvc_missing_path(box, mount) -> None:
+def test_pvc_missing_path(pod, mount) -> None:
     mounted = mount / "llama" / "model.gguf"
 
-    run = box.fails(pvc_env(box, mounted, MODEL_SHA256=sha256(b"x")), "ModelSourceNotFound")
+    run = pod.stage(pvc_env(pod, mounted, MODEL_SHA256=sha256(b"x"))).failed("ModelSourceNotFound")
 
     assert "does not exist on the mounted volume" in run.detail
     assert not mounted.parent.exists()
 
 
-def test_pvc_directory(box, mount) -> None:
+def test_pvc_directory(pod, mount) -> None:
     mounted = mount / "llama" / "model.gguf"
     mounted.mkdir(parents=True)
 
-    run = box.fails(pvc_env(box, mounted, MODEL_SHA256=sha256(b"x")), "ModelSourceNotFound")
+    run = pod.stage(pvc_env(pod, mounted, MODEL_SHA256=sha256(b"x"))).failed("ModelSourceNotFound")
 
     assert "is a directory, not a file" in run.detail
 
@@ -294,7 +296,7 @@ def shared_tmp() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def stage_as_nobody(box: Sandbox, env: Mapping[str, str]) -> dict[str, str]:
+def stage_as_nobody(pod: Pod, env: Mapping[str, str]) -> dict[str, str]:
     """Run the stage pipeline in a forked child with uid/gid 65534; returns
     {reason, detail} or {crash: traceback}. Modules are imported in the
     parent first: the child cannot read root's Python installation."""
@@ -303,8 +305,9 @@ def stage_as_nobody(box: Sandbox, env: Mapping[str, str]) -> dict[str, str]:
     scratch = Path(tempfile.mkdtemp())
     try:  # warm-up: import every module a local copy and a pvc verify use
         write(scratch / "src", b"x")
-        Sandbox(scratch / "a").stage(Sandbox(scratch / "a").single(str(scratch / "src")))
-        Sandbox(scratch / "b").stage(pvc_env(Sandbox(scratch / "b"), scratch / "src"))
+        first, second = Pod(scratch / "a", budget=BUDGET), Pod(scratch / "b", budget=BUDGET)
+        first.stage(first.single_env(str(scratch / "src")))
+        second.stage(pvc_env(second, scratch / "src"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     read_end, write_end = os.pipe()
@@ -316,7 +319,7 @@ def stage_as_nobody(box: Sandbox, env: Mapping[str, str]) -> dict[str, str]:
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
-            run = box.stage(env)
+            run = pod.stage(env)
             result = {"reason": run.reason or "", "detail": run.detail}
         except BaseException:
             result = {"crash": traceback.format_exc()}
@@ -341,37 +344,34 @@ def root_only_file(directory: Path, data: bytes) -> Path:
     return path
 
 
-def test_unreadable_local_source(shared_tmp, payload) -> None:
+def test_unreadable_local_source(shared_tmp) -> None:
     source = root_only_file(shared_tmp, payload(1 * KIB))
-    box = Sandbox(shared_tmp / "pod")
-    box.tmp.mkdir(mode=0o777)
-    box.tmp.chmod(0o777)
+    pod = Pod(shared_tmp / "pod", budget=BUDGET)
+    pod.tmp.chmod(0o777)
 
-    result = stage_as_nobody(box, box.single(str(source)))
+    result = stage_as_nobody(pod, pod.single_env(str(source)))
 
     assert result.get("reason") == "ModelSourceUnauthorized", result
     assert f"{source} is not readable by the init container" in result["detail"]
 
 
-def test_unreadable_pvc_file(shared_tmp, payload) -> None:
+def test_unreadable_pvc_file(shared_tmp) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
-    box = Sandbox(shared_tmp / "pod")
-    box.tmp.mkdir(mode=0o777)
-    box.tmp.chmod(0o777)
+    pod = Pod(shared_tmp / "pod", budget=BUDGET)
+    pod.tmp.chmod(0o777)
 
-    result = stage_as_nobody(box, pvc_env(box, mounted, MODEL_SHA256=sha256(b"x")))
+    result = stage_as_nobody(pod, pvc_env(pod, mounted, MODEL_SHA256=sha256(b"x")))
 
     assert result.get("reason") == "ModelSourceUnauthorized", result
     assert "is not readable by the init container" in result["detail"]
 
 
-def test_unreadable_pvc_file_without_a_pin(shared_tmp, payload) -> None:
+def test_unreadable_pvc_file_without_a_pin(shared_tmp) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
-    box = Sandbox(shared_tmp / "pod")
-    box.tmp.mkdir(mode=0o777)
-    box.tmp.chmod(0o777)
+    pod = Pod(shared_tmp / "pod", budget=BUDGET)
+    pod.tmp.chmod(0o777)
 
-    result = stage_as_nobody(box, pvc_env(box, mounted))
+    result = stage_as_nobody(pod, pvc_env(pod, mounted))
 
     assert result.get("reason") == "ModelSourceUnauthorized", result
     assert "is not readable by the init container" in result["detail"]

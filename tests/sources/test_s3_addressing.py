@@ -14,6 +14,7 @@ from llmkube_stager.sources.s3_client import S3Clients
 from sources.s3_support import KIB, MIB, s3_env
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Fault
+from tests.harness.sample import payload
 from tests.harness.seaweed import READER
 
 # -- the rule (pure) --------------------------------------------------------------------------
@@ -43,9 +44,9 @@ def test_addressing_style_rule(chosen, endpoint, bucket, style) -> None:
 # -- what botocore makes of it (presigning is local: no request) -----------------------------------
 
 
-def presigned_url(box, source: str, **env: str) -> str:
+def presigned_url(pod, source: str, **env: str) -> str:
     config = load_config(
-        box.single(
+        pod.single_env(
             source,
             AWS_ACCESS_KEY_ID=READER[0],
             AWS_SECRET_ACCESS_KEY=READER[1],
@@ -91,20 +92,20 @@ def presigned_url(box, source: str, **env: str) -> str:
         ),
     ],
 )
-def test_presigned_urls_use_the_chosen_addressing(box, env, prefix) -> None:
-    url = presigned_url(box, "s3://models/m/x.gguf", **env)
+def test_presigned_urls_use_the_chosen_addressing(pod, env, prefix) -> None:
+    url = presigned_url(pod, "s3://models/m/x.gguf", **env)
 
     assert url.startswith(prefix), url
 
 
-def test_the_profile_addressing_style_is_honoured(box, tmp_path) -> None:
+def test_the_profile_addressing_style_is_honoured(pod, tmp_path) -> None:
     config_file = tmp_path / "config"
     config_file.write_text(
         "[profile models]\nregion = eu-west-1\ns3 =\n  addressing_style = path\n"
     )
 
     url = presigned_url(
-        box,
+        pod,
         "s3://models/m/x.gguf",
         AWS_CONFIG_FILE=str(config_file),
         AWS_PROFILE="models",
@@ -117,9 +118,7 @@ def test_the_profile_addressing_style_is_honoured(box, tmp_path) -> None:
 # -- on the wire ---------------------------------------------------------------------------------
 
 
-def test_virtual_host_style_when_asked_names_the_bucket_in_the_host(
-    box, s3, bucket, payload
-) -> None:
+def test_virtual_host_style_when_asked_names_the_bucket_in_the_host(pod, s3, bucket) -> None:
     """<bucket>.localhost through a proxy (the system resolver does not know
     .localhost names); SeaweedFS checks the signature over that Host."""
     data = payload(16 * KIB)
@@ -127,8 +126,8 @@ def test_virtual_host_style_when_asked_names_the_bucket_in_the_host(
     endpoint = f"http://localhost:{s3.front.port}"
 
     with ForwardProxy() as proxy:
-        box.ok(
-            box.single(
+        pod.stage(
+            pod.single_env(
                 f"s3://{bucket}/m.gguf",
                 **s3_env(
                     s3,
@@ -137,16 +136,16 @@ def test_virtual_host_style_when_asked_names_the_bucket_in_the_host(
                     HTTP_PROXY=proxy.url,
                 ),
             )
-        )
+        ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     asked = [(r.method, r.path, r.headers["host"], r.status) for r in s3.requests()]
     host = f"{bucket}.localhost:{s3.front.port}"
     assert asked == [("HEAD", "/m.gguf", host, 200), ("GET", "/m.gguf", host, 200)]
 
 
 def test_a_bucket_in_another_region_is_followed_and_presigned_for_its_region(
-    box, s3, bucket, payload
+    pod, s3, bucket
 ) -> None:
     """The front answers like AWS for a bucket in eu-west-1: a request signed
     for us-east-1 gets `301 PermanentRedirect` with x-amz-bucket-region.
@@ -156,9 +155,11 @@ def test_a_bucket_in_another_region_is_followed_and_presigned_for_its_region(
     s3.put(bucket, "m.gguf", data)
     s3.front.set_bucket_region(bucket, "eu-west-1")
 
-    run = box.ok(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3, AWS_REGION="us-east-1")))
+    run = pod.stage(
+        pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3, AWS_REGION="us-east-1"))
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     wrong, head, get = s3.object_requests(bucket)
     assert (wrong.method, wrong.status, wrong.headers.get("x-amz-bucket-region")) == (
         "HEAD",
@@ -176,7 +177,7 @@ def test_a_bucket_in_another_region_is_followed_and_presigned_for_its_region(
 # -- an origin that ignores Range -----------------------------------------------------------------
 
 
-def test_an_origin_that_ignores_range_is_never_fanned_out(box, s3, bucket, payload) -> None:
+def test_an_origin_that_ignores_range_is_never_fanned_out(pod, s3, bucket) -> None:
     """A slow first stream makes the engine widen to ranged connections; the
     origin (an Artifactory-style mirror in front of S3) answers each range
     with the whole object (200). Each ranged request is abandoned at its
@@ -191,9 +192,11 @@ def test_an_origin_that_ignores_range_is_never_fanned_out(box, s3, bucket, paylo
         S3Fault(methods=("GET",), times=1, ignore_range=True, rate_bytes_per_s=6 * MIB),
     )
 
-    run = box.ok(box.single(f"s3://{bucket}/big.bin", **s3_env(s3, LLMKUBE_CONNECTIONS="8")))
+    run = pod.stage(
+        pod.single_env(f"s3://{bucket}/big.bin", **s3_env(s3, LLMKUBE_CONNECTIONS="8"))
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert run.has_line("ranged connections")  # it did widen
     gets = s3.object_requests(bucket, "GET")
     assert all(r.status == 200 for r in gets)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sources.s3_support import KIB, s3_env, without_keys
-from sources.support import assert_success, leaks
+from tests.harness.canary import leaks
+from tests.harness.sample import payload
 from tests.harness.seaweed import PUBLIC_BUCKET, READER
 from tests.harness.sts import ROLE_ARN, ContainerCredentials, InstanceMetadata
 
@@ -46,7 +47,7 @@ def assert_signed_with_session(s3, bucket: str, key: str) -> str:
 
 
 def test_irsa_web_identity_credentials_sign_the_head_and_the_presigned_get(
-    box, s3, bucket, payload, oidc_issuer, tmp_path
+    pod, s3, bucket, oidc_issuer, tmp_path
 ) -> None:
     """Before: the agent signed only with AWS_ACCESS_KEY_ID, so IRSA pods
     sent unsigned requests and got 403 (ModelSourceUnauthorized)."""
@@ -55,17 +56,17 @@ def test_irsa_web_identity_credentials_sign_the_head_and_the_presigned_get(
     token_file = tmp_path / "token"
     token = oidc_issuer.write_token(token_file)
 
-    run = box.cli(box.single(f"s3://{bucket}/m.gguf", **irsa_env(s3, token_file)))
+    run = pod.run(env=pod.single_env(f"s3://{bucket}/m.gguf", **irsa_env(s3, token_file)))
 
-    assert_success(run, files=1, fetched=1)
-    assert box.dest().read_bytes() == data
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
     assert sts_calls(s3) == [200]
     assert_signed_with_session(s3, bucket, "m.gguf")
     assert "AWS credentials from assume-role-with-web-identity" in run.stderr
     assert leaks(token, run.outputs) == []
 
 
-def test_shared_credentials_file_with_aws_profile(box, s3, bucket, payload, tmp_path) -> None:
+def test_shared_credentials_file_with_aws_profile(pod, s3, bucket, tmp_path) -> None:
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
     credentials = tmp_path / "aws" / "credentials"
@@ -76,27 +77,27 @@ def test_shared_credentials_file_with_aws_profile(box, s3, bucket, payload, tmp_
     )
     env = without_keys(s3_env(s3))
 
-    run = box.ok(
-        box.single(
+    run = pod.stage(
+        pod.single_env(
             f"s3://{bucket}/m.gguf",
             **env,
             AWS_SHARED_CREDENTIALS_FILE=str(credentials),
             AWS_PROFILE="models",
         )
-    )
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     head, get = s3.object_requests(bucket)
     assert f"Credential={READER[0]}/" in head.headers["authorization"]
     assert get.params["X-Amz-Credential"][0].startswith(f"{READER[0]}/")
     assert run.has_line("AWS credentials from shared-credentials-file")
 
 
-def test_default_profile_of_the_home_directory_cli(box, s3, bucket, payload) -> None:
+def test_default_profile_of_the_home_directory_cli(pod, s3, bucket) -> None:
     """No variable but HOME: ~/.aws/credentials of the pod's HOME, as boto3."""
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
-    aws = box.tmp / "home" / ".aws"
+    aws = pod.tmp / "home" / ".aws"
     aws.mkdir(parents=True)
     (aws / "config").write_text("[default]\nregion = us-east-1\n")
     (aws / "credentials").write_text(
@@ -105,16 +106,14 @@ def test_default_profile_of_the_home_directory_cli(box, s3, bucket, payload) -> 
     env = without_keys(s3_env(s3))
     del env["AWS_REGION"]
 
-    run = box.cli(box.single(f"s3://{bucket}/m.gguf", **env))
+    run = pod.run(env=pod.single_env(f"s3://{bucket}/m.gguf", **env))
 
-    assert_success(run, files=1, fetched=1)
-    assert box.dest().read_bytes() == data
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
     assert f"Credential={READER[0]}/" in s3.object_requests(bucket)[0].headers["authorization"]
 
 
-def test_container_credentials_eks_pod_identity(
-    box, s3, bucket, payload, oidc_issuer, tmp_path
-) -> None:
+def test_container_credentials_eks_pod_identity(pod, s3, bucket, oidc_issuer, tmp_path) -> None:
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
     creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
@@ -122,24 +121,24 @@ def test_container_credentials_eks_pod_identity(
     token_file.write_text("pod-identity-token-0001")
 
     with ContainerCredentials(creds, "pod-identity-token-0001") as agent:
-        run = box.ok(
-            box.single(
+        run = pod.stage(
+            pod.single_env(
                 f"s3://{bucket}/m.gguf",
                 **without_keys(s3_env(s3)),
                 AWS_CONTAINER_CREDENTIALS_FULL_URI=f"{agent.url}/v1/credentials",
                 AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=str(token_file),
             )
-        )
+        ).ok()
         asked = agent.requests()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert [path for path, _ in asked] == ["GET /v1/credentials"]
     assert asked[0][1]["authorization"] == "pod-identity-token-0001"
     assert assert_signed_with_session(s3, bucket, "m.gguf") == creds.access_key_id
     assert run.has_line("AWS credentials from container-role")
 
 
-def test_instance_metadata_credentials(box, s3, bucket, payload, oidc_issuer) -> None:
+def test_instance_metadata_credentials(pod, s3, bucket, oidc_issuer) -> None:
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
     creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
@@ -147,12 +146,14 @@ def test_instance_metadata_credentials(box, s3, bucket, payload, oidc_issuer) ->
     del env["AWS_EC2_METADATA_DISABLED"]
 
     with InstanceMetadata(creds) as imds:
-        run = box.ok(
-            box.single(f"s3://{bucket}/m.gguf", **env, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.url)
-        )
+        run = pod.stage(
+            pod.single_env(
+                f"s3://{bucket}/m.gguf", **env, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.url
+            )
+        ).ok()
         asked = [path for path, _ in imds.requests()]
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert asked[0] == "PUT /latest/api/token"
     assert f"GET /latest/meta-data/iam/security-credentials/{InstanceMetadata.ROLE}" in asked
     assert assert_signed_with_session(s3, bucket, "m.gguf") == creds.access_key_id
@@ -162,13 +163,15 @@ def test_instance_metadata_credentials(box, s3, bucket, payload, oidc_issuer) ->
 # -- nothing found --------------------------------------------------------------------------------
 
 
-def test_no_credentials_anywhere_sends_unsigned_requests_and_says_so(box, s3, payload) -> None:
+def test_no_credentials_anywhere_sends_unsigned_requests_and_says_so(pod, s3) -> None:
     data = payload(8 * KIB)
     s3.put(PUBLIC_BUCKET, "open/m.gguf", data)
 
-    run = box.ok(box.single(f"s3://{PUBLIC_BUCKET}/open/m.gguf", **without_keys(s3_env(s3))))
+    run = pod.stage(
+        pod.single_env(f"s3://{PUBLIC_BUCKET}/open/m.gguf", **without_keys(s3_env(s3)))
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     head, get = s3.object_requests(PUBLIC_BUCKET)
     assert "authorization" not in head.headers
     assert not any(p.startswith("X-Amz-") for p in get.params)
@@ -176,11 +179,11 @@ def test_no_credentials_anywhere_sends_unsigned_requests_and_says_so(box, s3, pa
     assert run.has_line("sending unsigned requests")
 
 
-def test_unsigned_request_to_a_private_bucket_is_unauthorized(box, s3, bucket, payload) -> None:
+def test_unsigned_request_to_a_private_bucket_is_unauthorized(pod, s3, bucket) -> None:
     s3.put(bucket, "m.gguf", payload(4 * KIB))
 
-    run = box.fails(
-        box.single(f"s3://{bucket}/m.gguf", **without_keys(s3_env(s3))), "ModelSourceUnauthorized"
+    run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **without_keys(s3_env(s3)))).failed(
+        "ModelSourceUnauthorized"
     )
 
     assert [(r.method, r.status) for r in s3.requests()] == [("HEAD", 403)]
@@ -188,7 +191,7 @@ def test_unsigned_request_to_a_private_bucket_is_unauthorized(box, s3, bucket, p
 
 
 def test_the_test_process_environment_never_reaches_botocore(
-    box, s3, payload, monkeypatch, tmp_path
+    pod, s3, monkeypatch, tmp_path
 ) -> None:
     """botocore reads os.environ by default; the agent hands it only what
     config.py collected. Here the process has keys (and a profile) that the
@@ -204,14 +207,16 @@ def test_the_test_process_environment_never_reaches_botocore(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(stray))
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
 
-    run = box.ok(box.single(f"s3://{PUBLIC_BUCKET}/env/m.gguf", **without_keys(s3_env(s3))))
+    run = pod.stage(
+        pod.single_env(f"s3://{PUBLIC_BUCKET}/env/m.gguf", **without_keys(s3_env(s3)))
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert all("authorization" not in r.headers for r in s3.requests())
     assert run.has_line("sending unsigned requests")
 
 
-def test_static_keys_win_over_a_profile_like_boto3(box, s3, bucket, payload, tmp_path) -> None:
+def test_static_keys_win_over_a_profile_like_boto3(pod, s3, bucket, tmp_path) -> None:
     """botocore's order: environment keys, then the profile (here the
     profile's keys are wrong, so only the right order succeeds)."""
     s3.put(bucket, "m.gguf", payload(4 * KIB))
@@ -220,20 +225,20 @@ def test_static_keys_win_over_a_profile_like_boto3(box, s3, bucket, payload, tmp
         "[models]\naws_access_key_id = AKIAWRONGPROFILE0001\naws_secret_access_key = nope\n"
     )
 
-    box.ok(
-        box.single(
+    pod.stage(
+        pod.single_env(
             f"s3://{bucket}/m.gguf",
             **s3_env(s3),
             AWS_SHARED_CREDENTIALS_FILE=str(credentials),
             AWS_PROFILE="models",
         )
-    )
+    ).ok()
 
     assert f"Credential={READER[0]}/" in s3.object_requests(bucket)[0].headers["authorization"]
 
 
 def test_a_warm_start_with_the_whole_chain_configured_imports_and_asks_nothing_cli(
-    box, s3, bucket, payload, oidc_issuer, tmp_path
+    pod, s3, bucket, oidc_issuer, tmp_path
 ) -> None:
     """IRSA, a profile and container credentials all configured: a warm
     start still imports no botocore, reads no credential and sends nothing
@@ -242,21 +247,21 @@ def test_a_warm_start_with_the_whole_chain_configured_imports_and_asks_nothing_c
     s3.put(bucket, "m.gguf", data)
     token_file = tmp_path / "token"
     oidc_issuer.write_token(token_file)
-    env = box.single(
+    env = pod.single_env(
         f"s3://{bucket}/m.gguf",
         **irsa_env(s3, token_file),
         AWS_PROFILE="no-such-profile-on-a-warm-start",
         AWS_CONTAINER_CREDENTIALS_FULL_URI="http://127.0.0.1:9/v1/credentials",
         PYTHONPROFILEIMPORTTIME="1",
     )
-    cold = box.cli({**env, "AWS_PROFILE": ""})
-    assert_success(cold, files=1, fetched=1)
+    cold = pod.run(env={**env, "AWS_PROFILE": ""})
+    cold.ok(files=1, fetched=1)
     assert "botocore" in cold.stderr  # the check can fail: a cold start imports it
     s3.clear()
 
-    warm = box.cli(env)
+    warm = pod.run(env=env)
 
-    assert_success(warm, files=1, fetched=0, reused=1)
+    warm.ok(files=1, fetched=0, reused=1)
     assert "import time:" in warm.stderr
     assert not [line for line in warm.stderr.splitlines() if "boto" in line]
     assert s3.requests() == []

@@ -18,6 +18,7 @@ from llmkube_stager.errors import Reason, SourceError
 from sources.s3_support import KIB, fetcher_for, s3_env
 from sources.test_s3_credentials import irsa_env, sts_calls
 from tests.harness.s3front import S3Fault
+from tests.harness.sample import payload
 from tests.harness.seaweed import SeaweedS3
 from tests.harness.sts import OidcIssuer
 
@@ -55,7 +56,7 @@ def gets(s3, bucket: str) -> list[tuple[int, str]]:
 
 
 def test_a_presigned_url_that_expires_in_flight_is_signed_again_without_a_retry(
-    box, s3, bucket, payload
+    pod, s3, bucket
 ) -> None:
     """Before: one URL per file, presigned at probe time; its expiry was a
     ModelSourceUnauthorized failure."""
@@ -63,7 +64,7 @@ def test_a_presigned_url_that_expires_in_flight_is_signed_again_without_a_retry(
     s3.put(bucket, "m.gguf", data)
     s3.set_fault(f"/{bucket}/m.gguf", S3Fault(methods=("GET",), times=1, delay_s=2.2))
     fetcher, file = fetcher_for(
-        box.single(f"s3://{bucket}/m.gguf", **s3_env(s3, **SLOW)), presign_expiry_s=1
+        pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3, **SLOW)), presign_expiry_s=1
     )
     try:
         body = fetcher.open(file, fetcher.probe(file), 0)
@@ -81,21 +82,21 @@ def test_a_presigned_url_that_expires_in_flight_is_signed_again_without_a_retry(
     assert first.params["X-Amz-Signature"] != second.params["X-Amz-Signature"]
 
 
-def test_a_get_refused_twice_is_unauthorized_after_exactly_two_requests(
-    box, s3, bucket, payload
-) -> None:
+def test_a_get_refused_twice_is_unauthorized_after_exactly_two_requests(pod, s3, bucket) -> None:
     s3.put(bucket, "m.gguf", payload(4 * KIB))
     s3.set_fault(f"/{bucket}/m.gguf", S3Fault(methods=("GET",), status=403, code="AccessDenied"))
 
-    run = box.fails(box.single(f"s3://{bucket}/m.gguf", **s3_env(s3)), "ModelSourceUnauthorized")
+    run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).failed(
+        "ModelSourceUnauthorized"
+    )
 
     assert [r.status for r in s3.object_requests(bucket, "GET")] == [403, 403]
     assert run.sleeps == []
-    assert not box.dest().exists()
+    assert not pod.dest().exists()
 
 
 def test_irsa_credentials_that_expire_during_the_transfer(
-    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+    pod, sts3, short_bucket, oidc_issuer, tmp_path
 ) -> None:
     """The first GET is held until its session has expired (403 from
     SeaweedFS); the agent signs again with refreshed credentials (a second
@@ -109,14 +110,14 @@ def test_irsa_credentials_that_expire_during_the_transfer(
 
     oidc_issuer.write_token(token_file)
 
-    run = box.ok(
-        box.single(
+    run = pod.stage(
+        pod.single_env(
             f"s3://{short_bucket}/m.gguf",
             **irsa_env(sts3, token_file, LLMKUBE_RETRIES="0", **SLOW),
         )
-    )
+    ).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     (expired, first_key), (ok, second_key) = gets(sts3, short_bucket)
     assert (expired, ok) == (403, 200)
     assert first_key != second_key  # a new session: refreshed, not re-used
@@ -126,7 +127,7 @@ def test_irsa_credentials_that_expire_during_the_transfer(
 
 
 def test_a_resume_after_the_session_expired_is_signed_with_fresh_credentials(
-    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+    pod, sts3, short_bucket, oidc_issuer, tmp_path
 ) -> None:
     """A slow first GET outlives the session and is cut short; the resume is
     presigned when it is sent, so the server never sees a stale signature.
@@ -140,16 +141,16 @@ def test_a_resume_after_the_session_expired_is_signed_with_fresh_credentials(
     token_file = tmp_path / "token"
     oidc_issuer.write_token(token_file)
 
-    box.ok(box.single(f"s3://{short_bucket}/m.gguf", **irsa_env(sts3, token_file)))
+    pod.stage(pod.single_env(f"s3://{short_bucket}/m.gguf", **irsa_env(sts3, token_file))).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     (cut, first_key), (resumed, second_key) = gets(sts3, short_bucket)
     assert (cut, resumed) == (200, 206)
     assert first_key != second_key
 
 
 def test_on_change_presigns_each_file_when_it_is_fetched_not_at_revalidation(
-    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+    pod, sts3, short_bucket, oidc_issuer, tmp_path
 ) -> None:
     """OnChange probes every file first, then transfers them one by one.
     Before: each file's URL was presigned by its probe, so the second file's
@@ -160,7 +161,7 @@ def test_on_change_presigns_each_file_when_it_is_fetched_not_at_revalidation(
     new = {"a.bin": payload(120 * KIB, 3), "b.bin": payload(9 * KIB, 4)}
     for rel, data in old.items():
         sts3.put(short_bucket, f"p/{rel}", data)
-    box.ok(box.multi(f"s3://{short_bucket}/p", old, **s3_env(sts3)))
+    pod.stage(pod.multi_env(f"s3://{short_bucket}/p", old, **s3_env(sts3))).ok()
     for rel, data in new.items():
         sts3.put(short_bucket, f"p/{rel}", data)
     sts3.clear()
@@ -169,21 +170,21 @@ def test_on_change_presigns_each_file_when_it_is_fetched_not_at_revalidation(
     token_file = tmp_path / "token"
     oidc_issuer.write_token(token_file)
 
-    run = box.ok(
-        box.multi(
+    run = pod.stage(
+        pod.multi_env(
             f"s3://{short_bucket}/p",
             new,
             **irsa_env(sts3, token_file, LLMKUBE_REFRESH_POLICY="OnChange"),
         )
-    )
+    ).ok()
 
-    assert {rel: box.dest(rel).read_bytes() for rel in new} == new
+    assert {rel: pod.dest(rel).read_bytes() for rel in new} == new
     assert not run.has_line("kept cached copy")
     assert [r.status for r in sts3.object_requests(short_bucket, "GET")] == [200, 200]
 
 
 def test_a_refused_credential_refresh_is_unauthorized(
-    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+    pod, sts3, short_bucket, oidc_issuer, tmp_path
 ) -> None:
     """The token file stops being rotated (an unbound service account):
     STS refuses the expired token, and that is not retried forever."""
@@ -192,9 +193,9 @@ def test_a_refused_credential_refresh_is_unauthorized(
     oidc_issuer.write_token(token_file, ttl_s=1)
     time.sleep(1.5)
 
-    env = box.single(f"s3://{short_bucket}/m.gguf", **irsa_env(sts3, token_file))
+    env = pod.single_env(f"s3://{short_bucket}/m.gguf", **irsa_env(sts3, token_file))
 
-    run = box.fails(env, "ModelSourceUnauthorized")
+    run = pod.stage(env).failed("ModelSourceUnauthorized")
 
     assert sts_calls(sts3) and all(status >= 400 for status in sts_calls(sts3))
     assert sts3.object_requests(short_bucket) == []
@@ -202,14 +203,14 @@ def test_a_refused_credential_refresh_is_unauthorized(
 
 
 def test_a_credential_failure_while_presigning_is_a_source_error(
-    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+    pod, sts3, short_bucket, oidc_issuer, tmp_path
 ) -> None:
     """Presigning refreshes expired credentials; when STS refuses, the GET
     fails with a reason, never with a botocore exception in the engine."""
     sts3.put(short_bucket, "m.gguf", payload(4 * KIB))
     token_file = tmp_path / "token"
     oidc_issuer.write_token(token_file, ttl_s=SESSION_S)
-    env = box.single(f"s3://{short_bucket}/m.gguf", **irsa_env(sts3, token_file))
+    env = pod.single_env(f"s3://{short_bucket}/m.gguf", **irsa_env(sts3, token_file))
     fetcher, file = fetcher_for(env)
     try:
         meta = fetcher.probe(file)
@@ -225,7 +226,7 @@ def test_a_credential_failure_while_presigning_is_a_source_error(
 
 
 def test_a_failed_refresh_is_one_json_error_line_cli(
-    box, sts3, short_bucket, payload, oidc_issuer, tmp_path
+    pod, sts3, short_bucket, oidc_issuer, tmp_path
 ) -> None:
     """A refresh that STS refuses is reported once, as the step that failed
     (before: only "AccessDenied"), and stderr holds JSON lines only (botocore
@@ -238,14 +239,14 @@ def test_a_failed_refresh_is_one_json_error_line_cli(
     )
     token_file = tmp_path / "token"
     oidc_issuer.write_token(token_file, ttl_s=SESSION_S)  # not rotated: refresh fails
-    env = box.single(
+    env = pod.single_env(
         f"s3://{short_bucket}/m.gguf",
         **irsa_env(sts3, token_file, LLMKUBE_LOG_FORMAT="json", **SLOW),
     )
 
-    run = box.cli(env)
+    run = pod.run(env=env)
 
-    assert run.returncode == 1 and run.term["reason"] == "ModelSourceUnauthorized", str(run)
+    run.failed("ModelSourceUnauthorized", log_line=False)
     assert "STS AssumeRoleWithWebIdentity" in run.term["message"]
     lines = run.stderr.splitlines()
     assert lines and all(json.loads(line) for line in lines), run.stderr

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.sources.tls import make_ssl_context, write_ca_bundle
-from sources.support import HF_TOKEN, assert_failure, leaks
+from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.s3front import S3Front
+from tests.harness.sample import payload
 from tests.harness.seaweed import READER, SeaweedS3
 from tests.harness.tlsca import LocalCA, make_ca
 
@@ -42,36 +43,36 @@ def system_roots() -> list[bytes]:
 # -- the HTTP data path ----------------------------------------------------------------------------
 
 
-def test_untrusted_origin_fails_at_once_without_retries(box, https_origin, payload) -> None:
+def test_untrusted_origin_fails_at_once_without_retries(pod, https_origin) -> None:
     https_origin.put(PATH, payload(8 * KIB))
 
-    run = box.fails(box.single(https_origin.url + PATH), "ModelSourceUntrusted")
+    run = pod.stage(pod.single_env(https_origin.url + PATH)).failed("ModelSourceUntrusted")
 
     assert run.sleeps == []  # a certificate problem is not transient
     assert not run.has_line("retrying")
     assert https_origin.requests() == []  # no request got past the handshake
     assert not run.error.retryable
-    assert not box.dest().exists()
+    assert not pod.dest().exists()
 
 
-def test_untrusted_termination_matches_the_controller_signature(box, https_origin, payload) -> None:
+def test_untrusted_termination_matches_the_controller_signature(pod, https_origin) -> None:
     https_origin.put(PATH, payload(8 * KIB))
 
-    run = box.cli(box.single(https_origin.url + PATH))
+    run = pod.run(env=pod.single_env(https_origin.url + PATH))
 
-    doc = assert_failure(run, "ModelSourceUntrusted", retryable=False)
+    doc = run.failed("ModelSourceUntrusted", retryable=False).term
     # spec §11.2: the controller's first signature is a lowercase substring match.
     assert "certificate verify failed" in doc["message"].lower()
     assert "--ca-cert-configmap" in doc["remedy"]
 
 
-def test_trusted_with_the_ca_dir(box, https_origin, ca, payload) -> None:
+def test_trusted_with_the_ca_dir(pod, https_origin, ca) -> None:
     data = payload(96 * KIB)
     https_origin.put(PATH, data)
 
-    box.ok(box.single(https_origin.url + PATH, LLMKUBE_CA_DIR=str(ca.ca_dir)))
+    pod.stage(pod.single_env(https_origin.url + PATH, LLMKUBE_CA_DIR=str(ca.ca_dir))).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     assert [r.method for r in https_origin.requests()] == ["HEAD", "GET"]
 
 
@@ -130,37 +131,37 @@ def tls_hub(ca: LocalCA) -> Iterator[FakeHub]:
         yield hub
 
 
-def hub_env(box, hub: FakeHub, **extra: str) -> dict[str, str]:
-    return box.multi(
+def hub_env(pod, hub: FakeHub, **extra: str) -> dict[str, str]:
+    return pod.multi_env(
         "hf://org/repo@main",
         ["model.safetensors", "config.json"],
         **{"HF_ENDPOINT": hub.url, "HF_TOKEN": HF_TOKEN, **extra},
     )
 
 
-def test_hub_over_tls_with_the_ca_dir(box, tls_hub, ca, payload) -> None:
+def test_hub_over_tls_with_the_ca_dir(pod, tls_hub, ca) -> None:
     files = {"model.safetensors": payload(64 * KIB), "config.json": b"{}"}
     tls_hub.add_repo("org/repo", files)
 
-    box.ok(hub_env(box, tls_hub, LLMKUBE_CA_DIR=str(ca.ca_dir)))
+    pod.stage(hub_env(pod, tls_hub, LLMKUBE_CA_DIR=str(ca.ca_dir))).ok()
 
     for rel, data in files.items():
-        assert box.dest(rel).read_bytes() == data
+        assert pod.dest(rel).read_bytes() == data
     assert tls_hub.url.startswith("https://") and tls_hub.cdn.url.startswith("https://")
     assert len(tls_hub.requests("api")) == 1 and len(tls_hub.cdn.requests()) == 1
 
 
-def test_hub_over_tls_without_the_ca_dir_is_untrusted(box, tls_hub, payload) -> None:
+def test_hub_over_tls_without_the_ca_dir_is_untrusted(pod, tls_hub) -> None:
     tls_hub.add_repo("org/repo", {"model.safetensors": payload(4 * KIB), "config.json": b"{}"})
 
-    run = box.cli(hub_env(box, tls_hub))
+    run = pod.run(env=hub_env(pod, tls_hub))
 
-    assert_failure(run, "ModelSourceUntrusted", retryable=False)
+    run.failed("ModelSourceUntrusted", retryable=False)
     assert tls_hub.requests() == []
     assert leaks(HF_TOKEN, run.outputs) == []
 
 
-def test_cdn_signed_by_an_unknown_ca_is_untrusted(box, ca, tmp_path, payload) -> None:
+def test_cdn_signed_by_an_unknown_ca_is_untrusted(pod, ca, tmp_path) -> None:
     other = make_ca(tmp_path / "other-pki")
     with (
         Origin(tls=other.server_context()) as cdn,
@@ -168,7 +169,9 @@ def test_cdn_signed_by_an_unknown_ca_is_untrusted(box, ca, tmp_path, payload) ->
     ):
         hub.add_repo("org/repo", {"model.safetensors": payload(4 * KIB), "config.json": b"{}"})
 
-        run = box.fails(hub_env(box, hub, LLMKUBE_CA_DIR=str(ca.ca_dir)), "ModelSourceUntrusted")
+        run = pod.stage(hub_env(pod, hub, LLMKUBE_CA_DIR=str(ca.ca_dir))).failed(
+            "ModelSourceUntrusted"
+        )
 
         assert len(hub.requests("api")) == 1
         assert cdn.requests() == []
@@ -185,8 +188,8 @@ def tls_s3(s3: SeaweedS3, ca: LocalCA) -> Iterator[S3Front]:
         yield front
 
 
-def s3_env(box, front: S3Front, key: str, **extra: str) -> dict[str, str]:
-    return box.single(
+def s3_env(pod, front: S3Front, key: str, **extra: str) -> dict[str, str]:
+    return pod.single_env(
         key,
         AWS_ENDPOINT_URL=front.url,
         AWS_REGION="us-east-1",
@@ -196,21 +199,21 @@ def s3_env(box, front: S3Front, key: str, **extra: str) -> dict[str, str]:
     )
 
 
-def test_s3_over_tls_with_the_ca_dir(box, s3, bucket, tls_s3, ca, payload) -> None:
+def test_s3_over_tls_with_the_ca_dir(pod, s3, bucket, tls_s3, ca) -> None:
     data = payload(48 * KIB)
     s3.put(bucket, "m.gguf", data)
 
-    box.ok(s3_env(box, tls_s3, f"s3://{bucket}/m.gguf", LLMKUBE_CA_DIR=str(ca.ca_dir)))
+    pod.stage(s3_env(pod, tls_s3, f"s3://{bucket}/m.gguf", LLMKUBE_CA_DIR=str(ca.ca_dir))).ok()
 
-    assert box.dest().read_bytes() == data
+    assert pod.dest().read_bytes() == data
     methods = [r.method for r in tls_s3.requests() if r.path == f"/{bucket}/m.gguf"]
     assert methods == ["HEAD", "GET"]
 
 
-def test_s3_over_tls_without_the_ca_dir_is_untrusted(box, s3, bucket, tls_s3, payload) -> None:
+def test_s3_over_tls_without_the_ca_dir_is_untrusted(pod, s3, bucket, tls_s3) -> None:
     s3.put(bucket, "m.gguf", payload(4 * KIB))
 
-    run = box.fails(s3_env(box, tls_s3, f"s3://{bucket}/m.gguf"), "ModelSourceUntrusted")
+    run = pod.stage(s3_env(pod, tls_s3, f"s3://{bucket}/m.gguf")).failed("ModelSourceUntrusted")
 
     assert tls_s3.requests() == []
     assert run.sleeps == []

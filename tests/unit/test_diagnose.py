@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmkube_stager.diagnose import condition_for
+from llmkube_stager.commands.diagnose import condition_for
 from llmkube_stager.errors import (
     REMEDY_LOCK_UNSUPPORTED_PREFETCH,
     REMEDY_LOCK_UNSUPPORTED_S3,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from llmkube_stager.pipeline import DEPTH, MEMORY_BUDGET_BYTES, buffer_bytes_within
+from llmkube_stager.transfer.pipeline import DEPTH, MEMORY_BUDGET_BYTES, buffer_bytes_within
 
 MIB = 1 << 20
 

@@ -6,6 +6,8 @@ pure, so each table row is one call.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from llmkube_stager.errors import Reason
@@ -20,7 +22,7 @@ from llmkube_stager.model import (
     RemoteFile,
     Role,
 )
-from llmkube_stager.plan import failed, make_plan, write_permission
+from llmkube_stager.plan import failed, make_plan, strategy_for
 
 ROOT = "/models/0123456789abcdef"
 BASE_URL = "https://huggingface.co/org/repo/resolve/main/"
@@ -294,20 +296,21 @@ def test_mixed_plan_fetches_only_what_is_missing() -> None:
     ]
 
 
-# --- write_permission (§9.3 matrix) --------------------------------------------------------------
+# --- strategy_for (§9.3 matrix): every filesystem decision, made once ------------------------
 
 
 @pytest.mark.parametrize(
-    ("fs", "role", "may_write", "refusal"),
+    ("fs", "role", "may_write", "refusal", "take_lock", "lock_excludes"),
     [
-        (EXT4, "serving", True, None),
-        (EXT4, "stager", True, None),
-        (UNKNOWN, "serving", True, None),
-        (UNKNOWN, "stager", True, None),
-        (FUSE, "serving", False, Reason.CACHE_LOCK_UNSUPPORTED),
-        (FUSE, "stager", True, None),
-        (READ_ONLY, "serving", False, Reason.CACHE_UNWRITABLE),
-        (READ_ONLY, "stager", False, Reason.CACHE_UNWRITABLE),
+        (EXT4, "serving", True, None, True, True),
+        (EXT4, "stager", True, None, True, True),
+        # Unknown type: the previous behavior, the lock (spec §16 item 3).
+        (UNKNOWN, "serving", True, None, True, False),
+        (UNKNOWN, "stager", True, None, True, False),
+        (FUSE, "serving", False, Reason.CACHE_LOCK_UNSUPPORTED, False, False),
+        (FUSE, "stager", True, None, False, False),
+        (READ_ONLY, "serving", False, Reason.CACHE_UNWRITABLE, False, False),
+        (READ_ONLY, "stager", False, Reason.CACHE_UNWRITABLE, False, False),
     ],
     ids=[
         "ext4-serving",
@@ -320,11 +323,31 @@ def test_mixed_plan_fetches_only_what_is_missing() -> None:
         "ro-stager",
     ],
 )
-def test_write_permission(fs: FsInfo, role: Role, may_write: bool, refusal: Reason | None) -> None:
-    permission = write_permission(fs, role)
-    assert permission.may_write is may_write
-    assert permission.refusal is refusal
-    assert bool(permission.why) is not may_write
+def test_strategy(
+    fs: FsInfo,
+    role: Role,
+    may_write: bool,
+    refusal: Reason | None,
+    take_lock: bool,
+    lock_excludes: bool,
+) -> None:
+    strategy = strategy_for(fs, role)
+    assert strategy.may_write is may_write
+    assert strategy.refusal is refusal
+    assert bool(strategy.why) is not may_write
+    assert strategy.take_lock is take_lock
+    assert strategy.lock_excludes is lock_excludes
+
+
+@pytest.mark.parametrize(
+    ("direct_io_ok", "wanted", "direct"),
+    [(True, True, True), (True, False, False), (False, True, False)],
+)
+def test_direct_io_needs_the_filesystem_and_the_setting(
+    direct_io_ok: bool, wanted: bool, direct: bool
+) -> None:
+    fs = replace(EXT4, direct_io_ok=direct_io_ok)
+    assert strategy_for(fs, "stager", wanted).direct_io is direct
 
 
 # --- the old scripts' log lines (spec §13) -------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmkube_stager.progress import MIB, progress_text
+from llmkube_stager.transfer.progress import MIB, progress_text
 
 
 @pytest.mark.parametrize(

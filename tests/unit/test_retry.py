@@ -11,7 +11,7 @@ import pytest
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import Log
-from llmkube_stager.retry import RetryBudget
+from llmkube_stager.transfer.retry import RetryBudget
 
 
 class Harness:

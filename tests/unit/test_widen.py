@@ -1,9 +1,9 @@
-"""When one stream hands over to ranged connections (transfer_stream.WidenRule,
+"""When one stream hands over to ranged connections (transfer/stream.WidenRule,
 issue #6): judged once, after the probe time, on the rate of that attempt."""
 
 from __future__ import annotations
 
-from llmkube_stager.transfer_stream import WidenRule
+from llmkube_stager.transfer.stream import WidenRule
 
 MB = 1_000_000
 

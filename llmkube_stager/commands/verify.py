@@ -1,0 +1,139 @@
+"""`verify`: prove, read-only and offline, that the cache holds the model.
+
+"The mount succeeded" is no evidence (seed-003: a reader bound a new, empty
+volume and nothing alerted). Every expected file must exist, be a regular
+file, match its size record, and match its sha256 pin where there is one.
+Writes nothing (not even a stamp), opens no connection.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from llmkube_stager.cache.state import read_local_file
+from llmkube_stager.config import Config
+from llmkube_stager.errors import (
+    REMEDY_LEADS_OUTSIDE,
+    REMEDY_UNREADABLE,
+    CacheError,
+    Reason,
+    TransferError,
+)
+from llmkube_stager.layout import LOCK_NAME, destinations
+from llmkube_stager.logs import Log
+from llmkube_stager.model import LocalState, PinState
+
+# What an "empty" volume holds: filesystem furniture and our own lock file.
+_FURNITURE = frozenset({"lost+found", ".snapshot", LOCK_NAME})
+
+
+@dataclass
+class VerifyReport:
+    root: str
+    checked: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    short: list[str] = field(default_factory=list)
+    unrecorded: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    # Present but not for this uid (#11 item 5, 6), or not a regular file
+    # inside the model directory (#11 item 1): never "missing".
+    unreadable: list[str] = field(default_factory=list)
+    not_files: list[str] = field(default_factory=list)
+
+
+def _is_empty_dir(root: str) -> bool:
+    try:
+        return not (set(os.listdir(root)) - _FURNITURE)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError as exc:
+        raise CacheError(
+            f"the model directory {root} cannot be listed: {os.strerror(exc.errno or 0)}",
+            reason=Reason.CACHE_INCOMPLETE,
+            remedy=REMEDY_UNREADABLE,
+        ) from None
+
+
+def check_files(config: Config) -> VerifyReport:
+    root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
+    report = VerifyReport(root)
+    if _is_empty_dir(root):
+        raise CacheError(
+            f"the model directory {root} is missing or empty",
+            reason=Reason.CACHE_EMPTY,
+        )
+    follow = config.source.lower().startswith("pvc://")
+    for rel, dest in pairs:
+        local = read_local_file(rel, dest, config.pins.get(rel), None, root, follow)
+        if local.state is LocalState.UNREADABLE:
+            report.unreadable.append(f"{rel} ({local.detail})")
+        elif local.state is LocalState.NOT_A_FILE:
+            report.not_files.append(f"{rel} ({local.detail})")
+        elif not local.present:
+            report.missing.append(rel)
+        elif local.pin is PinState.MISMATCH:
+            report.mismatched.append(rel)
+        elif local.state is LocalState.MISMATCH and not local.usable:
+            report.short.append(f"{rel} (size {local.size_bytes}, record {local.record_bytes})")
+        else:
+            if local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED:
+                report.unrecorded.append(rel)
+            report.checked.append(rel)
+    return report
+
+
+def judge(report: VerifyReport, strict: bool, log: Log) -> None:
+    """Raise the most telling failure; warn about what cannot be proven."""
+    _judge_unusable(report)
+    if report.missing and not (report.checked or report.short or report.mismatched):
+        raise CacheError(
+            f"none of the model's files are in {report.root}: {_names(report.missing)}",
+            reason=Reason.CACHE_EMPTY,
+            file=report.missing[0],
+        )
+    problems = [f"missing: {_names(report.missing)}"] if report.missing else []
+    if report.short:
+        problems.append(f"not matching their size records: {_names(report.short)}")
+    if strict and report.unrecorded:
+        problems.append(f"without a size record: {_names(report.unrecorded)}")
+    if problems:
+        first = (report.missing or report.short or report.unrecorded)[0]
+        raise CacheError(
+            "; ".join(problems), reason=Reason.CACHE_INCOMPLETE, file=first.split(" ")[0]
+        )
+    if report.mismatched:
+        raise TransferError(
+            f"spec.sha256/spec.fileSha256 mismatch for {_names(report.mismatched)}",
+            reason=Reason.CHECKSUM_MISMATCH,
+            file=report.mismatched[0],
+        )
+    for rel in report.unrecorded:
+        log.warning(
+            "no_size_record",
+            f"no valid size record for {rel}; completeness cannot be proven offline",
+            file=rel,
+        )
+
+
+def _judge_unusable(report: VerifyReport) -> None:
+    """What is there but cannot be used says more than what is missing."""
+    if report.unreadable:
+        raise CacheError(
+            f"not readable by this uid: {_names(report.unreadable)}",
+            reason=Reason.CACHE_INCOMPLETE,
+            file=report.unreadable[0].split(" ")[0],
+            remedy=REMEDY_UNREADABLE,
+        )
+    if report.not_files:
+        raise CacheError(
+            f"not regular files inside the model directory: {_names(report.not_files)}",
+            reason=Reason.CACHE_INCOMPLETE,
+            file=report.not_files[0].split(" ")[0],
+            remedy=REMEDY_LEADS_OUTSIDE,
+        )
+
+
+def _names(items: list[str], limit: int = 20) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

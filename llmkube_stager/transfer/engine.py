@@ -1,0 +1,209 @@
+"""One file from the origin into a complete, verified, unpublished partial.
+
+`fetch_partial` picks the engine. One resumable stream first
+(stream.py): on an origin that serves a connection fast it is the
+cheapest path, because the bytes are hashed from the receive buffers and
+written with O_DIRECT. When that stream is slow (a CDN edge capping each
+connection) and the origin honours ranges, the rest of a large file goes
+over parallel ranged connections (parallel.py), which carry on
+from the stream's partial and hash. A parallel transfer that a killed pod
+left behind resumes as one. `publish_completed` renames the result into
+place (cache/publish.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
+from llmkube_stager.cache.publish import publish
+from llmkube_stager.errors import OriginChecksumMismatch, Reason, TransferError
+from llmkube_stager.layout import partial_key
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
+from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, ParallelTransfer
+from llmkube_stager.transfer.predecessor import await_dead_writer
+from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.stream import WidenRule, fetch_stream
+from llmkube_stager.transfer.target import Target, identity_of, resumable
+from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
+
+# Widen to ranged connections when one connection moves less than this over
+# its first WIDEN_PROBE_S. One stream on the benchmark VM does ~1.3 GB/s, a
+# capped CDN edge 50 MB/s; 250 MB/s leaves a 10 GbE link with one stream.
+WIDEN_BELOW_BYTES_PER_S = 250e6
+WIDEN_PROBE_S = 1.0
+
+
+def probe(fetcher: Fetcher, file: RemoteFile, effects: TransferEffects) -> RemoteMeta:
+    budget = RetryBudget(effects.timeouts, effects.sleep, effects.log)
+    return budget.call(lambda: fetcher.probe(file), f"the probe of {file.rel}")
+
+
+def fetch_partial(
+    fetcher: Fetcher,
+    file: RemoteFile,
+    effects: TransferEffects,
+    meta: RemoteMeta | None = None,
+) -> Completed:
+    """Fill a private partial with the whole file (resuming what is there).
+    Raises StagerError; the partial stays for a later resume."""
+    if meta is None:
+        meta = probe(fetcher, file, effects)
+    target = Target(fetcher, file, meta)
+    proven = frozenset[str]()
+    if resumable(meta):
+        proven = await_dead_writer(file, meta, effects.idle_s, effects.sleep, effects.log)
+    widen = None
+    if _parallel_fits(fetcher, meta, effects):
+        if _parallel_partial_left(file, meta, effects, proven):
+            parallel = _try_parallel(target, effects, None, proven)
+            if parallel is not None:
+                return parallel
+        else:
+            widen = _widen_rule(effects)
+    stream = fetch_stream(target, effects, widen, proven)
+    if stream.handover is not None:
+        effects.log.info(
+            "widen",
+            f"one connection moved {stream.handover.rate_bytes_per_s / 1e6:.0f} MB/s; the rest "
+            f"of {file.rel} goes over {effects.connections} ranged connections",
+            file=file.rel,
+        )
+        parallel = _try_parallel(target, effects, stream.handover)
+        if parallel is not None:
+            return parallel
+        stream = fetch_stream(target, effects)
+    done = Completed(
+        file.rel, stream.claim, file.dest, stream.expected_bytes, stream.sha256, stream.received
+    )
+    return _verified(file, target.meta, done)
+
+
+def _try_parallel(
+    target: Target,
+    effects: TransferEffects,
+    seed: Handover | None,
+    proven: frozenset[str] = frozenset(),
+) -> Completed | None:
+    """None when the origin turns out not to honour ranges."""
+    try:
+        return _verified(target.file, target.meta, _fetch_parallel(target, effects, seed, proven))
+    except RangeUnusable as exc:
+        effects.log.warning(
+            "ranges_unusable", f"{exc}; falling back to one connection", file=target.file.rel
+        )
+        return None
+
+
+def _widen_rule(effects: TransferEffects) -> WidenRule:
+    return WidenRule(WIDEN_BELOW_BYTES_PER_S, WIDEN_PROBE_S, 2 * MIN_ITEM_BYTES, effects.monotonic)
+
+
+def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects) -> bool:
+    return (
+        effects.connections > 1
+        and resumable(meta)
+        and meta.accept_ranges
+        and meta.size_bytes is not None
+        and meta.size_bytes >= 2 * MIN_ITEM_BYTES
+        and fetcher.parallel_ranges
+    )
+
+
+def _parallel_partial_left(
+    file: RemoteFile, meta: RemoteMeta, effects: TransferEffects, proven: frozenset[str]
+) -> bool:
+    """A killed parallel transfer of this version left a partial we may
+    adopt (idle: not another live pod's): resume it with ranges rather than
+    start a stream beside it."""
+    key = partial_key(identity_of(meta))
+    segs = [p for p in list_partials(file.dest) if p.kind == "segs" and p.key == key]
+    if not segs:
+        return False
+    if any(p.path in proven for p in segs):
+        return True
+    now_s = fs_now(os.path.dirname(file.dest) or ".")
+    return any(is_idle(p, now_s, effects.idle_s) for p in segs)
+
+
+def _fetch_parallel(
+    target: Target,
+    effects: TransferEffects,
+    seed: Handover | None,
+    proven: frozenset[str] = frozenset(),
+) -> Completed:
+    def budget() -> RetryBudget:
+        return RetryBudget(effects.timeouts, effects.sleep, effects.log)
+
+    file, meta = target.file, target.meta
+    hash_it = file.sha256 is not None or meta.sha256 is not None
+    free = effects.free_bytes()
+    # A handed-over stream already holds its bytes (journaled ranges of a
+    # resumed transfer are not known yet: the whole size is asked then).
+    needed = None if meta.size_bytes is None else meta.size_bytes - (seed.offset if seed else 0)
+    if free is not None and needed is not None and needed > free:
+        if seed is not None:
+            seed.claim.close()
+        raise TransferError(
+            f"no space left on device for {file.rel}: it needs {needed} more bytes, the "
+            f"cache has {free} free",
+            reason=Reason.OUT_OF_SPACE,
+            file=file.rel,
+        )
+    transfer = ParallelTransfer(
+        target, effects.connections, budget, effects.idle_s, seed, effects.direct_io, proven
+    )
+    # A live writer that waits (Retry-After, a stall) still heartbeats (defect 10).
+    with ProgressTicker(
+        effects.log, effects.progress_interval_s, file.rel, transfer.beat, HEARTBEAT_S
+    ) as ticker:
+        ticker.total_bytes = meta.size_bytes
+        result = transfer.run(hash_it, ticker)
+    return Completed(
+        file.rel,
+        result.claim,
+        file.dest,
+        meta.size_bytes,
+        result.sha256,
+        result.received,
+        journal=result.journal,
+    )
+
+
+def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
+    """An origin-declared digest (HF LFS) must match before anything else.
+    Bytes that miss it are the origin's fault (a bad CDN copy: retryable, no
+    marker, #12.5) unless the user pinned another digest: then the pin is
+    what fails, and the executor writes its marker (spec §7)."""
+    digest = done.sha256
+    pin_agrees = file.sha256 is None or file.sha256 == meta.sha256
+    if meta.sha256 is not None and digest != meta.sha256 and pin_agrees:
+        discard(done)
+        raise OriginChecksumMismatch(
+            f"the bytes of {file.rel} do not match the sha256 the origin lists "
+            f"({meta.sha256}); the download was discarded",
+            file=file.rel,
+        )
+    return done
+
+
+def publish_completed(done: Completed) -> os.stat_result:
+    """Publish by rename; raises PartialLost when another writer adopted it.
+    Returns the published inode's fstat (what a stamp may vouch for)."""
+    st = publish(done.claim, done.dest, done.expected_bytes, done.rel)
+    _remove(done.journal)
+    return st
+
+
+def discard(done: Completed) -> None:
+    done.claim.discard()
+    _remove(done.journal)
+
+
+def _remove(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

@@ -1,0 +1,113 @@
+"""What a run left on disk, and caches laid out before one: size records,
+partials and temp files, snapshots of a whole tree."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+RECORD_SUFFIX = ".llmkube-size"
+LOCK_NAME = ".llmkube.lock"
+_TEMP_RE = r".*(\.tmp|\.llmkube-part|\.llmkube-tmp\.[A-Za-z0-9]{6}"
+_DEBRIS_RE = re.compile(_TEMP_RE + ")")
+_DEBRIS_OR_MARKER_RE = re.compile(_TEMP_RE + r"|\.sha256-rejected)")
+
+
+def record_of(dest: Path) -> str | None:
+    """The text of `<dest>.llmkube-size` (bytes as they are: no newline
+    translation), None when absent."""
+    try:
+        return Path(str(dest) + RECORD_SUFFIX).read_bytes().decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return None
+
+
+def write_record(dest: Path, size: int | str) -> None:
+    Path(str(dest) + RECORD_SUFFIX).write_text(str(size))
+
+
+def make_old(path: Path, age_s: float) -> None:
+    when = time.time() - age_s
+    os.utime(path, (when, when))
+
+
+def seed(path: Path, data: bytes, *, record: int | str | None = None, age_s: float = 0) -> Path:
+    """Put a file in place (parents created), with a size record when
+    `record` is given; `age_s` back-dates it, e.g. a file an earlier (dead)
+    writer left, which no liveness rule may mistake for a transfer in progress."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if record is not None:
+        write_record(path, record)
+    if age_s:
+        make_old(path, age_s)
+    return path
+
+
+def shell_partial(dest: Path, size: int | None, etag: str | None) -> Path:
+    """The shell scripts' resumable partial `<dest>.<key>.tmp`, key = first 12
+    hex of sha256(`CL<content-length>ET<etag>`) (spec §4.2)."""
+    validator = f"CL{'' if size is None else size}ET{etag or ''}"
+    key = hashlib.sha256(validator.encode()).hexdigest()[:12]
+    return Path(f"{dest}.{key}.tmp")
+
+
+def partials(dest: Path) -> dict[str, int]:
+    """Every leftover next to `dest` that belongs to it (partials, temps),
+    name -> size; the published file and its size record excluded."""
+    base = dest.name
+    return {
+        entry.name: entry.stat().st_size
+        for entry in dest.parent.iterdir()
+        if entry.name.startswith(base + ".") and entry.name != base + RECORD_SUFFIX
+    }
+
+
+def names(root: Path) -> list[str]:
+    """Every path under `root`, relative, sorted."""
+    if not root.exists():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every regular file under `root` (relative path -> bytes)."""
+    if not root.exists():
+        return {}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def cached_files(root: Path) -> set[str]:
+    """Regular files under `root` (relative), the lock file excluded."""
+    return {rel for rel in tree(root) if Path(rel).name != LOCK_NAME}
+
+
+def debris(root: Path, *, markers: bool = False) -> list[str]:
+    """Partials and temp files of any kind under `root` (relative paths);
+    with `markers`, `.sha256-rejected` markers too."""
+    pattern = _DEBRIS_OR_MARKER_RE if markers else _DEBRIS_RE
+    return [rel for rel in names(root) if pattern.fullmatch(Path(rel).name)]
+
+
+def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
+    """Every path under `root` with its mode, size, mtime and content hash,
+    and `root` itself (mode, mtime): a run that writes nothing leaves it
+    identical."""
+    result: dict[str, tuple[Any, ...]] = {}
+    if not root.exists():
+        return result
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        digest = ""
+        if path.is_file() and not path.is_symlink():
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        result[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
+    st = root.lstat()
+    result["."] = (st.st_mode, st.st_mtime_ns)
+    return result

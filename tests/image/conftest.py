@@ -1,0 +1,47 @@
+"""Fixtures of the image tests (marker `image`: `make image-test` builds the
+image and runs them; the plain suite deselects them). See image_support."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.origin import Origin
+from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref, missing_tools
+
+
+@pytest.fixture(scope="session")
+def image() -> ImageConfig:
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"the image tests need {', '.join(missing)} (apt-get install buildah)")
+    if os.geteuid() != 0:
+        pytest.skip("buildah run with chroot isolation needs root")
+    ref = image_ref()
+    try:
+        return ImageConfig.inspect(ref)
+    except RuntimeError as exc:
+        pytest.fail(f"image {ref} is not built: run `make image` (make image-test does)\n{exc}")
+
+
+@pytest.fixture(scope="session")
+def container(image: ImageConfig) -> Iterator[Container]:
+    made = Container(image)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def pod(container: Container, tmp_path: Path) -> ImagePod:
+    return ImagePod(container, tmp_path)
+
+
+@pytest.fixture
+def origin() -> Iterator[Origin]:
+    with Origin() as srv:
+        yield srv

@@ -1,0 +1,270 @@
+"""The torture suite (issue #10): the real CLI against loopback origins,
+killed, frozen, raced and lied to, with the promise checked after every
+round: the final cache is byte-identical to the origin, its records and
+stamps are true, no rejection marker names the right digest, and the bytes
+served stay bounded. Every run has a deadline and must end with a reason.
+
+Every test under tests/torture/ is marked `torture` here (files added later
+join by being in this directory). `make torture-quick` (inside `make
+test`) runs the quick scale; `make torture` sets LLMKUBE_TORTURE=full for
+the full iteration counts. Figures of a run are printed at its end and
+written to $LLMKUBE_TORTURE_STATS (docs/reliability.md holds the last full
+run's).
+
+Shared fixtures: `scale`, `stats`, `shims` (LD_PRELOAD objects compiled
+here with gcc: a no-op flock standing in for NFS with node-local locks, and
+a clock offset standing in for a node whose clock is fast), `origin`,
+`raw_origin` (tests/torture/rawhttp.py), `two_nodes` (two bindfs mounts of
+one directory), and the `cli` runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.origin import Origin
+from tests.harness.schema import validate_termination
+
+ROOT = Path(__file__).resolve().parents[2]
+FULL = os.environ.get("LLMKUBE_TORTURE", "quick") == "full"
+
+_FLOCK_SHIM = r"""
+#include <sys/file.h>
+/* NFS with node-local locks, a broken driver: flock "succeeds" for all. */
+int flock(int fd, int operation) { (void)fd; (void)operation; return 0; }
+"""
+
+_CLOCK_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+/* A node whose clock is off by LLMKUBE_TEST_CLOCK_SKEW_S seconds. The
+   kernel still stamps file times with its own clock, as another node's
+   would be on shared storage. */
+static long skew(void) {
+    const char *s = getenv("LLMKUBE_TEST_CLOCK_SKEW_S");
+    return s ? atol(s) : 0;
+}
+int clock_gettime(clockid_t id, struct timespec *tp) {
+    static int (*real)(clockid_t, struct timespec *) = 0;
+    if (!real) real = dlsym(RTLD_NEXT, "clock_gettime");
+    int r = real(id, tp);
+    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) tp->tv_sec += skew();
+    return r;
+}
+int gettimeofday(struct timeval *tv, void *tz) {
+    static int (*real)(struct timeval *, void *) = 0;
+    if (!real) real = dlsym(RTLD_NEXT, "gettimeofday");
+    int r = real(tv, tz);
+    if (r == 0 && tv) tv->tv_sec += skew();
+    return r;
+}
+time_t time(time_t *t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (t) *t = ts.tv_sec;
+    return ts.tv_sec;
+}
+"""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.torture)
+
+
+@dataclass
+class Scale:
+    full: bool
+
+    def n(self, quick: int, full: int) -> int:
+        return full if self.full else quick
+
+
+@pytest.fixture(scope="session")
+def scale() -> Scale:
+    return Scale(FULL)
+
+
+@dataclass
+class Stats:
+    """Figures of the run, summed over the torture tests."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **amounts: int) -> None:
+        with self.lock:
+            for key, value in amounts.items():
+                self.counts[key] = self.counts.get(key, 0) + value
+
+
+_STATS = Stats()
+
+
+@pytest.fixture(scope="session")
+def stats() -> Stats:
+    return _STATS
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _STATS.counts:
+        return
+    doc = {"scale": "full" if FULL else "quick", **dict(sorted(_STATS.counts.items()))}
+    terminalreporter.write_line("torture figures: " + json.dumps(doc))
+    target = os.environ.get("LLMKUBE_TORTURE_STATS")
+    if target:
+        Path(target).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+@dataclass(frozen=True)
+class Shims:
+    noop_flock: str
+    clock_skew: str
+
+
+@pytest.fixture(scope="session")
+def shims() -> Iterator[Shims]:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc not installed (LD_PRELOAD shims for flock and the clock)")
+    with tempfile.TemporaryDirectory(prefix="llmkube-shims-") as tmp:
+        built = {}
+        for name, source in (("noflock", _FLOCK_SHIM), ("clockskew", _CLOCK_SHIM)):
+            c_file = Path(tmp) / f"{name}.c"
+            c_file.write_text(source)
+            so = Path(tmp) / f"{name}.so"
+            subprocess.run(
+                [gcc, "-shared", "-fPIC", "-O2", "-o", str(so), str(c_file), "-ldl"],
+                check=True,
+                capture_output=True,
+            )
+            built[name] = str(so)
+        yield Shims(built["noflock"], built["clockskew"])
+
+
+@pytest.fixture
+def origin() -> Iterator[Origin]:
+    with Origin() as srv:
+        yield srv
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stderr: str
+    term: dict[str, Any] | None
+
+    def __str__(self) -> str:
+        return f"rc={self.returncode} term={self.term}\n{self.stderr[-3000:]}"
+
+
+class Cli:
+    """`python -m llmkube_stager stage` as a pod runs it, with a minimal
+    environment, a deadline on every run, and its termination message."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.count = 0
+        home = tmp / "home"
+        home.mkdir(exist_ok=True)
+        self.base = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "LLMKUBE_CA_DIR": str(tmp / "no-certs"),
+            "LLMKUBE_CONNECT_TIMEOUT": "2",
+            "LLMKUBE_STALL_TIMEOUT": "3",
+            "LLMKUBE_RETRIES": "3",
+            "LLMKUBE_MAX_RETRY_WAIT": "1",
+        }
+
+    def _env(self, env: dict[str, str]) -> tuple[dict[str, str], Path]:
+        self.count += 1
+        term = self.tmp / f"term-{self.count}"
+        return {**self.base, **env, "LLMKUBE_TERMINATION_LOG": str(term)}, term
+
+    def start(self, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+        full, term = self._env(env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmkube_stager", "stage"],
+            env=full,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return proc, term
+
+    @staticmethod
+    def finish(proc: subprocess.Popen[str], term: Path, deadline_s: float = 120) -> Ran:
+        try:
+            _, err = proc.communicate(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"a stage run hung past {deadline_s}s:\n{err[-3000:]}") from None
+        raw = term.read_bytes() if term.exists() else b""
+        doc = validate_termination(raw) if raw else None
+        return Ran(proc.returncode, err, doc)
+
+    def run(self, env: dict[str, str], deadline_s: float = 120) -> Ran:
+        proc, term = self.start(env)
+        return self.finish(proc, term, deadline_s)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+@dataclass(frozen=True)
+class Nodes:
+    backing: Path
+    node1: Path
+    node2: Path
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[Nodes]:
+    """Two bindfs mounts of one directory: flock excludes within a mount,
+    not across them (two nodes of one FUSE volume)."""
+    from tests.fuse.fuse_support import mount_bindfs, unmount
+
+    missing = None
+    if shutil.which("bindfs") is None:
+        missing = "bindfs not installed"
+    elif not os.path.exists("/dev/fuse"):
+        missing = "no /dev/fuse"
+    elif os.geteuid() != 0:
+        missing = "needs root for mount"
+    if missing:
+        pytest.skip(missing)
+    backing = tmp_path / "shared"
+    backing.mkdir()
+    node1, node2 = tmp_path / "node1", tmp_path / "node2"
+    mount_bindfs(backing, node1)
+    try:
+        mount_bindfs(backing, node2)
+        try:
+            yield Nodes(backing, node1, node2)
+        finally:
+            unmount(node2)
+    finally:
+        unmount(node1)
