@@ -123,8 +123,13 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
             _refuse_half_published(prepared)
         if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
             # Before the first probe or mkdir: a missing library is a
-            # configuration error with nothing on disk (#13.1).
+            # configuration error with nothing on disk (#13.1), and so is
+            # what a source can only check by reading a file (an S3 profile,
+            # a token file, the CA bundle: #11.12).
             check_libraries(prepared.source)
+            preflight = getattr(prepared.source, "preflight", None)
+            if preflight is not None:
+                preflight()
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = _revalidate(config, prepared, session)
@@ -133,10 +138,6 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3).
             results = _executor(session, prepared).run(prepared.plan)
         else:
-            if any(action.transfers for action in prepared.plan.actions):
-                # Opening the fetcher checks what only it can (an S3 profile,
-                # the CA bundle) before the model directory and lock exist.
-                session.fetcher(prepared.source)
             results = _write(config, effects, prepared, session)
     finally:
         session.close()

@@ -36,6 +36,7 @@ from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 if TYPE_CHECKING:
     from llmkube_stager.logs import Log
     from llmkube_stager.sources.http import HttpFetcher
+    from llmkube_stager.sources.s3_client import S3Clients
 
 # Each URL is presigned just before its request: minutes are plenty, and a
 # leaked URL (it is never logged) is useless soon.
@@ -197,6 +198,20 @@ class S3Source:
         self._config = config
         self.ref = parse_s3_ref(config)
         self.settings = s3_settings(config)
+        self._clients: S3Clients | None = None
+
+    def preflight(self) -> None:
+        """What needs a file read (the profile, token files, the CA bundle),
+        checked before the model directory exists; stage calls it only when
+        the origin will be asked, never on a warm start."""
+        self._open_clients()
+
+    def _open_clients(self) -> S3Clients:
+        from llmkube_stager.sources.s3_client import S3Clients
+
+        if self._clients is None:
+            self._clients = S3Clients(self._config, self.settings, self.ref.bucket)
+        return self._clients
 
     def manifest(self) -> Manifest:
         config, ref = self._config, self.ref
@@ -208,7 +223,8 @@ class S3Source:
         )
 
     def fetcher(self) -> S3Fetcher:
-        return S3Fetcher(self._config, self.ref, self.settings)
+        clients, self._clients = self._open_clients(), None  # the fetcher closes them
+        return S3Fetcher(self._config, self.ref, self.settings, clients=clients)
 
 
 class S3Fetcher:
@@ -221,6 +237,7 @@ class S3Fetcher:
         settings: S3Settings,
         *,
         presign_expiry_s: int = PRESIGN_EXPIRY_S,
+        clients: S3Clients | None = None,
     ) -> None:
         from llmkube_stager.sources.http import HttpFetcher
         from llmkube_stager.sources.s3_client import S3Clients
@@ -229,9 +246,7 @@ class S3Fetcher:
         self._ref = ref
         self._expiry_s = presign_expiry_s
         self._log: Log | None = None
-        # Opening checks the profile and the CA bundle: still before any I/O
-        # on the cache (stage opens the fetcher before the model directory).
-        self._clients = S3Clients(config, settings, ref.bucket)
+        self._clients = clients or S3Clients(config, settings, ref.bucket)
         self._http: HttpFetcher = HttpFetcher(config)
 
     def bind_log(self, log: Log) -> None:

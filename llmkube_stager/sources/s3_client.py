@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class S3Clients:
     def __init__(self, config: Config, settings: S3Settings, bucket: str) -> None:
         from llmkube_stager.sources.s3_session import botocore_env, make_session
-        from llmkube_stager.sources.tls import write_ca_bundle
+        from llmkube_stager.sources.tls import check_ca_bundle
 
         self._config = config
         self._settings = settings
@@ -54,7 +54,8 @@ class S3Clients:
             profile_choice = settings.addressing
         self._style = addressing_style(profile_choice, settings.endpoint_url, bucket)
         self.region = settings.region or profile.get("region") or DEFAULT_REGION
-        self._ca_bundle = write_ca_bundle(config.ca_dir)
+        check_ca_bundle(config.ca_dir)
+        self._ca_bundle: str | None = None  # written with the first client
         self._signed: bool | None = None
         self._clients: dict[str, Any] = {}
         # Parallel range workers presign at once; one client per region.
@@ -130,6 +131,10 @@ class S3Clients:
         from botocore import UNSIGNED
         from botocore.config import Config as BotoConfig
 
+        from llmkube_stager.sources.tls import write_ca_bundle
+
+        if self._ca_bundle is None:
+            self._ca_bundle = write_ca_bundle(self._config.ca_dir)
         endpoint = self._settings.endpoint_url
         options: dict[str, Any] = {
             **_proxy_options(self._config, endpoint, region),

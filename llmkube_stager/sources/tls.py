@@ -59,6 +59,20 @@ _SYSTEM_BUNDLES = (
 )
 
 
+def check_ca_bundle(ca_dir: str) -> None:
+    """A bundle file (write_ca_bundle) will be possible: with certificates
+    in LLMKUBE_CA_DIR, some temporary directory must be writable. Checked
+    before anything is written, writing nothing that stays."""
+    if not ca_files(ca_dir):
+        return
+    import tempfile
+
+    try:
+        tempfile.gettempdir()  # tries each candidate with a throw-away file
+    except OSError as exc:
+        raise _no_tmp(exc) from None
+
+
 def write_ca_bundle(ca_dir: str) -> str | None:
     """A PEM file holding the system roots plus LLMKUBE_CA_DIR, for clients
     that take a path (botocore); the caller removes it. None when there are
@@ -76,14 +90,18 @@ def write_ca_bundle(ca_dir: str) -> str | None:
     try:
         fd, path = tempfile.mkstemp(prefix="llmkube-ca-", suffix=".crt")
     except OSError as exc:
-        raise ConfigError(
-            f"LLMKUBE_CA_DIR holds certificates, and botocore needs them in one file, but no "
-            f"temporary directory is writable ({exc.strerror}): mount an emptyDir at /tmp "
-            "or set TMPDIR"
-        ) from None
+        raise _no_tmp(exc) from None
     with os.fdopen(fd, "wb") as handle:
         handle.write(b"\n".join(parts))
     return path
+
+
+def _no_tmp(exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"LLMKUBE_CA_DIR holds certificates, and botocore needs them in one file, but no "
+        f"temporary directory is writable ({exc.strerror}): mount an emptyDir at /tmp "
+        "or set TMPDIR"
+    )
 
 
 def _read(path: str) -> bytes:

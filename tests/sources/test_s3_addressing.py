@@ -66,7 +66,6 @@ def presigned_url(pod, source: str, **env: str) -> str:
 @pytest.mark.parametrize(
     ("env", "prefix"),
     [
-        ({"AWS_REGION": "eu-west-1"}, "https://models.s3.eu-west-1.amazonaws.com/m/x.gguf?"),
         (
             {"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "https://s3.eu-west-1.amazonaws.com"},
             "https://models.s3.eu-west-1.amazonaws.com/m/x.gguf?",
@@ -96,6 +95,18 @@ def test_presigned_urls_use_the_chosen_addressing(pod, env, prefix) -> None:
     url = presigned_url(pod, "s3://models/m/x.gguf", **env)
 
     assert url.startswith(prefix), url
+
+
+def test_aws_without_an_endpoint_is_virtual_host_style_signed_for_the_region(pod) -> None:
+    """botocore >= 1.34 names the regional host, older ones the global one
+    (`models.s3.amazonaws.com`), which S3 also serves; either way the bucket
+    is in the host and the signature is for the bucket's region."""
+    url = presigned_url(pod, "s3://models/m/x.gguf", AWS_REGION="eu-west-1")
+
+    host = url.split("/")[2]
+    assert host in ("models.s3.eu-west-1.amazonaws.com", "models.s3.amazonaws.com"), url
+    assert url.split("?")[0].endswith("amazonaws.com/m/x.gguf"), url
+    assert "%2Feu-west-1%2Fs3%2Faws4_request" in url
 
 
 def test_the_profile_addressing_style_is_honoured(pod, tmp_path) -> None:
