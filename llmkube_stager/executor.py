@@ -95,6 +95,11 @@ class Session:
         if self._fetcher is None:
             self._source = source
             self._fetcher = source.fetcher()
+            # A fetcher that reports on its own (S3: where its credentials
+            # came from, a re-signed URL) takes the run's log.
+            bind_log = getattr(self._fetcher, "bind_log", None)
+            if bind_log is not None:
+                bind_log(self.log)
             if self.commit is not None and isinstance(self._fetcher, Revisioned):
                 self._fetcher.resolve_at(self.commit)
         return self._fetcher

@@ -123,8 +123,13 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
             _refuse_half_published(prepared)
         if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
             # Before the first probe or mkdir: a missing library is a
-            # configuration error with nothing on disk (#13.1).
+            # configuration error with nothing on disk (#13.1), and so is
+            # what a source can only check by reading a file (an S3 profile,
+            # a token file, the CA bundle: #11.12).
             check_libraries(prepared.source)
+            preflight = getattr(prepared.source, "preflight", None)
+            if preflight is not None:
+                preflight()
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = _revalidate(config, prepared, session)

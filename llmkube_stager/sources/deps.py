@@ -14,10 +14,12 @@ the source tests against exactly these releases):
 - huggingface_hub 1.0.0: `set_client_factory` (httpx migration, PR #3328,
   first in 1.0.0.rc0) and `close_session` (PR #3357, first in 1.0.0.rc1).
   0.x speaks `requests` and has neither.
-- botocore 1.32.0 / boto3 1.29.0: service-specific endpoints from the
-  environment (`AWS_ENDPOINT_URL_<SERVICE>`, botocore 1.31.0) and EKS Pod
-  Identity container credentials (`AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`,
-  botocore 1.32.0); everything else s3.py calls is older.
+- botocore 1.32.0 / boto3 1.29.0: EKS Pod Identity container credentials
+  (`AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`, botocore 1.32.0) and
+  `Config(ignore_configured_endpoint_urls=...)` (botocore 1.31.0: the S3
+  source passes its endpoints itself, s3_session.py); the credential
+  providers and config chains built from an explicit environment, and
+  everything else the S3 modules call, are older.
 """
 
 from __future__ import annotations

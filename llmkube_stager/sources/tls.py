@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import ssl
 
+from llmkube_stager.errors import ConfigError
+
 _CERT_SUFFIXES = (".crt", ".pem", ".cer")
 
 
@@ -57,21 +59,49 @@ _SYSTEM_BUNDLES = (
 )
 
 
-def ca_bundle_file(ca_dir: str, scratch_dir: str) -> str | None:
+def check_ca_bundle(ca_dir: str) -> None:
+    """A bundle file (write_ca_bundle) will be possible: with certificates
+    in LLMKUBE_CA_DIR, some temporary directory must be writable. Checked
+    before anything is written, writing nothing that stays."""
+    if not ca_files(ca_dir):
+        return
+    import tempfile
+
+    try:
+        tempfile.gettempdir()  # tries each candidate with a throw-away file
+    except OSError as exc:
+        raise _no_tmp(exc) from None
+
+
+def write_ca_bundle(ca_dir: str) -> str | None:
     """A PEM file holding the system roots plus LLMKUBE_CA_DIR, for clients
-    that take a path (botocore). None when there are no extra certificates:
-    the client's defaults apply. Falls back to the custom certificates alone
-    when no system bundle exists (spec §3.6)."""
+    that take a path (botocore); the caller removes it. None when there are
+    no extra certificates: the client's defaults apply, and nothing is
+    written (a read-only root filesystem has no /tmp: #13.3). Falls back to
+    the custom certificates alone when no system bundle exists (spec §3.6)."""
     extra = ca_files(ca_dir)
     if not extra:
         return None
     candidates = (ssl.get_default_verify_paths().cafile, *_SYSTEM_BUNDLES)
     system = next((p for p in candidates if p and os.path.isfile(p)), None)
     parts = ([_read(system)] if system else []) + [_read(p) for p in extra]
-    path = os.path.join(scratch_dir, "llmkube-ca-bundle.crt")
-    with open(path, "wb") as handle:
+    import tempfile
+
+    try:
+        fd, path = tempfile.mkstemp(prefix="llmkube-ca-", suffix=".crt")
+    except OSError as exc:
+        raise _no_tmp(exc) from None
+    with os.fdopen(fd, "wb") as handle:
         handle.write(b"\n".join(parts))
     return path
+
+
+def _no_tmp(exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"LLMKUBE_CA_DIR holds certificates, and botocore needs them in one file, but no "
+        f"temporary directory is writable ({exc.strerror}): mount an emptyDir at /tmp "
+        "or set TMPDIR"
+    )
 
 
 def _read(path: str) -> bytes:

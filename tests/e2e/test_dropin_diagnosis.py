@@ -21,7 +21,7 @@ from llmkube_stager.commands.diagnose import condition_for
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, Run
-from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Server
+from tests.harness.seaweed import READER, SeaweedS3
 
 pytestmark = pytest.mark.e2e
 
@@ -48,18 +48,13 @@ class Failure:
         return controller_message(None, self.run.stderr)
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
-
-
-def _s3_env(s3: S3Server) -> dict[str, str]:
+def _s3_env(s3: SeaweedS3) -> dict[str, str]:
     return {
         "AWS_ENDPOINT_URL": s3.endpoint_url,
         "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": DUMMY_KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET,
+        "AWS_ACCESS_KEY_ID": READER[0],
+        "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_EC2_METADATA_DISABLED": "true",
     }
 
 
@@ -126,10 +121,9 @@ def _tls(pod: Pod, origin: Origin, tmp: Path) -> Run:
         return pod.run("stage", env={"LLMKUBE_CA_DIR": str(tmp / "no-certs")})
 
 
-def _s3_missing(what: str) -> Callable[[Pod, Origin, Path, S3Server], Run]:
-    def make(pod: Pod, origin: Origin, tmp: Path, s3: S3Server) -> Run:
-        bucket = f"dropin-{what}-{os.getpid()}"
-        s3.client().create_bucket(Bucket=bucket)
+def _s3_missing(what: str) -> Callable[[Pod, Origin, Path, SeaweedS3], Run]:
+    def make(pod: Pod, origin: Origin, tmp: Path, s3: SeaweedS3) -> Run:
+        bucket = s3.create_bucket(f"dropin-{what}-{os.getpid()}")
         target = f"{bucket}/no-such.gguf" if what == "key" else "no-such-bucket-dropin/m.gguf"
         pod.single(f"s3://{target}")
         return pod.run("stage", env=_s3_env(s3))
@@ -193,16 +187,12 @@ def test_upstream_matcher_classifies_the_agents_failure(
     _check(Failure(make(pod, origin, tmp_path)), expected)
 
 
-# The S3 adapter (sources/s3.py, reworked in parallel) must put what S3 said
-# into the error it raises: SourceError(..., wire=Wire(http_status=<status>,
-# s3_code=<Error.Code when not numeric>)). Until then the HEAD of a missing
-# key fails with no words the matcher knows.
-@pytest.mark.xfail(
-    strict=True, reason="sources/s3.py does not yet pass wire=Wire(http_status, s3_code)"
-)
+# The S3 adapter puts what S3 said into the error it raises
+# (sources/s3_errors.py: Wire(http_status, s3_code)); a HEAD answer has no
+# body, so the status is what the matcher reads.
 @pytest.mark.parametrize("what", ["key", "bucket"])
 def test_upstream_matcher_classifies_a_missing_s3_object(
-    pod: Pod, origin: Origin, tmp_path: Path, s3: S3Server, what: str
+    pod: Pod, origin: Origin, tmp_path: Path, s3: SeaweedS3, what: str
 ) -> None:
     _check(Failure(_s3_missing(what)(pod, origin, tmp_path, s3)), "ModelSourceNotFound")
 

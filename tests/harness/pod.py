@@ -319,16 +319,18 @@ class Pod:
         fresh_term: bool = True,
         stdin: str | None = None,
         timeout: float = 60,
+        wrapper: Iterable[str] = (),
         **overrides: str | None,
     ) -> Run:
-        """Run the CLI (default: `stage`) to completion, `stdin` its input.
-        With `fresh_term` the termination file is removed first, so a run that
-        writes nothing cannot pass on a previous run's message."""
+        """Run the CLI (default: `stage`) to completion, `stdin` its input;
+        `wrapper` runs it (e.g. `unshare ...`). With `fresh_term` the
+        termination file is removed first, so a run that writes nothing
+        cannot pass on a previous run's message."""
         if fresh_term:
             self.term_path.unlink(missing_ok=True)
         started = time.monotonic()
         proc = subprocess.run(
-            self._command(args, python_flags),
+            [*wrapper, *self._command(args, python_flags)],
             env=self.environ(env, overrides),
             cwd=ROOT,
             input=stdin,

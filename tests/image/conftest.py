@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.harness.origin import Origin
-from tests.harness.s3server import S3Server
 from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref, missing_tools
 
 
@@ -46,9 +45,3 @@ def pod(container: Container, tmp_path: Path) -> ImagePod:
 def origin() -> Iterator[Origin]:
     with Origin() as srv:
         yield srv
-
-
-@pytest.fixture(scope="session")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server

@@ -38,7 +38,7 @@ FORBIDDEN_MODULES = (
     "trustme",
     "tests",
 )
-FORBIDDEN_TOOLS = ("pip", "pip3", "gcc", "cc", "c++", "ld", "make", "as")
+FORBIDDEN_TOOLS = ("pip", "pip3", "gcc", "cc", "c++", "ld", "make", "as", "weed")
 FORBIDDEN_PATHS = ("/src", "/wheels", "/approot", "/opt/build", "/root/.cache", "/tmp/pip")
 
 

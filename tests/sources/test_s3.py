@@ -1,64 +1,39 @@
-"""s3:// sources against moto's real S3 server on loopback: SigV4, Range,
-If-Match and the error codes are moto's, not ours (spec §3.3, CONTRACT §3,
-§5). The server's request log shows what went over the wire.
+"""s3:// sources against SeaweedFS on loopback: SigV4 (presigned URLs
+included), Range, If-Match and the error codes are a real S3 server's, not
+ours (spec §3.3, CONTRACT §3, §5). The front's request log shows what went
+over the wire.
 """
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, quote
-
 import pytest
 
-from llmkube_stager.config import load_config
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
-from llmkube_stager.sources.s3 import S3Fetcher, S3Source
+from sources.s3_support import KIB, fetcher_for, s3_env
 from tests.harness.canary import canary, leaks
 from tests.harness.disk import debris, record_of, seed, shell_partial, tree
 from tests.harness.origin import closed_port_url
-from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Request
 from tests.harness.sample import payload
-
-KIB = 1024
-KEY_ID = "AKIA" + canary("", 16).upper()
-SECRET = canary("s3secret", 32)
-SESSION_TOKEN = canary("s3session", 64)
-
-
-def s3_env(s3, **extra: str) -> dict[str, str]:
-    return {
-        "AWS_ENDPOINT_URL": s3.endpoint_url,
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": DUMMY_KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET,
-        **extra,
-    }
-
-
-def put(s3, bucket: str, key: str, data: bytes) -> str:
-    s3.client().put_object(Bucket=bucket, Key=key, Body=data)
-    etag: str = s3.client().head_object(Bucket=bucket, Key=key)["ETag"]
-    return etag
-
-
-def object_requests(s3, bucket: str, method: str | None = None) -> list[S3Request]:
-    return [r for r in s3.requests(method) if r.path.startswith(f"/{bucket}/")]
-
+from tests.harness.seaweed import READER, S3Request
+from tests.harness.sts import ROLE_ARN
 
 # -- happy paths ------------------------------------------------------------------------------
 
 
-def test_single_file_cli_with_session_token(pod, s3, bucket) -> None:
+def test_single_file_cli_with_temporary_credentials(pod, s3, bucket, oidc_issuer) -> None:
+    """Temporary credentials (key, secret, session token) that SeaweedFS's
+    STS issued: the server checks all three on the HEAD and the presigned GET."""
     data = payload(192 * KIB)
-    etag = put(s3, bucket, "models/llama.gguf", data)
-    s3.clear_log()
+    etag = s3.put(bucket, "models/llama.gguf", data)
+    creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
     env = pod.single_env(
         f"s3://{bucket}/models/llama.gguf",
         **s3_env(
             s3,
-            AWS_ACCESS_KEY_ID=KEY_ID,
-            AWS_SECRET_ACCESS_KEY=SECRET,
-            AWS_SESSION_TOKEN=SESSION_TOKEN,
+            AWS_ACCESS_KEY_ID=creds.access_key_id,
+            AWS_SECRET_ACCESS_KEY=creds.secret_access_key,
+            AWS_SESSION_TOKEN=creds.session_token,
         ),
     )
 
@@ -68,21 +43,21 @@ def test_single_file_cli_with_session_token(pod, s3, bucket) -> None:
     assert pod.dest().read_bytes() == data
     assert record_of(pod.dest()) == str(len(data))
     assert "Downloading model from S3..." in run.stderr
-    head, get = object_requests(s3, bucket)
+    head, get = s3.object_requests(bucket)
     # The control path: a SigV4 HEAD carrying the session token.
     assert (head.method, head.path, head.status) == ("HEAD", f"/{bucket}/models/llama.gguf", 200)
-    assert f"Credential={KEY_ID}/" in head.headers["authorization"]
-    assert head.headers["x-amz-security-token"] == SESSION_TOKEN
+    assert f"Credential={creds.access_key_id}/" in head.headers["authorization"]
+    assert head.headers["x-amz-security-token"] == creds.session_token
     # The data path: a presigned GET (token in the query) pinned with If-Match.
-    query = parse_qs(get.query)
+    query = get.params
     assert (get.method, get.status) == ("GET", 200)
-    assert query["X-Amz-Security-Token"] == [SESSION_TOKEN]
-    assert query["X-Amz-Credential"][0].startswith(f"{KEY_ID}/")
+    assert query["X-Amz-Security-Token"] == [creds.session_token]
+    assert query["X-Amz-Credential"][0].startswith(f"{creds.access_key_id}/")
     assert get.headers["if-match"] == etag
     assert "authorization" not in get.headers
     written = [d.decode("latin-1") for d in tree(pod.cache_dir).values()]
-    for secret in (SECRET, SESSION_TOKEN, KEY_ID):
-        assert leaks(secret, run.outputs, *written) == [], secret
+    for secret in (creds.secret_access_key, creds.session_token):
+        assert leaks(secret, run.outputs, *written) == [], "a secret leaked"
     assert query["X-Amz-Signature"][0] not in run.outputs
 
 
@@ -94,26 +69,25 @@ def test_multi_file_prefix_with_spaces_and_unicode(pod, s3, bucket) -> None:
         "config.json": b'{"a": 1}',
     }
     for rel, data in files.items():
-        put(s3, bucket, f"{prefix}/{rel}", data)
-    put(s3, bucket, f"{prefix}/not-listed.bin", b"x")
-    s3.clear_log()
-    source = f"s3://{bucket}/{quote(prefix)}"
+        s3.put(bucket, f"{prefix}/{rel}", data)
+    s3.put(bucket, f"{prefix}/not-listed.bin", b"x")
 
-    run = pod.stage(pod.multi_env(source, files, **s3_env(s3))).ok()
+    # The source is a path, taken literally like the AWS CLI does (#11.11).
+    run = pod.stage(pod.multi_env(f"s3://{bucket}/{prefix}", files, **s3_env(s3))).ok()
 
     assert run.count(Decision.FETCH) == 3
     for rel, data in files.items():
         assert pod.dest(rel).read_bytes() == data, rel
         assert record_of(pod.dest(rel)) == str(len(data))
     assert not pod.dest("not-listed.bin").exists()
-    gets = {r.path for r in object_requests(s3, bucket, "GET")}
+    gets = {r.path for r in s3.object_requests(bucket, "GET")}
     assert gets == {f"/{bucket}/{prefix}/{rel}" for rel in files}
 
 
 def test_single_file_key_with_spaces_and_unicode(pod, s3, bucket) -> None:
     key = "dir with space/modèle ü.gguf"
     data = payload(40 * KIB)
-    put(s3, bucket, key, data)
+    s3.put(bucket, key, data)
 
     pod.stage(pod.single_env(f"s3://{bucket}/{key}", **s3_env(s3))).ok()
 
@@ -123,7 +97,7 @@ def test_single_file_key_with_spaces_and_unicode(pod, s3, bucket) -> None:
 @pytest.mark.parametrize("key", ["a+b/c#d?e.gguf", "100%/x=y&z.gguf"])
 def test_operator_set_s3_key_with_url_special_characters(pod, s3, bucket, key) -> None:
     data = payload(8 * KIB)
-    put(s3, bucket, key, data)
+    s3.put(bucket, key, data)
 
     # The operator sets S3_BUCKET/S3_KEY from parseS3Source, raw (spec §2.1).
     pod.stage(
@@ -131,11 +105,12 @@ def test_operator_set_s3_key_with_url_special_characters(pod, s3, bucket, key) -
     ).ok()
 
     assert pod.dest().read_bytes() == data
+    assert [r.path for r in s3.object_requests(bucket, "GET")] == [f"/{bucket}/{key}"]
 
 
 def test_s3_bucket_and_key_variables_win(pod, s3, bucket) -> None:
     data = payload(8 * KIB)
-    put(s3, bucket, "real/key.gguf", data)
+    s3.put(bucket, "real/key.gguf", data)
 
     env = pod.single_env(
         "s3://other-bucket/other.gguf", S3_BUCKET=bucket, S3_KEY="real/key.gguf", **s3_env(s3)
@@ -150,14 +125,13 @@ def test_s3_bucket_and_key_variables_win(pod, s3, bucket) -> None:
 
 def test_resume_of_a_seeded_partial(pod, s3, bucket) -> None:
     data = payload(256 * KIB)
-    etag = put(s3, bucket, "m.gguf", data)
+    etag = s3.put(bucket, "m.gguf", data)
     partial = seed(shell_partial(pod.dest(), len(data), etag), data[: 100 * KIB], age_s=3600)
-    s3.clear_log()
 
     run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).ok()
 
     assert pod.dest().read_bytes() == data
-    (get,) = object_requests(s3, bucket, "GET")
+    (get,) = s3.object_requests(bucket, "GET")
     assert get.headers["range"] == f"bytes={100 * KIB}-"
     assert get.headers["if-match"] == etag
     assert get.status == 206
@@ -168,47 +142,39 @@ def test_resume_of_a_seeded_partial(pod, s3, bucket) -> None:
 
 def test_complete_partial_is_published_without_a_body(pod, s3, bucket) -> None:
     data = payload(64 * KIB)
-    etag = put(s3, bucket, "m.gguf", data)
+    etag = s3.put(bucket, "m.gguf", data)
     seed(shell_partial(pod.dest(), len(data), etag), data, age_s=3600)
-    s3.clear_log()
 
     run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).ok()
 
     assert pod.dest().read_bytes() == data
-    (get,) = object_requests(s3, bucket, "GET")
+    (get,) = s3.object_requests(bucket, "GET")
     assert get.status == 416
     assert run.outcome is not None and run.outcome.bytes_fetched == 0
 
 
 def test_object_changed_since_the_partial_restarts_cleanly(pod, s3, bucket) -> None:
     old = payload(128 * KIB, 1)
-    old_etag = put(s3, bucket, "m.gguf", old)
+    old_etag = s3.put(bucket, "m.gguf", old)
     partial = seed(shell_partial(pod.dest(), len(old), old_etag), old[: 64 * KIB], age_s=3600)
     new = payload(128 * KIB, 2)  # same size, new content: only the ETag tells
-    assert put(s3, bucket, "m.gguf", new) != old_etag
-    s3.clear_log()
+    assert s3.put(bucket, "m.gguf", new) != old_etag
 
     pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).ok()
 
     assert pod.dest().read_bytes() == new  # never old bytes spliced with new ones
-    (get,) = object_requests(s3, bucket, "GET")
+    (get,) = s3.object_requests(bucket, "GET")
     assert "range" not in get.headers and get.status == 200
     assert not partial.exists() and debris(pod.cache_dir, markers=True) == []
 
 
-def _fetcher_for(pod, s3, bucket: str):
-    config = load_config(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3)), {})
-    source = S3Source(config)
-    return S3Fetcher(config, source.ref), source.manifest().files[0]
-
-
 @pytest.mark.parametrize("offset", [0, 1000], ids=["from-zero", "resume"])
 def test_get_is_pinned_with_if_match(pod, s3, bucket, offset) -> None:
-    put(s3, bucket, "m.gguf", payload(16 * KIB, 1))
-    fetcher, file = _fetcher_for(pod, s3, bucket)
+    s3.put(bucket, "m.gguf", payload(16 * KIB, 1))
+    fetcher, file = fetcher_for(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3)))
     try:
         meta = fetcher.probe(file)
-        put(s3, bucket, "m.gguf", payload(16 * KIB, 2))  # changed after the probe
+        s3.put(bucket, "m.gguf", payload(16 * KIB, 2))  # changed after the probe
 
         with pytest.raises(SourceError) as info:
             fetcher.open(file, meta, offset)
@@ -216,26 +182,24 @@ def test_get_is_pinned_with_if_match(pod, s3, bucket, offset) -> None:
         fetcher.close()
 
     assert info.value.reason is Reason.SOURCE_CHANGED
-    assert object_requests(s3, bucket, "GET")[-1].status == 412
+    assert s3.object_requests(bucket, "GET")[-1].status == 412
 
 
 def test_object_changed_between_probe_and_get_fails_without_publishing(pod, s3, bucket) -> None:
     old, new = payload(64 * KIB, 1), payload(64 * KIB, 2)
-    put(s3, bucket, "m.gguf", old)
+    s3.put(bucket, "m.gguf", old)
     changed: list[bool] = []
 
     def overwrite_before_first_get(request: S3Request) -> None:
         if request.method == "GET" and request.path == f"/{bucket}/m.gguf" and not changed:
             changed.append(True)
-            put(s3, bucket, "m.gguf", new)
+            s3.put(bucket, "m.gguf", new)
 
-    s3.on_request(overwrite_before_first_get)
-    try:
-        run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).failed(
-            "ModelSourceChanged"
-        )
-    finally:
-        s3.on_request(None)
+    s3.front.on_request(overwrite_before_first_get)
+    run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).failed(
+        "ModelSourceChanged"
+    )
+    s3.front.on_request(None)
 
     assert changed
     assert run.error is not None and run.error.retryable
@@ -251,7 +215,6 @@ def test_object_changed_between_probe_and_get_fails_without_publishing(pod, s3, 
 @pytest.mark.parametrize("missing", ["key", "bucket"])
 def test_missing_key_or_bucket_is_not_found(pod, s3, bucket, missing) -> None:
     target = f"{bucket}/no-such.gguf" if missing == "key" else "no-such-bucket-x1/m.gguf"
-    s3.clear_log()
 
     run = pod.stage(pod.single_env(f"s3://{target}", **s3_env(s3))).failed("ModelSourceNotFound")
 
@@ -261,64 +224,61 @@ def test_missing_key_or_bucket_is_not_found(pod, s3, bucket, missing) -> None:
 
 
 def test_invalid_bucket_name_is_a_configuration_error(pod, s3) -> None:
-    s3.clear_log()
-
-    env = pod.single_env("s3://Not_A_Bucket!/m.gguf", **s3_env(s3))
-
-    run = pod.stage(env).failed("InvalidConfiguration", exit_code=2)
+    run = pod.stage(pod.single_env("s3://Not_A_Bucket!/m.gguf", **s3_env(s3))).failed(
+        "InvalidConfiguration"
+    )
 
     assert run.sleeps == []
+    assert s3.requests() == []
     assert not run.error.retryable
 
 
 def test_bad_secret_key_is_unauthorized_cli(pod, s3, bucket) -> None:
-    put(s3, bucket, "m.gguf", payload(4 * KIB))
-    key_id, _secret = s3.create_user(f"stager-{bucket}")
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
     wrong = canary("wrongsecret", 32)
-    env = pod.single_env(
-        f"s3://{bucket}/m.gguf",
-        **s3_env(s3, AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=wrong),
-    )
+    env = pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3, AWS_SECRET_ACCESS_KEY=wrong))
 
-    with s3.enable_auth():
-        run = pod.run(env=env)
+    run = pod.run(env=env)
 
     run.failed("ModelSourceUnauthorized", retryable=False)
+    assert [(r.method, r.status) for r in s3.requests()] == [("HEAD", 403)]
     assert leaks(wrong, run.outputs) == []
     assert not pod.dest().exists()
 
 
 def test_unknown_access_key_is_unauthorized(pod, s3, bucket) -> None:
-    put(s3, bucket, "m.gguf", payload(4 * KIB))
-    s3.create_user(f"stager-{bucket}")
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
+    env = pod.single_env(
+        f"s3://{bucket}/m.gguf", **s3_env(s3, AWS_ACCESS_KEY_ID="AKIANOSUCHKEY0000001")
+    )
 
-    with s3.enable_auth():
-        run = pod.stage(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3))).failed(
-            "ModelSourceUnauthorized"
-        )
+    run = pod.stage(env).failed("ModelSourceUnauthorized")
 
     assert run.sleeps == []
+    assert [(r.method, r.status) for r in s3.requests()] == [("HEAD", 403)]
 
 
-def test_right_credentials_pass_moto_signature_checks(pod, s3, bucket) -> None:
-    """Control for the two tests above: moto's IAM mode accepts our SigV4 HEAD
-    (moto cannot check presigned GETs in that mode, so only the probe runs)."""
-    put(s3, bucket, "m.gguf", payload(4 * KIB))
-    key_id, secret = s3.create_user(f"stager-ok-{bucket}")
-    config = load_config(
-        pod.single_env(
-            f"s3://{bucket}/m.gguf",
-            **s3_env(s3, AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret),
-        ),
-        {},
-    )
-    fetcher = S3Fetcher(config, S3Source(config).ref)
+def test_a_tampered_presigned_url_is_refused_by_the_server(pod, s3, bucket) -> None:
+    """Control: SeaweedFS checks presigned signatures (moto could not), so the
+    GET tests above prove our presigning, not a server that accepts anything."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
+    fetcher, _ = fetcher_for(pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3)))
     try:
-        with s3.enable_auth():
-            meta = fetcher.probe(S3Source(config).manifest().files[0])
+        url = fetcher._clients.presign("m.gguf", "test", 60)
     finally:
         fetcher.close()
-    assert meta.size_bytes == 4 * KIB and meta.if_match == meta.etag
+    parts = urlsplit(url)
+    statuses = []
+    for query in (parts.query, parts.query.replace("X-Amz-Signature=", "X-Amz-Signature=0")):
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        conn.request("GET", f"{parts.path}?{query}")
+        statuses.append(conn.getresponse().status)
+        conn.close()
+    assert statuses == [200, 403]
+    assert READER[0] in url  # signed with the reader's key
 
 
 # -- warm starts -----------------------------------------------------------------------------------
@@ -327,9 +287,9 @@ def test_right_credentials_pass_moto_signature_checks(pod, s3, bucket) -> None:
 def test_s2_warm_start_with_the_s3_endpoint_unreachable_makes_no_request(pod, s3, bucket) -> None:
     files = {"a.safetensors": payload(32 * KIB, 1), "sub/b.json": b"{}"}
     for rel, data in files.items():
-        put(s3, bucket, f"p/{rel}", data)
+        s3.put(bucket, f"p/{rel}", data)
     pod.stage(pod.multi_env(f"s3://{bucket}/p", files, **s3_env(s3))).ok()
-    s3.clear_log()
+    s3.clear()
 
     run = pod.stage(
         pod.multi_env(f"s3://{bucket}/p", files, **s3_env(s3, AWS_ENDPOINT_URL=closed_port_url()))
@@ -343,7 +303,7 @@ def test_s2_warm_start_with_the_s3_endpoint_unreachable_makes_no_request(pod, s3
 def test_s7_s3_on_change_with_the_endpoint_unreachable_keeps_the_cache(pod, s3, bucket) -> None:
     files = {"a.safetensors": payload(32 * KIB, 3), "config.json": b"{}"}
     for rel, data in files.items():
-        put(s3, bucket, f"p/{rel}", data)
+        s3.put(bucket, f"p/{rel}", data)
     pod.stage(pod.multi_env(f"s3://{bucket}/p", files, **s3_env(s3))).ok()
 
     run = pod.stage(
@@ -361,9 +321,9 @@ def test_s7_s3_on_change_with_the_endpoint_unreachable_keeps_the_cache(pod, s3, 
 
 def test_s7_s3_on_change_unchanged_object_is_skipped_with_a_head_only(pod, s3, bucket) -> None:
     data = payload(32 * KIB, 4)
-    put(s3, bucket, "p/a.safetensors", data)
+    s3.put(bucket, "p/a.safetensors", data)
     pod.stage(pod.multi_env(f"s3://{bucket}/p", {"a.safetensors": data}, **s3_env(s3))).ok()
-    s3.clear_log()
+    s3.clear()
 
     run = pod.stage(
         pod.multi_env(
@@ -377,14 +337,16 @@ def test_s7_s3_on_change_unchanged_object_is_skipped_with_a_head_only(pod, s3, b
     assert [r.method for r in s3.requests()] == ["HEAD"]
 
 
+# -- proxies ---------------------------------------------------------------------------------------
+
+
 def test_boto3_and_the_data_path_both_go_through_the_proxy(pod, s3, bucket) -> None:
     """HEAD (boto3, told by us) and the presigned GET (our data path) take
-    the same route; HTTP_PROXY here because the moto endpoint is http."""
+    the same route; HTTP_PROXY here because the endpoint is http."""
     from tests.harness.proxy import ForwardProxy
 
     data = payload(128 * KIB)
-    put(s3, bucket, "m/model.gguf", data)
-    s3.clear_log()
+    s3.put(bucket, "m/model.gguf", data)
     with ForwardProxy() as proxy:
         env = pod.single_env(f"s3://{bucket}/m/model.gguf", **s3_env(s3, HTTP_PROXY=proxy.url))
         run = pod.stage(env)
@@ -394,14 +356,14 @@ def test_boto3_and_the_data_path_both_go_through_the_proxy(pod, s3, bucket) -> N
     assert pod.dest().read_bytes() == data
     url = f"{s3.endpoint_url}/{bucket}/m/model.gguf"
     assert asked == [("HEAD", url), ("GET", url)]
-    assert [r.method for r in object_requests(s3, bucket)] == ["HEAD", "GET"]
+    assert [r.method for r in s3.object_requests(bucket)] == ["HEAD", "GET"]
 
 
 def test_a_dead_proxy_with_credentials_fails_without_showing_them(pod, s3, bucket) -> None:
     """botocore names the proxy URL in its ProxyConnectionError; the agent
     translates by type, so the password never reaches the error (this runner's
     redactor does not know it: a leak would show)."""
-    put(s3, bucket, "m/model.gguf", payload(16 * KIB))
+    s3.put(bucket, "m/model.gguf", payload(16 * KIB))
     password = canary("proxypw", 24)
     dead = closed_port_url().replace("http://", f"http://agent:{password}@")
     env = pod.single_env(f"s3://{bucket}/m/model.gguf", **s3_env(s3, HTTP_PROXY=dead))

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from llmkube_stager.sources.tls import ca_bundle_file, make_ssl_context
+from llmkube_stager.sources.tls import make_ssl_context, write_ca_bundle
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
-from tests.harness.s3server import S3Server
+from tests.harness.s3front import S3Front
 from tests.harness.sample import payload
+from tests.harness.seaweed import READER, SeaweedS3
 from tests.harness.tlsca import LocalCA, make_ca
 
 KIB = 1024
@@ -103,18 +104,19 @@ def test_non_certificate_entries_of_the_ca_dir_are_skipped(ca) -> None:
 
 
 def test_ca_bundle_file_is_the_system_bundle_plus_the_custom_certs(ca, tmp_path) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
+    path = write_ca_bundle(str(ca.ca_dir))
 
-    path = ca_bundle_file(str(ca.ca_dir), str(scratch))
-
-    assert path is not None and Path(path).parent == scratch
-    bundle = Path(path).read_bytes()
+    assert path is not None
+    try:
+        bundle = Path(path).read_bytes()
+    finally:
+        Path(path).unlink()
     assert ca.ca_pem.read_bytes().strip() in bundle
     system = ssl.get_default_verify_paths().cafile
     if system and Path(system).is_file():
         assert bundle.startswith(Path(system).read_bytes().strip())
-    assert ca_bundle_file(str(tmp_path / "no-such-dir"), str(scratch)) is None
+    # No extra certificate: no file at all (#13.3, a read-only root has no /tmp).
+    assert write_ca_bundle(str(tmp_path / "no-such-dir")) is None
 
 
 # -- the hub API through huggingface_hub, and its CDN ----------------------------------------------
@@ -180,46 +182,38 @@ def test_cdn_signed_by_an_unknown_ca_is_untrusted(pod, ca, tmp_path) -> None:
 
 
 @pytest.fixture
-def tls_s3(ca: LocalCA) -> Iterator[S3Server]:
-    with S3Server(tls=(str(ca.cert_pem), str(ca.key_pem))) as server:
-        yield server
+def tls_s3(s3: SeaweedS3, ca: LocalCA) -> Iterator[S3Front]:
+    """SeaweedFS behind a front that speaks TLS with this test's CA."""
+    with S3Front(s3.s3_port, tls=ca.server_context()) as front:
+        yield front
 
 
-def s3_env(pod, server: S3Server, key: str, **extra: str) -> dict[str, str]:
+def s3_env(pod, front: S3Front, key: str, **extra: str) -> dict[str, str]:
     return pod.single_env(
         key,
-        AWS_ENDPOINT_URL=server.endpoint_url,
+        AWS_ENDPOINT_URL=front.url,
         AWS_REGION="us-east-1",
-        AWS_ACCESS_KEY_ID="AKIATLSTESTKEY000001",
-        AWS_SECRET_ACCESS_KEY="tls-test-secret",
+        AWS_ACCESS_KEY_ID=READER[0],
+        AWS_SECRET_ACCESS_KEY=READER[1],
         **extra,
     )
 
 
-def put_tls(server: S3Server, ca: LocalCA, bucket: str, key: str, data: bytes) -> None:
-    client = server.client(verify=str(ca.ca_pem))
-    client.create_bucket(Bucket=bucket)
-    client.put_object(Bucket=bucket, Key=key, Body=data)
-
-
-def test_s3_over_tls_with_the_ca_dir(pod, tls_s3, ca) -> None:
+def test_s3_over_tls_with_the_ca_dir(pod, s3, bucket, tls_s3, ca) -> None:
     data = payload(48 * KIB)
-    put_tls(tls_s3, ca, "tls-bucket-ok", "m.gguf", data)
+    s3.put(bucket, "m.gguf", data)
 
-    pod.stage(s3_env(pod, tls_s3, "s3://tls-bucket-ok/m.gguf", LLMKUBE_CA_DIR=str(ca.ca_dir))).ok()
+    pod.stage(s3_env(pod, tls_s3, f"s3://{bucket}/m.gguf", LLMKUBE_CA_DIR=str(ca.ca_dir))).ok()
 
     assert pod.dest().read_bytes() == data
-    methods = [r.method for r in tls_s3.requests() if r.path == "/tls-bucket-ok/m.gguf"]
-    assert methods == ["PUT", "HEAD", "GET"]
+    methods = [r.method for r in tls_s3.requests() if r.path == f"/{bucket}/m.gguf"]
+    assert methods == ["HEAD", "GET"]
 
 
-def test_s3_over_tls_without_the_ca_dir_is_untrusted(pod, tls_s3, ca) -> None:
-    put_tls(tls_s3, ca, "tls-bucket-untrusted", "m.gguf", payload(4 * KIB))
-    tls_s3.clear_log()
+def test_s3_over_tls_without_the_ca_dir_is_untrusted(pod, s3, bucket, tls_s3) -> None:
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
 
-    run = pod.stage(s3_env(pod, tls_s3, "s3://tls-bucket-untrusted/m.gguf")).failed(
-        "ModelSourceUntrusted"
-    )
+    run = pod.stage(s3_env(pod, tls_s3, f"s3://{bucket}/m.gguf")).failed("ModelSourceUntrusted")
 
     assert tls_s3.requests() == []
     assert run.sleeps == []

@@ -35,6 +35,7 @@ SECRETS = {
     "AWS_ACCESS_KEY_ID": "AKIACANARYKEYID00001",
     "AWS_SECRET_ACCESS_KEY": "canary/secret+access+key/value0000000000",
     "AWS_SESSION_TOKEN": "canary-session-token-value-XYZ",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN": "canary-container-token-value-0",
 }
 
 
@@ -89,6 +90,29 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("HTTPS_PROXY", "http://p1:3128", SINGLE, "proxy.https.display", "p1:3128", "http://p2:1"),
     ("HTTP_PROXY", "http://p1:3128", SINGLE, "proxy.http.display", "p1:3128", "http://p2:1"),
     ("NO_PROXY", ".svc,10.0.0.0/8", SINGLE, "proxy.no_proxy", (".svc", "10.0.0.0/8"), "x"),
+]
+# The rest of the AWS chain lands in Config.aws_env (handed to botocore).
+_AWS_ENV_CASES: dict[str, tuple[str, str]] = {
+    "AWS_ENDPOINT_URL_S3": ("http://s3.example:9000", "x"),
+    "AWS_ENDPOINT_URL_STS": ("https://sts.example", "x"),
+    "AWS_DEFAULT_REGION": ("eu-west-1", "us-east-1"),
+    "AWS_S3_ADDRESSING_STYLE": ("path", "virtual"),
+    "AWS_PROFILE": ("models", "other"),
+    "AWS_SHARED_CREDENTIALS_FILE": ("/aws/credentials", "/x"),
+    "AWS_CONFIG_FILE": ("/aws/config", "/x"),
+    "AWS_ROLE_ARN": ("arn:aws:iam::1:role/r", "x"),
+    "AWS_WEB_IDENTITY_TOKEN_FILE": ("/var/run/token", "/x"),
+    "AWS_ROLE_SESSION_NAME": ("stager", "x"),
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI": ("http://169.254.170.23/v1/credentials", "x"),
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": ("/v2/credentials/x", "/y"),
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN": ("c0ntainer", "x"),
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": ("/var/run/pod-identity", "/x"),
+    "AWS_EC2_METADATA_DISABLED": ("true", "false"),
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT": ("http://169.254.169.254", "x"),
+}
+CASES += [
+    (name, value, SINGLE, "aws_env", {name: value}, other)
+    for name, (value, other) in _AWS_ENV_CASES.items()
 ]
 CASE_IDS = [c[0] for c in CASES]
 

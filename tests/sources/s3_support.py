@@ -1,0 +1,44 @@
+"""Helpers of the S3 tests: the pod environment for SeaweedFS (through its
+recording front), uploads, and a fetcher built the way the stage builds it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llmkube_stager.config import load_config
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.s3 import S3Fetcher, S3Source
+from tests.harness.seaweed import READER, SeaweedS3
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
+    """Static keys of the read-only identity; instance metadata off, so a
+    test that finds no credentials does not wait for 169.254.169.254."""
+    return {
+        "AWS_ENDPOINT_URL": s3.endpoint_url,
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": READER[0],
+        "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **extra,
+    }
+
+
+def without_keys(env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    }
+
+
+def fetcher_for(
+    env: Mapping[str, str], *, presign_expiry_s: int = 900
+) -> tuple[S3Fetcher, RemoteFile]:
+    config = load_config(dict(env), {})
+    source = S3Source(config)
+    fetcher = S3Fetcher(config, source.ref, source.settings, presign_expiry_s=presign_expiry_s)
+    return fetcher, source.manifest().files[0]
