@@ -229,7 +229,8 @@ class Executor:
             moved = self._refresh_as_a_whole(transfers)
         else:
             moved = self._fetch_each(transfers)
-        results = tuple({**settled, **moved}[a.rel] for a in plan.actions)
+        done = {**settled, **moved}
+        results = tuple(done[a.rel] for a in plan.actions)
         if plan.may_write and (moved or self._verified) and self._manifest.kind == "hf":
             self._record_validators(results)
         return results
