@@ -35,6 +35,7 @@ from llmkube_stager.cache.records import write_marker, write_size_record, write_
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
 from llmkube_stager.inflight import ByteBudget, Done, run_in_flight
+from llmkube_stager.layout import VALIDATORS_NAME
 from llmkube_stager.logs import Log
 from llmkube_stager.model import (
     Action,
@@ -92,6 +93,9 @@ class Session:
         self.metas: dict[str, RemoteMeta] = {}
         # Files are fetched at this commit (an interrupted run's, defect 11).
         self.commit: str | None = None
+        # The validators file this run writes: a share of a sharded prefetch
+        # writes its own (cache/shardrec.py).
+        self.validators_name = VALIDATORS_NAME
 
     def fetcher(self, source: Source) -> Fetcher:
         with self._opening:  # files in flight: one fetcher for all
@@ -272,6 +276,9 @@ class Executor:
     def _in_flight(self, actions: list[Action], work: Callable[[Action], _R]) -> list[Done[_R]]:
         return run_in_flight(actions, work, self._limit)
 
+    def _write_validators(self, updates: dict[str, str]) -> None:
+        write_validators(self._manifest.root, updates, self._session.validators_name)
+
     def _validators_of(self, rels: list[str]) -> dict[str, str]:
         return {
             rel: meta.etag
@@ -295,9 +302,7 @@ class Executor:
         updates = self._validators_of(rels)
         known = self._cache.validators
         if updates and any(known.get(k) != v for k, v in updates.items()):
-            self._try(
-                lambda: write_validators(self._manifest.root, updates), self._manifest.files[0]
-            )
+            self._try(lambda: self._write_validators(updates), self._manifest.files[0])
 
     def _run_record(self) -> dict[str, str]:
         """The revision and commit this run publishes from (HF), recorded
@@ -318,9 +323,7 @@ class Executor:
             record = self._run_record()
             known = self._cache.validators
             if record and any(known.get(k) != v for k, v in record.items()):
-                self._try(
-                    lambda: write_validators(self._manifest.root, record), self._manifest.files[0]
-                )
+                self._try(lambda: self._write_validators(record), self._manifest.files[0])
 
     # -- files that need no transfer ------------------------------------------------
 
@@ -516,11 +519,10 @@ class Executor:
         staged again after the renames, the intent kept until it is in."""
         if not staged:
             return {}
-        root = self._manifest.root
         entries = [self._intent_entry(s) for s in staged]
         intent = {INTENT_KEY: encode_intent(entries), **self._run_record()}
         self._run_recorded = True
-        self._try(lambda: write_validators(root, intent), self._manifest.files[0])
+        self._try(lambda: self._write_validators(intent), self._manifest.files[0])
         results: dict[str, FileResult] = {}
         lost: list[_Staged] = []
         done = {INTENT_KEY: ""}
@@ -533,11 +535,11 @@ class Executor:
                 else:
                     results[one.action.rel] = result
             if not lost:
-                self._try(lambda: write_validators(root, done), self._manifest.files[0])
+                self._try(lambda: self._write_validators(done), self._manifest.files[0])
         if lost:
             for one in lost:
                 results[one.action.rel] = self._fetch_and_publish(one.action)
-            self._try(lambda: write_validators(root, done), self._manifest.files[0])
+            self._try(lambda: self._write_validators(done), self._manifest.files[0])
         return results
 
     def _intent_entry(self, one: _Staged) -> dict[str, object]:

@@ -29,6 +29,9 @@ LOCK_NAME = ".llmkube.lock"
 # Per model directory: the origin validator (ETag, HF blob id / LFS sha256)
 # each file was staged from, so OnChange sees a same-size change.
 VALIDATORS_NAME = ".llmkube-validators"
+# A sharded prefetch (#16): the share count, and each share's own
+# `.llmkube-validators.<i>-of-<n>` (cache/shardrec.py).
+SHARDS_NAME = ".llmkube-shards"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
 _RESERVED_MARKERS = (
@@ -38,8 +41,9 @@ _RESERVED_MARKERS = (
     PART_SUFFIX,
     SEGS_SUFFIX,
     JOURNAL_SUFFIX,
+    VALIDATORS_NAME + ".",
 )
-_RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME})
+_RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME})
 _TMP_ALPHABET = string.ascii_letters + string.digits
 
 

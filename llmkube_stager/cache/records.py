@@ -108,12 +108,13 @@ def write_marker(dest: str, expected_digest: str, actual_digest: str) -> None:
 _VALIDATORS_MAX_BYTES = 1 << 20
 
 
-def read_validators(root: str) -> dict[str, str]:
-    """rel -> origin validator of the staged copy; {} when absent or bad."""
+def read_validators(root: str, name: str = VALIDATORS_NAME) -> dict[str, str]:
+    """rel -> origin validator of the staged copy; {} when absent or bad.
+    `name`: a share's own record in a sharded prefetch (cache/shardrec.py)."""
     import json
 
     try:
-        with open(os.path.join(root, VALIDATORS_NAME), "rb") as handle:
+        with open(os.path.join(root, name), "rb") as handle:
             doc = json.loads(handle.read(_VALIDATORS_MAX_BYTES))
     except (OSError, ValueError):
         return {}
@@ -122,10 +123,12 @@ def read_validators(root: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in doc.items() if isinstance(v, str)}
 
 
-def write_validators(root: str, updates: dict[str, str]) -> None:
-    """Merge and write atomically (a concurrent reader sees old or new)."""
+def write_validators(root: str, updates: dict[str, str], name: str = VALIDATORS_NAME) -> None:
+    """Merge and write atomically (a concurrent reader sees old or new).
+    Not a merge between writers: one file per writer of a sharded prefetch
+    (cache/shardrec.py), whose pods would otherwise lose each other's keys."""
     import json
 
-    merged = {**read_validators(root), **updates}
+    merged = {**read_validators(root, name), **updates}
     data = json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
-    write_atomic(os.path.join(root, VALIDATORS_NAME), data)
+    write_atomic(os.path.join(root, name), data)

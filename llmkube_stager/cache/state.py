@@ -13,7 +13,6 @@ import stat
 from llmkube_stager.cache.records import (
     has_marker,
     read_size_record,
-    read_validators,
     stamp_matches,
 )
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest, PinState
@@ -70,7 +69,9 @@ def _pin_state(
 
 
 def read_cache_state(manifest: Manifest) -> CacheState:
-    validators = read_validators(manifest.root)
+    from llmkube_stager.cache.shardrec import read_merged
+
+    validators = read_merged(manifest.root)
     return CacheState(
         root_exists=os.path.isdir(manifest.root),
         files={
