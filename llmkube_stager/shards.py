@@ -6,7 +6,7 @@ assignment from the same listing: the model's files with their sizes (the
 hub's listing at a commit, an S3 HEAD per object, a HEAD per file of a plain
 origin). The assignment is greedy longest-processing-time: files by size,
 largest first (name on ties), each to the share with the fewest bytes so far
-(lowest index on ties). It depends on nothing but the names, the sizes and
+(fewest files, then lowest index, on ties). It depends on nothing but the names, the sizes and
 the shard count, so pods that saw the same listing agree, whatever order
 they ran in; it is within 4/3 of the best balance, and a file is never split
 (FUSE drivers such as BlobFuse upload a whole file on close: two nodes
@@ -23,7 +23,6 @@ different fails instead of succeeding on a model that may be incomplete.
 from __future__ import annotations
 
 import hashlib
-import heapq
 from collections.abc import Iterable, Mapping
 
 
@@ -34,13 +33,17 @@ def shard_id(index: int, shards: int) -> str:
 def assign(sizes: Mapping[str, int | None], shards: int) -> dict[str, int]:
     """rel -> share index. An unknown size counts as 0 (every pod sees the
     same unknown)."""
+    import heapq
+
     order = sorted(sizes, key=lambda rel: (-(sizes[rel] or 0), rel))
-    loads = [(0, index) for index in range(shards)]  # (bytes, index): a heap
+    # (bytes, files, index): the least loaded share, then the one with the
+    # fewest files (empty or unknown-size files spread too), then the lowest.
+    loads = [(0, 0, index) for index in range(shards)]
     owner: dict[str, int] = {}
     for rel in order:
-        load, index = heapq.heappop(loads)
+        load, count, index = heapq.heappop(loads)
         owner[rel] = index
-        heapq.heappush(loads, (load + (sizes[rel] or 0), index))
+        heapq.heappush(loads, (load + (sizes[rel] or 0), count + 1, index))
     return owner
 
 
