@@ -19,6 +19,7 @@ file: the Job then fails, and running it again lists anew.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from llmkube_stager.cache.journal import COMMIT_KEY, REVISION_KEY, intent_of
@@ -114,14 +115,26 @@ def check_views(validators: dict[str, str], share: Share) -> None:
         )
 
 
-def own_intents(validators: dict[str, str], share: Share | None) -> list[dict[str, object]]:
+def own_intents(
+    validators: dict[str, str], share: Share | None, root: str
+) -> list[dict[str, object]]:
     """The publish intents this pod finishes: a share only its own; an
-    unsharded writer every writer's (the whole model is its own)."""
+    unsharded writer its own and those of shares whose partials are still
+    there (the whole model is its own; a share's intent it finished stays in
+    that share's record, which only the share rewrites)."""
     from llmkube_stager.cache.journal import INTENT_KEY
 
     if share is not None:
         return intent_of(validators, share.key(INTENT_KEY))
-    return intent_of(validators)
+    own = intent_of(validators, INTENT_KEY)
+    others = [e for e in intent_of(validators) if e not in own]
+    return own + [e for e in others if _partial_left(e, root)]
+
+
+def _partial_left(entry: dict[str, object], root: str) -> bool:
+    rel = str(entry["rel"])
+    directory = os.path.dirname(os.path.join(root, rel))
+    return os.path.lexists(os.path.join(directory, str(entry["partial"])))
 
 
 def shared_commit(validators: dict[str, str], share: Share, revision: str) -> str | None:

@@ -131,7 +131,9 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     try:
         if config.shards > 1:
             prepared = _take_share(config, prepared, session)
-        pending = bool(own_intents(prepared.cache.validators, prepared.share))
+        pending = bool(
+            own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
+        )
         if pending and not prepared.strategy.may_write:
             _refuse_half_published(prepared)
         if config.refresh_policy == "OnChange":
@@ -175,7 +177,7 @@ def _write(
         if prepared.strategy.take_lock:
             # Another writer may have staged while we waited for the lock.
             prepared = _replan(config, prepared)
-        if own_intents(prepared.cache.validators, prepared.share):
+        if _intents(prepared):
             _roll_forward(prepared, effects.log, session.validators_name)
             prepared = _replan(config, prepared)
         if prepared.strategy.take_lock or prepared.checked:
@@ -224,6 +226,10 @@ def _recorded_commit(prepared: Prepared) -> str | None:
     return commit
 
 
+def _intents(prepared: Prepared) -> list[dict[str, object]]:
+    return own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
+
+
 def _refuse_half_published(prepared: Prepared) -> None:
     """A reader that finds a publish interrupted halfway (its partials still
     there) does not serve the mixed set as whole (defect 13)."""
@@ -249,7 +255,7 @@ def _roll_forward(prepared: Prepared, log: Log, name: str) -> None:
     manifest = prepared.manifest
     updates = {INTENT_KEY: ""}
     listed = {f.rel: f for f in manifest.files}
-    for entry in own_intents(prepared.cache.validators, prepared.share):
+    for entry in _intents(prepared):
         rel = str(entry["rel"])
         if rel not in listed:
             continue
