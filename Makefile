@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit torture torture-quick bench clean image image-test image-lock
+.PHONY: setup demo test lint typecheck unit floors torture torture-quick bench clean image image-test image-lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,9 +25,31 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict llmkube_stager
 
-## The whole suite: lint, types, then every test (the torture suite at its quick scale).
+## The whole suite: lint, types, every test (the torture suite at its quick scale), then the
+## source tests on the library floors.
 test: lint typecheck
 	$(BIN)/pytest -q
+	$(MAKE) floors
+
+# The oldest huggingface_hub/boto3/botocore that pyproject admits
+# (tests/floors/constraints.txt), plus httpx2 beside httpx: both HTTP stacks
+# present, so the hub client must be picked by the hub's own version.
+FLOOR_VENV  := .venvs/floors
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
+FLOOR_TESTS := tests/floors/check_floor_versions.py tests/sources/test_hf.py \
+	tests/sources/test_hf_mirror.py tests/sources/test_hf_retry_storm.py \
+	tests/sources/test_hfref.py tests/sources/test_hf_doc.py tests/sources/test_s3.py
+
+$(FLOOR_STAMP): pyproject.toml tests/floors/constraints.txt
+	rm -rf $(FLOOR_VENV)
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install --quiet -c tests/floors/constraints.txt -e . \
+	  pytest trustme 'moto[server]>=5' httpx2
+	touch $(FLOOR_STAMP)
+
+## The source tests against the library floors (#13.1).
+floors: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)
 
 ## The torture suite (tests/torture, marker `torture`): quick (~3 min), or full (~20 min).
 torture-quick: $(STAMP)
@@ -50,7 +72,8 @@ bench: $(STAMP)
 ## The init-container image (docs/image.md): buildah, on a Debian base made with
 ## mmdebstrap and cached in $(IMAGE_CACHE)/ (image/base.sh).
 IMAGE_CACHE ?= .image-cache
-VERSION     := $(shell $(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+# The package's __version__ is the one source (pyproject reads it too).
+VERSION     := $(shell $(PYTHON) -c 'import llmkube_stager; print(llmkube_stager.__version__)')
 IMAGE       ?= localhost/llmkube-stager:$(VERSION)
 # pip in the build trusts what this machine trusts (an intercepting proxy's CA).
 HOST_CA     ?= /etc/ssl/certs/ca-certificates.crt
@@ -86,4 +109,4 @@ image-lock:
 	  --output-file image/build-requirements.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache demo-cache
+	rm -rf $(VENV) .venvs build *.egg-info .pytest_cache .mypy_cache .ruff_cache demo-cache

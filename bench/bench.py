@@ -467,13 +467,13 @@ def partial_progress(directory: str) -> int:
     best = 0
     for name in os.listdir(directory) if os.path.isdir(directory) else []:
         path = os.path.join(directory, name)
-        if name.endswith(".llmkube-journal"):
+        if name.endswith((".llmkube-journal", ".llmkube-journal.tmp")):
             try:
                 with open(path) as handle:
                     best = max(best, sum(e - s for s, e in json.load(handle)["done"]))
             except (OSError, ValueError, KeyError):
                 continue
-        elif name.endswith(".llmkube-part"):
+        elif name.endswith((".llmkube-part", ".llmkube-part.tmp")):
             best = max(best, os.path.getsize(path))
     return best
 

@@ -1,8 +1,9 @@
 """The command line. The ONLY place that turns errors into a termination
 message and an exit code (CONTRACT §2, §5):
 
-0 success; 1 a failure with a contract reason; 2 usage or configuration
-error found before any I/O; 3 internal error (a bug: traceback in the log).
+0 success; 1 a failure restarting may fix (`retryable`); 4 a failure retrying
+as is cannot fix; 2 usage or configuration error found before any I/O; 3
+internal error (a bug: traceback in the log). `errors.exit_code_for` decides.
 """
 
 from __future__ import annotations
@@ -16,8 +17,17 @@ from typing import Any, NoReturn
 
 import click
 
-from llmkube_stager.config import VARS, early_settings, load_config, secret_values
-from llmkube_stager.errors import Cancelled, ConfigError, Reason, StagerError
+from llmkube_stager import __version__
+from llmkube_stager.config import VARS, Config, early_settings, load_config, secret_values
+from llmkube_stager.errors import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_RETRYABLE,
+    Cancelled,
+    ConfigError,
+    Reason,
+    StagerError,
+)
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.termination import (
     encode,
@@ -26,8 +36,6 @@ from llmkube_stager.termination import (
     success_doc,
     write_termination,
 )
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 Flags = dict[str, str | None]
 
@@ -59,6 +67,15 @@ class Boundary:
         self.log = Log(sys.stderr, fmt, self.redact)
         self.terminate = terminate
         self.source = display_url(flags.get("MODEL_SOURCE") or environ.get("MODEL_SOURCE", ""))
+        self._environ = environ
+
+    def config(self, flags: Flags, *, require_source: bool = True) -> Config:
+        """The configuration; the values it tolerated (as the scripts did)
+        are logged as warnings here, where the logger exists."""
+        config = load_config(self._environ, flags, require_source=require_source)
+        for warning in config.warnings:
+            self.log.warning("config_tolerated", warning)
+        return config
 
     def run(self, body: Callable[[], dict[str, Any] | None]) -> NoReturn:
         try:
@@ -105,6 +122,8 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# The version is given, so click never scans importlib.metadata for it.
+@click.version_option(__version__, prog_name="llmkube-stager", message="%(prog)s %(version)s")
 def cli() -> None:
     """llmkube-stager: stage LLM model files into a shared cache."""
 
@@ -117,7 +136,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.Abort:
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_RETRYABLE)
     except click.ClickException as exc:
         if early_settings(os.environ, {})[0] == "text":
             exc.show()  # JSON logs stay one JSON object per line
@@ -137,11 +156,13 @@ def stage(**kwargs: Any) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     def body() -> dict[str, Any]:
-        from llmkube_stager.cache.fs import probe_fs
+        # The warm path's probe: statfs magic and statvfs flags, no psutil.
+        from llmkube_stager.cache.fs import probe_fs_quick
         from llmkube_stager.stage import Effects, run_stage
 
-        config = load_config(os.environ, flags)
-        prepared, outcome = run_stage(config, Effects(log=boundary.log, probe_fs=probe_fs))
+        config = boundary.config(flags)
+        effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
+        prepared, outcome = run_stage(config, effects)
         doc = success_doc(outcome, prepared.manifest.display_source)
         boundary.log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
         return doc
@@ -163,7 +184,7 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
         from llmkube_stager.commands.plan_view import render_plan
         from llmkube_stager.stage import Effects, prepare
 
-        config = load_config(os.environ, flags)
+        config = boundary.config(flags)
         prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
         text = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
         click.echo(boundary.redact(text))
@@ -186,7 +207,7 @@ def verify(strict: bool, **kwargs: Any) -> None:
         from llmkube_stager.model import Decision, FileResult, Outcome
 
         started = time.monotonic()
-        config = load_config(os.environ, flags, require_source=False)
+        config = boundary.config(flags, require_source=False)
         report = check_files(config)
         judge(report, strict, boundary.log)
         results = tuple(FileResult(rel, Decision.REUSE) for rel in report.checked)

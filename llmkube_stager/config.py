@@ -5,18 +5,32 @@ once, through the mapping the CLI passes in. Every variable also has a flag;
 a flag that was given wins over the environment. A bad value raises
 `ConfigError` naming the variable (never echoing a secret's value) before any
 I/O, so the cache is left untouched.
+
+Values the old scripts tolerated keep their old meaning instead (issue #14:
+the operator may send them, also through `envFrom` of the source Secret): a
+blank line inside MODEL_FILES, a PROGRESS_INTERVAL that is not a positive
+number, an unknown LLMKUBE_REFRESH_POLICY, any LLMKUBE_PREFETCH_STAGER other
+than exactly `true`. They are not errors but `Config.warnings`, which the
+CLI logs once its logger exists.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.layout import parse_file_list
+from llmkube_stager.layout import (
+    PATH_MAX_BYTES,
+    blank_entries,
+    check_name_room,
+    check_path_room,
+    parse_file_list,
+)
 from llmkube_stager.pins import file_pins, single_pin
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
@@ -156,10 +170,18 @@ class Config:
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
+    # Tolerated values, each with what was made of it (see the module docstring).
+    warnings: tuple[str, ...] = ()
 
     @property
     def multi_file(self) -> bool:
         return bool(self.model_files)
+
+
+# URLs longer than this are refused by most servers and by httpx (64 KiB):
+# a configuration mistake, not a transfer to attempt.
+URL_MAX_BYTES = 8192
+_URL_VARS = ("MODEL_SOURCE", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "HTTP_PROXY")
 
 
 class _Reader:
@@ -168,6 +190,11 @@ class _Reader:
     def __init__(self, environ: Mapping[str, str], flags: Mapping[str, str | None]) -> None:
         self._environ = environ
         self._flags = flags
+        self.warnings: list[str] = []
+
+    def tolerated(self, name: str, value: str, meaning: str) -> None:
+        """A value the scripts accepted: keep their meaning, say so."""
+        self.warnings.append(f"{name}={_shown(value)} is not valid; {meaning}, as the scripts did")
 
     def optional(self, name: str) -> str | None:
         """The value, or None when neither flag nor variable is set at all
@@ -196,9 +223,11 @@ class _Reader:
         try:
             value = float(text)
         except ValueError:
-            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
+            raise ConfigError(f"{name} must be a number of seconds, got {_shown(text)}") from None
         if not math.isfinite(value) or value <= minimum:
-            raise ConfigError(f"{name} must be a finite number above {minimum:g}, got {text!r}")
+            raise ConfigError(
+                f"{name} must be a finite number above {minimum:g}, got {_shown(text)}"
+            )
         return value
 
     def count(self, name: str, default: int) -> int:
@@ -206,7 +235,7 @@ class _Reader:
         if not text:
             return default
         if not (text.isascii() and text.isdigit()):
-            raise ConfigError(f"{name} must be a whole number >= 0, got {text!r}")
+            raise ConfigError(f"{name} must be a whole number >= 0, got {_shown(text)}")
         return int(text)
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
@@ -216,15 +245,16 @@ class _Reader:
         for choice in choices:
             if text.lower() == choice.lower():
                 return choice
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {_shown(text)}")
 
-    def boolean(self, name: str) -> bool:
-        text = self.raw(name).strip().lower()
-        if text in ("", "false", "0", "no"):
-            return False
-        if text in ("true", "1", "yes"):
-            return True
-        raise ConfigError(f"{name} must be true or false, got {text!r}")
+    def interval(self, name: str, default: float) -> float:
+        """Seconds where the scripts fell back to their default on anything
+        that is not a positive number (`${PROGRESS_INTERVAL:-10}`)."""
+        try:
+            return self.number(name, default)
+        except ConfigError:
+            self.tolerated(name, self.raw(name), f"using the default {default:g} s")
+            return default
 
 
 def load_timeouts(read: _Reader) -> Timeouts:
@@ -283,15 +313,61 @@ def _pins(read: _Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str
     return pins
 
 
-def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]]:
+def _local_path(name: str, path: str, cwd: str | None) -> str:
+    """An absolute path as given; a relative one (a person's local run) taken
+    from the working directory, as a shell would. Checked as written first:
+    a '..' part or a control character is refused before it is resolved."""
+    _check_plain_text(name, path)
+    if not path or path.startswith("/"):
+        return path
+    if path.startswith("~"):
+        raise ConfigError(f"{name} starts with '~', which no shell expanded: write the path out")
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            raise ConfigError(f"{name} is relative, and the working directory is gone") from None
+    return posixpath.normpath(posixpath.join(cwd, path))
+
+
+def _prefetch_stager(read: _Reader) -> bool:
+    """A stager only for exactly `true` (the scripts' `= true` test): a
+    serving pod taken for a stager would write on FUSE, which spec §9.3
+    forbids, so `True`, `1` or `yes` mean a serving pod, with a warning."""
+    value = read.raw("LLMKUBE_PREFETCH_STAGER")
+    if value not in ("", "true", "false"):
+        meaning = "this pod is a serving pod (a stager needs exactly 'true')"
+        read.tolerated("LLMKUBE_PREFETCH_STAGER", value, meaning)
+    return value == "true"
+
+
+def _model_files(read: _Reader) -> tuple[str, ...]:
+    text = read.raw("MODEL_FILES")
+    blank = blank_entries(text)
+    if blank:
+        read.warnings.append(
+            f"MODEL_FILES has {blank} blank line(s) between entries; skipped, as the scripts did"
+        )
+    return parse_file_list(text)
+
+
+def _shown(value: str) -> str:
+    """A value for a message: quoted, or only its length when long. Never a
+    prefix: a cut secret would escape the redactor, which knows whole values
+    (and a Secret's keys reach the pod through envFrom)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"<{len(value)} characters>"
+
+
+def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
-    cache_dir = read.raw("CACHE_DIR").strip()
-    model_path = read.raw("MODEL_PATH").strip()
+    cache_dir = _local_path("CACHE_DIR", read.raw("CACHE_DIR").strip(), cwd)
+    model_path = _local_path("MODEL_PATH", read.raw("MODEL_PATH").strip(), cwd)
     if not model_path and source.lower().startswith("pvc://"):
         # pvc:// is verified where the claim is mounted (spec §3.5).
         claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
         model_path = posixpath.join("/model-source", claim_path) if claim_path else ""
-    files = parse_file_list(read.raw("MODEL_FILES"))
+    files = _model_files(read)
     if files and model_path:
         raise ConfigError("set MODEL_FILES (multi-file) or MODEL_PATH (single-file), not both")
     if files and not cache_dir:
@@ -299,9 +375,50 @@ def _layout_paths(read: _Reader, source: str) -> tuple[str, str, tuple[str, ...]
     if not files and not model_path:
         raise ConfigError("MODEL_PATH (single-file) or MODEL_FILES (multi-file) is required")
     for name, path in (("CACHE_DIR", cache_dir), ("MODEL_PATH", model_path)):
-        if path and not path.startswith("/"):
-            raise ConfigError(f"{name} must be an absolute path, got {path!r}")
+        if path:
+            _check_abs_path(name, path)
+    if model_path and (model_path.endswith("/") or not posixpath.basename(model_path)):
+        raise ConfigError(f"MODEL_PATH must name a file, got {repr(model_path)[:200]}")
     return cache_dir, model_path, files
+
+
+def _check_plain_text(name: str, path: str) -> None:
+    """No '..' part (the model directory must be where it says) and no
+    control character, in the path as the user wrote it."""
+    shown = repr(path)[:200]
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise ConfigError(f"{name} contains a control character: {shown}")
+    if any(part == ".." for part in path.split("/")):
+        raise ConfigError(f"{name} must not contain '..' parts, got {shown}")
+
+
+def _check_abs_path(name: str, path: str) -> None:
+    """An absolute, plain path (relative ones are resolved by then), within
+    PATH_MAX."""
+    shown = repr(path)[:200]
+    if not path.startswith("/"):
+        raise ConfigError(f"{name} must be an absolute path, got {shown}")
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ConfigError(f"{name} must not contain '.' or '..' parts, got {shown}")
+    if len(path.encode()) >= PATH_MAX_BYTES:
+        raise ConfigError(f"{name} is longer than PATH_MAX ({PATH_MAX_BYTES} bytes)")
+
+
+def _check_room(
+    cache_dir: str, model_path: str, files: tuple[str, ...], pins: Mapping[str, str]
+) -> None:
+    """Names and paths that cannot hold the agent's suffixes fail here, before
+    any I/O, not after the probe with ENAMETOOLONG (#11 item 10)."""
+    if model_path:
+        name = posixpath.basename(model_path)
+        check_name_room(name, pinned=bool(pins), what="MODEL_PATH")
+        check_path_room(posixpath.dirname(model_path), (name,), pinned=frozenset(pins))
+        return
+    for rel in pins:
+        check_name_room(
+            posixpath.basename(rel), pinned=True, what=f"MODEL_FILES entry {_shown(rel)}"
+        )
+    check_path_room(cache_dir, files, pinned=frozenset(pins))
 
 
 def load_config(
@@ -309,21 +426,27 @@ def load_config(
     flags: Mapping[str, str | None],
     *,
     require_source: bool = True,
+    cwd: str | None = None,
 ) -> Config:
-    """Parse everything once. Raises ConfigError / InvalidFileSet."""
+    """Parse everything once. Raises ConfigError / InvalidFileSet. Relative
+    CACHE_DIR / MODEL_PATH are taken from `cwd` (default: the process's)."""
     read = _Reader(environ, flags)
+    _check_url_lengths(read)
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
-    cache_dir, model_path, files = _layout_paths(read, source)
+    _check_source_text(source)
+    cache_dir, model_path, files = _layout_paths(read, source, cwd)
+    pins = _pins(read, model_path, files)
+    _check_room(cache_dir, model_path, files, pins)
     return Config(
         source=source,
         cache_dir=cache_dir,
         model_path=model_path,
         model_files=files,
         refresh_policy=_policy(read),
-        prefetch_stager=read.boolean("LLMKUBE_PREFETCH_STAGER"),
-        pins=_pins(read, model_path, files),
+        prefetch_stager=_prefetch_stager(read),
+        pins=pins,
         s3_bucket=read.raw("S3_BUCKET").strip(),
         s3_key=read.raw("S3_KEY").strip(),
         s3_prefix=read.raw("S3_PREFIX").strip(),
@@ -332,12 +455,10 @@ def load_config(
         aws_region=read.raw("AWS_REGION").strip(),
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
         ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
-        host_model=read.raw("LLMKUBE_HOST_MODEL", "/host-model/model.gguf").strip(),
-        allowed_host_roots=tuple(
-            r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip()
-        ),
-        termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
-        progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
+        host_model=_abs_path(read, "LLMKUBE_HOST_MODEL", "/host-model/model.gguf"),
+        allowed_host_roots=_allowed_roots(read),
+        termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG", "/dev/termination-log"),
+        progress_interval_s=read.interval("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
         files_in_flight=_files_in_flight(read),
         **_shards(read),
@@ -346,7 +467,48 @@ def load_config(
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
+        warnings=tuple(read.warnings),
     )
+
+
+def _abs_path(read: _Reader, name: str, default: str) -> str:
+    path = read.raw(name, default).strip()
+    if path:
+        _check_abs_path(name, path)
+    return path
+
+
+def _allowed_roots(read: _Reader) -> tuple[str, ...]:
+    """A relative root would be judged against the working directory."""
+    roots = tuple(r for r in read.raw("LLMKUBE_ALLOWED_HOST_ROOTS").split(":") if r.strip())
+    for root in roots:
+        _check_abs_path("LLMKUBE_ALLOWED_HOST_ROOTS", root)
+    return roots
+
+
+def _check_source_text(source: str) -> None:
+    """Whatever its scheme, MODEL_SOURCE must be one line that parses as a
+    URL (a port too): the sources then never meet a ValueError."""
+    from urllib.parse import urlsplit
+
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in source):
+        raise ConfigError(f"MODEL_SOURCE contains a control character: {_shown(source)}")
+    try:
+        _ = urlsplit(source).port
+    except ValueError:
+        raise ConfigError(
+            f"MODEL_SOURCE is not a well-formed URL or path: {_shown(source)}"
+        ) from None
+
+
+def _check_url_lengths(read: _Reader) -> None:
+    """Named, never shown: a proxy URL may carry a password."""
+    for name in _URL_VARS:
+        size = max(len(read.raw(name).encode()), len(read.curl_style(name).encode()))
+        if size > URL_MAX_BYTES:
+            raise ConfigError(
+                f"{name} is {size} bytes long: a URL may have at most {URL_MAX_BYTES}"
+            )
 
 
 def _connections(read: _Reader) -> int:
@@ -383,7 +545,7 @@ def _shards(read: _Reader) -> dict[str, int]:
             f"JOB_COMPLETION_INDEX {index} is not a share of LLMKUBE_SHARDS={shards} "
             "(completions must equal LLMKUBE_SHARDS)"
         )
-    if not read.boolean("LLMKUBE_PREFETCH_STAGER"):
+    if read.raw("LLMKUBE_PREFETCH_STAGER") != "true":  # as _prefetch_stager reads it
         raise ConfigError(
             "LLMKUBE_SHARDS is for prefetch Jobs (LLMKUBE_PREFETCH_STAGER=true): a serving "
             "pod must stage the whole model"
@@ -392,8 +554,13 @@ def _shards(read: _Reader) -> dict[str, int]:
 
 
 def _policy(read: _Reader) -> RefreshPolicy:
-    value = read.choice("LLMKUBE_REFRESH_POLICY", ("IfNotPresent", "OnChange"), "IfNotPresent")
-    return "OnChange" if value == "OnChange" else "IfNotPresent"
+    """IfNotPresent for anything but OnChange, the CRD default (spec §5.2)."""
+    text = read.raw("LLMKUBE_REFRESH_POLICY").strip()
+    if text.lower() == "onchange":
+        return "OnChange"
+    if text and text.lower() != "ifnotpresent":
+        read.tolerated("LLMKUBE_REFRESH_POLICY", text, "using IfNotPresent (the CRD default)")
+    return "IfNotPresent"
 
 
 def _log_format(read: _Reader) -> LogFormat:
@@ -410,4 +577,6 @@ def early_settings(
     read = _Reader(environ, flags)
     fmt = read.raw("LLMKUBE_LOG_FORMAT").strip().lower()
     path = read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip()
-    return ("json" if fmt == "json" else "text"), path
+    # A relative path would land in the working directory: none is written
+    # (load_config refuses it; the log still says why).
+    return ("json" if fmt == "json" else "text"), path if path.startswith("/") else ""

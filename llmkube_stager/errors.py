@@ -9,6 +9,7 @@ message and an exit code.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
@@ -41,19 +42,44 @@ class Reason(StrEnum):
     INTERNAL = "ModelStagerInternalError"
 
 
-# Restarting the pod can help by itself (CONTRACT §5 "retryable").
+# Restarting the pod can help by itself (CONTRACT §5 "retryable"); each
+# decision and its reason is in docs/operations.md ("Reasons").
 RETRYABLE: frozenset[Reason] = frozenset(
     {
         Reason.SOURCE_UNREACHABLE,
+        # A server error that outlasted the in-process retries: still the
+        # origin's transient state, not a request that cannot succeed.
         Reason.SOURCE_UNAVAILABLE,
         Reason.SOURCE_RATE_LIMITED,
         Reason.SOURCE_CHANGED,
         Reason.CANCELLED,
+        # The other writer finishes or dies (its flock goes with it).
         Reason.CACHE_LOCK_TIMEOUT,
         # The copy is wrong and the origin could not repair it *now*.
         Reason.CACHE_TRUNCATED,
     }
 )
+
+# Exit codes (CONTRACT §5): what a Job's podFailurePolicy keys on.
+EXIT_OK = 0
+EXIT_RETRYABLE = 1  # restarting may fix it: count it against backoffLimit
+EXIT_USAGE = 2  # configuration or file list, found before any I/O
+EXIT_INTERNAL = 3  # a bug
+EXIT_PERMANENT = 4  # a reason retrying as is cannot fix: fail the Job now
+
+_USAGE_REASONS = frozenset({Reason.INVALID_CONFIGURATION, Reason.INVALID_FILE_SET})
+
+
+def exit_code_for(reason: Reason) -> int:
+    """The process exit code of an outcome with this reason."""
+    if reason is Reason.SUCCEEDED:
+        return EXIT_OK
+    if reason is Reason.INTERNAL:
+        return EXIT_INTERNAL
+    if reason in _USAGE_REASONS:
+        return EXIT_USAGE
+    return EXIT_RETRYABLE if reason in RETRYABLE else EXIT_PERMANENT
+
 
 # Remedy constants. The first five are byte-identical to the operator's
 # transfer-diagnosis signatures (spec/behavior.md §11.2) so that the
@@ -107,6 +133,13 @@ REMEDY_CHECKSUM = (
     "the bytes do not match the pinned sha256; correct spec.sha256/spec.fileSha256 or the "
     "source, then delete the .sha256-rejected marker to retry"
 )
+# The origin's own digest (HF LFS sha256), not a user pin: no marker was
+# written, and a retry may well get good bytes (#12.5).
+REMEDY_ORIGIN_CHECKSUM = (
+    "the bytes received do not match the sha256 the origin lists for the file; nothing was "
+    "published and no marker written, so a restart fetches it again (a bad CDN edge or proxy "
+    "copy is usually transient); if it persists, check any mirror or proxy in between"
+)
 REMEDY_TRUNCATED = (
     "a cached file is shorter or longer than its own size record and the origin could not "
     "repair it now; restore origin access or delete the file so it is staged again"
@@ -118,6 +151,19 @@ REMEDY_LOCK_TIMEOUT = (
 REMEDY_UNWRITABLE = (
     "the cache must be written but is read-only or not permitted for this uid; check the "
     "volume's access mode, fsGroup and the model-cache-prep container"
+)
+# A symlink (or a file where a directory belongs) inside the model directory
+# would make the agent write outside it (#11): refused before any write.
+REMEDY_LEADS_OUTSIDE = (
+    "a path in the cache leads outside it or is not what the model needs there (a symlink, "
+    "or a directory, FIFO or device where a model file or directory belongs); nothing was "
+    "written: remove it, then restart"
+)
+# Something in the cache is there but this uid cannot read it (#11): not
+# absent, and never overwritten.
+REMEDY_UNREADABLE = (
+    "a cache file or directory is not readable by this uid; check the volume's fsGroup and the "
+    "model-cache-prep container (file modes of the model directory)"
 )
 REMEDY_EMPTY = (
     "the model directory is missing or empty: the reader volume may not be the writer's volume, "
@@ -178,6 +224,31 @@ def remedy_for(reason: Reason, kind: SourceKind | None = None) -> str:
     return REMEDIES[reason]
 
 
+class Network(StrEnum):
+    """How the network failed, decided by exception type where it was caught."""
+
+    DNS = "dns"
+    REFUSED = "refused"
+    CONNECT_TIMEOUT = "connect_timeout"
+    READ_TIMEOUT = "read_timeout"  # connected, then no byte for the stall timeout
+    RESET = "reset"
+    TLS_UNTRUSTED = "tls_untrusted"
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What the origin or the network said, as facts: the source adapters fill
+    it where they translate a failure, `operator_phrase` turns it into the
+    words today's controller looks for (spec §11.2)."""
+
+    http_status: int | None = None
+    s3_code: str = ""  # S3's <Code>, e.g. NoSuchKey, NoSuchBucket, SignatureDoesNotMatch
+    network: Network | None = None
+    host: str = ""
+    port: int | None = None
+    tls_problem: str = ""  # OpenSSL's verify message, e.g. "self-signed certificate"
+
+
 class StagerError(Exception):
     """A failure with a contract reason. `detail` is already free of secrets."""
 
@@ -190,6 +261,8 @@ class StagerError(Exception):
         file: str | None = None,
         source_kind: SourceKind | None = None,
         reason: Reason | None = None,
+        remedy: str | None = None,
+        wire: Wire | None = None,
     ) -> None:
         super().__init__(detail)
         if reason is not None:
@@ -197,10 +270,14 @@ class StagerError(Exception):
         self.detail = detail
         self.file = file
         self.source_kind = source_kind
+        # A cause-specific remedy where the reason's own would mislead (a
+        # symlink leading outside is not "read-only").
+        self._remedy = remedy
+        self.wire = wire
 
     @property
     def remedy(self) -> str:
-        return remedy_for(self.reason, self.source_kind)
+        return self._remedy or remedy_for(self.reason, self.source_kind)
 
     @property
     def retryable(self) -> bool:
@@ -208,10 +285,14 @@ class StagerError(Exception):
 
     @property
     def exit_code(self) -> int:
-        return 2 if self.reason in _USAGE_REASONS else 1
+        """The reason's exit code, except that an error whose own verdict on
+        retrying differs from its reason's (a checksum mismatch against the
+        origin's digest, #12.5) exits the way that verdict says."""
+        code = exit_code_for(self.reason)
+        if code in (EXIT_RETRYABLE, EXIT_PERMANENT):
+            return EXIT_RETRYABLE if self.retryable else EXIT_PERMANENT
+        return code
 
-
-_USAGE_REASONS = frozenset({Reason.INVALID_CONFIGURATION, Reason.INVALID_FILE_SET})
 
 
 class ConfigError(StagerError):
@@ -236,8 +317,9 @@ class SourceError(StagerError):
         retry_after_s: float | None = None,
         file: str | None = None,
         answered: bool = False,
+        wire: Wire | None = None,
     ) -> None:
-        super().__init__(detail, file=file, reason=reason)
+        super().__init__(detail, file=file, reason=reason, wire=wire)
         self.transient = transient
         self.retry_after_s = retry_after_s
         # True when the origin answered (an HTTP status), so the log never
@@ -251,6 +333,22 @@ class TransferError(StagerError):
     reason = Reason.SIZE_MISMATCH
 
 
+class OriginChecksumMismatch(TransferError):
+    """The bytes do not match the digest the origin itself lists (HF LFS),
+    with no user pin involved: a bad copy on the way, not a wrong pin.
+    Same reason as a pin mismatch; its own remedy, and retryable."""
+
+    reason = Reason.CHECKSUM_MISMATCH
+
+    @property
+    def remedy(self) -> str:
+        return REMEDY_ORIGIN_CHECKSUM
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
 class CacheError(StagerError):
     """The cache itself is in a state that stops staging or serving."""
 
@@ -259,3 +357,35 @@ class CacheError(StagerError):
 
 class Cancelled(StagerError):
     reason = Reason.CANCELLED
+
+
+def operator_phrase(err: StagerError) -> str:
+    """The words the operator's substring matcher looks for (spec §11.2), in
+    the wording curl and S3 used, built from the facts the error carries:
+    never from its text. Empty when the failure has no such words (curl's
+    other failures were never classified either, §11.1 item 8)."""
+    wire = err.wire
+    if wire is None:
+        return ""
+    parts = [wire.s3_code] if wire.s3_code else []
+    if wire.http_status is not None and wire.http_status >= 400:
+        # curl -f (22): the whole line the old downloader printed.
+        parts.append(f"The requested URL returned error: {wire.http_status}")
+    if wire.network is not None:
+        host = wire.host or "the origin"
+        at = f"{host} port {wire.port}" if wire.port is not None else host
+        problem = wire.tls_problem or "certificate verify failed"
+        parts.append(_NETWORK_PHRASES[wire.network].format(host=host, at=at, problem=problem))
+    return "; ".join(p for p in parts if p)
+
+
+# curl's (6), (7), (28), (56) and (60) texts; a stall is a timeout on an
+# established connection, which the matcher knows as "connection timed out".
+_NETWORK_PHRASES: dict[Network, str] = {
+    Network.DNS: "Could not resolve host: {host}",
+    Network.REFUSED: "Failed to connect to {at}: Connection refused",
+    Network.CONNECT_TIMEOUT: "Failed to connect to {at}: Connection timed out",
+    Network.READ_TIMEOUT: "Operation timed out: Connection timed out receiving from {at}",
+    Network.RESET: "Recv failure: Connection reset by peer",
+    Network.TLS_UNTRUSTED: "SSL certificate problem: {problem}",
+}

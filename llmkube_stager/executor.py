@@ -148,11 +148,9 @@ class Session:
 def _free_bytes(fs: FsInfo, root: str) -> int | None:
     if not fs.free_space_meaningful:
         return None
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+    from llmkube_stager.cache.fs import free_bytes  # psutil: the write path only
+
+    return free_bytes(root)
 
 
 _R = TypeVar("_R")
@@ -330,6 +328,9 @@ class Executor:
     def _settle(self, action: Action) -> FileResult:
         file = self._manifest.file(action.rel)
         self._log.info("cache_hit", action.message, file=file.rel)
+        if file.sha256:
+            # Beside the scripts' line, never appended to it (spec §7 "stamp hit").
+            self._log.info("pin_accepted", f"{file.rel} {action.why}", file=file.rel)
         if action.write_stamp and file.sha256:
             self._try(lambda: self._stamp_hashed(file), file)
         if action.backfill_record:
@@ -466,11 +467,15 @@ class Executor:
                 f"{action.rel}: {action.why}, and the origin could not repair it: {err.detail}",
                 reason=action.failure or Reason.CACHE_TRUNCATED,
                 file=action.rel,
+                wire=err.wire,
             )
-        if self._multi:
-            self._log.error("download_failed", f"failed to download {action.rel}", file=action.rel)
+        rel = action.rel
         if self._session.config.refresh_policy == "OnChange" and action.decision is Decision.FETCH:
-            err.detail = f"{messages.missing_and_failed(self._multi, action.rel)}: {err.detail}"
+            line = messages.missing_and_failed_line(self._multi, rel)
+            self._log.error("missing_and_failed", line, file=rel)
+            err.detail = f"{messages.missing_and_failed(self._multi, rel)}: {err.detail}"
+        elif self._multi:
+            self._log.error("download_failed", messages.failed_to_download(rel), file=rel)
         return err
 
     def _refresh_as_a_whole(self, actions: list[Action]) -> dict[str, FileResult]:
@@ -561,17 +566,23 @@ class Executor:
     def _kept(self, staged: _Staged, failures: list[_Staged]) -> FileResult:
         rel = staged.action.rel
         err = staged.error
-        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH:
+        # "kept" prints the scripts' lines whole (logs.VERBATIM_EVENTS); the
+        # agent's own explanations are warnings with their fields.
+        event = "kept"
+        if err is not None and err.reason is Reason.CHECKSUM_MISMATCH and not err.retryable:
+            # A pin not met (an origin-digest mismatch is retryable: #12.5).
             text = messages.pinned_kept(self._multi, rel)
         elif isinstance(err, SourceError) and not err.answered:
             text = messages.unreachable_kept(self._multi, rel)
         elif err is not None:
+            event = "kept_after_error"
             text = f"Revalidation failed for {rel} ({err.detail}); kept cached copy"
         else:
             others = ", ".join(f.action.rel for f in failures)
+            event = "kept_whole_model"
             text = (
                 f"Not publishing the new {rel}: {others} could not be refreshed, so the "
                 "previous version of the whole model keeps serving; kept cached copy"
             )
-        self._log.warning("kept", text, file=rel)
+        self._log.warning(event, text, file=rel)
         return FileResult(rel, Decision.KEEP)

@@ -17,14 +17,38 @@ MARKER_SUFFIX = ".sha256-rejected"
 ATOMIC_TMP_INFIX = ".llmkube-tmp."
 # The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
 LEGACY_PARTIAL_SUFFIX = ".tmp"
-# The agent's own partials: `<dest>.<key>.<writer>.llmkube-part`, one per
+# The agent's own partials: `<dest>.<key>.<writer>.llmkube-part.tmp`, one per
 # writer, so that two writers never share an inode (#2158, see partials.py).
-PART_SUFFIX = ".llmkube-part"
-# Parallel ranged transfers write a sparse `<...>.llmkube-segs` file whose
-# progress lives in a sibling `<...>.llmkube-journal`: its size proves nothing,
-# so the sequential logic never adopts it (transfer/parallel.py).
-SEGS_SUFFIX = ".llmkube-segs"
-JOURNAL_SUFFIX = ".llmkube-journal"
+# Every partial name ends in `.tmp` so that the scripts' `*.tmp` sweeps
+# (spec §10) remove them after a rollback to the scripts (issue #14 item 7).
+PART_SUFFIX = ".llmkube-part.tmp"
+# Parallel ranged transfers write a sparse `<...>.llmkube-segs.tmp` file whose
+# progress lives in a sibling `<...>.llmkube-journal.tmp`: its size proves
+# nothing, so the sequential logic never adopts it (transfer/parallel.py).
+SEGS_SUFFIX = ".llmkube-segs.tmp"
+JOURNAL_SUFFIX = ".llmkube-journal.tmp"
+# The same three as the previous version named them (no `.tmp`): still
+# recognised, so a cache it left is resumed and swept.
+OLD_PART_SUFFIX = ".llmkube-part"
+OLD_SEGS_SUFFIX = ".llmkube-segs"
+OLD_JOURNAL_SUFFIX = ".llmkube-journal"
+AGENT_PARTIAL_SUFFIXES = (
+    PART_SUFFIX,
+    SEGS_SUFFIX,
+    JOURNAL_SUFFIX,
+    OLD_PART_SUFFIX,
+    OLD_SEGS_SUFFIX,
+    OLD_JOURNAL_SUFFIX,
+)
+# (suffix, kind) for parse_partial, the current names first.
+_PARTIAL_KINDS = (
+    (PART_SUFFIX, "part"),
+    (SEGS_SUFFIX, "segs"),
+    (JOURNAL_SUFFIX, "journal"),
+    (OLD_PART_SUFFIX, "part"),
+    (OLD_SEGS_SUFFIX, "segs"),
+    (OLD_JOURNAL_SUFFIX, "journal"),
+)
 LOCK_NAME = ".llmkube.lock"
 # Per model directory: the origin validator (ETag, HF blob id / LFS sha256)
 # each file was staged from, so OnChange sees a same-size change.
@@ -34,37 +58,51 @@ VALIDATORS_NAME = ".llmkube-validators"
 SHARDS_NAME = ".llmkube-shards"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
+# (The old partial suffixes are substrings of the current ones.)
 _RESERVED_MARKERS = (
     SIZE_RECORD_SUFFIX,
     ATOMIC_TMP_INFIX,
     MARKER_SUFFIX,
-    PART_SUFFIX,
-    SEGS_SUFFIX,
-    JOURNAL_SUFFIX,
+    OLD_PART_SUFFIX,
+    OLD_SEGS_SUFFIX,
+    OLD_JOURNAL_SUFFIX,
     VALIDATORS_NAME + ".",
 )
 _RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME})
+# `<file>.sha256` is the stamp of `<file>`: a repository file of that name
+# would be overwritten by the stamp on alternate runs (#11 item 9).
+_RESERVED_ENDINGS = (STAMP_SUFFIX,)
 _TMP_ALPHABET = string.ascii_letters + string.digits
+# Linux NAME_MAX and PATH_MAX (bytes, the path's terminating NUL included).
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
 
 
 def parse_file_list(text: str) -> tuple[str, ...]:
     """MODEL_FILES -> validated relative paths, order kept (first = primary).
 
-    Leading/trailing blank lines are tolerated (the operator joins with "\\n");
-    any other defect is `InvalidFileSet` before any request or write.
+    Empty lines are skipped anywhere, as the scripts' loop did (`[ -n "$rel" ]
+    || continue`; see `blank_entries`); any other defect is `InvalidFileSet`
+    before any request or write.
     """
-    body = text.strip("\n")
-    if not body.strip():
+    if not text.strip():
         return ()
-    entries = body.split("\n")
+    entries = [rel for rel in text.split("\n") if rel]
     seen: set[str] = set()
     for rel in entries:
         _check_rel(rel)
         if rel in seen:
-            raise InvalidFileSet(f"MODEL_FILES lists {rel!r} twice")
+            raise InvalidFileSet(f"MODEL_FILES lists {repr(rel)[:200]} twice")
         seen.add(rel)
     _check_no_dir_clash(entries)
     return tuple(entries)
+
+
+def blank_entries(text: str) -> int:
+    """Empty lines between MODEL_FILES entries (leading and trailing ones are
+    the operator's join and say nothing)."""
+    body = text.strip("\n")
+    return body.split("\n").count("") if body.strip() else 0
 
 
 def _check_rel(rel: str) -> None:
@@ -80,8 +118,60 @@ def _check_rel(rel: str) -> None:
     parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise InvalidFileSet(f"MODEL_FILES entry {shown} has an empty, '.' or '..' path part")
-    if parts[-1] in _RESERVED_NAMES or any(m in parts[-1] for m in _RESERVED_MARKERS):
-        raise InvalidFileSet(f"MODEL_FILES entry {shown} uses a name reserved for cache records")
+    for part in parts:
+        if (
+            part in _RESERVED_NAMES
+            or any(m in part for m in _RESERVED_MARKERS)
+            or part.endswith(_RESERVED_ENDINGS)
+        ):
+            raise InvalidFileSet(
+                f"MODEL_FILES entry {shown} uses a name reserved for cache records"
+            )
+    check_name_room(parts[-1], pinned=False, what=f"MODEL_FILES entry {shown}")
+    for part in parts[:-1]:
+        if len(part.encode()) > NAME_MAX_BYTES:
+            raise InvalidFileSet(
+                f"MODEL_FILES entry {shown} has a directory name longer than {NAME_MAX_BYTES} bytes"
+            )
+
+
+def suffix_room_bytes(pinned: bool) -> int:
+    """The most bytes the agent appends to a file's name: its partials,
+    journal, record and their temps, and where pinned its stamp and the
+    rejection marker's temp (derived from the name functions below)."""
+    dest, key_source, writer = "", "v", "0" * 8
+    names = [
+        private_partial_path(dest, key_source, writer),
+        *segmented_paths(dest, key_source, writer),
+        legacy_partial_path(dest, key_source),
+        atomic_tmp_path(record_path(dest)),
+    ]
+    if pinned:
+        names += [atomic_tmp_path(stamp_path(dest)), atomic_tmp_path(marker_path(dest, "0" * 64))]
+    return max(len(name.encode()) for name in names)
+
+
+def check_name_room(name: str, *, pinned: bool, what: str) -> None:
+    """A file name must leave room for the agent's suffixes within NAME_MAX,
+    or it fails after the probe with ENAMETOOLONG (#11 item 10)."""
+    limit = NAME_MAX_BYTES - suffix_room_bytes(pinned)
+    if len(name.encode()) > limit:
+        pin = "pinned file" if pinned else "file"
+        raise InvalidFileSet(
+            f"{what} has a {len(name.encode())}-byte name: a {pin} name may have at most "
+            f"{limit} bytes, to leave room for the agent's partial and record suffixes"
+        )
+
+
+def check_path_room(root: str, rels: tuple[str, ...], *, pinned: frozenset[str]) -> None:
+    """Every destination with the longest suffix must fit PATH_MAX."""
+    for rel in rels:
+        total = len(dest_path(root, rel).encode()) + suffix_room_bytes(rel in pinned) + 1
+        if total > PATH_MAX_BYTES:
+            raise InvalidFileSet(
+                f"the path of {repr(rel)[:200]} under {repr(root)[:200]} is too long: "
+                f"with the agent's suffixes it needs {total} bytes, more than PATH_MAX"
+            )
 
 
 def _check_no_dir_clash(entries: list[str]) -> None:
@@ -114,8 +204,8 @@ def legacy_partial_path(dest: str, validator: str) -> str:
 
 
 def private_partial_path(dest: str, validator: str, writer_id: str) -> str:
-    """`<dest>.<key>.<writer>.llmkube-part`: keyed on the validator like the
-    shell's name, and private to one writer."""
+    """`<dest>.<key>.<writer>.llmkube-part.tmp`: keyed on the validator like
+    the shell's name, and private to one writer."""
     return f"{dest}.{partial_key(validator)}.{writer_id}{PART_SUFFIX}"
 
 
@@ -125,17 +215,31 @@ def segmented_paths(dest: str, validator: str, writer_id: str) -> tuple[str, str
     return stem + SEGS_SUFFIX, stem + JOURNAL_SUFFIX
 
 
+def ranged_of_stream(part_path: str) -> tuple[str, str]:
+    """(data, journal) a writer's stream partial becomes when it widens to
+    ranged connections (the same writer id and key; current or old names)."""
+    if part_path.endswith(OLD_PART_SUFFIX):
+        stem = part_path[: -len(OLD_PART_SUFFIX)]
+        return stem + OLD_SEGS_SUFFIX, stem + OLD_JOURNAL_SUFFIX
+    stem = part_path[: -len(PART_SUFFIX)]
+    return stem + SEGS_SUFFIX, stem + JOURNAL_SUFFIX
+
+
 def journal_of(segs_path: str) -> str:
+    """The journal beside a data file, named as the data file is (current or old)."""
+    if segs_path.endswith(OLD_SEGS_SUFFIX):
+        return segs_path[: -len(OLD_SEGS_SUFFIX)] + OLD_JOURNAL_SUFFIX
     return segs_path[: -len(SEGS_SUFFIX)] + JOURNAL_SUFFIX
 
 
 def parse_partial(dest: str, path: str) -> tuple[str, str] | None:
     """(validator key, kind) of a partial of `dest`; kind is "part",
-    "segs", "journal" or "legacy" (the shell's `<dest>.<key>.tmp`)."""
+    "segs", "journal" (current or old names) or "legacy" (the shell's
+    `<dest>.<key>.tmp`, told apart by its bare 12-hex key before `.tmp`)."""
     if not path.startswith(dest + "."):
         return None
     rest = path[len(dest) + 1 :]
-    for suffix, kind in ((PART_SUFFIX, "part"), (SEGS_SUFFIX, "segs"), (JOURNAL_SUFFIX, "journal")):
+    for suffix, kind in _PARTIAL_KINDS:
         if rest.endswith(suffix):
             key, _, writer = rest[: -len(suffix)].partition(".")
             return (key, kind) if _is_hex(key, 12) and _is_hex(writer, 8) else None

@@ -1,12 +1,24 @@
-"""Event logs (CONTRACT §6) and the redaction layer every output goes through.
+"""Event logs (CONTRACT §6) on structlog, and the redaction layer every output
+goes through.
 
-Text by default (`<message> key=value ...`, one event a line, never `\\r`),
-JSON lines with LLMKUBE_LOG_FORMAT=json. Messages keep the old scripts' lines
-(spec §13) verbatim so that users' greps keep working.
+`Log` is structlog's bound logger behind the call API the code uses
+(`log.info(event, message, **fields)`, `.warning`, `.error`, `.bind(...)`).
+One event is one line, on a processor chain:
 
-structlog was the planned library, but importing it costs ~79 ms here (it pulls
-in asyncio), half of the 150 ms warm-start budget; this ~100-line logger costs
-nothing to import and gives the same two renderers (docs/design.md).
+    drop None fields -> level -> redact (every event and field) -> render
+
+Two renderers: text (default) and JSON lines (LLMKUBE_LOG_FORMAT=json, every
+field). In text, the events of `VERBATIM_EVENTS` print their message alone,
+byte for byte: those are the old scripts' lines (spec §13) that users and
+alerts grep with anchors (`^ERROR: failed to download <rel>$`), and the
+failure line the controller reads from the log tail. Other events are
+`<message> key=value ...`, warnings prefixed `WARNING: `. Never `\\r`.
+
+Import cost: `import structlog` runs its package `__init__`, which imports
+every submodule (stdlib integration -> asyncio -> ssl, dev console -> rich
+when installed): ~40-80 ms here, more than the warm-start budget has to spare
+(docs/design.md). The bound logger needs only `structlog._base`, so that is
+all that is loaded (`_load_bound_logger_base`).
 """
 
 from __future__ import annotations
@@ -16,8 +28,12 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterable
-from typing import IO, Literal
+from collections.abc import Iterable, MutableMapping
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from structlog._base import BoundLoggerBase
+    from structlog.typing import Processor
 
 Level = Literal["debug", "info", "warning", "error"]
 
@@ -32,6 +48,24 @@ _USERINFO_RE = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s\"'<>]+@")
 _BEARER_RE = re.compile(r"\b(Bearer|bearer|BEARER|Basic)(\s+)[A-Za-z0-9._~+/=-]{4,}")
 _AUTH_HEADER_RE = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)[^'\"\r\n,}]+")
 _TOKEN_SHAPES_RE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|(?:AKIA|ASIA)[0-9A-Z]{16})\b")
+
+# Events whose text line is the message alone (see the module docstring).
+# The texts are in messages.py; the event names are the call sites'.
+VERBATIM_EVENTS = frozenset(
+    {
+        "cache_hit",  # Model already cached, skipping download / ... revalidated ... / kept
+        "revalidate",  # Revalidating model against upstream (RefreshPolicy=OnChange)...
+        "download_start",  # Downloading model... / Downloading model artifact <rel>...
+        "download_done",  # Model downloaded successfully / Model revalidated (downloaded)
+        "progress",  # Downloaded <N> MiB of <T> MiB (<P>%)
+        "kept",  # Revalidation unreachable; kept cached copy
+        "download_failed",  # ERROR: failed to download <rel>
+        "missing_and_failed",  # ERROR: model missing and revalidation failed
+        "failed",  # ERROR: <Reason>: <cause>; <remedy> (the controller's line)
+    }
+)
+# Keys every event has; the rest are its fields.
+_EVENT_KEYS = ("level", "event", "msg")
 
 
 class Redactor:
@@ -58,21 +92,109 @@ def display_url(url: str) -> str:
     return _USERINFO_RE.sub(r"\1", base)
 
 
+# -- processors (structlog's signature: logger, method name, event dict) -----------------
+
+EventDict = MutableMapping[str, Any]
+
+
+def drop_none(_logger: object, _method: str, event: EventDict) -> EventDict:
+    for key in [k for k, v in event.items() if v is None]:
+        del event[key]
+    return event
+
+
+def add_level(_logger: object, method: str, event: EventDict) -> EventDict:
+    event["level"] = method
+    return event
+
+
+class RedactAll:
+    """Every event name, message and field value through the Redactor;
+    numbers and booleans stay numbers, anything else becomes its redacted text."""
+
+    def __init__(self, redact: Redactor) -> None:
+        self.redact = redact
+
+    def __call__(self, _logger: object, _method: str, event: EventDict) -> EventDict:
+        for key, value in event.items():
+            if key != "level" and not isinstance(value, bool | int | float):
+                event[key] = self.redact(str(value))
+        return event
+
+
+def render_text(_logger: object, _method: str, event: EventDict) -> str:
+    message = str(event["msg"])
+    if event["event"] in VERBATIM_EVENTS:
+        return _one_line(message)
+    prefix = "WARNING: " if event["level"] == "warning" else ""
+    fields = (f"{k}={_quote(v)}" for k, v in event.items() if k not in _EVENT_KEYS)
+    return " ".join([_one_line(prefix + message), *fields])
+
+
+def render_json(_logger: object, _method: str, event: EventDict) -> str:
+    record: dict[str, Any] = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record.update((k, event[k]) for k in _EVENT_KEYS)
+    record.update((k, v) for k, v in event.items() if k not in _EVENT_KEYS)
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def _quote(value: object) -> str:
+    text = _one_line(str(value))
+    if text and not any(c in text for c in ' "='):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+# -- the logger ----------------------------------------------------------------------------
+
+
+class _Sink:
+    """What structlog's bound logger hands the rendered line to: one write
+    and flush per event, under a lock (progress comes from a ticker thread)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def write_line(self, line: str) -> None:
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    info = warning = error = debug = write_line
+
+
 class Log:
-    """Writes events to a stream. Thread-safe (progress is reported from a
-    ticker thread); every field goes through the redactor."""
+    """The event log; see the module docstring. Cheap to copy with `bind`."""
 
     def __init__(
-        self, stream: IO[str] | None = None, fmt: str = "text", redact: Redactor | None = None
+        self,
+        stream: IO[str] | None = None,
+        fmt: str = "text",
+        redact: Redactor | None = None,
+        *,
+        _bound: BoundLoggerBase | None = None,
     ) -> None:
-        self._stream = stream if stream is not None else sys.stderr
-        self._json = fmt == "json"
         self._redact = redact or Redactor()
-        self._lock = threading.Lock()
+        if _bound is None:
+            renderer: Processor = render_json if fmt == "json" else render_text
+            processors: list[Processor] = [drop_none, add_level, RedactAll(self._redact), renderer]
+            sink = _Sink(stream if stream is not None else sys.stderr)
+            _bound = _load_bound_logger_base()(sink, processors=processors, context={})
+        self._bound = _bound
 
     @property
     def redact(self) -> Redactor:
         return self._redact
+
+    def bind(self, **fields: object) -> Log:
+        """A log whose every event carries these fields too (e.g. file=,
+        attempt=): in JSON always, in text on the agent's own lines."""
+        return Log(redact=self._redact, _bound=self._bound.bind(**fields))
 
     def info(self, event: str, message: str, **fields: object) -> None:
         self.emit("info", event, message, fields)
@@ -84,35 +206,35 @@ class Log:
         self.emit("error", event, message, fields)
 
     def emit(self, level: Level, event: str, message: str, fields: dict[str, object]) -> None:
-        clean = {k: self._clean(v) for k, v in fields.items() if v is not None}
-        line = self._render(level, event, self._redact(message), clean)
-        with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
-
-    def _clean(self, value: object) -> object:
-        if isinstance(value, bool | int | float):
-            return value
-        return self._redact(str(value))
-
-    def _render(self, level: Level, event: str, message: str, fields: dict[str, object]) -> str:
-        if self._json:
-            record: dict[str, object] = {
-                "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "level": level,
-                "event": event,
-                "msg": message,
-            }
-            record.update(fields)
-            return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-        prefix = "WARNING: " if level == "warning" else ""
-        parts = [prefix + message.replace("\r", " ").replace("\n", " ")]
-        parts.extend(f"{k}={_quote(v)}" for k, v in fields.items())
-        return " ".join(parts)
+        self._bound._proxy_to_logger(level, event, msg=message, **fields)
 
 
-def _quote(value: object) -> str:
-    text = str(value).replace("\r", " ").replace("\n", " ")
-    if text and not any(c in text for c in ' "='):
-        return text
-    return json.dumps(text, ensure_ascii=False)
+def _load_bound_logger_base() -> type[BoundLoggerBase]:
+    """structlog's `BoundLoggerBase` (public as structlog.BoundLoggerBase),
+    loaded without running the package's `__init__`, which would import all
+    of structlog (asyncio, ssl, logging, and rich when installed) for a
+    class that needs `sys` and `collections.abc`.
+
+    While the submodule loads, the package is a module made from its spec
+    but not executed; afterwards every `structlog` module is taken out of
+    `sys.modules` again, so that a later `import structlog` (a test, a
+    library) is a normal, complete import. If structlog ever moves the class,
+    the plain import below still works."""
+    if "structlog" not in sys.modules:
+        import importlib.util
+
+        spec = importlib.util.find_spec("structlog")
+        if spec is not None and spec.submodule_search_locations is not None:
+            sys.modules["structlog"] = importlib.util.module_from_spec(spec)
+            try:
+                from structlog._base import BoundLoggerBase as Base
+
+                return Base
+            except ImportError:
+                pass
+            finally:
+                for name in [n for n in sys.modules if n.partition(".")[0] == "structlog"]:
+                    del sys.modules[name]
+    import structlog
+
+    return structlog.BoundLoggerBase

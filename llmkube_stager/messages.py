@@ -1,6 +1,8 @@
 """The old scripts' user-visible lines (spec §13), single- and multi-file.
 
-Users and the operator's tests grep these; keep them byte-identical.
+Users and the operator's tests grep these; keep them byte-identical. Text
+logs print them whole, with no prefix or fields, when logged under one of
+`logs.VERBATIM_EVENTS`.
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ def missing_and_failed(multi: bool, rel: str) -> str:
     if multi:
         return f"model artifact {rel} missing and revalidation failed"
     return "model missing and revalidation failed"
+
+
+def missing_and_failed_line(multi: bool, rel: str) -> str:
+    """OnChange with nothing cached and no transfer (spec §5.3 step 7, §6.3 step 5)."""
+    return f"ERROR: {missing_and_failed(multi, rel)}"
+
+
+def failed_to_download(rel: str) -> str:
+    """Multi-file IfNotPresent transfer failure (spec §6.2, §11.4)."""
+    return f"ERROR: failed to download {rel}"
 
 
 def pinned_kept(multi: bool, rel: str) -> str:

@@ -95,7 +95,11 @@ class LocalState(StrEnum):
     COMPLETE = "complete"  # size equals its own valid size record
     MISMATCH = "mismatch"  # size differs from its own valid size record
     LEGACY = "legacy"  # present, no valid record (cache from before #2185)
+    # Not a regular file, or reached through a symlinked directory (#11).
     NOT_A_FILE = "not-a-file"
+    # Its size record, or a directory on its path, is there but this uid
+    # cannot read it: unusable, and never overwritten (#11 items 5, 6).
+    UNREADABLE = "unreadable"
 
 
 class PinState(StrEnum):
@@ -120,10 +124,17 @@ class LocalFile:
     # (dev, ino, size, mtime) of the inode whose bytes were hashed and found
     # right (PinState.HASHED): a stamp is written only for that inode.
     hashed_as: tuple[int, int, int, float] | None = None
+    # Why the state is what it is, where a reader needs more than the state
+    # (an invalid record's defect, what is not a regular file or unreadable).
+    detail: str = ""
 
     @property
     def present(self) -> bool:
-        return self.state not in (LocalState.MISSING, LocalState.NOT_A_FILE)
+        return self.state not in (
+            LocalState.MISSING,
+            LocalState.NOT_A_FILE,
+            LocalState.UNREADABLE,
+        )
 
     @property
     def usable(self) -> bool:
@@ -178,6 +189,7 @@ class Action:
     backfill_record: bool = False
     write_stamp: bool = False
     failure: Reason | None = None
+    remedy: str = ""  # a cause-specific remedy for a FAIL, where the reason's misleads
 
     @property
     def transfers(self) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from llmkube_stager import messages
 from llmkube_stager.config import RefreshPolicy
-from llmkube_stager.errors import Reason
+from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, REMEDY_UNREADABLE, Reason
 from llmkube_stager.model import (
     Action,
     CacheState,
@@ -95,7 +95,12 @@ def make_plan(
         _decide(ctx, cache.files[f.rel], policy, probes.get(f.rel), f.sha256)
         for f in manifest.files
     )
-    warnings = tuple(
+    invalid = tuple(
+        f"{local.detail}; treated as absent"
+        for local in (cache.files[f.rel] for f in manifest.files)
+        if local.state is LocalState.LEGACY and local.detail
+    )
+    warnings = invalid + tuple(
         f"no valid size record for {a.rel}; completeness cannot be proven until a stager "
         "backfills it"
         for a, f in zip(actions, manifest.files, strict=True)
@@ -124,13 +129,8 @@ def _decide(
 ) -> Action:
     if local.marker and not local.usable:
         return _marker_failure(ctx, local, pin or "<digest>")
-    if local.state is LocalState.NOT_A_FILE:
-        return Action(
-            local.rel,
-            Decision.FAIL,
-            "the destination exists but is not a regular file",
-            failure=Reason.CACHE_UNWRITABLE,
-        )
+    if local.state in (LocalState.NOT_A_FILE, LocalState.UNREADABLE):
+        return _cannot_judge(local)
     if policy == "OnChange":
         return _on_change(ctx, local, remote)
     if local.usable:
@@ -140,6 +140,28 @@ def _decide(
             ctx, local, decision, messages.hit(ctx.multi, local.rel, ctx.cached, ctx.kind)
         )
     return _transfer(ctx, local, Decision.REPAIR if local.present else Decision.FETCH)
+
+
+def _cannot_judge(local: LocalFile) -> Action:
+    """Not a regular file inside the model directory, or not readable by
+    this uid: nothing of it is read through, replaced or overwritten (#11)."""
+    if local.state is LocalState.UNREADABLE:
+        return Action(
+            local.rel,
+            Decision.FAIL,
+            f"{local.detail}: the copy cannot be judged, and what this uid cannot read "
+            "is never replaced",
+            failure=Reason.CACHE_UNWRITABLE,
+            remedy=REMEDY_UNREADABLE,
+        )
+    detail = f" ({local.detail})" if local.detail else ""
+    return Action(
+        local.rel,
+        Decision.FAIL,
+        f"the destination exists but is not a regular file{detail}",
+        failure=Reason.CACHE_UNWRITABLE,
+        remedy=REMEDY_LEADS_OUTSIDE,
+    )
 
 
 def _repair_failure(local: LocalFile) -> Reason:
@@ -153,8 +175,6 @@ def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Ac
     """Keep a usable copy; backfill a missing or stale record and the stamp
     where this pod may write (legacy caches, scenario 44/52)."""
     may_write = ctx.permission.may_write
-    if local.pin is PinState.STAMP_HIT:
-        message += " (stamp hit)"
     return Action(
         local.rel,
         decision,
@@ -166,7 +186,10 @@ def _accept(ctx: _Ctx, local: LocalFile, decision: Decision, message: str) -> Ac
 
 
 def _accept_why(local: LocalFile) -> str:
-    if local.pin in (PinState.STAMP_HIT, PinState.HASHED):
+    if local.pin is PinState.STAMP_HIT:
+        # spec §7: "stamp hit" in the output, on its own line (the hit line is exact).
+        return "matches its sha256 pin (stamp hit: same size and mtime, not read again)"
+    if local.pin is PinState.HASHED:
         return f"matches its sha256 pin ({local.pin.value})"
     if local.record_bytes is None:
         return "present without a valid size record; kept as-is"

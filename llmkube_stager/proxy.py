@@ -104,7 +104,22 @@ def parse_proxy(text: str, name: str) -> Proxy | None:
 
 
 def parse_no_proxy(text: str) -> tuple[str, ...]:
-    return tuple(e.strip().lower() for e in text.replace(" ", ",").split(",") if e.strip())
+    """NO_PROXY entries; a CIDR that is not one (`10.0.0.0/99`) would
+    silently match nothing, so it is a configuration error."""
+    entries = tuple(e.strip().lower() for e in text.replace(" ", ",").split(",") if e.strip())
+    for entry in entries:
+        if "/" in entry:
+            _check_cidr(entry)
+    return entries
+
+
+def _check_cidr(entry: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(entry.strip("[]"), strict=False)
+    except ValueError:
+        raise ProxyConfigError(f"NO_PROXY entry {entry[:100]!r} is not a valid CIDR") from None
 
 
 def bypassed(host: str, port: int, entries: tuple[str, ...]) -> bool:

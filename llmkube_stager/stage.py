@@ -49,7 +49,7 @@ from llmkube_stager.sharding import (
     shared_commit,
     take_share,
 )
-from llmkube_stager.sources import open_source
+from llmkube_stager.sources import check_libraries, open_source
 from llmkube_stager.sources.base import RemoteMeta, Source
 
 
@@ -86,7 +86,7 @@ def role_of(config: Config) -> Role:
 
 def prepare(config: Config, effects: Effects) -> Prepared:
     started = effects.monotonic()
-    source = open_source(config)
+    source = open_source(config, effects.log)
     manifest = source.manifest()
     fs = effects.probe_fs(manifest.root)
     if fs.is_fuse is None:
@@ -136,6 +136,10 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
         )
         if pending and not prepared.strategy.may_write:
             _refuse_half_published(prepared)
+        if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
+            # Before the first probe or mkdir: a missing library is a
+            # configuration error with nothing on disk (#13.1).
+            check_libraries(prepared.source)
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = _revalidate(config, prepared, session)
@@ -386,7 +390,13 @@ def _failure_error(action: Action, prepared: Prepared) -> StagerError:
         return TransferError(action.why, reason=reason, file=action.rel)
     else:
         detail = f"cannot stage {action.rel}: {action.why}"
-    return CacheError(detail, reason=reason, file=action.rel, source_kind=prepared.manifest.kind)
+    return CacheError(
+        detail,
+        reason=reason,
+        file=action.rel,
+        source_kind=prepared.manifest.kind,
+        remedy=action.remedy or None,
+    )
 
 
 def _writer_lock(

@@ -4,6 +4,11 @@ Kubernetes keeps at most 4096 bytes of /dev/termination-log; a longer message
 is cut, which would make it invalid JSON. So the document is shrunk field by
 field (longest free-text first) and re-encoded until it fits: always valid
 JSON, never over the limit, `v`/`outcome`/`reason`/`retryable` always present.
+
+`message` is the object's FIRST member: today's controller reads the file as
+text and shows the matched line (the whole one-line document) cut at 200
+bytes, so those bytes must be `{"message":"ERROR: <Reason>: <cause>...`, not
+JSON framing and the remedy (spec §11.1, issue #14).
 """
 
 from __future__ import annotations
@@ -14,10 +19,15 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from llmkube_stager.errors import Reason, StagerError
+from llmkube_stager import __version__
+from llmkube_stager.errors import Reason, StagerError, operator_phrase
 from llmkube_stager.model import Decision, Outcome
 
-MAX_BYTES = 4096
+# Well under the kubelet's 4096 per file: it also cuts every container of a
+# pod to 12 KiB / (containers + init containers), so 2048 arrives whole in a
+# pod of up to six (docs/operations.md "Termination message"). Real messages
+# are 280-800 bytes; only a huge URL or detail gets shrunk.
+MAX_BYTES = 2048
 _ELLIPSIS = "..."
 # Never the remedy: the controller looks it up verbatim (spec §11.3).
 _SHRINKABLE = ("detail", "source", "file")
@@ -28,14 +38,14 @@ def success_doc(outcome: Outcome, source: str, verb: str = "staged") -> dict[str
     reused = outcome.count(Decision.REUSE)
     kept = outcome.count(Decision.KEEP)
     return {
-        "v": 1,
-        "outcome": "succeeded",
-        "reason": Reason.SUCCEEDED.value,
-        "retryable": False,
         "message": (
             f"Model {verb}: {len(outcome.results)} files "
             f"({fetched} fetched, {reused} reused, {kept} kept)"
         ),
+        "v": 1,
+        "outcome": "succeeded",
+        "reason": Reason.SUCCEEDED.value,
+        "retryable": False,
         "source": source,
         "stats": {
             "files": len(outcome.results),
@@ -44,19 +54,21 @@ def success_doc(outcome: Outcome, source: str, verb: str = "staged") -> dict[str
             "kept": kept,
             "bytes": outcome.bytes_fetched,
             "seconds": round(outcome.seconds, 3),
+            "version": __version__,
         },
     }
 
 
 def failure_doc(err: StagerError, source: str, redact: Callable[[str], str]) -> dict[str, Any]:
-    """`message` starts `ERROR: <Reason>:` (today's substring-matching
-    controller) and ends with the remedy, identical to `remedy`."""
+    """The failure document before encoding: `detail` and `phrase` are
+    helper keys that `encode` turns into `message` (see `_message`)."""
     doc: dict[str, Any] = {
+        "detail": redact(err.detail),
+        "phrase": redact(operator_phrase(err)),
         "v": 1,
         "outcome": "failed",
         "reason": err.reason.value,
         "retryable": err.retryable,
-        "detail": redact(err.detail),
         "remedy": err.remedy,
     }
     if err.file:
@@ -66,22 +78,32 @@ def failure_doc(err: StagerError, source: str, redact: Callable[[str], str]) -> 
     return doc
 
 
-def _message(reason: str, detail: str, remedy: str) -> str:
-    return f"ERROR: {reason}: {detail}" + (f"; {remedy}" if remedy else "")
+def _message(reason: str, detail: str, phrase: str, remedy: str) -> str:
+    """`ERROR: <Reason>: <cause> (<curl's words>); <remedy>`: the reason
+    first for today's substring-matching controller, the words its
+    signatures look for (errors.operator_phrase), the remedy last and
+    identical to `remedy`."""
+    cause = f"{detail} ({phrase})" if phrase else detail
+    return f"ERROR: {reason}: {cause}" + (f"; {remedy}" if remedy else "")
 
 
 def failure_message(err: StagerError, redact: Callable[[str], str]) -> str:
     """The full failure line, as logged (the termination copy may be shrunk)."""
-    return _message(err.reason.value, redact(err.detail), err.remedy)
+    return _message(
+        err.reason.value, redact(err.detail), redact(operator_phrase(err)), err.remedy
+    )
 
 
 def _finish(doc: dict[str, Any]) -> dict[str, Any]:
-    """Build `message` from detail + remedy for failures; drop the helper key."""
+    """`message` first (built from the helper keys for a failure)."""
     out = dict(doc)
     detail = out.pop("detail", None)
+    phrase = out.pop("phrase", "")
     if detail is not None:
-        out["message"] = _message(out["reason"], detail, out.get("remedy", ""))
-    return out
+        out["message"] = _message(out["reason"], detail, phrase, out.get("remedy", ""))
+    if "message" not in out:
+        return out
+    return {"message": out.pop("message"), **out}
 
 
 def encode(doc: dict[str, Any], max_bytes: int = MAX_BYTES) -> bytes:
@@ -92,8 +114,15 @@ def encode(doc: dict[str, Any], max_bytes: int = MAX_BYTES) -> bytes:
         if len(data) <= max_bytes:
             return data
         if not _shrink_longest(work):
-            minimal = {k: work[k] for k in ("v", "outcome", "reason", "retryable")}
-            return json.dumps(minimal, separators=(",", ":")).encode()
+            return json.dumps(_minimal(work), separators=(",", ":")).encode()
+
+
+def _minimal(work: dict[str, Any]) -> dict[str, Any]:
+    """The four mandatory members, after the reason as the message."""
+    minimal = {k: work[k] for k in ("v", "outcome", "reason", "retryable")}
+    if work["outcome"] == "failed":
+        return {"message": f"ERROR: {work['reason']}", **minimal}
+    return minimal
 
 
 def _shrink_longest(work: dict[str, Any]) -> bool:
@@ -115,6 +144,10 @@ def write_termination(path: str, data: bytes) -> bool:
     """Write in place: the path is a bind mount, so never rename onto it.
     Skipped quietly when not writable (a local run, a read-only /dev)."""
     if not path:
+        return False
+    if path.startswith("/dev/") and not os.path.exists(path):
+        # The kubelet mounts /dev/termination-log into every container; with
+        # none there this is a local run, which must not create files in /dev.
         return False
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

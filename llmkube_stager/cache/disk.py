@@ -3,13 +3,26 @@ the cache (publish, the transfer engine, the executor)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
-from llmkube_stager.errors import CacheError, Reason, TransferError
+from llmkube_stager.errors import (
+    REMEDY_LEADS_OUTSIDE,
+    CacheError,
+    Reason,
+    StagerError,
+    TransferError,
+)
 
 _OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+# A name the agent writes through turned out to be a symlink (O_NOFOLLOW) or a
+# file where a directory belongs: it would lead outside the cache (#11).
+_LEADS_OUTSIDE = frozenset({errno.ELOOP, errno.ENOTDIR})
+# A directory sits where the agent writes a file (a record, the destination).
+_TAKEN_BY_A_DIRECTORY = frozenset({errno.EISDIR, errno.ENOTEMPTY})
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def disk_error(exc: OSError, what: str, rel: str) -> Exception:
@@ -24,19 +37,81 @@ def disk_error(exc: OSError, what: str, rel: str) -> Exception:
             reason=Reason.CACHE_UNWRITABLE,
             file=rel,
         )
+    if exc.errno in _LEADS_OUTSIDE or exc.errno in _TAKEN_BY_A_DIRECTORY:
+        return CacheError(
+            f"a path in the cache leads outside it or is taken by a directory while {what} "
+            f"{rel}: {os.strerror(exc.errno or 0)}",
+            reason=Reason.CACHE_UNWRITABLE,
+            file=rel,
+            remedy=REMEDY_LEADS_OUTSIDE,
+        )
     return exc
 
 
 def ensure_dir(path: str, root: str, rel: str) -> None:
-    """mkdir -p, refusing a directory that resolves outside the model root
-    (a symlink planted in a shared cache must not redirect writes)."""
+    """mkdir -p of `path` (the model root or a directory under it), refusing
+    first and creating nothing when the way leads outside (#11 item 3): the
+    model root must not be a symlink, and every component under it is opened
+    with O_NOFOLLOW before the next one is created. The root's own parents
+    are the volume's (the operator's) and are created as before."""
+    shown = rel or None
+    real_root = os.path.normpath(root)
+    below = os.path.relpath(os.path.normpath(path), real_root)
+    if below == ".":
+        below = ""
+    if below.startswith(".."):
+        raise CacheError(f"{path} is not inside the model directory {root}", file=shown)
+    fd = _open_root(real_root, shown)
+    current = real_root
     try:
-        os.makedirs(path, exist_ok=True)
+        for part in (p for p in below.split("/") if p):
+            current = f"{current}/{part}"
+            nxt = _step(fd, part, current, shown)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+
+
+def _open_root(root: str, shown: str | None) -> int:
+    parent = os.path.dirname(root)
+    try:
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        _mkdir(root)
+        return os.open(root, _DIR_FLAGS)
     except OSError as exc:
-        raise CacheError(
-            f"cannot create {path}: {os.strerror(exc.errno or 0)}", file=rel or None
-        ) from exc
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real != real_root and not real.startswith(real_root + "/"):
-        raise CacheError(f"{path} resolves outside the model directory", file=rel or None)
+        raise _refusal(exc, root, shown) from None
+
+
+def _step(fd: int, part: str, shown_path: str, shown: str | None) -> int:
+    """Open one directory under `fd`, creating it first if it is missing."""
+    try:
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            _mkdir(part, fd)
+            return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        raise _refusal(exc, shown_path, shown) from None
+
+
+def _mkdir(name: str, dir_fd: int | None = None) -> None:
+    # Existing: a directory (the O_NOFOLLOW open that follows checks it) or the refusal.
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o775, dir_fd=dir_fd)
+
+
+def _refusal(exc: OSError, path: str, shown: str | None) -> StagerError:
+    reason = os.strerror(exc.errno or 0)
+    if exc.errno in _LEADS_OUTSIDE or exc.errno == errno.EEXIST:
+        return CacheError(
+            f"{path} is a symlink or not a directory: it would lead outside the model directory",
+            file=shown,
+            remedy=REMEDY_LEADS_OUTSIDE,
+        )
+    if exc.errno in _OUT_OF_SPACE:
+        return TransferError(
+            f"no space left on device creating {path}", reason=Reason.OUT_OF_SPACE, file=shown
+        )
+    return CacheError(f"cannot create {path}: {reason}", file=shown)

@@ -1,8 +1,16 @@
 """Filesystem probe, decided once per run (spec §9.2).
 
-`statfs(2)` gives `f_type` (Python's `os.statvfs` has none), the mount table
-names the driver (`fuse.bindfs`, `fuse.blobfuse2`, `virtiofs`), `statvfs` gives
-free space and the read-only flag. `classify` is pure; `probe_fs` does the I/O.
+`statfs(2)` gives `f_type` (Python's `os.statvfs` has none, nor has psutil),
+`statvfs` gives free space and the read-only flag, and the mount table
+(psutil) names the driver (`fuse.bindfs`, `fuse.blobfuse2`, `virtiofs`) and
+the mount's device and options. `classify` is pure.
+
+Two depths, because a warm start must stay cheap (docs/design.md):
+`probe_fs_quick` (the `stage` command) needs only the statfs magic and the
+statvfs flags: FUSE-ness, read-only, and whether O_DIRECT fits all follow
+from them; psutil is imported only when statfs cannot be called. `probe_fs`
+(`plan`, `inspect`) adds the mount table for the driver, device and options.
+`free_bytes` (the transfer's free-space preflight) is psutil's disk usage.
 """
 
 from __future__ import annotations
@@ -15,10 +23,25 @@ from llmkube_stager.model import FsInfo
 
 FUSE_SUPER_MAGIC = 0x65735546
 _FUSE_FSTYPES = ("fuse", "fuseblk", "virtiofs")
-# Filesystems (mountinfo names) where O_DIRECT is a plain block I/O path: on
+# Filesystems (mount table names) where O_DIRECT is a plain block I/O path: on
 # NFS each direct write is a synchronous round trip, FUSE drivers differ,
 # tmpfs has nothing to bypass (docs/design.md).
 DIRECT_IO_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
+# statfs magics (linux/magic.h) of the common cache filesystems, so that the
+# warm path can name them without the mount table. ext2/3/4 share one.
+MAGIC_FSTYPES: dict[int, str] = {
+    0xEF53: "ext4",
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+    0x01021994: "tmpfs",
+    0x6969: "nfs",
+    0x794C7630: "overlay",
+    0x00C36400: "ceph",
+    0xFF534D42: "cifs",
+    0x5346414F: "afs",
+    FUSE_SUPER_MAGIC: "fuse",
+}
+_DIRECT_IO_MAGICS = frozenset({0xEF53, 0x58465342, 0x9123683E})
 
 
 @dataclass(frozen=True)
@@ -29,31 +52,18 @@ class MountEntry:
     options: frozenset[str]
 
 
-def parse_mountinfo(text: str) -> list[MountEntry]:
-    """Parse /proc/self/mountinfo (proc(5)); octal escapes like \\040 decoded."""
-    entries = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields = left.split()
-        tail = right.split()
-        if not sep or len(fields) < 6 or len(tail) < 2:
-            continue
-        entries.append(
-            MountEntry(
-                mount_point=_unescape(fields[4]),
-                fstype=tail[0],
-                source=_unescape(tail[1]),
-                options=frozenset(fields[5].split(",")),
-            )
-        )
-    return entries
+def mount_table() -> list[MountEntry]:
+    """Every mount of this process's namespace (psutil reads the kernel's
+    table and decodes its escapes); [] when it cannot be read."""
+    import psutil
 
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    raw = text.encode().decode("unicode_escape").encode("latin-1")
-    return raw.decode("utf-8", errors="replace")
+    try:
+        parts = psutil.disk_partitions(all=True)
+    except OSError:
+        return []
+    return [
+        MountEntry(p.mountpoint, p.fstype, p.device, frozenset(p.opts.split(","))) for p in parts
+    ]
 
 
 def mount_for(path: str, entries: list[MountEntry]) -> MountEntry | None:
@@ -127,15 +137,41 @@ def existing_ancestor(path: str) -> str:
     return current
 
 
-def probe_fs(path: str, mountinfo_path: str = "/proc/self/mountinfo") -> FsInfo:
+def probe_fs(path: str) -> FsInfo:
+    """The full probe: statfs magic, statvfs, and the mount table (psutil)."""
     target = os.path.realpath(existing_ancestor(path))
+    read_only, free = _statvfs(target)
+    return classify(target, statfs_type(target), mount_for(target, mount_table()), read_only, free)
+
+
+def probe_fs_quick(path: str) -> FsInfo:
+    """What `stage` decides by, without the mount table (and without
+    importing psutil) unless statfs cannot be called."""
+    target = os.path.realpath(existing_ancestor(path))
+    f_type = statfs_type(target)
+    if f_type is None:
+        return probe_fs(path)
+    read_only, free = _statvfs(target)
+    name = MAGIC_FSTYPES.get(f_type, "unknown")
+    return FsInfo(
+        path=target,
+        fstype=name,
+        driver=name,
+        is_fuse=f_type == FUSE_SUPER_MAGIC,
+        read_only=read_only,
+        free_bytes=free,
+        direct_io_ok=f_type in _DIRECT_IO_MAGICS,
+    )
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use (the free-space preflight)."""
+    import psutil
+
     try:
-        with open(mountinfo_path, encoding="utf-8", errors="replace") as handle:
-            entries = parse_mountinfo(handle.read())
+        return int(psutil.disk_usage(path).free)
     except OSError:
-        entries = []
-    read_only, free_bytes = _statvfs(target)
-    return classify(target, statfs_type(target), mount_for(target, entries), read_only, free_bytes)
+        return None
 
 
 def _statvfs(path: str) -> tuple[bool, int | None]:

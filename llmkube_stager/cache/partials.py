@@ -38,8 +38,12 @@ import stat
 from dataclasses import dataclass
 
 from llmkube_stager.layout import (
+    ATOMIC_TMP_INFIX,
     JOURNAL_SUFFIX,
     LEGACY_PARTIAL_SUFFIX,
+    OLD_JOURNAL_SUFFIX,
+    OLD_PART_SUFFIX,
+    OLD_SEGS_SUFFIX,
     PART_SUFFIX,
     SEGS_SUFFIX,
     atomic_tmp_path,
@@ -47,6 +51,7 @@ from llmkube_stager.layout import (
     parse_partial,
     partial_key,
     private_partial_path,
+    ranged_of_stream,
     segmented_paths,
 )
 
@@ -230,7 +235,15 @@ def without_partials(dests: list[str]) -> frozenset[str]:
     return frozenset(clear)
 
 
-_PARTIAL_ENDINGS = (PART_SUFFIX, SEGS_SUFFIX, JOURNAL_SUFFIX, LEGACY_PARTIAL_SUFFIX)
+_PARTIAL_ENDINGS = (
+    PART_SUFFIX,
+    SEGS_SUFFIX,
+    JOURNAL_SUFFIX,
+    LEGACY_PARTIAL_SUFFIX,
+    OLD_PART_SUFFIX,
+    OLD_SEGS_SUFFIX,
+    OLD_JOURNAL_SUFFIX,
+)
 
 
 def _possible_owners(name: str) -> list[str]:
@@ -342,8 +355,40 @@ def adopt_partial(
     for candidate in sorted(candidates, key=lambda p: p.size_bytes, reverse=True):
         taken = _copy(candidate, own) if candidate.kind == "legacy" else _take(candidate, own)
         if taken is not None:
+            if candidate.kind == "part":
+                _drop_orphan_journal(candidate.path)
             return taken
     return own
+
+
+def _drop_orphan_journal(adopted_stream: str) -> None:
+    """A writer widening to ranged connections journals its stream's bytes
+    under its ranged name, then renames the stream partial to that name
+    (transfer/parallel.py `_take_over`). Killed between the two, it leaves
+    a journal without data beside the stream partial we just adopted: that
+    writer is gone (or, frozen and woken, finds its rename failing and
+    drops the journal itself), so the journal can never be completed."""
+    data, journal = ranged_of_stream(adopted_stream)
+    with contextlib.suppress(OSError):
+        if not os.path.lexists(data) and stat.S_ISREG(os.lstat(journal).st_mode):
+            os.unlink(journal)
+    _drop_journal_temps(journal)
+
+
+def _drop_journal_temps(journal: str) -> None:
+    """The atomic-write temps (`<journal>.llmkube-tmp.XXXXXX`) a writer we
+    adopted from was killed in the middle of: its journal is ours now, or
+    gone, and nothing will ever rename them (the 10-minute sweep would)."""
+    directory, name = os.path.split(journal)
+    prefix = name + ATOMIC_TMP_INFIX
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory or "."):
+            tail = entry.name[len(prefix) :]
+            if entry.name.startswith(prefix) and len(tail) == 6 and entry.is_file(
+                follow_symlinks=False
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 def remove_stale(
@@ -413,6 +458,7 @@ def adopt_segmented(
             if not stat.S_ISREG(os.lstat(old_journal).st_mode):
                 raise FileNotFoundError(old_journal)
             os.rename(old_journal, journal)
+            _drop_journal_temps(old_journal)
         except OSError:
             taken.discard()
             own = Claim.create(data)

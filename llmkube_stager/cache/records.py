@@ -5,8 +5,11 @@ and rejection markers, read and written atomically (CONTRACT §4).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+from dataclasses import dataclass
 
+from llmkube_stager.cache.safeio import Small, read_small
 from llmkube_stager.layout import (
     VALIDATORS_NAME,
     atomic_tmp_path,
@@ -19,15 +22,35 @@ from llmkube_stager.layout import (
 # Group-writable: the cache is shared by pods of one fsGroup (spec §1).
 FILE_MODE = 0o664
 _RECORD_MAX_BYTES = 64
+# `<64 hex> <size> <mtime>` fits easily; a larger file is not a stamp.
+_STAMP_MAX_BYTES = 256
+
+
+@dataclass(frozen=True)
+class RecordRead:
+    """A size record as read: its value, or why there is none. Only a
+    missing or invalid record means "legacy"; an unreadable one makes the
+    file unusable and is never overwritten (#11 item 5)."""
+
+    size_bytes: int | None
+    unreadable: bool = False
+    problem: str = ""  # why a record that exists is not valid (or not readable)
+
+
+def read_record(dest: str) -> RecordRead:
+    small = read_small(record_path(dest), _RECORD_MAX_BYTES)
+    if small.unreadable:
+        return RecordRead(None, unreadable=True, problem=small.problem)
+    if small.data is None:
+        return RecordRead(None, problem=small.problem)
+    value = parse_size_record(small.data.decode("ascii", errors="replace"))
+    if value is None:
+        return RecordRead(None, problem="it holds no decimal byte count")
+    return RecordRead(value)
 
 
 def read_size_record(dest: str) -> int | None:
-    try:
-        with open(record_path(dest), "rb") as handle:
-            raw = handle.read(_RECORD_MAX_BYTES)
-    except OSError:
-        return None
-    return parse_size_record(raw.decode("ascii", errors="replace"))
+    return read_record(dest).size_bytes
 
 
 def fsync_dir(path: str) -> None:
@@ -43,24 +66,57 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def write_atomic(target: str, data: bytes) -> None:
     """`llmkube_atomic_write`: temp `<target>.llmkube-tmp.XXXXXX` + rename, the
     temp removed on any failure (scenario 62); a concurrent reader never sees a
-    partial record (scenario 39)."""
-    tmp = atomic_tmp_path(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    partial record (scenario 39). Everything happens relative to the parent
+    directory opened with O_NOFOLLOW, so a symlinked directory cannot send
+    the temp outside the cache (ELOOP), and a target this uid cannot read is
+    never replaced (#11 item 5)."""
+    directory, name = os.path.split(target)
+    dir_fd = os.open(directory or ".", _DIR_FLAGS)
     try:
+        _refuse_unreadable(name, dir_fd, target)
+        tmp = os.path.basename(atomic_tmp_path(target))
+        fd = os.open(tmp, _CREATE_FLAGS, FILE_MODE, dir_fd=dir_fd)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(os.path.dirname(target) or ".")
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _refuse_unreadable(name: str, dir_fd: int, target: str) -> None:
+    """Something this uid cannot read is somebody's evidence, not ours to replace."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise PermissionError(
+                exc.errno, "exists but is not readable by this uid; not replaced", target
+            ) from None
+        return  # absent, or a symlink/FIFO/dir name: replacing the name is safe
+    os.close(fd)
 
 
 def write_size_record(dest: str, size_bytes: int) -> None:
@@ -71,14 +127,30 @@ def write_size_record(dest: str, size_bytes: int) -> None:
 def read_stamp(dest: str) -> tuple[str, int, int] | None:
     """(digest, size, mtime) of a stamp triple; a legacy bare-digest stamp or
     anything malformed is a miss (re-hashed once and rewritten, spec §4.2)."""
-    try:
-        with open(stamp_path(dest), "rb") as handle:
-            parts = handle.read(256).decode("ascii", errors="replace").split()
-    except OSError:
+    return _stamp(read_small(stamp_path(dest), _STAMP_MAX_BYTES))
+
+
+def _stamp(small: Small) -> tuple[str, int, int] | None:
+    if small.data is None:
         return None
+    parts = small.data.decode("ascii", errors="replace").split()
     if len(parts) != 3 or not all(_is_int(p) for p in parts[1:]):
         return None
     return parts[0].lower(), int(parts[1]), int(parts[2])
+
+
+def stamp_status(dest: str, st: os.stat_result) -> str:
+    """For `inspect`: absent, unreadable, legacy (present but not a valid
+    triple: hashed again and rewritten), matches or stale."""
+    small = read_small(stamp_path(dest), _STAMP_MAX_BYTES)
+    if small.absent:
+        return "absent"
+    if small.unreadable:
+        return "unreadable"
+    stamp = _stamp(small)
+    if stamp is None:
+        return "legacy"
+    return "matches" if stamp[1:] == (st.st_size, int(st.st_mtime)) else "stale"
 
 
 def _is_int(text: str) -> bool:
@@ -97,7 +169,9 @@ def write_stamp(dest: str, digest: str, st: os.stat_result) -> None:
 
 
 def has_marker(dest: str, expected_digest: str) -> bool:
-    return os.path.exists(marker_path(dest, expected_digest))
+    """Anything at the marker's name counts (its content is informative
+    only): never opened, so a FIFO or a huge file there costs nothing."""
+    return os.path.lexists(marker_path(dest, expected_digest))
 
 
 def write_marker(dest: str, expected_digest: str, actual_digest: str) -> None:
@@ -111,24 +185,36 @@ _VALIDATORS_MAX_BYTES = 1 << 20
 def read_validators(root: str, name: str = VALIDATORS_NAME) -> dict[str, str]:
     """rel -> origin validator of the staged copy; {} when absent or bad.
     `name`: a share's own record in a sharded prefetch (cache/shardrec.py)."""
+    return _validators(root, name)[0]
+
+
+def _validators(root: str, name: str = VALIDATORS_NAME) -> tuple[dict[str, str], bool]:
+    """(validators, unreadable)."""
     import json
 
+    small = read_small(os.path.join(root, name), _VALIDATORS_MAX_BYTES)
+    if small.data is None:
+        return {}, small.unreadable
     try:
-        with open(os.path.join(root, name), "rb") as handle:
-            doc = json.loads(handle.read(_VALIDATORS_MAX_BYTES))
-    except (OSError, ValueError):
-        return {}
+        doc = json.loads(small.data)
+    except (ValueError, RecursionError):
+        return {}, False
     if not isinstance(doc, dict):
-        return {}
-    return {str(k): str(v) for k, v in doc.items() if isinstance(v, str)}
+        return {}, False
+    return {str(k): str(v) for k, v in doc.items() if isinstance(v, str)}, False
 
 
 def write_validators(root: str, updates: dict[str, str], name: str = VALIDATORS_NAME) -> None:
-    """Merge and write atomically (a concurrent reader sees old or new).
+    """Merge and write atomically (a concurrent reader sees old or new); an
+    unreadable file is not ours to replace (OSError, a best-effort write).
     Not a merge between writers: one file per writer of a sharded prefetch
     (cache/shardrec.py), whose pods would otherwise lose each other's keys."""
     import json
 
-    merged = {**read_validators(root, name), **updates}
+    current, unreadable = _validators(root, name)
+    if unreadable:
+        path = os.path.join(root, name)
+        raise PermissionError(errno.EACCES, "not readable by this uid; not replaced", path)
+    merged = {**current, **updates}
     data = json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
     write_atomic(os.path.join(root, name), data)

@@ -2,48 +2,100 @@
 
 Each file's size against its own size record and, where pinned, its bytes
 against the pin (a stamp hit skips the read, spec §7).
+
+Nothing here trusts the cache (#11): the directories down to a file must be
+real directories (a symlink among them leads outside), the file itself a
+regular file (lstat: a symlink is not one), and bookkeeping files are opened
+without following symlinks or blocking on FIFOs (cache/safeio.py). What this
+uid cannot read is UNREADABLE, never absent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import stat
 
 from llmkube_stager.cache.records import (
     has_marker,
-    read_size_record,
+    read_record,
     stamp_matches,
 )
+from llmkube_stager.cache.safeio import check_parents, kind_of, open_regular
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest, PinState
 
 
 def read_local_file(
-    rel: str, dest: str, pin: str | None = None, validator: str | None = None
+    rel: str,
+    dest: str,
+    pin: str | None = None,
+    validator: str | None = None,
+    root: str | None = None,
+    follow_symlinks: bool = False,
 ) -> LocalFile:
-    marker = pin is not None and has_marker(dest, pin)
+    """`root`: the model directory `dest` must stay inside (default: its own
+    directory). `follow_symlinks`: pvc:// claims are verified where they are
+    mounted and never written, so a symlinked model there is read through."""
     absent = PinState.ABSENT if pin is not None else PinState.UNPINNED
+    base = root if root is not None else posixpath.dirname(dest)
+    parents = check_parents(base, posixpath.relpath(dest, base)) if root is not None else None
+    if parents is not None and not parents.ok:
+        if parents.missing:
+            return LocalFile(rel, LocalState.MISSING, pin=absent)
+        state = LocalState.UNREADABLE if parents.unreadable else LocalState.NOT_A_FILE
+        return LocalFile(rel, state, pin=absent, detail=parents.problem)
+    marker = pin is not None and has_marker(dest, pin)
     try:
-        st = os.stat(dest)
+        st = os.stat(dest) if follow_symlinks else os.lstat(dest)
     except (FileNotFoundError, NotADirectoryError):
-        return LocalFile(rel, LocalState.MISSING, pin=absent, marker=marker)
+        return _without_file(rel, dest, absent, marker)
+    except OSError as exc:
+        detail = f"{rel}: {os.strerror(exc.errno or 0)}"
+        return LocalFile(rel, LocalState.UNREADABLE, pin=absent, marker=marker, detail=detail)
     if not stat.S_ISREG(st.st_mode):
-        return LocalFile(rel, LocalState.NOT_A_FILE, pin=absent, marker=marker)
-    record = read_size_record(dest)
-    if record is None:
+        detail = f"{rel} is {kind_of(st.st_mode)}"
+        return LocalFile(rel, LocalState.NOT_A_FILE, pin=absent, marker=marker, detail=detail)
+    return _with_file(rel, dest, st, pin, marker, validator)
+
+
+def _without_file(rel: str, dest: str, absent: PinState, marker: bool) -> LocalFile:
+    """No file: an unreadable record still says the cache is not ours to judge."""
+    record = read_record(dest)
+    if record.unreadable:
+        detail = f"the size record of {rel}: {record.problem}"
+        return LocalFile(rel, LocalState.UNREADABLE, pin=absent, marker=marker, detail=detail)
+    return LocalFile(rel, LocalState.MISSING, pin=absent, marker=marker)
+
+
+def _with_file(
+    rel: str, dest: str, st: os.stat_result, pin: str | None, marker: bool, validator: str | None
+) -> LocalFile:
+    record = read_record(dest)
+    detail = ""
+    if record.unreadable:
+        detail = f"the size record of {rel}: {record.problem}"
+        absent = PinState.ABSENT if pin is not None else PinState.UNPINNED
+        return LocalFile(
+            rel, LocalState.UNREADABLE, st.st_size, pin=absent, marker=marker, detail=detail
+        )
+    if record.size_bytes is None:
         state = LocalState.LEGACY
+        if record.problem:
+            detail = f"the size record of {rel} is not valid ({record.problem})"
     else:
-        state = LocalState.COMPLETE if record == st.st_size else LocalState.MISMATCH
+        state = LocalState.COMPLETE if record.size_bytes == st.st_size else LocalState.MISMATCH
     pin_state, hashed_as = _pin_state(dest, pin, st)
     return LocalFile(
         rel,
         state,
         size_bytes=st.st_size,
-        record_bytes=record,
+        record_bytes=record.size_bytes,
         pin=pin_state,
         marker=marker,
         validator=validator,
         hashed_as=hashed_as,
+        detail=detail,
     )
 
 
@@ -58,10 +110,10 @@ def _pin_state(
     if stamp_matches(dest, pin, st):
         return PinState.STAMP_HIT, None
     try:
-        digest, hashed = hash_file(dest)
-    except PermissionError:
-        # Unprovable here: a writer replaces it, a reader refuses, and pvc
-        # verify names it "not readable" (stat_source).
+        digest, hashed = hash_file(dest, st)
+    except OSError:
+        # Unprovable here (unreadable, replaced meanwhile): a writer replaces
+        # it, a reader refuses, and pvc verify names it "not readable".
         return PinState.MISMATCH, None
     if digest != pin:
         return PinState.MISMATCH, None
@@ -72,28 +124,37 @@ def read_cache_state(manifest: Manifest) -> CacheState:
     from llmkube_stager.cache.shardrec import read_merged
 
     validators = read_merged(manifest.root)
+    follow = manifest.kind == "pvc"
     return CacheState(
         root_exists=os.path.isdir(manifest.root),
         files={
-            f.rel: read_local_file(f.rel, f.dest, f.sha256, validators.get(f.rel))
+            f.rel: read_local_file(
+                f.rel, f.dest, f.sha256, validators.get(f.rel), manifest.root, follow
+            )
             for f in manifest.files
         },
         validators=validators,
     )
 
 
-def sha256_of(path: str) -> str:
-    return hash_file(path)[0]
+def sha256_of(path: str, expected: os.stat_result | None = None) -> str:
+    return hash_file(path, expected)[0]
 
 
-def hash_file(path: str) -> tuple[str, os.stat_result]:
-    """sha256 of a file and its descriptor's fstat, taken after the read;
-    a file written while it was read (size or mtime moved) is reported with
-    the fstat of before, which no longer matches the file: never stamped."""
-    with open(path, "rb") as handle:
-        before = os.fstat(handle.fileno())
+def hash_file(path: str, expected: os.stat_result | None = None) -> tuple[str, os.stat_result]:
+    """sha256 of a regular file (opened without following a symlink or
+    blocking on a FIFO) and its descriptor's fstat, taken after the read.
+    `expected`: the stat it was judged by, which the opened file must still
+    be (else it was replaced meanwhile: OSError). A file written while it was
+    read (size or mtime moved) is reported with an empty stat, which matches
+    nothing: never stamped (#10 defect 3)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as handle:
+        before = os.fstat(fd)
+        if expected is not None and not os.path.samestat(before, expected):
+            raise FileNotFoundError(f"{path} was replaced while it was being read")
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        after = os.fstat(handle.fileno())
+        after = os.fstat(fd)
     if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
         return digest, os.stat_result((0,) * 10)
     return digest, after

@@ -9,6 +9,16 @@ staged now. Never a file the manifest lists (a repository file may end in
 partial a live writer touches (they refresh their mtime). The age gate exists
 because a younger file may be a write in progress on storage where the lock
 does not exclude (seed-000).
+
+A debris name whose mtime lies in the future (a node's clock ahead, a date
+set by hand) has no age to judge: it would never be swept. The sweep sets
+its mtime to now instead of removing it, so it ages from there and goes ten
+minutes later like any other (#11 item 8). Resetting is harmless to a live
+writer: its file just looks as young as it is.
+
+The tree is walked without recursion and without following symlinks
+(cache/safeio.walk_files): a 1,100-deep tree broke `os.walk` (#11 item 7); a
+symlink named like debris is removed as a name, never followed.
 """
 
 from __future__ import annotations
@@ -17,16 +27,18 @@ import contextlib
 import fnmatch
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+from llmkube_stager.cache.safeio import walk_files
 from llmkube_stager.layout import (
-    JOURNAL_SUFFIX,
+    AGENT_PARTIAL_SUFFIXES,
     LEGACY_PARTIAL_SUFFIX,
-    PART_SUFFIX,
-    SEGS_SUFFIX,
     key_of_partial,
 )
 
 DEBRIS_AGE_S = 600.0
+# Filesystem timestamps may run a little ahead of this node's clock.
+FUTURE_SLACK_S = 5.0
 ATOMIC_TMP_PATTERNS = (
     "*.llmkube-tmp.??????",
     "*.llmkube-size.??????",
@@ -50,27 +62,39 @@ def is_partial_of_any(path: str, dests: frozenset[str]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Debris:
+    path: str
+    age_s: float  # negative: an mtime in the future
+
+    def due(self, min_age_s: float) -> bool:
+        return self.age_s >= min_age_s
+
+    @property
+    def from_the_future(self) -> bool:
+        return self.age_s < -FUTURE_SLACK_S
+
+
 def debris(
-    root: str, listed: frozenset[str], staging: frozenset[str], now_s: float, min_age_s: float
-) -> Iterator[str]:
-    """Paths under `root` that the sweep may remove. `listed`: every manifest
-    destination; `staging`: the destinations about to be transferred (their
-    partials are the transfer's to resume or discard)."""
+    root: str, listed: frozenset[str], staging: frozenset[str], now_s: float
+) -> Iterator[Debris]:
+    """Every name under `root` the sweep judges, with its age. `listed`:
+    every manifest destination; `staging`: the destinations about to be
+    transferred (their partials are the transfer's to resume or discard)."""
     settled = listed - staging
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
+    for _directory, entries in walk_files(root):
+        for entry in entries:
+            path = entry.path
             if path in listed or is_partial_of_any(path, staging):
                 continue
-            if not (is_atomic_debris(name) or _is_agent_partial(path, settled)):
+            if not (is_atomic_debris(entry.name) or _is_agent_partial(path, settled)):
                 continue
             with contextlib.suppress(OSError):
-                if now_s - os.lstat(path).st_mtime >= min_age_s:
-                    yield path
+                yield Debris(path, now_s - entry.stat(follow_symlinks=False).st_mtime)
 
 
 def _is_agent_partial(path: str, settled: frozenset[str]) -> bool:
-    if path.endswith((PART_SUFFIX, SEGS_SUFFIX, JOURNAL_SUFFIX)):
+    if path.endswith(AGENT_PARTIAL_SUFFIXES):
         return True
     return is_partial_of_any(path, settled)
 
@@ -83,8 +107,13 @@ def sweep(
     min_age_s: float = DEBRIS_AGE_S,
 ) -> list[str]:
     removed = []
-    for path in list(debris(root, listed, staging, now_s, min_age_s)):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-            removed.append(path)
+    for item in list(debris(root, listed, staging, now_s)):
+        if item.from_the_future:
+            with contextlib.suppress(OSError):
+                os.utime(item.path, (now_s, now_s), follow_symlinks=False)
+        elif item.due(min_age_s):
+            # Best effort: gone meanwhile, or not ours to remove (EACCES).
+            with contextlib.suppress(OSError):
+                os.unlink(item.path)
+                removed.append(item.path)
     return removed

@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.cache.records import read_size_record, read_stamp
-from llmkube_stager.cache.sweep import DEBRIS_AGE_S, is_atomic_debris
+from llmkube_stager.cache.records import read_record, stamp_status
+from llmkube_stager.cache.safeio import kind_of, walk_files
+from llmkube_stager.cache.sweep import DEBRIS_AGE_S, FUTURE_SLACK_S, is_atomic_debris
 from llmkube_stager.layout import (
+    AGENT_PARTIAL_SUFFIXES,
     LOCK_NAME,
     MARKER_SUFFIX,
-    PART_SUFFIX,
     SIZE_RECORD_SUFFIX,
     STAMP_SUFFIX,
 )
@@ -36,8 +38,11 @@ class ModelFile:
     size_bytes: int
     record_bytes: int | None
     record_matches: bool | None
-    stamp: str  # "absent", "matches", "stale", "legacy"
+    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy"
     markers: list[str] = field(default_factory=list)
+    # Why a record that exists gives no size: invalid (treated as absent) or
+    # unreadable (the file is unusable), #11.
+    record_problem: str = ""
 
 
 @dataclass
@@ -47,6 +52,16 @@ class Leftover:
     size_bytes: int
     age_s: float
     swept_by_writers: bool
+    # Its mtime lies ahead of now: the next writer resets it to now (sweep.py).
+    mtime_in_future: bool = False
+
+
+@dataclass
+class Odd:
+    """Something that is not a regular file where the cache holds files."""
+
+    path: str
+    kind: str
 
 
 @dataclass
@@ -56,10 +71,11 @@ class Report:
     files: list[ModelFile] = field(default_factory=list)
     leftovers: list[Leftover] = field(default_factory=list)
     lock_file: bool = False
+    odd: list[Odd] = field(default_factory=list)
 
 
 def _leftover_kind(name: str) -> str | None:
-    if name.endswith(PART_SUFFIX):
+    if name.endswith(AGENT_PARTIAL_SUFFIXES):
         return "partial"
     if _LEGACY_PARTIAL_RE.match(name):
         return "legacy-partial"
@@ -78,24 +94,17 @@ def _is_metadata(name: str) -> bool:
     )
 
 
-def _stamp_state(path: str, st: os.stat_result) -> str:
-    if not os.path.exists(path + STAMP_SUFFIX):
-        return "absent"
-    stamp = read_stamp(path)
-    if stamp is None:
-        return "legacy"
-    return "matches" if stamp[1:] == (st.st_size, int(st.st_mtime)) else "stale"
-
-
 def _model_file(path: str, rel: str, st: os.stat_result, markers: list[str]) -> ModelFile:
-    record = read_size_record(path)
+    record = read_record(path)
+    size = record.size_bytes
     return ModelFile(
         path=rel,
         size_bytes=st.st_size,
-        record_bytes=record,
-        record_matches=None if record is None else record == st.st_size,
-        stamp=_stamp_state(path, st),
+        record_bytes=size,
+        record_matches=None if size is None else size == st.st_size,
+        stamp=stamp_status(path, st),
         markers=markers,
+        record_problem=record.problem,
     )
 
 
@@ -104,30 +113,45 @@ def inspect_dir(root: str, now_s: float) -> Report:
     report = Report(root, {**asdict(fs), "lock_scope": fs.lock_scope})
     markers: dict[str, list[str]] = {}
     entries: list[tuple[str, str, os.stat_result]] = []
-    for dirpath, _dirs, names in os.walk(root):
-        for name in sorted(names):
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root)
-            marker = _MARKER_RE.match(name)
+    for dirpath, found in walk_files(root):
+        for entry in sorted(found, key=lambda e: e.name):
+            path = os.path.join(dirpath, entry.name)
+            marker = _MARKER_RE.match(entry.name)
             if marker:
                 base = os.path.join(dirpath, marker.group("base"))
                 markers.setdefault(base, []).append(marker.group("digest"))
             try:
-                entries.append((path, rel, os.lstat(path)))
+                st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
+            entries.append((path, os.path.relpath(path, root), st))
     for path, rel, st in entries:
-        name = os.path.basename(path)
-        kind = _leftover_kind(name)
-        if name == LOCK_NAME:
-            report.lock_file = True
-        elif kind is not None:
-            age = max(0.0, now_s - st.st_mtime)
-            swept = not kind.startswith("stamp-temp") and age >= DEBRIS_AGE_S
-            report.leftovers.append(Leftover(rel, kind, st.st_size, round(age, 1), swept))
-        elif not _is_metadata(name):
-            report.files.append(_model_file(path, rel, st, markers.get(path, [])))
+        _classify(report, path, rel, st, markers, now_s)
     return report
+
+
+def _classify(
+    report: Report,
+    path: str,
+    rel: str,
+    st: os.stat_result,
+    markers: dict[str, list[str]],
+    now_s: float,
+) -> None:
+    name = os.path.basename(path)
+    kind = _leftover_kind(name)
+    if name == LOCK_NAME:
+        report.lock_file = True
+    elif kind is not None:
+        age = now_s - st.st_mtime
+        swept = not kind.startswith("stamp-temp") and age >= DEBRIS_AGE_S
+        leftover = Leftover(rel, kind, st.st_size, round(max(0.0, age), 1), swept)
+        leftover.mtime_in_future = age < -FUTURE_SLACK_S
+        report.leftovers.append(leftover)
+    elif not stat.S_ISREG(st.st_mode):
+        report.odd.append(Odd(rel, kind_of(st.st_mode)))
+    elif not _is_metadata(name):
+        report.files.append(_model_file(path, rel, st, markers.get(path, [])))
 
 
 def render(report: Report, as_json: bool) -> str:
@@ -144,6 +168,8 @@ def render(report: Report, as_json: bool) -> str:
     ]
     for f in report.files:
         record = "no record" if f.record_bytes is None else f"record {f.record_bytes}"
+        if f.record_problem:
+            record = f"record unusable: {f.record_problem}"
         verdict = {None: "unproven", True: "ok", False: "MISMATCH"}[f.record_matches]
         marks = f", REJECTED for {len(f.markers)} pin(s)" if f.markers else ""
         lines.append(
@@ -152,9 +178,14 @@ def render(report: Report, as_json: bool) -> str:
     lines.append("LEFTOVERS" if report.leftovers else "LEFTOVERS: none")
     for item in report.leftovers:
         swept = "swept by the next writer" if item.swept_by_writers else "kept"
+        if item.mtime_in_future:
+            swept = "mtime in the future: the next writer resets it to now"
         lines.append(
             f"  {item.path}  {item.kind}, {item.size_bytes} bytes, age {item.age_s:.0f}s ({swept})"
         )
+    if report.odd:
+        lines.append("NOT REGULAR FILES (never followed nor opened)")
+    lines.extend(f"  {item.path}  {item.kind}" for item in report.odd)
     return "\n".join(lines)
 
 

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
-from llmkube_stager.errors import CacheError, Reason, TransferError
+from llmkube_stager.errors import (
+    REMEDY_LEADS_OUTSIDE,
+    REMEDY_UNREADABLE,
+    CacheError,
+    Reason,
+    TransferError,
+)
 from llmkube_stager.layout import LOCK_NAME, destinations
 from llmkube_stager.logs import Log
 from llmkube_stager.model import LocalState, PinState
@@ -30,13 +36,23 @@ class VerifyReport:
     short: list[str] = field(default_factory=list)
     unrecorded: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
+    # Present but not for this uid (#11 item 5, 6), or not a regular file
+    # inside the model directory (#11 item 1): never "missing".
+    unreadable: list[str] = field(default_factory=list)
+    not_files: list[str] = field(default_factory=list)
 
 
 def _is_empty_dir(root: str) -> bool:
     try:
         return not (set(os.listdir(root)) - _FURNITURE)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return True
+    except OSError as exc:
+        raise CacheError(
+            f"the model directory {root} cannot be listed: {os.strerror(exc.errno or 0)}",
+            reason=Reason.CACHE_INCOMPLETE,
+            remedy=REMEDY_UNREADABLE,
+        ) from None
 
 
 def check_files(config: Config) -> VerifyReport:
@@ -47,9 +63,14 @@ def check_files(config: Config) -> VerifyReport:
             f"the model directory {root} is missing or empty",
             reason=Reason.CACHE_EMPTY,
         )
+    follow = config.source.lower().startswith("pvc://")
     for rel, dest in pairs:
-        local = read_local_file(rel, dest, config.pins.get(rel))
-        if not local.present:
+        local = read_local_file(rel, dest, config.pins.get(rel), None, root, follow)
+        if local.state is LocalState.UNREADABLE:
+            report.unreadable.append(f"{rel} ({local.detail})")
+        elif local.state is LocalState.NOT_A_FILE:
+            report.not_files.append(f"{rel} ({local.detail})")
+        elif not local.present:
             report.missing.append(rel)
         elif local.pin is PinState.MISMATCH:
             report.mismatched.append(rel)
@@ -64,6 +85,7 @@ def check_files(config: Config) -> VerifyReport:
 
 def judge(report: VerifyReport, strict: bool, log: Log) -> None:
     """Raise the most telling failure; warn about what cannot be proven."""
+    _judge_unusable(report)
     if report.missing and not (report.checked or report.short or report.mismatched):
         raise CacheError(
             f"none of the model's files are in {report.root}: {_names(report.missing)}",
@@ -91,6 +113,24 @@ def judge(report: VerifyReport, strict: bool, log: Log) -> None:
             "no_size_record",
             f"no valid size record for {rel}; completeness cannot be proven offline",
             file=rel,
+        )
+
+
+def _judge_unusable(report: VerifyReport) -> None:
+    """What is there but cannot be used says more than what is missing."""
+    if report.unreadable:
+        raise CacheError(
+            f"not readable by this uid: {_names(report.unreadable)}",
+            reason=Reason.CACHE_INCOMPLETE,
+            file=report.unreadable[0].split(" ")[0],
+            remedy=REMEDY_UNREADABLE,
+        )
+    if report.not_files:
+        raise CacheError(
+            f"not regular files inside the model directory: {_names(report.not_files)}",
+            reason=Reason.CACHE_INCOMPLETE,
+            file=report.not_files[0].split(" ")[0],
+            remedy=REMEDY_LEADS_OUTSIDE,
         )
 
 

@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
+from llmkube_stager.logs import Log
 from llmkube_stager.sources.base import Source
+from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB, Requirement, require
 
 _REGISTRY: dict[str, str] = {
     "http": "llmkube_stager.sources.http:HttpSource",
@@ -22,15 +24,25 @@ _REGISTRY: dict[str, str] = {
     "pvc": "llmkube_stager.sources.local:PvcSource",
 }
 _PLANNED: tuple[str, ...] = ()
+# Sources that log what they decide (the hub mirror fallback) take the run's log.
+_TAKES_LOG = frozenset({"hf"})
+# The libraries each source module imports lazily; deps.py has the floors.
+_LIBRARIES: dict[str, tuple[Requirement, ...]] = {
+    "llmkube_stager.sources.hf": (HF_HUB,),
+    "llmkube_stager.sources.s3": (BOTO3, BOTOCORE),
+}
 
 
 def scheme_of(source: str) -> str:
     if source.startswith("/"):
         return "file"
-    return urlsplit(source).scheme.lower()
+    try:
+        return urlsplit(source).scheme.lower()
+    except ValueError:  # "http://[::1" and other unparsable netlocs
+        raise ConfigError("MODEL_SOURCE is not a URL the agent can parse") from None
 
 
-def open_source(config: Config) -> Source:
+def open_source(config: Config, log: Log | None = None) -> Source:
     from llmkube_stager.sources.hfref import is_hf_url
 
     scheme = scheme_of(config.source)
@@ -43,5 +55,13 @@ def open_source(config: Config) -> Source:
         raise ConfigError(f"MODEL_SOURCE has an unknown scheme {scheme!r}")
     module_name, _, class_name = target.partition(":")
     factory = getattr(importlib.import_module(module_name), class_name)
-    source: Source = factory(config)
+    source: Source = factory(config, log) if scheme in _TAKES_LOG else factory(config)
     return source
+
+
+def check_libraries(source: Source) -> None:
+    """InvalidConfiguration when a library the source will import is missing
+    or too old (#13.1). Metadata only; called before anything is written,
+    and only when the origin will be asked (never on a warm start)."""
+    for requirement in _LIBRARIES.get(type(source).__module__, ()):
+        require(requirement)

@@ -1,5 +1,5 @@
-"""Hugging Face sources: the hub API through `huggingface_hub`, the bytes
-through the agent's own resumable transfer.
+"""Hugging Face sources: the hub API through `huggingface_hub` (hfapi.py),
+the bytes through the agent's own resumable transfer.
 
 Once per run, and only when something must be fetched or revalidated (a warm
 IfNotPresent start makes no API call), `model_info(files_metadata=True)`
@@ -10,40 +10,29 @@ files, its sha256. Every file of the manifest is then fetched from
 The hub redirects `resolve` to a CDN host; the token is sent to the hub
 origin only (AuthPolicy), never to the CDN.
 
-huggingface_hub errors are translated here, by type and HTTP status.
+The API's answer, success or failure, is the run's answer: a failing hub
+costs one request's retries, not one per file (#12.4). A mirror under
+HF_ENDPOINT that has no API at all (a static mirror, a caching proxy of
+`/resolve/` only) is fetched the scripts' way, plain `/resolve/<rev>/` GETs,
+without commit pinning or LFS digests, and the log says so (#14.3).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
-from llmkube_stager.logs import display_url
+from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
-from llmkube_stager.sources.hfref import HfRef, parse_hf_source
-from llmkube_stager.sources.http_status import rate_limit_wait_s, status_error
+from llmkube_stager.sources.hfref import HF_DEFAULT_ENDPOINT, HfRef, parse_hf_source
 
 if TYPE_CHECKING:
-    import ssl
-
+    from llmkube_stager.sources.hfapi import Resolution
     from llmkube_stager.sources.http import HttpFetcher
-
-
-@dataclass(frozen=True)
-class HubFile:
-    size_bytes: int | None
-    sha256: str | None  # LFS files only
-    blob_id: str | None
-
-
-@dataclass(frozen=True)
-class Resolution:
-    commit: str
-    files: dict[str, HubFile]
 
 
 def _rel_in_repo(ref: HfRef, rel: str, multi: bool) -> str:
@@ -57,8 +46,9 @@ class HfSource:
     # The API call resolves where the bytes are: no GET without it.
     get_without_probe = False
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, log: Log | None = None) -> None:
         self._config = config
+        self._log = log
         self.ref = parse_hf_source(config.source, config.hf_endpoint)
         if not config.multi_file and not self.ref.path:
             raise ConfigError(
@@ -71,23 +61,68 @@ class HfSource:
         return build_manifest(
             config,
             "hf",
-            display_url(config.source),
+            ref.display,
             lambda rel: ref.resolve_url(ref.revision, _rel_in_repo(ref, rel, config.multi_file)),
         )
 
     def fetcher(self) -> HfFetcher:
-        return HfFetcher(self._config, self.ref)
+        return HfFetcher(self._config, self.ref, self._log)
+
+
+class RunMemo:
+    """The run's one answer to a question asked of the origin (#12.4).
+
+    A transient failure may be asked again, within one request's budget
+    (1 + LLMKUBE_RETRIES attempts in all, the engine's RetryBudget does the
+    waiting); after that, or after any other failure, every later question
+    gets the same failure at once, as a fresh, non-transient error that does
+    not call the origin. Today's figure (bench/hf_storm.py): an 8-file
+    OnChange start against an API answering 503 went from 96 API calls and
+    191 s to 6 calls and 14 s."""
+
+    def __init__(self, attempts: int, ask: Callable[[], Resolution]) -> None:
+        self._attempts = max(1, attempts)
+        self._ask = ask
+        self._failures = 0
+        self._answer: Resolution | None = None
+        self._final: SourceError | None = None
+
+    def get(self) -> Resolution:
+        if self._answer is not None:
+            return self._answer
+        if self._final is not None:
+            raise _again(self._final)
+        try:
+            self._answer = self._ask()
+        except SourceError as err:
+            self._failures += 1
+            if not err.transient or self._failures >= self._attempts:
+                self._final = _again(err)
+            raise
+        return self._answer
+
+
+def _again(err: SourceError) -> SourceError:
+    """A copy that is not retried and that later edits (the executor adds the
+    file and a prefix) do not touch."""
+    copy = type(err)(err.detail, reason=err.reason, answered=err.answered)
+    copy.retry_after_s = err.retry_after_s
+    return copy
 
 
 class HfFetcher:
     parallel_ranges = True
 
-    def __init__(self, config: Config, ref: HfRef) -> None:
+    def __init__(self, config: Config, ref: HfRef, log: Log | None = None) -> None:
         from llmkube_stager.sources.http import HttpFetcher
 
         self._config = config
         self._ref = ref
+        self._log = log
         self._http: HttpFetcher = HttpFetcher(config)
+        self._memo = RunMemo(1 + config.timeouts.retries, self._ask_hub)
+        self._asked = False
+        self._plain = False  # a mirror without the API: the scripts' GETs
         self._resolution: Resolution | None = None
         self.revision = ref.revision
         self._at: str | None = None
@@ -100,14 +135,46 @@ class HfFetcher:
     def resolved_commit(self) -> str | None:
         return self._resolution.commit if self._resolution is not None else None
 
-    def _resolve(self) -> Resolution:
-        if self._resolution is None:
-            ref = self._ref if self._at is None else replace(self._ref, revision=self._at)
-            self._resolution = resolve_revision(self._config, ref, self._http)
-        return self._resolution
+    def _ask_hub(self) -> Resolution:
+        from llmkube_stager.sources.hfapi import resolve_revision
+
+        self._asked = True
+        ref = self._ref if self._at is None else replace(self._ref, revision=self._at)
+        return resolve_revision(self._config, ref, self._http.ssl_context)
+
+    def _resolve(self) -> Resolution | None:
+        """The commit and listing, or None on a mirror that has no API."""
+        from llmkube_stager.sources.hfapi import HubApiAbsent
+
+        if self._plain:
+            return None
+        try:
+            self._resolution = self._memo.get()
+            return self._resolution
+        except HubApiAbsent as err:
+            if not _is_mirror(self._ref.endpoint):
+                raise
+            self._plain = True
+            self._warn_plain(err)
+            return None
+
+    def _warn_plain(self, err: SourceError) -> None:
+        if self._log is None:
+            return
+        self._log.warning(
+            "hf_mirror_without_api",
+            f"the Hugging Face mirror {display_url(self._ref.endpoint)} has no hub API "
+            f"({err.detail}); fetching {self._ref.repo}/resolve/{self._ref.revision}/ files "
+            "directly, as the scripts did: commit pinning and LFS sha256 checks are not "
+            "available for this run",
+            endpoint=display_url(self._ref.endpoint),
+        )
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
         resolution = self._resolve()
+        if resolution is None:
+            # file.url is /resolve/<revision>/<path> on the mirror (manifest).
+            return self._http.probe(file)
         path = _rel_in_repo(self._ref, file.rel, self._config.multi_file)
         hub = resolution.files.get(path)
         if hub is None:
@@ -133,98 +200,11 @@ class HfFetcher:
 
     def close(self) -> None:
         self._http.close()
-        if self._resolution is not None:
-            from huggingface_hub import close_session
+        if self._asked:
+            from llmkube_stager.sources.hfapi import close_hub_session
 
-            close_session()
-
-
-def resolve_revision(config: Config, ref: HfRef, http: HttpFetcher) -> Resolution:
-    """model_info(revision, files_metadata=True) through huggingface_hub,
-    with our CA bundle and timeouts; its errors become SourceErrors."""
-    import huggingface_hub
-    from huggingface_hub import constants
-
-    # No telemetry: its agent detection GETs <endpoint>/api/agent-harnesses
-    # without our timeouts and writes under $HOME (found by the fake hub).
-    constants.HF_HUB_DISABLE_TELEMETRY = True
-    context = http.ssl_context() if ref.endpoint.lower().startswith("https") else None
-    huggingface_hub.set_client_factory(lambda: _hub_client(config, context))
-    api = huggingface_hub.HfApi(endpoint=ref.endpoint, token=config.secrets.hf_token or False)
-    try:
-        info = api.model_info(ref.repo, revision=ref.revision, files_metadata=True)
-    except Exception as exc:
-        raise translate_hub_error(exc, ref) from exc
-    return Resolution(commit=info.sha or ref.revision, files=_hub_files(info.siblings or []))
+            close_hub_session()
 
 
-def _hub_client(config: Config, context: ssl.SSLContext | None) -> Any:
-    """The hub's HTTP client with our trust store and timeouts. huggingface_hub
-    2.x speaks httpx2 (same API as httpx), older releases httpx."""
-    try:
-        hx: Any = importlib.import_module("httpx2")
-    except ImportError:
-        hx = importlib.import_module("httpx")
-    from llmkube_stager.sources.hx_proxy import routing_transport
-
-    timeouts = config.timeouts
-    verify = context if context is not None else True
-    return hx.Client(
-        verify=verify,
-        transport=routing_transport(hx, config.proxy, verify),
-        timeout=hx.Timeout(timeouts.stall_s, connect=timeouts.connect_s),
-        follow_redirects=True,
-        trust_env=False,
-    )
-
-
-def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
-    files = {}
-    for sibling in siblings:
-        lfs = getattr(sibling, "lfs", None)
-        sha = getattr(lfs, "sha256", None) if lfs is not None else None
-        size = getattr(sibling, "size", None)
-        files[sibling.rfilename] = HubFile(
-            size_bytes=size if isinstance(size, int) else None,
-            sha256=sha.lower() if isinstance(sha, str) else None,
-            blob_id=getattr(sibling, "blob_id", None),
-        )
-    return files
-
-
-def translate_hub_error(exc: Exception, ref: HfRef) -> SourceError:
-    """By type first (huggingface_hub's own classes), then by HTTP status."""
-    from huggingface_hub import errors
-
-    where = f"{ref.repo}@{ref.revision} on {display_url(ref.endpoint)}"
-    if isinstance(exc, errors.GatedRepoError):
-        return SourceError(f"{where} is gated", reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
-    if isinstance(exc, errors.RevisionNotFoundError | errors.RepositoryNotFoundError):
-        return _status_based(exc, where, default=Reason.SOURCE_NOT_FOUND)
-    if isinstance(exc, errors.HfHubHTTPError):
-        return _status_based(exc, where, default=Reason.SOURCE_REJECTED)
-    return _transport_error(exc, where)
-
-
-def _status_based(exc: Exception, where: str, default: Reason) -> SourceError:
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    if not isinstance(status, int):
-        return SourceError(f"{where}: {type(exc).__name__}", reason=default, answered=True)
-    headers = getattr(response, "headers", {})
-    if status == 404 or (status == 401 and default is Reason.SOURCE_NOT_FOUND):
-        # The hub answers 401 for a missing repo to anonymous callers.
-        return SourceError(
-            f"{where} returned HTTP {status}", reason=Reason.SOURCE_NOT_FOUND, answered=True
-        )
-    error = status_error(status, headers.get, where)
-    if status == 429 and error.retry_after_s is None:
-        error.retry_after_s = rate_limit_wait_s(headers.get)
-    return error
-
-
-def _transport_error(exc: BaseException, where: str) -> SourceError:
-    from llmkube_stager.sources.http_probe import root_cause
-    from llmkube_stager.sources.http_wire import translate_network_error
-
-    return translate_network_error(root_cause(exc), where, "hub API request")
+def _is_mirror(endpoint: str) -> bool:
+    return endpoint.lower() not in (HF_DEFAULT_ENDPOINT, "https://www.huggingface.co")

@@ -14,7 +14,13 @@ from llmkube_stager.errors import ConfigError, SourceKind
 from llmkube_stager.logs import display_url
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
-from llmkube_stager.sources.http_status import USER_AGENT, AuthPolicy, Origin, is_hf_auth_origin
+from llmkube_stager.sources.http_status import (
+    USER_AGENT,
+    AuthPolicy,
+    Origin,
+    is_hf_auth_origin,
+    split_userinfo,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -60,7 +66,8 @@ class HttpFetcher:
         from llmkube_stager.sources.http_wire import ConnectionPool
 
         self._config = config
-        self._auth = AuthPolicy(config.secrets.hf_token, config.hf_endpoint)
+        _, basic = split_userinfo(config.source)
+        self._auth = AuthPolicy(config.secrets.hf_token, config.hf_endpoint, basic)
         self._ssl: ssl.SSLContext | None = None
         self._client: httpx.Client | None = None
         timeouts = config.timeouts
@@ -84,7 +91,8 @@ class HttpFetcher:
             self._client = http_probe.make_client(
                 self._config.timeouts, context, self._config.proxy
             )
-        return http_probe.probe_head(self._client, file.url, self._auth, self._config.proxy)
+        url, _ = split_userinfo(file.url)  # the credentials go in AuthPolicy's header
+        return http_probe.probe_head(self._client, url, self._auth, self._config.proxy)
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
         from llmkube_stager.sources.http_wire import open_get
@@ -101,7 +109,8 @@ class HttpFetcher:
         # The probe already followed redirects; when the request goes there
         # directly, auth is judged against where this request starts.
         auth = self._auth_from(file.url, meta.url)
-        return open_get(self._pool, meta.url, headers, auth, offset, end)
+        url, _ = split_userinfo(meta.url)  # a GET without a probe starts at file.url
+        return open_get(self._pool, url, headers, auth, offset, end)
 
     def _auth_from(self, first_url: str, url: str) -> AuthPolicy:
         if Origin.of(first_url) != Origin.of(url):

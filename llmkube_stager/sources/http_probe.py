@@ -20,9 +20,14 @@ from llmkube_stager.sources.http_status import (
     AuthPolicy,
     Origin,
     content_length,
+    split_userinfo,
     status_error,
 )
-from llmkube_stager.sources.http_wire import proxy_refused, translate_network_error
+from llmkube_stager.sources.http_wire import (
+    proxy_refused,
+    timeout_error,
+    translate_network_error,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -73,7 +78,9 @@ def probe_head(
     for _ in range(MAX_REDIRECTS + 1):
         response = _head(client, url, auth.headers_for(url, first_url), proxies)
         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
-            url = urljoin(url, response.headers["location"])
+            # httpx would send a Location's own userinfo: credentials come
+            # from AuthPolicy only (#11.13).
+            url, _ = split_userinfo(urljoin(url, response.headers["location"]))
             continue
         return _meta_from(response, url)
     raise SourceError(
@@ -91,19 +98,19 @@ def _head(
     where = display_url(url)
     origin = Origin.of(url)
     proxy = proxies.for_url(origin.scheme, origin.host, origin.port) if proxies else None
+    peer = origin
     if proxy is not None:
         where += f" via the proxy {proxy.display}"
+        peer = Origin(origin.scheme, proxy.host, proxy.port)
     try:
         return client.head(url, headers=headers)
     except httpx.ProxyError as exc:
         raise proxy_refused(str(exc), where, "probe") from exc
     except httpx.TimeoutException as exc:
         phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "probe"
-        raise SourceError(
-            f"{phase} timed out for {where}", reason=Reason.SOURCE_UNREACHABLE, transient=True
-        ) from exc
+        raise timeout_error(phase, where, peer) from exc
     except httpx.TransportError as exc:
-        raise translate_network_error(root_cause(exc), where, "probe") from exc
+        raise translate_network_error(root_cause(exc), where, "probe", peer) from exc
 
 
 def root_cause(exc: BaseException) -> BaseException:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.errors import Reason, SourceError, Wire
 
 USER_AGENT = "llmkube-stager/0.1"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -43,24 +43,65 @@ def is_hf_auth_origin(origin: Origin, hf_endpoint: str) -> bool:
     exactly the scheme+host+port of HF_ENDPOINT. Lookalikes get nothing."""
     if origin.scheme == "https" and origin.host in _HF_HOSTS:
         return True
-    return bool(hf_endpoint) and Origin.of(hf_endpoint.strip()) == origin
+    if not hf_endpoint.strip():
+        return False
+    try:
+        return Origin.of(hf_endpoint.strip()) == origin
+    except ValueError:
+        # A malformed HF_ENDPOINT matches nothing here (a plain URL source
+        # gets no token); an hf source refuses it (hfref.check_endpoint).
+        return False
+
+
+@dataclass(frozen=True)
+class BasicCredentials:
+    """`user:pass@` of the source URL, bound to that URL's origin (#11.13)."""
+
+    origin: Origin
+    header: str = field(repr=False)
+
+
+def split_userinfo(url: str) -> tuple[str, BasicCredentials | None]:
+    """The URL without its userinfo, and the credentials it carried. Only the
+    Authorization header carries them: no client ever sees them in a URL
+    (httpx would send them itself, http.client never)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or parts.scheme.lower() not in ("http", "https"):
+        return url, None
+    import base64  # only for a URL with credentials: not on the warm path
+
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    bare = urlunsplit(parts._replace(netloc=hostport))
+    # Percent-decoded, as curl does (a '@' in a password is written %40).
+    pair = f"{unquote(user)}:{unquote(password)}".encode()
+    header = "Basic " + base64.b64encode(pair).decode("ascii")
+    return bare, BasicCredentials(Origin.of(bare), header)
 
 
 @dataclass(frozen=True)
 class AuthPolicy:
     """Bearer token only for the HF host / HF_ENDPOINT origin the request was
-    first sent to; never across a redirect to another host (spec §3.2)."""
+    first sent to; never across a redirect to another host (spec §3.2).
+    Credentials from the source URL's userinfo go with every request to that
+    origin (probe, GET, each hop that stays there) and to no other (#11.13);
+    where both apply the token wins, as `curl -H` did over the URL's."""
 
-    token: str
+    token: str = field(repr=False)
     hf_endpoint: str
+    basic: BasicCredentials | None = field(default=None, repr=False)
 
     def headers_for(self, url: str, first_url: str) -> dict[str, str]:
-        if not self.token:
-            return {}
         origin = Origin.of(url)
-        if origin != Origin.of(first_url) or not is_hf_auth_origin(origin, self.hf_endpoint):
-            return {}
-        return {"Authorization": f"Bearer {self.token}"}
+        if (
+            self.token
+            and origin == Origin.of(first_url)
+            and is_hf_auth_origin(origin, self.hf_endpoint)
+        ):
+            return {"Authorization": f"Bearer {self.token}"}
+        if self.basic is not None and origin == self.basic.origin:
+            return {"Authorization": self.basic.header}
+        return {}
 
 
 def parse_digits(value: str | None) -> int | None:
@@ -118,21 +159,24 @@ def rate_limit_wait_s(get: HeaderGet) -> float | None:
 
 
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
-    """Map an HTTP error status to a contract reason; 429/5xx are transient."""
+    """Map an HTTP error status to a contract reason; 429/5xx are transient.
+    The status rides along as a fact (`Wire`), for the operator's matcher."""
     text = f"{where} returned HTTP {status}"
+    wire = Wire(http_status=status)
     if status in (401, 403):
-        return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True)
+        return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True, wire=wire)
     if status in (404, 410):
-        return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True)
+        return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True, wire=wire)
     if status == 407:
         # A proxy in the way wants (other) credentials: HTTP(S)_PROXY.
         return SourceError(
             f"{text} (Proxy Authentication Required: check the credentials in the proxy URL)",
             reason=Reason.SOURCE_UNREACHABLE,
+            wire=wire,
         )
     if status == 412:
         # If-Match failed: the object changed under a pinned transfer.
-        return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True)
+        return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True, wire=wire)
     if status == 429:
         return SourceError(
             text,
@@ -140,6 +184,7 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
             transient=True,
             retry_after_s=rate_limit_wait_s(get),
             answered=True,
+            wire=wire,
         )
     if status >= 500:
         wait = retry_after_s(get("retry-after"))
@@ -149,5 +194,6 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
             transient=True,
             retry_after_s=wait,
             answered=True,
+            wire=wire,
         )
-    return SourceError(text, reason=Reason.SOURCE_REJECTED, answered=True)
+    return SourceError(text, reason=Reason.SOURCE_REJECTED, answered=True, wire=wire)

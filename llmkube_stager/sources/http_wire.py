@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urljoin, urlsplit
 
-from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.errors import Network, Reason, SourceError, Wire
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.base import RangeUnusable
@@ -29,31 +29,61 @@ from llmkube_stager.sources.http_status import (
     parse_content_range,
     parse_digits,
     parse_unsatisfied_range,
+    split_userinfo,
     status_error,
 )
-from llmkube_stager.sources.tls import is_cert_failure
+from llmkube_stager.sources.tls import cert_error
 
 _DRAIN_LIMIT_BYTES = 64 * 1024
 _STALE_ERRORS = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
-def translate_network_error(exc: BaseException, where: str, phase: str) -> SourceError:
-    """OSError / http.client errors -> SourceError, by type (never by text)."""
-    if is_cert_failure(exc):
-        return SourceError(
-            f"TLS certificate verify failed for {where}", reason=Reason.SOURCE_UNTRUSTED
-        )
-    if isinstance(exc, socket.gaierror):
-        text = f"could not resolve host for {where}"
-    elif isinstance(exc, ConnectionRefusedError):
-        text = f"connection refused by {where}"
-    elif isinstance(exc, TimeoutError):
-        text = f"{phase} timed out for {where}"
-    elif isinstance(exc, ProxyRefused):
+def translate_network_error(
+    exc: BaseException, where: str, phase: str, peer: Origin | None = None
+) -> SourceError:
+    """OSError / http.client errors -> SourceError, by type (never by text).
+    `peer` (the host and port connected to: the origin, or the proxy) goes
+    into the error's facts, from which errors.operator_phrase gives the
+    operator's matcher curl's words."""
+    if isinstance(exc, ProxyRefused):
         return proxy_refused(f"{exc.status} {exc.reason}", where, phase)
+    if isinstance(exc, TimeoutError):
+        return timeout_error(phase, where, peer)
+    cert = cert_error(exc)
+    if cert is not None:
+        wire = _wire(Network.TLS_UNTRUSTED, peer, tls_problem=str(cert.verify_message or ""))
+        return SourceError(
+            f"TLS certificate verify failed for {where}", reason=Reason.SOURCE_UNTRUSTED, wire=wire
+        )
+    kind: Network | None = None
+    if isinstance(exc, socket.gaierror):
+        kind, text = Network.DNS, f"could not resolve host for {where}"
+    elif isinstance(exc, ConnectionRefusedError):
+        kind, text = Network.REFUSED, f"connection refused by {where}"
     else:
+        kind = Network.RESET if isinstance(exc, ConnectionResetError) else None
         text = f"{phase} failed for {where}: {type(exc).__name__}"
-    return SourceError(text, reason=Reason.SOURCE_UNREACHABLE, transient=True)
+    return SourceError(
+        text, reason=Reason.SOURCE_UNREACHABLE, transient=True, wire=_wire(kind, peer)
+    )
+
+
+def timeout_error(phase: str, where: str, peer: Origin | None) -> SourceError:
+    """No connection within the connect timeout, or no byte within the stall
+    timeout on an established one."""
+    kind = Network.CONNECT_TIMEOUT if phase == "connect" else Network.READ_TIMEOUT
+    return SourceError(
+        f"{phase} timed out for {where}",
+        reason=Reason.SOURCE_UNREACHABLE,
+        transient=True,
+        wire=_wire(kind, peer),
+    )
+
+
+def _wire(kind: Network | None, peer: Origin | None, tls_problem: str = "") -> Wire:
+    if peer is None:
+        return Wire(network=kind, tls_problem=tls_problem)
+    return Wire(network=kind, host=peer.host, port=peer.port, tls_problem=tls_problem)
 
 
 class ProxyRefused(OSError):
@@ -185,7 +215,8 @@ class ConnectionPool:
             conn.connect()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise translate_network_error(exc, where, "connect") from exc
+            peer = Origin(origin.scheme, host, port)
+            raise translate_network_error(exc, where, "connect", peer) from exc
         assert conn.sock is not None
         # After the handshake the socket timeout is the stall timeout: the
         # longest time without a received byte (CONTRACT §3).
@@ -253,7 +284,7 @@ class WireBody:
             try:
                 n = self._resp.fp.readinto1(buffer[filled : min(len(buffer), limit)])
             except (OSError, http.client.HTTPException) as exc:
-                error = translate_network_error(exc, self._where, "receive")
+                error = translate_network_error(exc, self._where, "receive", self._origin)
                 if not filled:
                     raise error from exc
                 self._pending = error
@@ -271,7 +302,7 @@ class WireBody:
         try:
             return self._resp.readinto(buffer)
         except (OSError, http.client.HTTPException) as exc:
-            raise translate_network_error(exc, self._where, "receive") from exc
+            raise translate_network_error(exc, self._where, "receive", self._origin) from exc
 
     def close(self) -> None:
         if self._resp.isclosed() and not self._resp.will_close:
@@ -296,10 +327,10 @@ def _request(
             # A kept-alive connection the server already closed: retry once
             # at once on a fresh one (GET/HEAD are idempotent).
             if not reused:
-                raise translate_network_error(exc, display_url(url), "request") from exc
+                raise translate_network_error(exc, display_url(url), "request", origin) from exc
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise translate_network_error(exc, display_url(url), "request") from exc
+            raise translate_network_error(exc, display_url(url), "request", origin) from exc
     raise AssertionError("unreachable")
 
 
@@ -340,7 +371,7 @@ def open_get(
                     reason=Reason.SOURCE_REJECTED,
                     answered=True,
                 )
-            url = urljoin(url, location)
+            url, _ = split_userinfo(urljoin(url, location))
             continue
         return _body_for(pool, url, conn, resp, offset, end)
     raise SourceError(

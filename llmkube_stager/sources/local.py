@@ -53,6 +53,12 @@ class LocalSource:
     get_without_probe = False
 
     def __init__(self, config: Config) -> None:
+        if not config.cache_dir:
+            # The operator mounts the host file only for a cached model; the
+            # scripts refused the emptyDir case with this text (spec §11.4).
+            raise ConfigError(
+                "Local model source requires model cache to be configured (CACHE_DIR is empty)"
+            )
         self._config = config
         base = local_path(config.source)
         # The allowed roots judge the source the user named, whatever is

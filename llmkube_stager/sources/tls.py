@@ -35,13 +35,19 @@ def make_ssl_context(ca_dir: str) -> ssl.SSLContext:
 
 def is_cert_failure(exc: BaseException | None) -> bool:
     """True when a TLS verification failure is anywhere in the chain."""
+    return cert_error(exc) is not None
+
+
+def cert_error(exc: BaseException | None) -> ssl.SSLCertVerificationError | None:
+    """The TLS verification failure in the chain (its `verify_message` is
+    OpenSSL's reason, which curl printed too), or None."""
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, ssl.SSLCertVerificationError):
-            return True
+            return exc
         exc = exc.__cause__ or exc.__context__
         seen += 1
-    return False
+    return None
 
 
 _SYSTEM_BUNDLES = (

@@ -18,7 +18,7 @@ import os
 
 from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
 from llmkube_stager.cache.publish import publish
-from llmkube_stager.errors import Reason, TransferError
+from llmkube_stager.errors import OriginChecksumMismatch, Reason, TransferError
 from llmkube_stager.layout import partial_key
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
@@ -174,14 +174,17 @@ def _fetch_parallel(
 
 
 def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
-    """An origin-declared digest (HF LFS) must match before anything else."""
+    """An origin-declared digest (HF LFS) must match before anything else.
+    Bytes that miss it are the origin's fault (a bad CDN copy: retryable, no
+    marker, #12.5) unless the user pinned another digest: then the pin is
+    what fails, and the executor writes its marker (spec §7)."""
     digest = done.sha256
-    if meta.sha256 is not None and digest != meta.sha256:
+    pin_agrees = file.sha256 is None or file.sha256 == meta.sha256
+    if meta.sha256 is not None and digest != meta.sha256 and pin_agrees:
         discard(done)
-        raise TransferError(
+        raise OriginChecksumMismatch(
             f"the bytes of {file.rel} do not match the sha256 the origin lists "
             f"({meta.sha256}); the download was discarded",
-            reason=Reason.CHECKSUM_MISMATCH,
             file=file.rel,
         )
     return done

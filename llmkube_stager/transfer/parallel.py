@@ -30,7 +30,7 @@ from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.journal import load_journal, write_journal
 from llmkube_stager.cache.partials import HEARTBEAT_S, Claim, adopt_segmented, new_writer_id
 from llmkube_stager.errors import Reason, SourceError, TransferError
-from llmkube_stager.layout import segmented_paths
+from llmkube_stager.layout import ranged_of_stream
 from llmkube_stager.sources.base import RangeUnusable
 from llmkube_stager.transfer.directio import (
     ALIGN_BYTES,
@@ -196,8 +196,11 @@ class ParallelTransfer:
         self._adopted = False
         self.claim: Claim
         if seed is not None:
-            # Carry on from a stream's partial (engine.py's widening).
-            data, self.journal = segmented_paths(self._file.dest, self._validator, new_writer_id())
+            # Carry on from a stream's partial (engine.py's widening), under
+            # the stream's own writer id: a writer that adopts the stream
+            # partial after a kill between the journal and the rename knows
+            # the journal for an orphan (cache/partials._drop_orphan_journal).
+            data, self.journal = ranged_of_stream(seed.claim.path)
             if self._take_over(seed, data):
                 self._seed = seed
                 self.claim = seed.claim

@@ -45,8 +45,9 @@ CONTRACT_VARS = (
     "LLMKUBE_LOCK_TIMEOUT",
 )
 # Partials of `<dest>`: the shell's `<dest>.<key>.tmp` or a per-writer
-# `<dest>.<key>.<writer>.llmkube-part` (spec §4.2, CONTRACT §4).
-_PARTIAL_RE = r"\.[0-9a-f]{12}(?:\.tmp|\.[0-9a-f]+\.llmkube-part)"
+# `<dest>.<key>.<writer>.llmkube-part.tmp` (`.llmkube-part` before #14)
+# (spec §4.2, CONTRACT §4).
+_PARTIAL_RE = r"\.[0-9a-f]{12}(?:\.tmp|\.[0-9a-f]+\.llmkube-part(?:\.tmp)?)"
 
 
 def flag_of(var: str) -> str:

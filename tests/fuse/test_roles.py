@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fuse_support import FUSE_MAGIC_HEX, REMEDY_HTTP, FuseCache, TwoNodes, gets
 
-from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, classify, mount_for, parse_mountinfo, probe_fs
+from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, MountEntry, classify, mount_for, probe_fs
 from tests.harness.disk import LOCK_NAME, names, record_of, seed, snapshot
 from tests.harness.origin import Origin, closed_port_url
 from tests.harness.pod import Pod, multi_env, single_env
@@ -305,12 +305,11 @@ def test_scenario_27_virtiofs_is_classified_as_fuse() -> None:
     """virtiofs (Docker Desktop bind mounts, Kata volumes) reports the FUSE
     magic (spec §9.2, scenario 13/27). A virtiofs mount cannot be produced in
     this sandbox (it needs a hypervisor's virtio-fs device), so the mount
-    table classification is tested with a real-shaped mountinfo line."""
-    text = (
-        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-        "512 27 0:77 / /run/desktop/mnt/host rw,relatime - virtiofs virtiofs0 rw\n"
-    )
-    entries = parse_mountinfo(text)
+    table classification is tested with a real-shaped mount table."""
+    entries = [
+        MountEntry("/", "ext4", "/dev/vda", frozenset({"rw", "relatime"})),
+        MountEntry("/run/desktop/mnt/host", "virtiofs", "virtiofs0", frozenset({"rw", "relatime"})),
+    ]
     mount = mount_for("/run/desktop/mnt/host/models/k", entries)
     assert mount is not None and mount.fstype == "virtiofs"
     by_magic = classify("/run/desktop/mnt/host/models/k", FUSE_SUPER_MAGIC, mount, False, 1)
@@ -456,7 +455,9 @@ def test_scenario_53_truncated_legacy_file_is_backfilled_as_is(
     assert origin.requests() == []
 
 
-@pytest.mark.parametrize("value", ["false", "", "no", "0"])
+# "True", "1", "yes": the scripts' `= true` test made serving pods of them,
+# and a serving pod must never write on FUSE (spec §9.3, issue #14 item 5).
+@pytest.mark.parametrize("value", ["false", "", "no", "0", "True", "TRUE", "1", "yes", " true"])
 def test_scenario_58_only_prefetch_stager_true_makes_a_stager(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache, value: str
 ) -> None:

@@ -252,7 +252,7 @@ def test_young_partial_of_a_live_writer_on_another_node_is_not_swept(
     seed(root / "small.bin.llmkube-tmp.AbC123", b"5", age_s=OLD_S)
     proc = a.popen("stage")
     deadline = time.monotonic() + 10
-    while not [n for n in names(root) if n.startswith("big.bin.") and n.endswith("-part")]:
+    while not [n for n in names(root) if n.startswith("big.bin.") and ".llmkube-part" in n]:
         assert proc.poll() is None and time.monotonic() < deadline, "A never started its partial"
         time.sleep(0.01)
     run_b = b.run("stage")

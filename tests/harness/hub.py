@@ -15,10 +15,17 @@ files_metadata=True)` asks for and what `/resolve/` downloads expect:
   hub itself (Range supported), both with ``X-Repo-Commit``;
 - errors the way huggingface.co sends them, so that `huggingface_hub` raises
   its own classes: ``X-Error-Code: RepoNotFound`` (401 to anonymous callers,
-  404 to authenticated ones), ``RevisionNotFound`` (404), ``EntryNotFound``
-  (404), ``GatedRepo`` (403 on the files of a gated repo), and a 401 with
-  ``X-Error-Message: Invalid credentials in Authorization header`` for a
-  token the hub does not know.
+  for a missing repo and for a private one alike: the hub does not reveal
+  which; 404 to authenticated ones), ``RevisionNotFound`` (404),
+  ``EntryNotFound`` (404), ``GatedRepo`` on the files of a gated repo (401
+  to anonymous callers, 403 to authenticated ones without access), and a
+  401 with ``X-Error-Message: Invalid credentials in Authorization header``
+  for a token the hub does not know. (huggingface_hub's own
+  `hf_raise_for_status` documents the 401-for-private-or-missing rule.)
+
+`FakeHub(api=False)` is a mirror that serves only ``/resolve/`` (a static
+mirror or a caching proxy): its API route answers a plain 404, without the
+``X-Error-Code`` every 404 of the real API carries.
 
 Fault knobs (`HubFault`) make the API or the resolver answer a status (429
 with Retry-After, 500, ...) for N requests; `on_api` runs a callback after
@@ -123,6 +130,8 @@ class HubFault:
     retry_after: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    # Sent instead of the JSON error body (an HTML page, a truncated answer).
+    body: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -154,8 +163,9 @@ def _error(
 
 
 class _State(Clients):
-    def __init__(self, cdn: Origin, tokens: frozenset[str] | None) -> None:
+    def __init__(self, cdn: Origin, tokens: frozenset[str] | None, api: bool) -> None:
         super().__init__()
+        self.api = api
         self.cdn = cdn
         self.tokens = tokens
         self.repos: dict[str, _Repo] = {}
@@ -214,6 +224,8 @@ class _Handler(TrackedHandler):
             # User-Agent; answered like the real hub, logged as "other".
             return "other", _Answer(200, [("Content-Type", "application/json")], _HARNESSES)
         if len(segments) >= 3 and segments[:2] == ["api", "models"]:
+            if not self.server.state.api:
+                return "api", _Answer(404, [("Content-Type", "text/html")], b"<h1>404</h1>")
             return "api", self._guarded("api", headers, lambda: self._api(segments[2:], parts))
         if len(segments) >= 5 and segments[2] == "resolve":
             return "resolve", self._guarded(
@@ -226,6 +238,8 @@ class _Handler(TrackedHandler):
     ) -> _Answer:
         state = self.server.state
         fault = state.take_fault(kind)
+        if fault is not None and fault.body is not None:
+            return _Answer(fault.status, [("Content-Type", "text/html")], fault.body)
         if fault is not None:
             extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
             return _error(
@@ -310,7 +324,8 @@ class _Handler(TrackedHandler):
         if hub_file is None:
             return _error(404, "Entry not found", "EntryNotFound")
         if repo.gated:
-            return _error(403, f"Access to model {repo_id} is restricted.", "GatedRepo")
+            status = 403 if self._authenticated else 401
+            return _error(status, f"Access to model {repo_id} is restricted.", "GatedRepo")
         common = [("X-Repo-Commit", commit), ("Accept-Ranges", "bytes")]
         if hub_file.lfs:
             location = self.server.state.cdn.url + _signed(cdn_path(hub_file.sha256))
@@ -362,9 +377,11 @@ class FakeHub(LoopbackHTTP):
         *,
         tls: ssl.SSLContext | None = None,
         tokens: Collection[str] | None = None,
+        api: bool = True,
     ) -> None:
-        """`tokens`: the bearer tokens the hub accepts (None: any token)."""
-        state = _State(cdn, frozenset(tokens) if tokens is not None else None)
+        """`tokens`: the bearer tokens the hub accepts (None: any token);
+        `api=False`: a mirror that serves /resolve/ only."""
+        state = _State(cdn, frozenset(tokens) if tokens is not None else None, api)
         super().__init__(state, _Handler, tls=tls)
         self._commit_ids = itertools.count(1)
 

@@ -33,6 +33,8 @@ from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import Decision, FsInfo, Outcome
 from llmkube_stager.stage import Effects, run_stage
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
+from tests.harness.contract import exit_code_of
+from tests.harness.schema import checked_termination, validate_termination
 
 # The checkout the tests belong to: the child runs with it as its working
 # directory, so `python -m llmkube_stager` imports this tree's package.
@@ -86,7 +88,7 @@ class Run:
     @property
     def term(self) -> dict[str, Any]:
         assert self.term_raw, f"no termination message was written\n{self}"
-        doc = json.loads(self.term_raw)
+        doc = validate_termination(self.term_raw)
         assert isinstance(doc, dict), doc
         return doc
 
@@ -185,15 +187,21 @@ class Run:
         self,
         reason: str | None = None,
         *,
-        exit_code: int = 1,
+        exit_code: int | None = None,
         retryable: bool | None = None,
         log_line: bool = True,
     ) -> Run:
         """The failure message's shape (CONTRACT §5): `message` starts
         `ERROR: <Reason>:` and ends with `remedy`; with `log_line`, the log
-        carries the same line."""
-        assert self.returncode == exit_code, str(self)
+        carries the same line. The exit code is the contract's for the reason
+        (tests/harness/contract.py) unless `exit_code` is given."""
         doc = self.compact_term()
+        expected = exit_code_of(reason or doc["reason"]) if exit_code is None else exit_code
+        if exit_code is None and expected in (1, 4):
+            # The exit code follows the message's own retryable verdict
+            # (an origin-digest mismatch is retryable, #12.5).
+            expected = 1 if doc["retryable"] else 4
+        assert self.returncode == expected, str(self)
         assert doc["outcome"] == "failed", doc
         if reason is not None:
             assert doc["reason"] == reason, doc
@@ -363,7 +371,7 @@ class Pod:
 
     def read_term(self) -> bytes | None:
         try:
-            return self.term_path.read_bytes()
+            return checked_termination(self.term_path.read_bytes())
         except FileNotFoundError:
             return None
 
@@ -418,7 +426,7 @@ class Pod:
         except StagerError as err:
             log.error("failed", failure_message(err, redact), reason=err.reason.value)
             source = display_url(environ.get("MODEL_SOURCE", ""))
-            term = encode(failure_doc(err, source, redact))
+            term = checked_termination(encode(failure_doc(err, source, redact)))
             return Run(
                 ("stage",), err.exit_code, "", stream.getvalue(), term,
                 time.monotonic() - started, sleeps, error=err,
@@ -426,6 +434,6 @@ class Pod:
         doc = success_doc(outcome, prepared.manifest.display_source)
         log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
         return Run(
-            ("stage",), 0, "", stream.getvalue(), encode(doc),
+            ("stage",), 0, "", stream.getvalue(), checked_termination(encode(doc)),
             time.monotonic() - started, sleeps, outcome=outcome,
         )  # fmt: skip

@@ -31,13 +31,12 @@ import secrets
 import shutil
 import stat
 import subprocess
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.e2e_support import SHORT_TIMEOUTS, Run
+from tests.harness.pod import SHORT_BUDGET, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "probe.py"
@@ -66,10 +65,10 @@ exec "$@"
 
 
 def project_version() -> str:
-    with open(ROOT / "pyproject.toml", "rb") as handle:
-        version = tomllib.load(handle)["project"]["version"]
-    assert isinstance(version, str)
-    return version
+    """The package's __version__: the one source (pyproject reads it too)."""
+    import llmkube_stager
+
+    return llmkube_stager.__version__
 
 
 def image_ref() -> str:
@@ -215,7 +214,7 @@ class ImagePod:
         self.term_path = self.term_dir / "log"
         self.env: dict[str, str] = {
             "LLMKUBE_TERMINATION_LOG": f"{TERMINATION_DIR}/log",
-            **SHORT_TIMEOUTS,
+            **SHORT_BUDGET,
         }
 
     def single(self, source: str, name: str = "model.gguf", key: str = "k1") -> Path:

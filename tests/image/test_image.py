@@ -13,13 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.e2e_support import (
-    assert_compact_termination,
-    assert_success,
-    debris,
-    record_of,
-    snapshot,
-)
+from tests.harness.disk import debris, record_of, snapshot
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.s3server import DUMMY_KEY_ID, DUMMY_SECRET, S3Server
@@ -64,11 +58,6 @@ def test_help(pod: ImagePod) -> None:
     assert pod.container.writes() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="#13 item 7: the CLI has no --version option yet (another engineer adds it)",
-)
 def test_version(pod: ImagePod) -> None:
     run = pod.run("--version")
     assert (run.returncode, run.stdout) == (0, f"llmkube-stager {project_version()}\n"), str(run)
@@ -83,7 +72,7 @@ def test_stage_cold_then_warm_as_65532_on_a_read_only_root(pod: ImagePod, origin
     total = sum(len(data) for data in files.values())
 
     cold = pod.run()  # the image's CMD: stage
-    assert_success(cold, files=len(files), fetched=len(files), reused=0, nbytes=total)
+    cold.ok(files=len(files), fetched=len(files), reused=0, nbytes=total)
     for rel, data in files.items():
         dest = cache_dir / rel
         assert dest.read_bytes() == data, rel
@@ -97,7 +86,7 @@ def test_stage_cold_then_warm_as_65532_on_a_read_only_root(pod: ImagePod, origin
 
     origin.clear_log()
     warm = pod.run()
-    assert_success(warm, files=len(files), fetched=0, reused=len(files), nbytes=0)
+    warm.ok(files=len(files), fetched=0, reused=len(files), nbytes=0)
     assert origin.requests() == [], "a warm start must not contact the origin"
     assert pod.container.writes() == [], "the runs wrote into the image's root filesystem"
 
@@ -109,7 +98,7 @@ def test_stage_without_a_writable_tmp(pod: ImagePod, origin: Origin) -> None:
     dest = pod.single(origin.url + MODEL)
 
     run = pod.run("stage", tmp_writable=False)
-    assert_success(run, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    run.ok(files=1, fetched=1, reused=0, nbytes=len(DATA))
     assert dest.read_bytes() == DATA
     assert record_of(dest) == str(len(DATA))
     assert debris(pod.models) == []
@@ -127,7 +116,7 @@ def test_the_root_filesystem_is_read_only(pod: ImagePod, origin: Origin) -> None
         tmp_writable=False,
     )
     assert run.returncode != 0, str(run)
-    doc = assert_compact_termination(run)
+    doc = run.compact_term()
     assert (doc["outcome"], doc["reason"]) == ("failed", "ModelCacheUnwritable"), doc
     assert pod.container.writes() == []
 
@@ -141,7 +130,7 @@ def test_hf_source_without_a_writable_tmp(pod: ImagePod, origin: Origin) -> None
         cache_dir = pod.multi("hf://org/repo@main", files, key="hf")
         run = pod.run("stage", env={"HF_ENDPOINT": hub.url}, tmp_writable=False)
         assert hub.requests("api"), "the hub got no API request"
-    assert_success(run, files=2, fetched=2, reused=0, nbytes=sum(map(len, files.values())))
+    run.ok(files=2, fetched=2, reused=0, nbytes=sum(map(len, files.values())))
     for rel, data in files.items():
         assert (cache_dir / rel).read_bytes() == data, rel
         assert record_of(cache_dir / rel) == str(len(data)), rel
@@ -160,7 +149,7 @@ def stage_from_s3(pod: ImagePod, s3: S3Server, *, tmp_writable: bool) -> None:
         "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET,
     }
     run = pod.run("stage", env=env, tmp_writable=tmp_writable)
-    assert_success(run, files=1, fetched=1, reused=0, nbytes=len(DATA))
+    run.ok(files=1, fetched=1, reused=0, nbytes=len(DATA))
     assert dest.read_bytes() == DATA
     assert record_of(dest) == str(len(DATA))
     assert pod.container.writes() == []
@@ -191,7 +180,7 @@ def test_verify_on_a_read_only_volume(pod: ImagePod, origin: Origin) -> None:
     before = snapshot(pod.models)
     ok = pod.run("verify", models_read_only=True, tmp_writable=False)
     assert ok.returncode == 0, str(ok)
-    doc = assert_compact_termination(ok)
+    doc = ok.compact_term()
     assert (doc["outcome"], doc["stats"]["files"]) == ("succeeded", len(files)), doc
     assert snapshot(pod.models) == before
 
@@ -200,14 +189,13 @@ def test_verify_on_a_read_only_volume(pod: ImagePod, origin: Origin) -> None:
     (cache_dir / "config.json.llmkube-size").unlink()
     before = snapshot(pod.models)
     bad = pod.run("verify", models_read_only=True, tmp_writable=False)
-    doc = assert_compact_termination(bad)
+    doc = bad.compact_term()
     assert (doc["outcome"], doc["reason"], doc["retryable"]) == (
         "failed",
         "ModelCacheIncomplete",
         False,
     ), doc
-    # 1 until non-retryable reasons get their own exit code (#13 item 4), then 4.
-    assert bad.returncode in (1, 4), str(bad)
+    assert bad.returncode == 4, str(bad)  # not retryable (docs/operations.md)
     assert snapshot(pod.models) == before
     assert pod.container.writes() == []
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from llmkube_stager.logs import Redactor
 from tests.harness.disk import record_of
+from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.sample import payload
 from tests.harness.tlsca import make_ca
@@ -274,22 +274,8 @@ def test_hf_token_stays_out_of_failure_logs_and_errors(origin, pod) -> None:
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real ENOSPC and a real statvfs for the preflight."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount tmpfs")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def _tmpfs_env(pod, url: str, mount_point: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]

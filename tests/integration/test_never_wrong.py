@@ -410,7 +410,7 @@ def test_d10_parallel_transfer_heartbeats_its_partial_during_retry_after(
         # Both workers wait (Retry-After); nothing writes the data file.
         if n > 2:
             return
-        (data_file,) = dest.parent.glob("*.llmkube-segs")
+        (data_file,) = dest.parent.glob("*.llmkube-segs*")
         before = data_file.stat().st_mtime
         time.sleep(6.5)  # longer than a heartbeat (partials.HEARTBEAT_S)
         if n == 1:

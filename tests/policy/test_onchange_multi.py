@@ -404,7 +404,9 @@ def test_onchange_missing_file_that_cannot_be_fetched_fails(pod: Pod, origin, ba
 
     assert run.term is not None
     assert f"model artifact {CONFIG} missing and revalidation failed" in run.term["message"]
-    assert f"failed to download {CONFIG}" in run.stderr
+    # spec §6.3 step 5: the scripts' OnChange line, whole (issue #14 item 4).
+    line = f"ERROR: model artifact {CONFIG} missing and revalidation failed"
+    assert line in run.lines, run.stderr
     assert not (cache / CONFIG).exists()
 
 
@@ -439,7 +441,11 @@ def test_s87_failed_loop_keeps_partials_then_the_next_start_completes(
     )
 
     assert failed.term is not None and failed.term["file"] == "missing.gguf"
-    assert "failed to download missing.gguf" in failed.stderr
+    expected = {
+        "IfNotPresent": "ERROR: failed to download missing.gguf",  # spec §6.2
+        "OnChange": "ERROR: model artifact missing.gguf missing and revalidation failed",  # §6.3
+    }[policy]
+    assert expected in failed.lines, failed.stderr
     assert not (cache / "missing.gguf").exists()
     assert not (cache / "sub/b.bin").exists()
     if policy == "IfNotPresent":

@@ -12,7 +12,9 @@ import json
 
 import pytest
 
+from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM
 from llmkube_stager.model import Decision
+from sources.support import sha256
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.disk import debris, record_of, tree
 from tests.harness.hub import FakeHub, HubFault
@@ -40,6 +42,13 @@ def repo_files(seed: int = 1, shard2_size: int = 96 * KIB) -> dict[str, bytes]:
 
 def hf_env(pod: Pod, hub: FakeHub, source: str = f"hf://{REPO}@main", **extra: str):
     return pod.multi_env(source, FILES, **{"HF_ENDPOINT": hub.url, "HF_TOKEN": HF_TOKEN, **extra})
+
+
+def shard2_env(pod: Pod, hub: FakeHub, **extra: str):
+    """Single-file: SHARD2 (an LFS file) of the repo's main."""
+    return pod.single_env(
+        f"hf://{REPO}/{SHARD2}", name=SHARD2, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN, **extra
+    )
 
 
 def assert_token_only_to_hub(hub: FakeHub, cdn: Origin) -> None:
@@ -217,20 +226,61 @@ def test_corrupted_cdn_bytes_fail_the_lfs_checksum_without_a_pin(pod, hub, cdn) 
     )
 
     assert run.error is not None and run.error.file == SHARD1
-    assert not run.error.retryable
+    # #12.5: nobody pinned anything, so there is no pin to correct and no
+    # marker to delete; a bad CDN copy is transient: restarting may help.
+    assert run.error.retryable
+    assert run.error.remedy == REMEDY_ORIGIN_CHECKSUM
+    assert "marker" in run.error.remedy and "pin" not in run.error.remedy
     # Nothing published: not the shard, not any file after it, no partial kept.
     published = {k for k in tree(pod.cache_dir) if not k.startswith(".llmkube")}
     assert published == set(), published
     assert debris(pod.cache_dir, markers=True) == []
 
 
+def test_lfs_checksum_mismatch_termination_message_is_retryable(pod, hub, cdn) -> None:
+    hub.add_repo(REPO, repo_files())
+    hub.corrupt(REPO, SHARD2)
+
+    run = pod.run(env=shard2_env(pod, hub))
+
+    doc = run.failed("ModelTransferChecksumMismatch", retryable=True).term
+    assert doc["remedy"] == REMEDY_ORIGIN_CHECKSUM
+    assert debris(pod.cache_dir, markers=True) == []
+
+
+def test_a_pin_equal_to_the_lfs_digest_leaves_no_marker(pod, hub, cdn) -> None:
+    """The user pinned what the hub lists; the CDN served other bytes: the
+    origin is at fault, and a marker would block the run after the CDN heals."""
+    files = repo_files()
+    hub.add_repo(REPO, files)
+    hub.corrupt(REPO, SHARD2)
+    env = shard2_env(pod, hub, MODEL_SHA256=sha256(files[SHARD2]))
+
+    run = pod.stage(env).failed("ModelTransferChecksumMismatch", retryable=True)
+
+    assert run.error.remedy == REMEDY_ORIGIN_CHECKSUM
+    assert debris(pod.cache_dir, markers=True) == []
+    cdn.put(hub.cdn_path_of(REPO, SHARD2), files[SHARD2])  # the CDN heals
+    pod.stage(env).ok()
+    assert pod.dest(SHARD2).read_bytes() == files[SHARD2]
+
+
+def test_a_pin_the_hub_does_not_list_fails_the_pin_with_its_marker(pod, hub, cdn) -> None:
+    """A pin of other bytes than the hub lists: the pin is what fails (spec §7)."""
+    hub.add_repo(REPO, repo_files())
+    env = shard2_env(pod, hub, MODEL_SHA256=sha256(b"some other release"))
+
+    run = pod.stage(env).failed("ModelTransferChecksumMismatch", retryable=False)
+
+    assert run.error.remedy != REMEDY_ORIGIN_CHECKSUM
+    assert [p for p in debris(pod.cache_dir, markers=True) if p.endswith(".sha256-rejected")]
+
+
 def test_single_file_checksum_mismatch_then_a_fixed_cdn_succeeds(pod, hub, cdn) -> None:
     files = repo_files()
     hub.add_repo(REPO, files)
     hub.corrupt(REPO, SHARD2)
-    env = pod.single_env(
-        f"hf://{REPO}/{SHARD2}", name=SHARD2, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN
-    )
+    env = shard2_env(pod, hub)
 
     pod.stage(env).failed("ModelTransferChecksumMismatch")
     assert not pod.dest(SHARD2).exists()
@@ -333,18 +383,26 @@ def test_500_once_is_retried_and_500_always_fails(pod, hub, cdn) -> None:
 # -- refusals --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("token", [HF_TOKEN, ""], ids=["with-token", "anonymous"])
-def test_repo_not_found(pod, hub, cdn, token) -> None:
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [(HF_TOKEN, "ModelSourceNotFound"), ("", "ModelSourceUnauthorized")],
+    ids=["with-token", "anonymous"],
+)
+def test_repo_not_found(pod, hub, cdn, token, reason) -> None:
+    """With a token the hub says 404: the repo does not exist (for this
+    token). Without one it says 401 for a missing repo exactly as for a
+    private one (#12.5): the only thing that can change that answer is a
+    token, so the reason is Unauthorized and the detail says both."""
     hub.add_repo(REPO, repo_files())
 
-    run = pod.stage(hf_env(pod, hub, source="hf://org/no-such-repo@main", HF_TOKEN=token)).failed(
-        "ModelSourceNotFound"
-    )
+    env = hf_env(pod, hub, source="hf://org/no-such-repo@main", HF_TOKEN=token)
+    run = pod.stage(env).failed(reason, retryable=False)
 
     assert [r.status for r in hub.requests("api")] == [404 if token else 401]
     assert hub.requests("api")[0].authorization == (f"Bearer {token}" if token else None)
     assert run.sleeps == [] and cdn.requests() == []
-    assert not run.error.retryable
+    if not token:
+        assert "private or gated" in run.detail and "does not exist" in run.detail
 
 
 def test_revision_not_found(pod, hub, cdn) -> None:
@@ -378,13 +436,29 @@ def test_file_not_in_the_repo(pod, hub, cdn) -> None:
     assert not pod.dest("missing.safetensors").exists()
 
 
-def test_private_repo_needs_the_token(pod, hub, cdn) -> None:
+def test_private_repo_without_a_token_is_unauthorized(pod, hub, cdn) -> None:
+    """#12.5: the hub answers 401 (RepoNotFound) to an anonymous caller; that
+    is a credentials problem to the user, not a missing repo."""
     files = repo_files()
     hub.add_repo(REPO, files, private=True)
 
-    pod.stage(hf_env(pod, hub, HF_TOKEN="")).failed("ModelSourceNotFound")
+    env = hf_env(pod, hub, HF_TOKEN="")
+    run = pod.stage(env).failed("ModelSourceUnauthorized", retryable=False)
+
+    assert [(r.status, r.authorization) for r in hub.requests("api")] == [(401, None)]
+    assert "set HF_TOKEN" in run.detail
+    assert hub.requests("resolve") == [] and cdn.requests() == []
     pod.stage(hf_env(pod, hub)).ok()
     assert pod.dest(SHARD1).read_bytes() == files[SHARD1]
+
+
+def test_gated_repo_files_without_a_token_are_unauthorized(pod, hub, cdn) -> None:
+    hub.add_repo(REPO, repo_files(), gated=True)
+
+    pod.stage(hf_env(pod, hub, HF_TOKEN="")).failed("ModelSourceUnauthorized", retryable=False)
+
+    assert [r.status for r in hub.requests("resolve")] == [401]
+    assert cdn.requests() == []
 
 
 def test_bad_token_is_unauthorized(pod, hub, cdn) -> None:
@@ -518,3 +592,65 @@ def test_hub_api_resolve_and_cdn_all_go_through_http_proxy(pod, hub, cdn) -> Non
     assert any(t.startswith(f"{hub.url}/{REPO}/resolve/") for t in asked)
     assert any(t.startswith(cdn.url) for t in asked)
     assert len(asked) == len(hub.requests()) + len(cdn.requests())
+
+
+def test_the_serving_containers_offline_switch_does_not_stop_the_stager(pod, hub, cdn) -> None:
+    """HF_HUB_OFFLINE is set for vLLM and reaches the init container through a
+    shared envFrom; the scripts' curl ignored it, and so does the agent's own
+    hub client (docs/sources-hf.md)."""
+    hub.add_repo(REPO, repo_files())
+
+    run = pod.run(env=hf_env(pod, hub, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+
+    run.ok(files=len(FILES), fetched=len(FILES))
+    assert len(hub.requests("api")) == 1
+
+
+def _imported(stderr: str) -> set[str]:
+    return {line.split("|")[-1].strip() for line in stderr.splitlines() if "|" in line}
+
+
+def test_warm_start_imports_neither_the_hub_nor_its_version_check(pod, hub, cdn) -> None:
+    """#13.1 added a library check; it must not reach the warm path (no
+    importlib.metadata, no huggingface_hub, no HTTP stack)."""
+    hub.add_repo(REPO, repo_files())
+    env = hf_env(pod, hub)
+    cold = pod.run(env=env, python_flags=("-X", "importtime"))
+    cold.ok()
+    # The check can fail: a cold start imports both.
+    assert {"huggingface_hub", "importlib.metadata"} <= _imported(cold.stderr)
+
+    warm = pod.run(env=env, python_flags=("-X", "importtime"))
+
+    warm.ok(files=len(FILES), fetched=0, reused=len(FILES))
+    imported = _imported(warm.stderr)
+    assert len(imported) > 20
+    heavy = ("huggingface_hub", "httpx", "httpx2", "importlib.metadata", "http.client", "ssl")
+    assert {m for m in imported if m.split(".")[0] in heavy or m in heavy} == set()
+
+
+def test_the_probe_promises_the_listed_sizes_and_digests(pod, hub, cdn) -> None:
+    """What the engine holds the bytes to (#10 item 7 is the engine's side):
+    a non-LFS file's size is its git blob's, an LFS file's its own, and only
+    LFS files carry a sha256."""
+    from llmkube_stager.config import load_config
+    from llmkube_stager.sources.hf import HfSource
+
+    files = repo_files()
+    hub.add_repo(REPO, files)
+    source = HfSource(load_config(hf_env(pod, hub), {}))
+    fetcher = source.fetcher()
+    try:
+        metas = {f.rel: fetcher.probe(f) for f in source.manifest().files}
+    finally:
+        fetcher.close()
+
+    assert {rel: m.size_bytes for rel, m in metas.items()} == {
+        rel: len(files[rel]) for rel in FILES
+    }
+    lfs = {SHARD1, SHARD2, "tokenizer/tokenizer.model"}
+    assert {rel: m.sha256 for rel, m in metas.items()} == {
+        rel: sha256(files[rel]) if rel in lfs else None for rel in FILES
+    }
+    assert len(hub.requests("api")) == 1
+    assert len(files["config.json"]) < 100  # a small git file, served by the hub itself

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.harness.origin import Origin
+from tests.harness.schema import validate_termination
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("LLMKUBE_TORTURE", "quick") == "full"
@@ -219,7 +220,8 @@ class Cli:
             proc.kill()
             _, err = proc.communicate()
             raise AssertionError(f"a stage run hung past {deadline_s}s:\n{err[-3000:]}") from None
-        doc = json.loads(term.read_text()) if term.exists() and term.read_text() else None
+        raw = term.read_bytes() if term.exists() else b""
+        doc = validate_termination(raw) if raw else None
         return Ran(proc.returncode, err, doc)
 
     def run(self, env: dict[str, str], deadline_s: float = 120) -> Ran:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any
@@ -188,12 +189,6 @@ def test_empty_values_fall_back_to_defaults() -> None:
 
 
 BAD_VALUES = [
-    ("PROGRESS_INTERVAL", "0"),
-    ("PROGRESS_INTERVAL", "-1"),
-    ("PROGRESS_INTERVAL", "ten"),
-    ("PROGRESS_INTERVAL", "10s"),
-    ("PROGRESS_INTERVAL", "nan"),
-    ("PROGRESS_INTERVAL", "inf"),
     ("LLMKUBE_CONNECT_TIMEOUT", "0"),
     ("LLMKUBE_CONNECT_TIMEOUT", "fast"),
     ("LLMKUBE_CONNECT_TIMEOUT", "1e400"),
@@ -204,10 +199,6 @@ BAD_VALUES = [
     ("LLMKUBE_RETRIES", "1.5"),
     ("LLMKUBE_RETRIES", "many"),
     ("LLMKUBE_LOG_FORMAT", "xml"),
-    ("LLMKUBE_REFRESH_POLICY", "Always"),
-    ("LLMKUBE_REFRESH_POLICY", "OnChangeX"),
-    ("LLMKUBE_PREFETCH_STAGER", "maybe"),
-    ("LLMKUBE_PREFETCH_STAGER", "2"),
     ("MODEL_SHA256", "abc"),
     ("MODEL_SHA256", "g" * 64),
     ("MODEL_SHA256", "a" * 63),
@@ -215,8 +206,8 @@ BAD_VALUES = [
     ("MODEL_SHA256", "sha256:" + "a" * 64),
     ("MODEL_SHA256", ""),
     ("MODEL_FILE_SHA256", f"{DIGEST_A} m.gguf"),  # single-file model
-    ("MODEL_PATH", "models/m.gguf"),
-    ("CACHE_DIR", "models/k"),
+    ("MODEL_PATH", "~/models/m.gguf"),
+    ("CACHE_DIR", "~/models/k"),
     ("MODEL_SOURCE", ""),
     ("MODEL_SOURCE", "   \n"),
 ]
@@ -311,17 +302,49 @@ def test_invalid_model_files_is_invalid_file_set_exit_2() -> None:
     assert info.value.exit_code == 2
 
 
-@pytest.mark.parametrize("cache_dir", ["models/k", "./models", "~/models", "../m"])
-def test_relative_cache_dir_is_rejected(cache_dir: str) -> None:
+@pytest.mark.parametrize(
+    ("cache_dir", "resolved"),
+    [
+        ("models/k", "/home/me/work/models/k"),
+        ("./models", "/home/me/work/models"),
+        ("../m", "/home/me/m"),
+        ("models//k/./", "/home/me/work/models/k"),
+        (".", "/home/me/work"),
+    ],
+)
+def test_relative_cache_dir_is_taken_from_the_working_directory(
+    cache_dir: str, resolved: str
+) -> None:
+    """#13 item 9: a person's local dry run (`plan`, `verify`) with relative paths."""
+    config = load_config({**MULTI, "CACHE_DIR": cache_dir}, {}, cwd="/home/me/work")
+    assert config.cache_dir == resolved
+
+
+def test_relative_model_path_is_taken_from_the_working_directory() -> None:
+    env = {**SINGLE, "CACHE_DIR": "cache/k", "MODEL_PATH": "cache/k/m.gguf"}
+    config = load_config(env, {}, cwd="/srv")
+    assert (config.cache_dir, config.model_path) == ("/srv/cache/k", "/srv/cache/k/m.gguf")
+    assert config.pins == {}  # the pin key is the basename either way
+
+
+def test_absolute_paths_are_kept_as_given() -> None:
+    config = load_config({**SINGLE, "CACHE_DIR": "/models/k/"}, {}, cwd="/srv")
+    assert (config.cache_dir, config.model_path) == ("/models/k/", "/models/k/m.gguf")
+
+
+def test_the_working_directory_defaults_to_the_process_one() -> None:
+    config = load_config(SINGLE, {}, cwd=None)  # no getcwd needed: both absolute
+    assert config.model_path == "/models/k/m.gguf"
+    rel = load_config({**SINGLE, "MODEL_PATH": "m.gguf"}, {})
+    assert rel.model_path == os.path.join(os.getcwd(), "m.gguf")
+
+
+@pytest.mark.parametrize("name", ["CACHE_DIR", "MODEL_PATH"])
+def test_an_unexpanded_tilde_is_refused(name: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load({"CACHE_DIR": cache_dir}, base=MULTI)
-    assert "CACHE_DIR" in info.value.detail
-    assert "absolute" in info.value.detail
-
-
-def test_relative_cache_dir_is_rejected_in_single_file_mode_too() -> None:
-    with pytest.raises(ConfigError, match="CACHE_DIR"):
-        load({"CACHE_DIR": "models"})
+        load({name: "~/models/m.gguf"}, base=SINGLE)
+    assert name in info.value.detail
+    assert "~" in info.value.detail
 
 
 # --- refresh policy, prefetch switch, digests, endpoint ------------------------------------------
@@ -343,30 +366,78 @@ def test_refresh_policy_is_case_insensitive(text: str, expected: str) -> None:
     assert load({"LLMKUBE_REFRESH_POLICY": text}).refresh_policy == expected
 
 
-@pytest.mark.parametrize("text", ["Always", "Never", "on-change", "IfNotPresentX"])
-def test_unknown_refresh_policy_is_rejected(text: str) -> None:
-    with pytest.raises(ConfigError, match="LLMKUBE_REFRESH_POLICY"):
-        load({"LLMKUBE_REFRESH_POLICY": text})
+# --- values the scripts tolerated: their old meaning, a warning, never exit 2 (issue #14) ------
+
+TOLERATED = [
+    ("PROGRESS_INTERVAL", "0", "progress_interval_s", 10.0),
+    ("PROGRESS_INTERVAL", "-1", "progress_interval_s", 10.0),
+    ("PROGRESS_INTERVAL", "ten", "progress_interval_s", 10.0),
+    ("PROGRESS_INTERVAL", "10s", "progress_interval_s", 10.0),
+    ("PROGRESS_INTERVAL", "nan", "progress_interval_s", 10.0),
+    ("PROGRESS_INTERVAL", "inf", "progress_interval_s", 10.0),
+    ("LLMKUBE_REFRESH_POLICY", "Always", "refresh_policy", "IfNotPresent"),
+    ("LLMKUBE_REFRESH_POLICY", "Never", "refresh_policy", "IfNotPresent"),
+    ("LLMKUBE_REFRESH_POLICY", "on-change", "refresh_policy", "IfNotPresent"),
+    ("LLMKUBE_REFRESH_POLICY", "OnChangeX", "refresh_policy", "IfNotPresent"),
+    ("LLMKUBE_PREFETCH_STAGER", "maybe", "prefetch_stager", False),
+    ("LLMKUBE_PREFETCH_STAGER", "2", "prefetch_stager", False),
+]
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("var", "value", "attr", "expected"), TOLERATED, ids=[f"{v}={x!r}" for v, x, _, _ in TOLERATED]
+)
+def test_tolerated_value_keeps_the_scripts_meaning_with_a_warning(
+    var: str, value: str, attr: str, expected: object
+) -> None:
+    config = load({**SECRETS, var: value})
+    assert getattr(config, attr) == expected
+    assert len(config.warnings) == 1
+    assert config.warnings[0].startswith(f"{var}={value!r} is not valid; ")
+    for secret in SECRETS.values():
+        assert secret not in config.warnings[0]
+
+
+def test_a_huge_tolerated_value_is_shown_bounded() -> None:
+    (warning,) = load({"LLMKUBE_REFRESH_POLICY": "x" * 100_000}).warnings
+    assert len(warning) < 300
+
+
+def test_valid_values_give_no_warnings() -> None:
+    config = load({"PROGRESS_INTERVAL": "2.5", "LLMKUBE_REFRESH_POLICY": "OnChange"})
+    assert config.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "warned"),
     [
-        ("true", True),
-        ("TRUE", True),
-        ("True", True),
-        (" true\n", True),
-        ("1", True),
-        ("yes", True),
-        ("false", False),
-        ("FALSE", False),
-        ("0", False),
-        ("no", False),
-        ("", False),
+        ("true", True, False),
+        ("false", False, False),
+        ("", False, False),
+        # A serving pod taken for a stager would write on FUSE (spec §9.3):
+        # only the scripts' exact `true` makes a stager.
+        ("TRUE", False, True),
+        ("True", False, True),
+        (" true\n", False, True),
+        ("1", False, True),
+        ("yes", False, True),
+        ("FALSE", False, True),
+        ("0", False, True),
+        ("no", False, True),
     ],
 )
-def test_prefetch_stager_parsing(text: str, expected: bool) -> None:
-    assert load({"LLMKUBE_PREFETCH_STAGER": text}).prefetch_stager is expected
+def test_prefetch_stager_only_for_exactly_true(text: str, expected: bool, warned: bool) -> None:
+    config = load({"LLMKUBE_PREFETCH_STAGER": text})
+    assert config.prefetch_stager is expected
+    assert bool(config.warnings) is warned
+
+
+def test_blank_lines_inside_model_files_are_skipped_with_a_warning() -> None:
+    config = load({"MODEL_FILES": "a.bin\n\nb.bin\n\n\nc.bin\n"}, base=MULTI)
+    assert config.model_files == ("a.bin", "b.bin", "c.bin")
+    assert config.warnings == (
+        "MODEL_FILES has 3 blank line(s) between entries; skipped, as the scripts did",
+    )
 
 
 def test_prefetch_stager_unset_is_a_serving_pod() -> None:

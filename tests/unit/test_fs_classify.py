@@ -1,6 +1,10 @@
-"""cache.fs, pure parts: mountinfo parsing, mount lookup and FUSE classification (spec §9.2)."""
+"""cache.fs: the mount table (psutil), mount lookup and FUSE classification (spec §9.2)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -9,118 +13,75 @@ from llmkube_stager.cache.fs import (
     MountEntry,
     classify,
     mount_for,
-    parse_mountinfo,
+    mount_table,
+    probe_fs,
+    probe_fs_quick,
 )
 
 EXT4_MAGIC = 0xEF53
 XFS_MAGIC = 0x58465342
 NFS_MAGIC = 0x6969
 
-MOUNTINFO = "\n".join(
-    [
-        "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw,errors=remount-ro",
-        "25 22 0:23 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw",
-        "100 22 0:50 / /models rw,nosuid,nodev,relatime shared:50 - fuse.bindfs bindfs "
-        "rw,user_id=0,group_id=0,default_permissions,allow_other",
-        "101 22 0:51 / /mnt/blob rw,nosuid,nodev,relatime - fuse.blobfuse2 blobfuse2 "
-        "rw,user_id=0,group_id=0,allow_other",
-        "102 22 0:52 / /run/desktop/mnt/host rw,relatime - virtiofs virtiofs0 rw",
-        r"103 22 259:3 / /data/my\040models rw,relatime - xfs /dev/sdb1 rw,attr2,inode64",
-        "104 22 259:4 /cache /ro-cache ro,relatime master:7 - ext4 /dev/sdc1 rw",
-        "105 22 0:53 / /models2 rw,relatime - nfs4 server:/export rw,vers=4.1,hard",
-        "106 22 0:54 / /mnt/s3 rw,nosuid,nodev - fuse s3fs rw,user_id=0,group_id=0",
-        "107 22 0:55 / /mnt/ntfs rw,relatime - fuseblk /dev/sdd1 rw,user_id=0",
-        "108 100 0:56 / /models/sub rw,relatime - tmpfs tmpfs rw,size=1024k",
-    ]
-)
+# (mount point, type, source, options) as the kernel's table shows them.
+MOUNTS = [
+    ("/", "ext4", "/dev/nvme0n1p2", "rw,relatime,errors=remount-ro"),
+    ("/proc", "proc", "proc", "rw,nosuid,nodev,noexec,relatime"),
+    ("/models", "fuse.bindfs", "bindfs", "rw,nosuid,nodev,relatime,user_id=0,allow_other"),
+    ("/mnt/blob", "fuse.blobfuse2", "blobfuse2", "rw,nosuid,nodev,relatime,allow_other"),
+    ("/run/desktop/mnt/host", "virtiofs", "virtiofs0", "rw,relatime"),
+    ("/data/my models", "xfs", "/dev/sdb1", "rw,relatime,attr2,inode64"),
+    ("/ro-cache", "ext4", "/dev/sdc1", "ro,relatime"),
+    ("/models2", "nfs4", "server:/export", "rw,relatime,vers=4.1,hard"),
+    ("/mnt/s3", "fuse", "s3fs", "rw,nosuid,nodev,user_id=0,group_id=0"),
+    ("/mnt/ntfs", "fuseblk", "/dev/sdd1", "rw,relatime,user_id=0"),
+    ("/models/sub", "tmpfs", "tmpfs", "rw,relatime,size=1024k"),
+]
+
+
+def table(*rows: tuple[str, str, str, str]) -> list[MountEntry]:
+    return [MountEntry(p, t, src, frozenset(o.split(","))) for p, t, src, o in rows]
 
 
 @pytest.fixture(scope="module")
 def entries() -> list[MountEntry]:
-    return parse_mountinfo(MOUNTINFO)
+    return table(*MOUNTS)
 
 
-def by_point(entries: list[MountEntry], point: str) -> MountEntry:
-    (entry,) = [e for e in entries if e.mount_point == point]
-    return entry
+# --- the real mount table (psutil) -------------------------------------------------------------
 
 
-# --- parse_mountinfo -----------------------------------------------------------------------------
+def test_the_mount_table_has_the_root_and_the_tmp_directory(tmp_path: Path) -> None:
+    mounts = mount_table()
+    assert any(m.mount_point == "/" for m in mounts), mounts
+    found = mount_for(os.path.realpath(tmp_path), mounts)
+    assert found is not None and found.fstype, mounts
 
 
-def test_every_well_formed_line_is_parsed(entries: list[MountEntry]) -> None:
-    assert len(entries) == len(MOUNTINFO.splitlines())
+def test_a_mount_point_with_a_space_is_decoded(tmp_path: Path) -> None:
+    """The kernel escapes a space as \\040; the table must give it back."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    point = tmp_path / "my models"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)], check=True)
+    try:
+        found = mount_for(str(point / "k"), mount_table())
+        assert found is not None
+        assert (found.mount_point, found.fstype) == (str(point), "tmpfs")
+        assert probe_fs(str(point)).fstype == "tmpfs"
+        quick = probe_fs_quick(str(point))
+        assert (quick.fstype, quick.is_fuse, quick.direct_io_ok) == ("tmpfs", False, False)
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
 
 
-def test_ext4_root(entries: list[MountEntry]) -> None:
-    root = by_point(entries, "/")
-    assert root.fstype == "ext4"
-    assert root.source == "/dev/nvme0n1p2"
-    assert "rw" in root.options
-    assert "relatime" in root.options
-    assert "ro" not in root.options
-
-
-@pytest.mark.parametrize(
-    ("point", "fstype", "source"),
-    [
-        ("/models", "fuse.bindfs", "bindfs"),
-        ("/mnt/blob", "fuse.blobfuse2", "blobfuse2"),
-        ("/run/desktop/mnt/host", "virtiofs", "virtiofs0"),
-        ("/models2", "nfs4", "server:/export"),
-        ("/mnt/s3", "fuse", "s3fs"),
-        ("/mnt/ntfs", "fuseblk", "/dev/sdd1"),
-    ],
-)
-def test_fstype_and_source(entries: list[MountEntry], point: str, fstype: str, source: str) -> None:
-    entry = by_point(entries, point)
-    assert entry.fstype == fstype
-    assert entry.source == source
-
-
-def test_escaped_mount_point_is_decoded(entries: list[MountEntry]) -> None:
-    entry = by_point(entries, "/data/my models")
-    assert entry.fstype == "xfs"
-
-
-def test_escapes_for_tab_newline_and_backslash() -> None:
-    line = r"1 0 0:1 / /a\011b\012c\134d rw - ext4 /dev/x rw"
-    (entry,) = parse_mountinfo(line)
-    assert entry.mount_point == "/a\tb\nc\\d"
-
-
-def test_non_ascii_mount_point_is_kept() -> None:
-    (entry,) = parse_mountinfo("1 0 0:1 / /mnt/modèles rw - ext4 /dev/x rw")
-    assert entry.mount_point == "/mnt/modèles"
-
-
-def test_read_only_mount_options(entries: list[MountEntry]) -> None:
-    entry = by_point(entries, "/ro-cache")
-    assert "ro" in entry.options
-    assert entry.fstype == "ext4"
-
-
-def test_optional_fields_do_not_shift_the_columns() -> None:
-    line = "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 shared:2 unbindable - ext3 /dev/root rw"
-    (entry,) = parse_mountinfo(line)
-    assert entry.mount_point == "/mnt2"
-    assert entry.fstype == "ext3"
-    assert entry.options == frozenset({"rw", "noatime"})
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "\n",
-        "garbage",
-        "1 2 3 4 5 6 no separator here",
-        "1 0 0:1 / /x rw - ext4",
-        "1 2 - ext4 s",
-    ],
-)
-def test_malformed_lines_are_skipped(text: str) -> None:
-    assert parse_mountinfo(text) == []
+def test_the_quick_probe_agrees_with_the_full_one(tmp_path: Path) -> None:
+    full, quick = probe_fs(str(tmp_path)), probe_fs_quick(str(tmp_path))
+    assert (quick.is_fuse, quick.read_only, quick.direct_io_ok) == (
+        full.is_fuse,
+        full.read_only,
+        full.direct_io_ok,
+    )
 
 
 # --- mount_for -----------------------------------------------------------------------------------
@@ -148,19 +109,17 @@ def test_mount_for_picks_the_longest_matching_mount(
 
 
 def test_mount_for_does_not_match_models2_for_models() -> None:
-    entries = parse_mountinfo(
-        "1 0 0:1 / / rw - ext4 /dev/root rw\n2 1 0:2 / /models2 rw - fuse.bindfs bindfs rw"
-    )
+    entries = table(("/", "ext4", "/dev/root", "rw"), ("/models2", "fuse.bindfs", "bindfs", "rw"))
     found = mount_for("/models/k", entries)
     assert found is not None
     assert found.mount_point == "/"
 
 
 def test_mount_for_last_of_stacked_mounts_wins() -> None:
-    entries = parse_mountinfo(
-        "1 0 0:1 / / rw - ext4 /dev/root rw\n"
-        "2 1 0:2 / /models rw - ext4 /dev/a rw\n"
-        "3 1 0:3 / /models rw - fuse.blobfuse2 blobfuse2 rw"
+    entries = table(
+        ("/", "ext4", "/dev/root", "rw"),
+        ("/models", "ext4", "/dev/a", "rw"),
+        ("/models", "fuse.blobfuse2", "blobfuse2", "rw"),
     )
     found = mount_for("/models/k", entries)
     assert found is not None
@@ -281,7 +240,7 @@ def test_free_space_is_never_meaningful_on_fuse(free: int | None) -> None:
     assert info.free_space_meaningful is False
 
 
-def test_end_to_end_from_mountinfo(entries: list[MountEntry]) -> None:
+def test_end_to_end_from_the_table(entries: list[MountEntry]) -> None:
     info = classify("/models/k", None, mount_for("/models/k", entries), False, None)
     assert (info.is_fuse, info.driver) == (True, "bindfs")
     info = classify("/ro-cache/k", None, mount_for("/ro-cache/k", entries), False, None)

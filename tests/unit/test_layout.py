@@ -16,14 +16,18 @@ from llmkube_stager.errors import InvalidFileSet, Reason
 from llmkube_stager.layout import (
     LOCK_NAME,
     atomic_tmp_path,
+    blank_entries,
     dest_path,
+    journal_of,
     key_of_partial,
     legacy_partial_path,
     parse_file_list,
+    parse_partial,
     parse_size_record,
     partial_key,
     private_partial_path,
     record_path,
+    segmented_paths,
     validator_of,
 )
 
@@ -48,6 +52,17 @@ def test_tolerates_surrounding_newlines(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "\n", "\n\n"])
 def test_empty_list_is_no_files(text: str) -> None:
     assert parse_file_list(text) == ()
+    assert blank_entries(text) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "blank"),
+    [("a.bin\nb.bin", 0), ("\na.bin\nb.bin\n\n", 0), ("a.bin\n\nb.bin", 1), ("a\n\n\nb\n\nc", 3)],
+)
+def test_empty_lines_are_skipped_like_the_scripts_loop(text: str, blank: int) -> None:
+    """`[ -n "$rel" ] || continue` (spec §6): an empty line is no entry."""
+    assert parse_file_list(text) == tuple(x for x in text.split("\n") if x)
+    assert blank_entries(text) == blank
 
 
 @pytest.mark.parametrize(
@@ -81,7 +96,6 @@ REJECTED = {
     "dot": ".",
     "dot-segment": "./a",
     "dot-middle": "a/./b",
-    "empty-entry": "a.bin\n\nb.bin",
     "blank-entry": "a.bin\n   \nb.bin",
     "empty-segment": "a//b",
     "trailing-slash": "a/",
@@ -182,10 +196,42 @@ def test_private_partial_is_keyed_on_the_validator_and_the_writer() -> None:
     key = hashlib.sha256(validator.encode()).hexdigest()[:12]
     mine = private_partial_path(dest, validator, "0123abcd")
     theirs = private_partial_path(dest, validator, "89abcdef")
-    assert mine == f"{dest}.{key}.0123abcd.llmkube-part"
+    assert mine == f"{dest}.{key}.0123abcd.llmkube-part.tmp"
     assert mine != theirs
-    # The agent's own partials are not claimed by the shell's recursive `*.tmp` sweep.
-    assert not fnmatch.fnmatchcase(mine, "*.tmp")
+
+
+def test_every_partial_the_agent_writes_is_claimed_by_the_scripts_tmp_sweeps() -> None:
+    """After a rollback the scripts' `find ... -name '*.tmp' -delete` sweeps
+    (spec §10) remove the agent's partials too (issue #14 item 7)."""
+    dest = "/models/abc/model.gguf"
+    validator = validator_of(80000, '"vA"')
+    names = [
+        private_partial_path(dest, validator, "0123abcd"),
+        *segmented_paths(dest, validator, "0123abcd"),
+    ]
+    for path in names:
+        assert fnmatch.fnmatchcase(posixpath.basename(path), "*.tmp"), path
+        # ...but never the scripts' own partial of that file, which keep-one spares.
+        assert path != legacy_partial_path(dest, validator)
+
+
+@pytest.mark.parametrize("writer", ["0123abcd"])
+def test_parse_partial_tells_every_kind_and_both_namings_apart(writer: str) -> None:
+    dest = "/models/abc/model.gguf"
+    validator = validator_of(80000, '"vA"')
+    key = partial_key(validator)
+    data, journal = segmented_paths(dest, validator, writer)
+    stem = f"{dest}.{key}.{writer}"
+    assert parse_partial(dest, private_partial_path(dest, validator, writer)) == (key, "part")
+    assert parse_partial(dest, data) == (key, "segs")
+    assert parse_partial(dest, journal) == (key, "journal")
+    assert parse_partial(dest, legacy_partial_path(dest, validator)) == (key, "legacy")
+    # The names the previous version wrote (no `.tmp`): still resumed and swept.
+    assert parse_partial(dest, stem + ".llmkube-part") == (key, "part")
+    assert parse_partial(dest, stem + ".llmkube-segs") == (key, "segs")
+    assert parse_partial(dest, stem + ".llmkube-journal") == (key, "journal")
+    assert journal_of(data) == journal
+    assert journal_of(stem + ".llmkube-segs") == stem + ".llmkube-journal"
 
 
 def test_key_of_partial_recognises_both_namings() -> None:
@@ -204,6 +250,10 @@ def test_key_of_partial_recognises_both_namings() -> None:
         "model.gguf.0123456789AB.tmp",  # the shell's key is lowercase
         "model.gguf.0123456789a.tmp",  # 11 hex
         "model.gguf.0123456789ab.xyz.llmkube-part",
+        "model.gguf.0123456789ab.xyz.llmkube-part.tmp",
+        "model.gguf.0123456789ab.0123abcd.tmp",  # neither the shell's nor the agent's
+        "model.gguf.0123456789ab.0123abcd.llmkube-part.tmp.tmp",
+        "model.gguf.0123456789ab.0123abcd.llmkube-segs.tmp.llmkube-tmp.abcdef",
         "model.gguf.llmkube-size",
         "other.gguf.0123456789ab.tmp",
         "model.gguf2.0123456789ab.tmp",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import json
 import os
@@ -17,10 +18,13 @@ from llmkube_stager.errors import (
     Cancelled,
     ConfigError,
     InvalidFileSet,
+    Network,
     Reason,
     SourceError,
     StagerError,
     TransferError,
+    Wire,
+    operator_phrase,
     remedy_for,
 )
 from llmkube_stager.logs import Redactor
@@ -33,6 +37,7 @@ from llmkube_stager.termination import (
     success_doc,
     write_termination,
 )
+from tests.harness.schema import validate_termination
 
 REQUIRED = ("v", "outcome", "reason", "retryable")
 HTTP_LOCK_REMEDY = (
@@ -60,7 +65,7 @@ def outcome() -> Outcome:
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    doc = json.loads(data.decode("utf-8"))
+    doc = validate_termination(data)
     assert isinstance(doc, dict)
     return doc
 
@@ -81,6 +86,7 @@ def test_success_doc_has_contract_fields_and_stats() -> None:
         "kept": 1,
         "bytes": 500,
         "seconds": 12.346,
+        "version": importlib.metadata.version("llmkube-stager"),
     }
     assert doc["source"] == "https://huggingface.co/org/repo"
 
@@ -268,9 +274,10 @@ def test_error_classes_default_reasons(err: StagerError, reason: Reason, retryab
     [
         (Reason.INVALID_CONFIGURATION, 2),
         (Reason.INVALID_FILE_SET, 2),
-        (Reason.SOURCE_NOT_FOUND, 1),
-        (Reason.CACHE_LOCK_UNSUPPORTED, 1),
+        (Reason.SOURCE_NOT_FOUND, 4),
+        (Reason.CACHE_LOCK_UNSUPPORTED, 4),
         (Reason.CANCELLED, 1),
+        (Reason.INTERNAL, 3),
     ],
 )
 def test_exit_codes(reason: Reason, code: int) -> None:
@@ -331,7 +338,9 @@ def test_property_smaller_limits_are_honoured(max_bytes: int) -> None:
     err = StagerError("d" * 5000, file="f" * 5000, reason=Reason.SOURCE_UNREACHABLE)
     data = encode(failure_doc(err, "s" * 5000, no_redaction), max_bytes=max_bytes)
     assert len(data) <= max_bytes
-    doc = decode(data)
+    # Not `decode`: below the real budget the last resort is the four-key
+    # object, which the schema (message and remedy on failure) rejects.
+    doc = json.loads(data)
     assert all(k in doc for k in REQUIRED)
 
 
@@ -392,3 +401,106 @@ def test_write_termination_empty_path_is_skipped() -> None:
 
 def test_write_termination_to_a_directory_returns_false(tmp_path: Path) -> None:
     assert write_termination(str(tmp_path), b"{}") is False
+
+
+# --- the controller's 200-byte cut (issue #14 item 2) -----------------------------------------
+
+
+@pytest.mark.parametrize("reason", [r for r in Reason if r is not Reason.SUCCEEDED])
+def test_first_200_bytes_are_the_reason_and_the_cause(reason: Reason) -> None:
+    """Today's controller reads the file as text and shows the matched line
+    (the whole one-line document) cut at 200 bytes. ModelCacheLockUnsupported
+    (FUSE), ModelTransferSizeMismatch and ModelStagerInternalError are built
+    here; every other reason is produced for real in
+    tests/e2e/test_dropin_diagnosis.py."""
+    detail = "the cause in words a person can act on"
+    err = StagerError(detail, reason=reason, file="model.gguf", source_kind="http")
+    data = encode(failure_doc(err, "https://h.example/" + "p" * 3000, no_redaction))
+    cut = data[:200].decode()
+    assert cut.startswith(f'{{"message":"ERROR: {reason.value}: {detail}'), cut
+    assert next(iter(decode(data))) == "message"
+
+
+def test_the_fuse_refusal_cut_shows_the_cause() -> None:
+    err = StagerError(FUSE_DETAIL, reason=Reason.CACHE_LOCK_UNSUPPORTED, source_kind="http")
+    cut = encode(failure_doc(err, "https://h/m", no_redaction))[:200].decode()
+    assert (
+        cut
+        == f'{{"message":"ERROR: ModelCacheLockUnsupported: {FUSE_DETAIL}; {HTTP_LOCK_REMEDY}'[:200]
+    )
+
+
+def test_the_minimal_document_still_starts_with_the_reason() -> None:
+    err = StagerError("d" * 5000, file="f" * 5000, reason=Reason.SOURCE_UNREACHABLE)
+    data = encode(failure_doc(err, "s" * 5000, no_redaction), max_bytes=200)
+    assert data.startswith(b'{"message":"ERROR: ModelSourceUnreachable"'), data
+    assert all(k in decode(data) for k in REQUIRED)
+
+
+# --- the operator's words (issue #14 item 1) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "phrase"),
+    [
+        (Wire(http_status=404), "The requested URL returned error: 404"),
+        (Wire(http_status=403), "The requested URL returned error: 403"),
+        (
+            Wire(http_status=404, s3_code="NoSuchKey"),
+            "NoSuchKey; The requested URL returned error: 404",
+        ),
+        (Wire(s3_code="SignatureDoesNotMatch"), "SignatureDoesNotMatch"),
+        (Wire(network=Network.DNS, host="nope.invalid"), "Could not resolve host: nope.invalid"),
+        (
+            Wire(network=Network.REFUSED, host="10.0.0.5", port=9000),
+            "Failed to connect to 10.0.0.5 port 9000: Connection refused",
+        ),
+        (
+            Wire(network=Network.CONNECT_TIMEOUT, host="h", port=443),
+            "Failed to connect to h port 443: Connection timed out",
+        ),
+        (
+            Wire(network=Network.READ_TIMEOUT, host="h", port=80),
+            "Operation timed out: Connection timed out receiving from h port 80",
+        ),
+        (Wire(network=Network.RESET), "Recv failure: Connection reset by peer"),
+        (
+            Wire(network=Network.TLS_UNTRUSTED, tls_problem="self-signed certificate"),
+            "SSL certificate problem: self-signed certificate",
+        ),
+        (Wire(network=Network.TLS_UNTRUSTED), "SSL certificate problem: certificate verify failed"),
+        (Wire(http_status=304), ""),
+        (Wire(), ""),
+    ],
+)
+def test_operator_phrase_is_built_from_facts(wire: Wire, phrase: str) -> None:
+    err = SourceError("whatever the text says: returned error: 401", wire=wire)
+    assert operator_phrase(err) == phrase
+
+
+def test_no_facts_no_phrase_whatever_the_text() -> None:
+    """Never classified by message text: an error without facts adds nothing."""
+    err = SourceError("Could not resolve host: x (The requested URL returned error: 404)")
+    assert operator_phrase(err) == ""
+    assert failure_message(err, no_redaction).count("returned error: 404") == 1
+
+
+def test_the_phrase_sits_between_the_cause_and_the_remedy() -> None:
+    err = SourceError(
+        "GET https://h/m returned HTTP 404",
+        reason=Reason.SOURCE_NOT_FOUND,
+        wire=Wire(http_status=404),
+    )
+    expected = (
+        "ERROR: ModelSourceNotFound: GET https://h/m returned HTTP 404 "
+        f"(The requested URL returned error: 404); {err.remedy}"
+    )
+    assert failure_message(err, no_redaction) == expected
+    assert decode(encode(failure_doc(err, "", no_redaction)))["message"] == expected
+
+
+def test_the_phrase_is_redacted_too() -> None:
+    err = SourceError("x", wire=Wire(network=Network.DNS, host="s3cr3t-host-canary"))
+    redact = Redactor(["s3cr3t-host-canary"])
+    assert "s3cr3t-host-canary" not in failure_message(err, redact)
+    assert b"s3cr3t-host-canary" not in encode(failure_doc(err, "", redact))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fuse_support import TwoNodes
 
+from llmkube_stager.layout import PART_SUFFIX
 from llmkube_stager.shards import assign
 from tests.harness.disk import debris, record_of
 from tests.harness.origin import Origin
@@ -76,7 +77,7 @@ def partial_bytes(backing: Path, rel: str) -> int:
     sizes = [
         p.stat().st_size
         for p in dest.parent.iterdir()
-        if p.name.startswith(dest.name + ".") and p.name.endswith(".llmkube-part")
+        if p.name.startswith(dest.name + ".") and p.name.endswith(PART_SUFFIX)
     ]
     return max(sizes, default=0)
 
@@ -187,7 +188,7 @@ def test_killed_indexes_resume_their_own_partials_on_the_other_node(
 def age_partials(root: Path, seconds: float) -> None:
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
-            if name.endswith(".llmkube-part"):
+            if name.endswith(PART_SUFFIX):
                 path = os.path.join(dirpath, name)
                 old = os.stat(path).st_mtime - seconds
                 os.utime(path, (old, old))

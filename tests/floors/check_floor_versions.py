@@ -1,0 +1,20 @@
+"""Run by `make floors` only (not collected by the suite: its name does not
+start with test_): the floor venv really holds the floor releases, and both
+HTTP stacks, so that the hub client is picked by the hub's version."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB
+
+
+def test_the_floor_venv_holds_the_floor_releases() -> None:
+    found = {r.dist: metadata.version(r.dist) for r in (HF_HUB, BOTO3, BOTOCORE)}
+    assert found == {r.dist: r.floor for r in (HF_HUB, BOTO3, BOTOCORE)}
+
+
+def test_both_http_stacks_are_installed() -> None:
+    # huggingface_hub 1.x speaks httpx; handing it an httpx2 client (2.x's
+    # stack) breaks its error types. With both present, the choice shows.
+    assert metadata.version("httpx") and metadata.version("httpx2")

@@ -1,0 +1,144 @@
+"""#13.1: a missing or too-old source library is InvalidConfiguration naming
+the package, exit 2, nothing on disk; never ModelStagerInternalError.
+
+Each case runs the CLI of this checkout under a real scratch venv (venvs.py)
+that lacks the library or holds a release older than the floor, against the
+fake hub or the S3 endpoint on loopback. A warm start needs neither library.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from llmkube_stager.sources.deps import BOTO3, HF_HUB
+from tests.floors.venvs import CORE, scratch_venv
+from tests.harness.canary import HF_TOKEN
+from tests.harness.hub import FakeHub
+from tests.harness.origin import Origin, closed_port_url
+from tests.harness.pod import ROOT, Pod, Run
+
+REPO = "org/repo"
+FILE = "model.safetensors"
+TOO_OLD_HUB = "0.36.0"  # the last 0.x: requests, no client factory
+
+
+@pytest.fixture(scope="module")
+def bare_python() -> str:
+    return str(scratch_venv("bare", CORE))
+
+
+@pytest.fixture(scope="module")
+def old_hub_python() -> str:
+    return str(scratch_venv("old-hub", [*CORE, f"huggingface_hub=={TOO_OLD_HUB}"]))
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    with Origin() as cdn, FakeHub(cdn, tokens={HF_TOKEN}) as fake:
+        fake.add_repo(REPO, {FILE: b"\x01" * 4096})
+        yield fake
+
+
+def hf_env(pod: Pod, hub: FakeHub, **extra: str) -> dict[str, str]:
+    return pod.single_env(
+        f"hf://{REPO}@main/{FILE}", name=FILE, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN, **extra
+    )
+
+
+def run_under(python: str, pod: Pod, env: Mapping[str, str], *args: str) -> Run:
+    """The CLI of this checkout (default `stage`) under another interpreter."""
+    args = args or ("stage",)
+    pod.term_path.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [python, "-m", "llmkube_stager", *args],
+        env=pod.environ(env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return Run(args, proc.returncode, proc.stdout, proc.stderr, pod.read_term())
+
+
+def assert_refused(run: Run, text: str) -> None:
+    doc = run.failed("InvalidConfiguration", exit_code=2, retryable=False).term
+    assert text in doc["message"], doc
+
+
+def test_hf_without_huggingface_hub(pod, hub, bare_python) -> None:
+    run = run_under(bare_python, pod, hf_env(pod, hub))
+
+    assert_refused(run, f"huggingface_hub >= {HF_HUB.floor} is required for hf:// sources")
+    assert "not installed" in run.term["message"]
+    assert not pod.cache_dir.exists()
+    assert hub.requests() == []
+
+
+def test_hf_with_a_huggingface_hub_older_than_the_floor(pod, hub, old_hub_python) -> None:
+    run = run_under(old_hub_python, pod, hf_env(pod, hub))
+
+    assert_refused(
+        run,
+        f"huggingface_hub >= {HF_HUB.floor} is required for hf:// sources; found {TOO_OLD_HUB}",
+    )
+    assert not pod.cache_dir.exists()
+    assert hub.requests() == []
+
+
+def test_plan_probe_without_huggingface_hub_names_it(pod, hub, bare_python) -> None:
+    """`plan --probe` asks the hub through the fetcher directly: the missing
+    library is the probe's answer, and closing the fetcher must not import it."""
+    run = run_under(bare_python, pod, hf_env(pod, hub), "plan", "--json", "--probe")
+
+    assert run.returncode == 0, str(run)
+    assert "Traceback" not in run.stderr
+    doc = json.loads(run.stdout)
+    (row,) = doc["files"]
+    assert row["remote"]["error"] == "InvalidConfiguration", row
+    assert "huggingface_hub >= " in row["remote"]["detail"]
+    assert hub.requests() == []
+
+
+def test_on_change_without_huggingface_hub_is_refused_before_any_request(
+    pod, hub, bare_python
+) -> None:
+    pod.run(env=hf_env(pod, hub))  # staged by the full install
+    hub.clear_log()
+
+    run = run_under(bare_python, pod, hf_env(pod, hub, LLMKUBE_REFRESH_POLICY="OnChange"))
+
+    assert_refused(run, "huggingface_hub")
+    assert hub.requests() == []
+
+
+def test_a_warm_start_needs_no_huggingface_hub(pod, hub, bare_python) -> None:
+    """The library is imported only to ask the hub; a complete cache under
+    IfNotPresent never asks."""
+    first = pod.run(env=hf_env(pod, hub))
+    assert first.returncode == 0, str(first)
+    hub.clear_log()
+
+    run = run_under(bare_python, pod, hf_env(pod, hub))
+
+    assert run.returncode == 0, str(run)
+    assert run.term["stats"]["reused"] == 1
+    assert hub.requests() == []
+
+
+def test_s3_without_boto3(pod, bare_python) -> None:
+    env = pod.single_env(
+        "s3://models/llama/model.gguf",
+        AWS_ENDPOINT_URL=closed_port_url(),
+        AWS_ACCESS_KEY_ID="AKIAFLOORTEST0000000",
+        AWS_SECRET_ACCESS_KEY="floor-test-secret",
+    )
+
+    run = run_under(bare_python, pod, env)
+
+    assert_refused(run, f"boto3 >= {BOTO3.floor} is required for s3:// sources")
+    assert not pod.cache_dir.exists()
