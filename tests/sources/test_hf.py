@@ -341,7 +341,10 @@ def test_429_on_a_file_download_is_waited_out(pod, hub, cdn) -> None:
     run = pod.stage(hf_env(pod, hub)).ok()
 
     assert run.sleeps == [1.0]
-    assert [r.status for r in hub.requests("resolve")][:2] == [429, 302]
+    # The first request got the 429; every other answer (the retry among
+    # them, and with files in flight the other files') went through.
+    statuses = [r.status for r in hub.requests("resolve")]
+    assert statuses[0] == 429 and set(statuses[1:]) <= {200, 302}, statuses
     assert {rel: pod.dest(rel).read_bytes() for rel in FILES} == {rel: files[rel] for rel in FILES}
 
 
