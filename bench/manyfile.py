@@ -184,22 +184,19 @@ def run(bench: Any) -> None:
     cases.scaling()
 
 
-def main() -> int:
-    work = tempfile.mkdtemp(prefix="llmkube-bench-many-")
+def standalone(prefix: str, prepare: Any, cases: Any) -> int:
+    """Run some cases alone: own work directory and nginx, the table at the
+    end (`prepare(www)` makes the model, `cases(bench)` appends rows)."""
+    work = tempfile.mkdtemp(prefix=prefix)
     os.chmod(work, 0o755)
     servers = b.Servers(work)
     try:
         os.makedirs(servers.www)
-        prepare_origin(servers.www)
+        prepare(servers.www)
         servers.start_nginx()
         bench = b.Bench(work, servers)
         print(f"machine: {os.cpu_count()} cores; runs per case: {b.RUNS} (median)", flush=True)
-        cases = ManyFiles(bench)
-        only = os.environ.get("MANY_ONLY", "main,scaling").split(",")
-        if "main" in only:
-            cases.main_case()
-        if "scaling" in only:
-            cases.scaling()
+        cases(bench)
         print("\n" + b.HEADER)
         for row in bench.rows:
             print(row.render())
@@ -208,6 +205,19 @@ def main() -> int:
         servers.stop()
         if os.environ.get("BENCH_KEEP") != "1":
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _selected(bench: Any) -> None:
+    cases = ManyFiles(bench)
+    only = os.environ.get("MANY_ONLY", "main,scaling").split(",")
+    if "main" in only:
+        cases.main_case()
+    if "scaling" in only:
+        cases.scaling()
+
+
+def main() -> int:
+    return standalone("llmkube-bench-many-", prepare_origin, _selected)
 
 
 if __name__ == "__main__":

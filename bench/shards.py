@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -142,24 +140,9 @@ def run(bench: Any) -> None:
 
 
 def main() -> int:
-    work = tempfile.mkdtemp(prefix="llmkube-bench-shards-")
-    os.chmod(work, 0o755)
-    servers = b.Servers(work)
-    try:
-        os.makedirs(servers.www)
-        prepare_origin(servers.www)
-        servers.start_nginx()
-        bench = b.Bench(work, servers)
-        print(f"machine: {os.cpu_count()} cores; runs per case: {b.RUNS} (median)", flush=True)
-        Sharded(bench).run_all()
-        print("\n" + b.HEADER)
-        for row in bench.rows:
-            print(row.render())
-        return 0
-    finally:
-        servers.stop()
-        if os.environ.get("BENCH_KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
+    return manyfile.standalone(
+        "llmkube-bench-shards-", prepare_origin, lambda bench: Sharded(bench).run_all()
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -55,6 +56,18 @@ def share_env(origin: Origin, node: Path, files: dict[str, bytes], index: int) -
         "JOB_COMPLETION_INDEX": str(index),
         "LLMKUBE_STALL_TIMEOUT": "5",
     }
+
+
+def start_shares(
+    nodes: TwoNodes, origin: Origin, files: dict[str, bytes], tmp: Path
+) -> tuple[list[Pod], list[subprocess.Popen[str]]]:
+    """The Indexed Job: one stager process per index, even indexes on one
+    node, odd ones on the other."""
+    pods = [Pod(tmp, stager=True) for _ in range(SHARDS)]
+    procs = [
+        pods[i].popen(env=share_env(origin, node_of(nodes, i), files, i)) for i in range(SHARDS)
+    ]
+    return pods, procs
 
 
 def node_of(nodes: TwoNodes, index: int) -> Path:
@@ -102,10 +115,7 @@ def test_four_shares_on_two_nodes_stage_the_model_once(
 ) -> None:
     files = model()
     serve(origin, files)
-    pods = [Pod(tmp_path, stager=True) for _ in range(SHARDS)]
-    procs = [
-        pods[i].popen(env=share_env(origin, node_of(two_nodes, i), files, i)) for i in range(SHARDS)
-    ]
+    pods, procs = start_shares(two_nodes, origin, files, tmp_path)
     runs = [pods[i].finish(procs[i], timeout=120) for i in range(SHARDS)]
 
     owner = assign({rel: len(data) for rel, data in files.items()}, SHARDS)
@@ -135,10 +145,7 @@ def test_killed_indexes_resume_their_own_partials_on_the_other_node(
     owner = assign({rel: len(data) for rel, data in files.items()}, SHARDS)
     large_of = {owner[rel]: rel for rel, data in files.items() if len(data) > MIB}
     killed = (1, 3)
-    pods = [Pod(tmp_path, stager=True) for _ in range(SHARDS)]
-    procs = [
-        pods[i].popen(env=share_env(origin, node_of(two_nodes, i), files, i)) for i in range(SHARDS)
-    ]
+    pods, procs = start_shares(two_nodes, origin, files, tmp_path)
     backing = two_nodes.backing
     pending = set(killed)
     deadline = time.monotonic() + 60
@@ -199,10 +206,7 @@ def test_a_serving_pod_meanwhile_sees_whole_files_or_refuses(
 ) -> None:
     files = model()
     serve(origin, files)
-    pods = [Pod(tmp_path, stager=True) for _ in range(SHARDS)]
-    procs = [
-        pods[i].popen(env=share_env(origin, node_of(two_nodes, i), files, i)) for i in range(SHARDS)
-    ]
+    pods, procs = start_shares(two_nodes, origin, files, tmp_path)
     reader = Pod(tmp_path)
     reader_env = multi_env(origin.url + REPO + "/", two_nodes.node2 / "model", files)
     seen: list[Run] = []
