@@ -74,6 +74,7 @@ _RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME})
 # would be overwritten by the stamp on alternate runs (#11 item 9).
 _RESERVED_ENDINGS = (STAMP_SUFFIX,)
 _TMP_ALPHABET = string.ascii_letters + string.digits
+_CONTROL_CHARS = frozenset(map(chr, [*range(0x20), 0x7F]))
 # Linux NAME_MAX and PATH_MAX (bytes, the path's terminating NUL included).
 NAME_MAX_BYTES = 255
 PATH_MAX_BYTES = 4096
@@ -112,7 +113,7 @@ def _check_rel(rel: str) -> None:
         raise InvalidFileSet("MODEL_FILES has an empty entry")
     if rel != rel.strip():
         raise InvalidFileSet(f"MODEL_FILES entry {shown} has leading or trailing whitespace")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in rel):
+    if not _CONTROL_CHARS.isdisjoint(rel):  # a set test: cheap for 2,000 entries (#16)
         raise InvalidFileSet(f"MODEL_FILES entry {shown} contains a control or NUL character")
     if rel.startswith("/"):
         raise InvalidFileSet(f"MODEL_FILES entry {shown} is an absolute path")
