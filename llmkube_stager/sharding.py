@@ -98,6 +98,8 @@ def record_share(root: str, share: Share, session: Session) -> None:
 def check_views(validators: dict[str, str], share: Share) -> None:
     """Every share that recorded its listing saw the one this share saw."""
     mine = validators.get(share.key(VIEW_KEY))
+    if mine is None:
+        return  # nothing recorded here (a volume this pod may not write)
     others = {
         key.rsplit("/", 1)[1]: value
         for key, value in validators.items()
