@@ -523,6 +523,11 @@ def main() -> int:
         if endpoint:
             bench.s3(endpoint, big_sha)
         bench.resume(base)
+        import manyfile
+        import shards
+
+        manyfile.run(bench)  # many-file models (#16 item 3)
+        shards.run(bench)  # sharded prefetch, N = 1, 2, 4 (#16 item 4)
         print("\n" + HEADER)
         for row in bench.rows:
             print(row.render())

@@ -37,6 +37,9 @@ from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
 DEFAULT_CONNECTIONS = 8
 MAX_CONNECTIONS = 32
+DEFAULT_FILES_IN_FLIGHT = 8
+MAX_FILES_IN_FLIGHT = 64
+MAX_SHARDS = 10_000
 LogFormat = Literal["text", "json"]
 
 
@@ -105,6 +108,9 @@ VARS: tuple[Var, ...] = (
     Var("LLMKUBE_MAX_RETRY_WAIT", "longest single wait between attempts, Retry-After included"),
     Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock"),
     Var("LLMKUBE_CONNECTIONS", "parallel ranged connections per large file (1 disables)"),
+    Var("LLMKUBE_FILES_IN_FLIGHT", "files of a multi-file model transferred at once (1: in turn)"),
+    Var("LLMKUBE_SHARDS", "prefetch Jobs: split the model's files into this many shares (#16)"),
+    Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),
     Var(
         "LLMKUBE_DIRECT_IO",
         "auto (default: O_DIRECT writes on ext4/xfs/btrfs) or off (always the page cache)",
@@ -194,6 +200,11 @@ class Config:
     termination_log: str = "/dev/termination-log"
     progress_interval_s: float = 10.0
     connections: int = DEFAULT_CONNECTIONS
+    files_in_flight: int = DEFAULT_FILES_IN_FLIGHT
+    # Sharded prefetch (#16 item 4): this pod stages share `shard_index` of
+    # `shards` (1: the whole model).
+    shards: int = 1
+    shard_index: int = 0
     direct_io: bool = True  # "auto": still only where FsInfo.direct_io_ok
     proxy: ProxySettings = field(default_factory=ProxySettings)
     log_format: LogFormat = "text"
@@ -504,6 +515,8 @@ def load_config(
         termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG", "/dev/termination-log"),
         progress_interval_s=read.interval("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
+        files_in_flight=_files_in_flight(read),
+        **_shards(read),
         direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
         proxy=load_proxy(read),
         log_format=_log_format(read),
@@ -558,6 +571,41 @@ def _connections(read: _Reader) -> int:
     if not 1 <= value <= MAX_CONNECTIONS:
         raise ConfigError(f"LLMKUBE_CONNECTIONS must be between 1 and {MAX_CONNECTIONS}")
     return value
+
+
+def _files_in_flight(read: _Reader) -> int:
+    value = read.count("LLMKUBE_FILES_IN_FLIGHT", DEFAULT_FILES_IN_FLIGHT)
+    if not 1 <= value <= MAX_FILES_IN_FLIGHT:
+        raise ConfigError(f"LLMKUBE_FILES_IN_FLIGHT must be between 1 and {MAX_FILES_IN_FLIGHT}")
+    return value
+
+
+def _shards(read: _Reader) -> dict[str, int]:
+    """LLMKUBE_SHARDS and the Indexed Job's JOB_COMPLETION_INDEX. Without
+    LLMKUBE_SHARDS the index is ignored (an Indexed Job that does not shard).
+    Only a prefetch stager shards: a serving pod that staged a share would
+    start its server on part of a model."""
+    shards = read.count("LLMKUBE_SHARDS", 1)
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"LLMKUBE_SHARDS must be between 1 and {MAX_SHARDS}")
+    if shards == 1:
+        return {"shards": 1, "shard_index": 0}
+    if not read.raw("JOB_COMPLETION_INDEX").strip():
+        raise ConfigError(
+            "LLMKUBE_SHARDS needs JOB_COMPLETION_INDEX (set by a Job with completionMode: Indexed)"
+        )
+    index = read.count("JOB_COMPLETION_INDEX", 0)
+    if index >= shards:
+        raise ConfigError(
+            f"JOB_COMPLETION_INDEX {index} is not a share of LLMKUBE_SHARDS={shards} "
+            "(completions must equal LLMKUBE_SHARDS)"
+        )
+    if read.raw("LLMKUBE_PREFETCH_STAGER") != "true":  # as _prefetch_stager reads it
+        raise ConfigError(
+            "LLMKUBE_SHARDS is for prefetch Jobs (LLMKUBE_PREFETCH_STAGER=true): a serving "
+            "pod must stage the whole model"
+        )
+    return {"shards": shards, "shard_index": index}
 
 
 def _policy(read: _Reader) -> RefreshPolicy:

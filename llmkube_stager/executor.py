@@ -25,7 +25,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
@@ -34,6 +34,8 @@ from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import write_marker, write_size_record, write_validators
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
+from llmkube_stager.inflight import ByteBudget, Done, run_in_flight
+from llmkube_stager.layout import VALIDATORS_NAME
 from llmkube_stager.logs import Log
 from llmkube_stager.model import (
     Action,
@@ -87,27 +89,35 @@ class Session:
         self._strategy = strategy
         self._fetcher: Fetcher | None = None
         self._source: Source | None = None
+        self._opening = threading.Lock()
         self.metas: dict[str, RemoteMeta] = {}
         # Files are fetched at this commit (an interrupted run's, defect 11).
         self.commit: str | None = None
+        # The validators file this run writes: a share of a sharded prefetch
+        # writes its own (cache/shardrec.py).
+        self.validators_name = VALIDATORS_NAME
 
     def fetcher(self, source: Source) -> Fetcher:
-        if self._fetcher is None:
-            self._source = source
-            self._fetcher = source.fetcher()
-            # A fetcher that reports on its own (S3: where its credentials
-            # came from, a re-signed URL) takes the run's log.
-            bind_log = getattr(self._fetcher, "bind_log", None)
-            if bind_log is not None:
-                bind_log(self.log)
-            if self.commit is not None and isinstance(self._fetcher, Revisioned):
-                self._fetcher.resolve_at(self.commit)
-        return self._fetcher
+        with self._opening:  # files in flight: one fetcher for all
+            if self._fetcher is None:
+                self._source = source
+                self._fetcher = source.fetcher()
+                # A fetcher that reports on its own (S3: where its
+                # credentials came from, a re-signed URL) takes the run's log.
+                self._fetcher.bind_log(self.log)
+                if self.commit is not None and isinstance(self._fetcher, Revisioned):
+                    self._fetcher.resolve_at(self.commit)
+            return self._fetcher
 
     def fetcher_if_open(self) -> Fetcher | None:
         return self._fetcher
 
-    def transfer_effects(self, root: str, listed: frozenset[str] = frozenset()) -> TransferEffects:
+    def transfer_effects(
+        self,
+        root: str,
+        listed: frozenset[str] = frozenset(),
+        no_partials: frozenset[str] = frozenset(),
+    ) -> TransferEffects:
         from llmkube_stager.transfer import TransferEffects
 
         return TransferEffects(
@@ -123,6 +133,7 @@ class Session:
             connections=self.config.connections,
             listed=listed,
             direct_io=self._strategy.direct_io,
+            no_partials=no_partials,
         )
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
@@ -143,6 +154,22 @@ def _free_bytes(fs: FsInfo, root: str) -> int | None:
     from llmkube_stager.cache.fs import free_bytes  # psutil: the write path only
 
     return free_bytes(root)
+
+
+_R = TypeVar("_R")
+# What the transfers in flight may hold in buffers: one large file's
+# pipeline (its DEPTH x BUFFER_BYTES) and room for small files beside it.
+PIPELINE_BYTES = 16 << 20  # transfer.pipeline: DEPTH x BUFFER_BYTES
+SMALL_ROOM_BYTES = 8 << 20
+IN_FLIGHT_BUDGET_BYTES = PIPELINE_BYTES + SMALL_ROOM_BYTES
+
+
+def _footprint_bytes(meta: RemoteMeta) -> int:
+    """The buffer memory a transfer may touch: its size (a small file fills
+    part of one buffer), a whole pipeline when large or of unknown size."""
+    if meta.size_bytes is None:
+        return PIPELINE_BYTES
+    return min(meta.size_bytes, PIPELINE_BYTES)
 
 
 @dataclass
@@ -190,18 +217,68 @@ class Executor:
         # origin's (recorded, or hashed this run): only those are recorded.
         self._verified = verified
         self._run_recorded = False
+        self._recording = threading.Lock()
+        self._listed = frozenset(f.dest for f in manifest.files)
+        # Destinations with no partial beside them when the transfers began.
+        self._no_partials = frozenset[str]()
+        self._budget = ByteBudget(IN_FLIGHT_BUDGET_BYTES)
+        self._limit = session.config.files_in_flight
+        self._probe_failed: dict[str, StagerError] = {}
 
     def run(self, plan: Plan) -> tuple[FileResult, ...]:
         settled = {a.rel: self._settle(a) for a in plan.actions if not a.transfers}
         transfers = [a for a in plan.actions if a.transfers]
+        if transfers:
+            self._open(transfers)
         if self._session.config.refresh_policy == "OnChange":
             moved = self._refresh_as_a_whole(transfers)
         else:
-            moved = {a.rel: self._fetch_and_publish(a) for a in transfers}
-        results = tuple({**settled, **moved}[a.rel] for a in plan.actions)
+            moved = self._fetch_each(transfers)
+        done = {**settled, **moved}
+        results = tuple(done[a.rel] for a in plan.actions)
         if plan.may_write and (moved or self._verified) and self._manifest.kind == "hf":
             self._record_validators(results)
         return results
+
+    def _open(self, transfers: list[Action]) -> None:
+        """Before files go in flight: one listing per directory says which
+        destinations have no partial to resume (the transfer then skips
+        listing the directory for each file: O(files^2) for a model of
+        2,000 files in one directory), and the first probe runs here, so
+        the fetcher, its clients and the Hugging Face revision are resolved
+        once."""
+        from llmkube_stager.cache.partials import without_partials
+
+        dests = [self._manifest.file(a.rel).dest for a in transfers]
+        self._no_partials = without_partials(dests)
+        first = self._manifest.file(transfers[0].rel)
+        if len(transfers) > 1 and first.rel not in self._session.metas:
+            try:
+                self._session.probe(self._source, first, self._manifest.root)
+            except StagerError as err:
+                # An origin (or hub) that fails its first answer is asked
+                # one file at a time, as before files went in flight: the
+                # first failure ends the run (not one failure per worker),
+                # and that file's transfer reports this answer.
+                self._limit = 1
+                self._probe_failed[first.rel] = err
+
+    def _fetch_each(self, actions: list[Action]) -> dict[str, FileResult]:
+        """IfNotPresent: each file published as soon as it is whole; after a
+        failure no further file starts, and every file that failed is
+        reported (its `failed to download` line) before the first raises."""
+        outcomes = self._in_flight(actions, self._fetch_and_publish)
+        for outcome in outcomes:
+            if outcome.error is not None:
+                raise outcome.error
+        pairs = zip(actions, outcomes, strict=True)
+        return {a.rel: o.value for a, o in pairs if o.value is not None}
+
+    def _in_flight(self, actions: list[Action], work: Callable[[Action], _R]) -> list[Done[_R]]:
+        return run_in_flight(actions, work, self._limit)
+
+    def _write_validators(self, updates: dict[str, str]) -> None:
+        write_validators(self._manifest.root, updates, self._session.validators_name)
 
     def _validators_of(self, rels: list[str]) -> dict[str, str]:
         return {
@@ -226,9 +303,7 @@ class Executor:
         updates = self._validators_of(rels)
         known = self._cache.validators
         if updates and any(known.get(k) != v for k, v in updates.items()):
-            self._try(
-                lambda: write_validators(self._manifest.root, updates), self._manifest.files[0]
-            )
+            self._try(lambda: self._write_validators(updates), self._manifest.files[0])
 
     def _run_record(self) -> dict[str, str]:
         """The revision and commit this run publishes from (HF), recorded
@@ -242,15 +317,14 @@ class Executor:
         return {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
 
     def _before_first_publish(self) -> None:
-        if self._run_recorded:
-            return
-        self._run_recorded = True
-        record = self._run_record()
-        known = self._cache.validators
-        if record and any(known.get(k) != v for k, v in record.items()):
-            self._try(
-                lambda: write_validators(self._manifest.root, record), self._manifest.files[0]
-            )
+        with self._recording:  # files in flight: the first publish waits for it
+            if self._run_recorded:
+                return
+            self._run_recorded = True
+            record = self._run_record()
+            known = self._cache.validators
+            if record and any(known.get(k) != v for k, v in record.items()):
+                self._try(lambda: self._write_validators(record), self._manifest.files[0])
 
     # -- files that need no transfer ------------------------------------------------
 
@@ -302,14 +376,18 @@ class Executor:
         self._log.info("download_start", text, file=file.rel)
         ensure_dir(os.path.dirname(file.dest), self._manifest.root, file.rel)
         fetcher = self._session.fetcher(self._source)
-        listed = frozenset(f.dest for f in self._manifest.files)
-        effects = self._session.transfer_effects(self._manifest.root, listed)
+        effects = self._session.transfer_effects(
+            self._manifest.root, self._listed, self._no_partials
+        )
         from llmkube_stager.transfer import fetch_partial
 
         meta = self._session.metas.get(file.rel)
+        if file.rel in self._probe_failed:
+            raise self._probe_failed.pop(file.rel)
         if meta is None:
             meta = self._session.probe(self._source, file, self._manifest.root)
-        done = fetch_partial(fetcher, file, effects, meta)
+        with self._budget.reserve(_footprint_bytes(meta)):
+            done = fetch_partial(fetcher, file, effects, meta)
         self._check_digest(file, done)
         return done
 
@@ -409,11 +487,18 @@ class Executor:
         staged: list[_Staged] = []
         try:
             with KeepAlive() as keep:
-                for action in actions:
+
+                def stage(action: Action) -> _Staged:
                     one = self._try_stage(action)
                     if one.done is not None:
                         keep.add(one.done.claim.beat)
-                    staged.append(one)
+                    return one
+
+                outcomes = self._in_flight(actions, stage)
+                staged = [o.value for o in outcomes if o.value is not None]
+                for outcome in outcomes:
+                    if outcome.error is not None:
+                        raise outcome.error
             return self._settle_staged(staged)
         finally:
             for one in staged:
@@ -442,11 +527,10 @@ class Executor:
         staged again after the renames, the intent kept until it is in."""
         if not staged:
             return {}
-        root = self._manifest.root
         entries = [self._intent_entry(s) for s in staged]
         intent = {INTENT_KEY: encode_intent(entries), **self._run_record()}
         self._run_recorded = True
-        self._try(lambda: write_validators(root, intent), self._manifest.files[0])
+        self._try(lambda: self._write_validators(intent), self._manifest.files[0])
         results: dict[str, FileResult] = {}
         lost: list[_Staged] = []
         done = {INTENT_KEY: ""}
@@ -459,11 +543,11 @@ class Executor:
                 else:
                     results[one.action.rel] = result
             if not lost:
-                self._try(lambda: write_validators(root, done), self._manifest.files[0])
+                self._try(lambda: self._write_validators(done), self._manifest.files[0])
         if lost:
             for one in lost:
                 results[one.action.rel] = self._fetch_and_publish(one.action)
-            self._try(lambda: write_validators(root, done), self._manifest.files[0])
+            self._try(lambda: self._write_validators(done), self._manifest.files[0])
         return results
 
     def _intent_entry(self, one: _Staged) -> dict[str, object]:

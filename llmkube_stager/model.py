@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Literal
 
 from llmkube_stager.errors import Reason, SourceKind
@@ -36,10 +37,12 @@ class Manifest:
     display_source: str
 
     def file(self, rel: str) -> RemoteFile:
-        for item in self.files:
-            if item.rel == rel:
-                return item
-        raise KeyError(rel)
+        return self._by_rel[rel]
+
+    @cached_property
+    def _by_rel(self) -> dict[str, RemoteFile]:
+        # A lookup per file was a scan of the list: O(files^2) (#16).
+        return {item.rel: item for item in self.files}
 
 
 @dataclass(frozen=True)

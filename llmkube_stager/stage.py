@@ -40,6 +40,15 @@ from llmkube_stager.model import (
     Strategy,
 )
 from llmkube_stager.plan import failed, make_plan, probes_needed, strategy_for
+from llmkube_stager.sharding import (
+    Share,
+    check_views,
+    narrowed,
+    own_intents,
+    record_share,
+    shared_commit,
+    take_share,
+)
 from llmkube_stager.sources import check_libraries, open_source
 from llmkube_stager.sources.base import RemoteMeta, Source
 
@@ -67,6 +76,8 @@ class Prepared:
     # OnChange: the validators present files were verified to have (or
     # "unverified"), in place of a missing record (defect 12).
     checked: Mapping[str, str] = field(default_factory=dict)
+    # A sharded prefetch: the files this pod stages (sharding.py).
+    share: Share | None = None
 
 
 def role_of(config: Config) -> Role:
@@ -99,7 +110,7 @@ def _replan(config: Config, prepared: Prepared) -> Prepared:
         }
         cache = replace(cache, files=files)
     plan = make_plan(
-        prepared.manifest,
+        narrowed(prepared.manifest, prepared.share),
         cache,
         prepared.fs,
         prepared.role,
@@ -118,7 +129,11 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
         config, effects.log, effects.sleep, effects.wall_clock, prepared.fs, prepared.strategy
     )
     try:
-        pending = bool(intent_of(prepared.cache.validators))
+        if config.shards > 1:
+            prepared = _take_share(config, prepared, session)
+        pending = bool(
+            own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
+        )
         if pending and not prepared.strategy.may_write:
             _refuse_half_published(prepared)
         if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
@@ -127,9 +142,7 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
             # what a source can only check by reading a file (an S3 profile,
             # a token file, the CA bundle: #11.12).
             check_libraries(prepared.source)
-            preflight = getattr(prepared.source, "preflight", None)
-            if preflight is not None:
-                preflight()
+            prepared.source.preflight()
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = _revalidate(config, prepared, session)
@@ -139,9 +152,28 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
             results = _executor(session, prepared).run(prepared.plan)
         else:
             results = _write(config, effects, prepared, session)
+        if prepared.share is not None:
+            check_views(read_cache_state(prepared.manifest).validators, prepared.share)
     finally:
         session.close()
     return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+
+
+def _take_share(config: Config, prepared: Prepared, session: Session) -> Prepared:
+    """List the model, take this pod's share, record it (sharding.py). A
+    retried pod finishes from the commit its share (or a lower one) used."""
+    from llmkube_stager.cache.shardrec import validators_name
+
+    session.validators_name = validators_name(config.shard_index, config.shards)
+    asked = prepared.source.revision
+    if prepared.manifest.kind == "hf" and asked:
+        probe = Share(config.shard_index, config.shards, frozenset(), "")
+        session.commit = shared_commit(prepared.cache.validators, probe, asked)
+    share = take_share(config, prepared.source, prepared.manifest, session)
+    if prepared.strategy.may_write:
+        ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
+        record_share(prepared.manifest.root, share, session)
+    return _replan(config, replace(prepared, share=share))
 
 
 def _write(
@@ -152,13 +184,17 @@ def _write(
         if prepared.strategy.take_lock:
             # Another writer may have staged while we waited for the lock.
             prepared = _replan(config, prepared)
-        if intent_of(prepared.cache.validators):
-            _roll_forward(prepared, effects.log)
+        if _intents(prepared):
+            _roll_forward(prepared, effects.log, session.validators_name)
             prepared = _replan(config, prepared)
         if prepared.strategy.take_lock or prepared.checked:
             _check_plan(prepared, effects.log, warn=False)
-        _sweep(prepared, effects)
-        if config.refresh_policy == "IfNotPresent":
+        if prepared.share is None:
+            # A share never sweeps: the age gate is all that tells a dead
+            # writer's debris from another share's partial, and a pod of
+            # another share may wait for its retry longer than that.
+            _sweep(prepared, effects)
+        if config.refresh_policy == "IfNotPresent" and prepared.share is None:
             session.commit = _recorded_commit(prepared)
         return _executor(session, prepared).run(prepared.plan)
 
@@ -184,8 +220,7 @@ def _recorded_commit(prepared: Prepared) -> str | None:
     present = [a for a in prepared.plan.actions if not a.transfers]
     if not present:
         return None
-    asked = getattr(prepared.source, "ref", None)
-    asked_revision = getattr(asked, "revision", revision)
+    asked_revision = prepared.source.revision or revision
     if asked_revision not in (revision, commit):
         raise CacheError(
             f"the cache holds files of revision {revision} (commit {commit[:12]}) and "
@@ -195,6 +230,10 @@ def _recorded_commit(prepared: Prepared) -> str | None:
             source_kind=prepared.manifest.kind,
         )
     return commit
+
+
+def _intents(prepared: Prepared) -> list[dict[str, object]]:
+    return own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
 
 
 def _refuse_half_published(prepared: Prepared) -> None:
@@ -214,7 +253,7 @@ def _refuse_half_published(prepared: Prepared) -> None:
             )
 
 
-def _roll_forward(prepared: Prepared, log: Log) -> None:
+def _roll_forward(prepared: Prepared, log: Log, name: str) -> None:
     """Finish the publish a killed writer left halfway (defect 13)."""
     from llmkube_stager.cache.publish import roll_forward
     from llmkube_stager.cache.records import write_validators
@@ -222,7 +261,7 @@ def _roll_forward(prepared: Prepared, log: Log) -> None:
     manifest = prepared.manifest
     updates = {INTENT_KEY: ""}
     listed = {f.rel: f for f in manifest.files}
-    for entry in intent_of(prepared.cache.validators):
+    for entry in _intents(prepared):
         rel = str(entry["rel"])
         if rel not in listed:
             continue
@@ -230,7 +269,7 @@ def _roll_forward(prepared: Prepared, log: Log) -> None:
         # A file that cannot be vouched for loses its validator: OnChange
         # then verifies it against the origin instead of trusting it.
         updates[rel] = str(entry.get("validator") or "") if done else ""
-    write_validators(manifest.root, updates)
+    write_validators(manifest.root, updates, name)
     log.warning(
         "rolled_forward",
         "finished a publish that an earlier writer left halfway",
@@ -258,7 +297,8 @@ def _verify_pvc(prepared: Prepared, effects: Effects) -> Outcome:
 
 def _revalidate(config: Config, prepared: Prepared, session: Session) -> Prepared:
     """OnChange: one probe per present file, then plan with what they said."""
-    rels = probes_needed(prepared.manifest, prepared.cache, config.refresh_policy)
+    own = narrowed(prepared.manifest, prepared.share)
+    rels = probes_needed(own, prepared.cache, config.refresh_policy)
     remote: dict[str, Remote] = {}
     unreachable: dict[str, str] = {}
     for rel in rels:
@@ -318,7 +358,8 @@ def _probe_one(
     if origin in unreachable:
         return Remote(answered=False, detail=unreachable[origin])
     try:
-        meta: RemoteMeta = session.probe(
+        # A share listed every file already (sharding.py): asked once.
+        meta: RemoteMeta = session.metas.get(rel) or session.probe(
             prepared.source, prepared.manifest.file(rel), prepared.manifest.root
         )
     except SourceError as err:
@@ -367,7 +408,9 @@ def _writer_lock(
     §16 item 3) writers take the flock; on FUSE nobody does (spec §9.3)."""
     from llmkube_stager.cache.lock import CacheLock
 
-    if not prepared.strategy.take_lock:
+    if not prepared.strategy.take_lock or prepared.share is not None:
+        # The shares of a sharded prefetch write disjoint files: one pod
+        # waiting for another's lock would only serialize them.
         return contextlib.nullcontext()
     return CacheLock(
         prepared.manifest.root,

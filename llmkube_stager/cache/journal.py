@@ -74,9 +74,19 @@ REVISION_KEY = "/revision"
 INTENT_KEY = "/publishing"
 
 
-def intent_of(validators: dict[str, str]) -> list[dict[str, object]]:
-    """The pending publish: [{"rel", "partial", "size", "validator"}...]."""
-    raw = validators.get(INTENT_KEY, "")
+def intent_of(validators: dict[str, str], key: str | None = None) -> list[dict[str, object]]:
+    """The pending publish: [{"rel", "partial", "size", "validator"}...];
+    of every writer (the shares of a sharded prefetch record theirs under
+    `/publishing/<share>`: cache/shardrec.py), or of the one `key`."""
+    keys = [key] if key is not None else [k for k in validators if _is_intent_key(k)]
+    return [entry for k in sorted(keys) for entry in _entries(validators.get(k, ""))]
+
+
+def _is_intent_key(key: str) -> bool:
+    return key == INTENT_KEY or key.startswith(INTENT_KEY + "/")
+
+
+def _entries(raw: str) -> list[dict[str, object]]:
     if not raw:
         return []
     try:

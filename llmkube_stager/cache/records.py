@@ -182,16 +182,17 @@ def write_marker(dest: str, expected_digest: str, actual_digest: str) -> None:
 _VALIDATORS_MAX_BYTES = 1 << 20
 
 
-def read_validators(root: str) -> dict[str, str]:
-    """rel -> origin validator of the staged copy; {} when absent or bad."""
-    return _validators(root)[0]
+def read_validators(root: str, name: str = VALIDATORS_NAME) -> dict[str, str]:
+    """rel -> origin validator of the staged copy; {} when absent or bad.
+    `name`: a share's own record in a sharded prefetch (cache/shardrec.py)."""
+    return _validators(root, name)[0]
 
 
-def _validators(root: str) -> tuple[dict[str, str], bool]:
+def _validators(root: str, name: str = VALIDATORS_NAME) -> tuple[dict[str, str], bool]:
     """(validators, unreadable)."""
     import json
 
-    small = read_small(os.path.join(root, VALIDATORS_NAME), _VALIDATORS_MAX_BYTES)
+    small = read_small(os.path.join(root, name), _VALIDATORS_MAX_BYTES)
     if small.data is None:
         return {}, small.unreadable
     try:
@@ -203,15 +204,17 @@ def _validators(root: str) -> tuple[dict[str, str], bool]:
     return {str(k): str(v) for k, v in doc.items() if isinstance(v, str)}, False
 
 
-def write_validators(root: str, updates: dict[str, str]) -> None:
+def write_validators(root: str, updates: dict[str, str], name: str = VALIDATORS_NAME) -> None:
     """Merge and write atomically (a concurrent reader sees old or new); an
-    unreadable file is not ours to replace (OSError, a best-effort write)."""
+    unreadable file is not ours to replace (OSError, a best-effort write).
+    Not a merge between writers: one file per writer of a sharded prefetch
+    (cache/shardrec.py), whose pods would otherwise lose each other's keys."""
     import json
 
-    current, unreadable = _validators(root)
+    current, unreadable = _validators(root, name)
     if unreadable:
-        path = os.path.join(root, VALIDATORS_NAME)
+        path = os.path.join(root, name)
         raise PermissionError(errno.EACCES, "not readable by this uid; not replaced", path)
     merged = {**current, **updates}
     data = json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
-    write_atomic(os.path.join(root, VALIDATORS_NAME), data)
+    write_atomic(os.path.join(root, name), data)

@@ -20,7 +20,6 @@ import stat
 from llmkube_stager.cache.records import (
     has_marker,
     read_record,
-    read_validators,
     stamp_matches,
 )
 from llmkube_stager.cache.safeio import check_parents, kind_of, open_regular
@@ -122,7 +121,9 @@ def _pin_state(
 
 
 def read_cache_state(manifest: Manifest) -> CacheState:
-    validators = read_validators(manifest.root)
+    from llmkube_stager.cache.shardrec import read_merged
+
+    validators = read_merged(manifest.root)
     follow = manifest.kind == "pvc"
     return CacheState(
         root_exists=os.path.isdir(manifest.root),

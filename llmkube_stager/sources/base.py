@@ -16,6 +16,7 @@ from typing import Protocol
 from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceKind
 from llmkube_stager.layout import destinations
+from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest, RemoteFile
 
 
@@ -78,6 +79,11 @@ class Fetcher(Protocol):
         """Bytes from `offset` to `end` inclusive (None: to the end)."""
         ...
 
+    def bind_log(self, log: Log) -> None:
+        """Capability: a fetcher that reports on its own (S3: where its
+        credentials came from, a re-signed URL) takes the run's log."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -87,10 +93,19 @@ class Source(Protocol):
     # URL: spec §8.1 "try GET"); a source whose probe resolves where the
     # bytes are (S3 presigning, the hub API) cannot.
     get_without_probe: bool
+    # The revision the user asked for, where the source has revisions (a
+    # Hugging Face branch, tag or commit); None elsewhere.
+    revision: str | None
 
     def manifest(self) -> Manifest: ...
 
     def fetcher(self) -> Fetcher: ...
+
+    def preflight(self) -> None:
+        """What the source can only check by reading local files (an S3
+        profile, a token file, a CA bundle): before the cache is touched,
+        raising ConfigError (#11.12)."""
+        ...
 
 
 class RangeUnusable(Exception):

@@ -56,6 +56,13 @@ class HfSource:
                 "multi-file model or name the file (hf://org/repo@rev/file.gguf)"
             )
 
+    @property
+    def revision(self) -> str | None:
+        return self.ref.revision
+
+    def preflight(self) -> None:
+        """Nothing to read before the cache is touched."""
+
     def manifest(self) -> Manifest:
         config, ref = self._config, self.ref
         return build_manifest(
@@ -197,6 +204,9 @@ class HfFetcher:
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
         return self._http.open(file, meta, offset, end)
+
+    def bind_log(self, log: Log) -> None:
+        """The hub client logs through the run's Log already (RunMemo)."""
 
     def close(self) -> None:
         self._http.close()

@@ -5,6 +5,7 @@ start never pays for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
@@ -125,9 +126,12 @@ def root_cause(exc: BaseException) -> BaseException:
 
 
 def _meta_from(response: httpx.Response, url: str) -> RemoteMeta:
-    status = response.status_code
+    return meta_from(response.status_code, response.headers, url)
+
+
+def meta_from(status: int, headers: Mapping[str, str], url: str) -> RemoteMeta:
+    """What a HEAD's answer says (headers: case-insensitive or lowercase)."""
     if 200 <= status < 300:
-        headers = response.headers
         etag = headers.get("etag")
         return RemoteMeta(
             url=url,
@@ -138,4 +142,4 @@ def _meta_from(response: httpx.Response, url: str) -> RemoteMeta:
         )
     if status in _HEAD_UNSUPPORTED or (status == 403 and urlsplit(url).query):
         return unknown_meta(url)
-    raise status_error(status, response.headers.get, display_url(url))
+    raise status_error(status, headers.get, display_url(url))

@@ -381,6 +381,30 @@ def open_get(
     )
 
 
+def head(
+    pool: ConnectionPool, url: str, headers: dict[str, str], auth: AuthPolicy
+) -> tuple[str, int, dict[str, str]]:
+    """HEAD with redirects followed by hand, as `open_get` does: (the final
+    URL, its status, its headers with lowercase names). On the connections
+    the bodies use: a probe per file of a many-file model costs 0.17 ms of
+    CPU here, against 0.8 ms through httpx (#16)."""
+    first_url = url
+    for _ in range(MAX_REDIRECTS + 1):
+        conn, resp = _request(pool, "HEAD", url, {**headers, **auth.headers_for(url, first_url)})
+        answer = {name.lower(): value for name, value in resp.getheaders()}
+        _drain_and_release(pool, url, conn, resp)  # a HEAD has no body
+        location = answer.get("location")
+        if resp.status in REDIRECT_STATUSES and location:
+            url, _ = split_userinfo(urljoin(url, location))
+            continue
+        return url, resp.status, answer
+    raise SourceError(
+        f"too many redirects from {display_url(first_url)}",
+        reason=Reason.SOURCE_REJECTED,
+        answered=True,
+    )
+
+
 def _body_for(
     pool: ConnectionPool,
     url: str,

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
+from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 
@@ -51,6 +52,7 @@ def check_allowed(path: str, roots: tuple[str, ...]) -> None:
 class LocalSource:
     kind: SourceKind = "local"
     get_without_probe = False
+    revision: str | None = None
 
     def __init__(self, config: Config) -> None:
         if not config.cache_dir:
@@ -68,6 +70,9 @@ class LocalSource:
         if not config.multi_file and os.path.isfile(config.host_model):
             base = config.host_model
         self.base = base
+
+    def preflight(self) -> None:
+        """Nothing to read before the cache is touched."""
 
     def manifest(self) -> Manifest:
         base, multi = self.base, self._config.multi_file
@@ -177,6 +182,9 @@ class LocalFetcher:
             )
         return LocalBody(file.url, offset, st.st_size if end is None else end + 1)
 
+    def bind_log(self, log: Log) -> None:
+        """Nothing of its own to report."""
+
     def close(self) -> None:
         return None
 
@@ -187,6 +195,7 @@ class PvcSource:
 
     kind: SourceKind = "pvc"
     get_without_probe = False
+    revision: str | None = None
 
     def __init__(self, config: Config) -> None:
         parts = urlsplit(config.source)
@@ -195,6 +204,9 @@ class PvcSource:
             raise ConfigError("MODEL_SOURCE pvc:// must be pvc://<claim>/<path>")
         self._config = config
         self.path = config.model_path or posixpath.join(PVC_MOUNT, rel)
+
+    def preflight(self) -> None:
+        """Nothing to read before the cache is touched."""
 
     def manifest(self) -> Manifest:
         rel = posixpath.basename(self.path)

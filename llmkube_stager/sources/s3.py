@@ -191,6 +191,7 @@ def addressing_style(
 
 class S3Source:
     kind: SourceKind = "s3"
+    revision: str | None = None
     # The signed HEAD is also where the presigned GET comes from.
     get_without_probe = False
 

@@ -54,7 +54,7 @@ def fetch_partial(
         meta = probe(fetcher, file, effects)
     target = Target(fetcher, file, meta)
     proven = frozenset[str]()
-    if resumable(meta):
+    if resumable(meta) and file.dest not in effects.no_partials:
         proven = await_dead_writer(file, meta, effects.idle_s, effects.sleep, effects.log)
     widen = None
     if _parallel_fits(fetcher, meta, effects):

@@ -51,7 +51,7 @@ from llmkube_stager.cache.partials import (
 from llmkube_stager.errors import Reason, SourceError, TransferError
 from llmkube_stager.layout import private_partial_path
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.sources.base import Body, RangeUnusable
+from llmkube_stager.sources.base import Body, RangeUnusable, RemoteMeta
 from llmkube_stager.transfer.directio import PartialWriter, fill_limit
 from llmkube_stager.transfer.hashing import sha256_prefix
 from llmkube_stager.transfer.pipeline import Pipeline
@@ -230,9 +230,12 @@ def _open_state(
     meta = target.meta
     identity = identity_of(meta)
     directory = os.path.dirname(file.dest) or "."
+    ranges = resumable(meta)
     try:
+        if file.dest in effects.no_partials:
+            claim = Claim.create(private_partial_path(file.dest, identity, new_writer_id()))
+            return _new_state(claim, file, meta, identity, ranges, effects)
         now_s = fs_now(directory)
-        ranges = resumable(meta)
         removed = remove_stale(file.dest, identity, now_s, effects.idle_s, effects.listed, ranges)
         for stale in removed:
             effects.log.info(
@@ -244,6 +247,17 @@ def _open_state(
             claim = Claim.create(private_partial_path(file.dest, identity, new_writer_id()))
     except OSError as exc:
         raise disk_error(exc, "creating the partial of", file.rel) from exc
+    return _new_state(claim, file, meta, identity, ranges, effects)
+
+
+def _new_state(
+    claim: Claim,
+    file: RemoteFile,
+    meta: RemoteMeta,
+    identity: str,
+    ranges: bool,
+    effects: TransferEffects,
+) -> _State:
     offset = claim.size()
     if meta.size_bytes is not None and offset > meta.size_bytes:
         claim = _fresh_claim(claim, file.dest, identity, file.rel)

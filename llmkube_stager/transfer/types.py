@@ -36,6 +36,11 @@ class TransferEffects:
     direct_io: bool = False
     # For rates (the widening decision), not for file times.
     monotonic: Callable[[], float] = time.monotonic
+    # Destinations with nothing beside them to resume or remove when the run
+    # began (cache/partials.without_partials): their transfer starts a new
+    # partial without listing the directory (#16: one listing per file is
+    # O(files^2) for a model of many files).
+    no_partials: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,10 @@ def test_s87_failed_loop_keeps_the_partials_of_later_files(origin, pod) -> None:
     origin.put(f"{REPO}/c.gguf", c, etag='"vC"')
     c_partial = seed(shell_partial(pod.dest("c.gguf"), SIZE, '"vC"'), c[:HALF], age_s=3600)
 
-    run = pod.stage(pod.multi_env(origin.url + REPO + "/", files)).failed()
+    # One file at a time: the scripts' loop (files in flight would fetch
+    # c.gguf beside missing.gguf: tests/integration/test_many_files.py).
+    env = pod.multi_env(origin.url + REPO + "/", files, LLMKUBE_FILES_IN_FLIGHT="1")
+    run = pod.stage(env).failed()
 
     assert run.reason == "ModelSourceNotFound"
     assert run.error is not None and run.error.file == "missing.gguf"

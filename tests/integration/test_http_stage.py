@@ -296,7 +296,9 @@ def test_multi_file_stage_reuses_keep_alive_connections(origin, pod) -> None:
         origin.put(f"{REPO}/{rel}", data)
     relay = CountingRelay(origin.url)
     try:
-        pod.stage(pod.multi_env(relay.url + REPO + "/", files)).ok()
+        # One file at a time; with files in flight, tests/integration/test_many_files.py.
+        env = pod.multi_env(relay.url + REPO + "/", files, LLMKUBE_FILES_IN_FLIGHT="1")
+        pod.stage(env).ok()
     finally:
         relay.close()
 

@@ -434,7 +434,11 @@ def test_s87_failed_loop_keeps_partials_then_the_next_start_completes(
         age_s=3600,
     )
 
-    failed = pod.stage(LLMKUBE_REFRESH_POLICY=policy).failed("ModelSourceNotFound")
+    # One file at a time, as the scripts' loop (with files in flight, b.bin
+    # would be fetched beside missing.gguf: tests/integration/test_many_files.py).
+    failed = pod.stage(LLMKUBE_REFRESH_POLICY=policy, LLMKUBE_FILES_IN_FLIGHT="1").failed(
+        "ModelSourceNotFound"
+    )
 
     assert failed.term is not None and failed.term["file"] == "missing.gguf"
     expected = {

@@ -26,6 +26,13 @@ MULTI = {
     "CACHE_DIR": "/models/k",
     "MODEL_FILES": "config.json\nmodel.safetensors\n",
 }
+# A share of a sharded prefetch (#16): JOB_COMPLETION_INDEX of LLMKUBE_SHARDS.
+SHARDED = {
+    **MULTI,
+    "LLMKUBE_PREFETCH_STAGER": "true",
+    "LLMKUBE_SHARDS": "4",
+    "JOB_COMPLETION_INDEX": "1",
+}
 DIGEST_A = "a" * 64
 DIGEST_B = "0123456789abcdef" * 4
 
@@ -86,6 +93,9 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("LLMKUBE_MAX_RETRY_WAIT", "120", SINGLE, "timeouts.max_retry_wait_s", 120.0, "4"),
     ("LLMKUBE_LOCK_TIMEOUT", "600", SINGLE, "timeouts.lock_s", 600.0, "4"),
     ("LLMKUBE_CONNECTIONS", "8", SINGLE, "connections", 8, "2"),
+    ("LLMKUBE_FILES_IN_FLIGHT", "4", SINGLE, "files_in_flight", 4, "2"),
+    ("LLMKUBE_SHARDS", "4", SHARDED, "shards", 4, "3"),
+    ("JOB_COMPLETION_INDEX", "3", SHARDED, "shard_index", 3, "0"),
     ("LLMKUBE_DIRECT_IO", "off", SINGLE, "direct_io", False, "auto"),
     ("HTTPS_PROXY", "http://p1:3128", SINGLE, "proxy.https.display", "p1:3128", "http://p2:1"),
     ("HTTP_PROXY", "http://p1:3128", SINGLE, "proxy.http.display", "p1:3128", "http://p2:1"),

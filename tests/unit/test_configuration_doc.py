@@ -18,6 +18,13 @@ DOC = (ROOT / "docs" / "configuration.md").read_text()
 BY_NAME = {v.env: v for v in VARS}
 SINGLE = {"MODEL_SOURCE": "https://h/m.gguf", "CACHE_DIR": "/models/k", "MODEL_PATH": "/models/k/m"}
 MULTI = {"MODEL_SOURCE": "https://h/r/", "CACHE_DIR": "/models/k", "MODEL_FILES": "config.json"}
+# A share of a sharded prefetch: the two variables need each other and a stager.
+SHARDED = {
+    **MULTI,
+    "LLMKUBE_PREFETCH_STAGER": "true",
+    "LLMKUBE_SHARDS": "4",
+    "JOB_COMPLETION_INDEX": "0",
+}
 
 
 def _section(title: str) -> str:
@@ -55,6 +62,8 @@ def test_the_example_is_accepted(name: str) -> None:
     example = "\n".join(_code(VARIABLES[name][3]))
     assert example, f"{name} has no example"
     base = MULTI if name in ("MODEL_FILES", "MODEL_FILE_SHA256") else SINGLE
+    if name in ("LLMKUBE_SHARDS", "JOB_COMPLETION_INDEX"):
+        base = SHARDED
     env = {**base, name: example}
     if name == "MODEL_FILES":
         env.pop("MODEL_PATH", None)

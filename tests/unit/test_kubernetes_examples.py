@@ -81,6 +81,8 @@ def test_every_variable_is_read_by_the_agent_and_every_value_accepted(
     names = [e["name"] for e in container.get("env", [])]
     assert set(names) <= ACCEPTED, f"{name}: not read by the agent: {set(names) - ACCEPTED}"
     env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    if "LLMKUBE_SHARDS" in env:
+        env["JOB_COMPLETION_INDEX"] = "0"  # Kubernetes sets it in an Indexed Job
     config = load_config(env, {}, require_source=container["args"][0] == "stage")
     assert config.cache_dir.startswith("/models/")
 
@@ -134,14 +136,14 @@ def test_verify_mounts_the_cache_read_only(name: str, spec: Any, container: dict
             assert claim.get("readOnly") is True
 
 
-def _job() -> dict[str, Any]:
-    jobs = [doc for _, doc in _docs() if doc["kind"] == "Job"]
-    assert len(jobs) == 1
-    return jobs[0]
+JOBS = [(name, doc) for name, doc in _docs() if doc["kind"] == "Job"]
 
 
-def test_the_job_fails_fast_on_what_retrying_cannot_fix_and_counts_the_rest() -> None:
-    job = _job()["spec"]
+@pytest.mark.parametrize(("name", "doc"), JOBS, ids=[name for name, _ in JOBS])
+def test_the_job_fails_fast_on_what_retrying_cannot_fix_and_counts_the_rest(
+    name: str, doc: dict[str, Any]
+) -> None:
+    job = doc["spec"]
     spec = job["template"]["spec"]
     assert spec["restartPolicy"] == "Never"
     assert job["podReplacementPolicy"] == "Failed"

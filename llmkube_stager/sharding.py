@@ -1,0 +1,163 @@
+"""A share of a sharded prefetch (#16 item 4): list the model, take this
+pod's files, keep to them.
+
+The listing is what every pod of the Indexed Job sees alike: each file's
+size from the source's probe (Hugging Face: the hub's listing at the
+resolved commit, one API call; S3: a HEAD per object; plain HTTP: a HEAD per
+file), asked with files in flight. A probe that fails fails the pod before
+anything is written: a pod that assigned from a listing with a hole in it
+could skip a file no other pod takes. The probes are the transfers' own
+(Session.metas), so a file of this share is not asked twice.
+
+Each share records, in its own validators file (cache/shardrec.py), the
+digest of the listing it assigned from; at the end it compares the digests
+the other shares recorded. A share that differs (the origin changed between
+the listings, or a hub revision moved to another commit) fails the pod with
+ModelSourceChanged instead of reporting success for a model that may miss a
+file: the Job then fails, and running it again lists anew.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from llmkube_stager.cache.journal import COMMIT_KEY, REVISION_KEY, intent_of
+from llmkube_stager.config import Config
+from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.executor import Revisioned, Session
+from llmkube_stager.inflight import run_in_flight
+from llmkube_stager.model import Manifest, RemoteFile
+from llmkube_stager.shards import shard_id, share_of, view_digest
+from llmkube_stager.sources.base import Source
+
+VIEW_KEY = "/view"
+
+
+@dataclass(frozen=True)
+class Share:
+    index: int
+    shards: int
+    rels: frozenset[str]
+    digest: str
+
+    @property
+    def id(self) -> str:
+        return shard_id(self.index, self.shards)
+
+    def key(self, key: str) -> str:
+        """A run key of this share as the merged records show it."""
+        return f"{key}/{self.id}"
+
+
+def take_share(config: Config, source: Source, manifest: Manifest, session: Session) -> Share:
+    sizes = list_sizes(session, source, manifest, config.files_in_flight)
+    fetcher = session.fetcher_if_open()
+    commit = fetcher.resolved_commit() if isinstance(fetcher, Revisioned) else None
+    rels = share_of(sizes, config.shards, config.shard_index)
+    digest = view_digest(sizes, config.shards, commit or "")
+    share = Share(config.shard_index, config.shards, rels, digest)
+    total = sum(sizes[r] or 0 for r in rels)
+    session.log.info(
+        "share",
+        f"Share {share.id}: {len(rels)} of {len(sizes)} files, {total} bytes",
+        shard=share.id,
+        files=len(rels),
+        size_bytes=total,
+        listing=digest,
+    )
+    return share
+
+
+def list_sizes(
+    session: Session, source: Source, manifest: Manifest, limit: int
+) -> dict[str, int | None]:
+    files = manifest.files
+
+    def probe(file: RemoteFile) -> int | None:
+        return session.probe(source, file, manifest.root).size_bytes
+
+    first = run_in_flight(files[:1], probe, 1)  # the fetcher, its clients, the hub's commit
+    rest = run_in_flight(files[1:], probe, limit) if first[0].error is None else []
+    for outcome in (*first, *rest):
+        if outcome.error is not None:
+            raise outcome.error
+    return {f.rel: o.value for f, o in zip(files, (*first, *rest), strict=True)}
+
+
+def record_share(root: str, share: Share, session: Session) -> None:
+    """Before this share writes anything else: how many shares there are,
+    and the listing this one assigned from."""
+    from llmkube_stager.cache.records import write_validators
+    from llmkube_stager.cache.shardrec import write_shard_count
+
+    write_shard_count(root, share.shards)
+    write_validators(root, {VIEW_KEY: share.digest}, session.validators_name)
+
+
+def check_views(validators: dict[str, str], share: Share) -> None:
+    """Every share that recorded its listing saw the one this share saw."""
+    mine = validators.get(share.key(VIEW_KEY))
+    if mine is None:
+        return  # nothing recorded here (a volume this pod may not write)
+    others = {
+        key.rsplit("/", 1)[1]: value
+        for key, value in validators.items()
+        if key.startswith(VIEW_KEY + "/") and key.endswith(f"-of-{share.shards}")
+    }
+    differ = sorted(sid for sid, digest in others.items() if digest != mine)
+    if differ:
+        raise SourceError(
+            f"share {share.id} assigned files from another listing of the model than "
+            f"share(s) {', '.join(differ)} (the origin changed during the prefetch, or a "
+            "revision moved to another commit): a file may have been assigned to no share; "
+            "run the Job again (pin a commit for Hugging Face sources)",
+            reason=Reason.SOURCE_CHANGED,
+            answered=True,
+        )
+
+
+def own_intents(
+    validators: dict[str, str], share: Share | None, root: str
+) -> list[dict[str, object]]:
+    """The publish intents this pod finishes: a share only its own; an
+    unsharded writer its own and those of shares whose partials are still
+    there (the whole model is its own; a share's intent it finished stays in
+    that share's record, which only the share rewrites)."""
+    from llmkube_stager.cache.journal import INTENT_KEY
+
+    if share is not None:
+        return intent_of(validators, share.key(INTENT_KEY))
+    own = intent_of(validators, INTENT_KEY)
+    others = [e for e in intent_of(validators) if e not in own]
+    return own + [e for e in others if _partial_left(e, root)]
+
+
+def _partial_left(entry: dict[str, object], root: str) -> bool:
+    rel = str(entry["rel"])
+    directory = os.path.dirname(os.path.join(root, rel))
+    return os.path.lexists(os.path.join(directory, str(entry["partial"])))
+
+
+def shared_commit(validators: dict[str, str], share: Share, revision: str) -> str | None:
+    """The commit this share's files come from: its own record (a retried
+    pod), else the one the lowest share recorded for the same revision, so
+    the shares of one Job do not mix two commits."""
+    own = validators.get(share.key(COMMIT_KEY))
+    if own:
+        return own
+    for index in range(share.shards):
+        other = shard_id(index, share.shards)
+        if validators.get(f"{REVISION_KEY}/{other}") == revision:
+            commit = validators.get(f"{COMMIT_KEY}/{other}")
+            if commit:
+                return commit
+    return None
+
+
+def narrowed(manifest: Manifest, share: Share | None) -> Manifest:
+    if share is None:
+        return manifest
+    from dataclasses import replace
+
+    return replace(manifest, files=tuple(f for f in manifest.files if f.rel in share.rels))
