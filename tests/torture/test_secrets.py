@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import secrets
 import string
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_support import Result, Sandbox, open_sandbox
+from hostile_support import Sandbox
 
 from tests.harness.origin import Origin
+from tests.harness.pod import Run
 
 pytestmark = pytest.mark.torture
 
@@ -50,7 +50,7 @@ def _pieces(canary: str) -> list[str]:
     return [canary[i : i + 12] for i in range(0, len(canary) - 11)]
 
 
-def assert_no_canary(run: Result, cache: Path) -> None:
+def assert_no_canary(run: Run, cache: Path) -> None:
     outputs = {
         "stdout": run.stdout,
         "stderr": run.stderr,
@@ -68,16 +68,10 @@ def assert_no_canary(run: Result, cache: Path) -> None:
 
 
 @pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    with open_sandbox() as box:
-        yield box
-
-
-@pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        srv.put("/m/model.gguf", b"weights" * 1000)
-        yield srv
+def origin(origin: Origin) -> Origin:
+    """The suite's origin, serving the model."""
+    origin.put("/m/model.gguf", b"weights" * 1000)
+    return origin
 
 
 def _secret_source(origin: Origin) -> str:
