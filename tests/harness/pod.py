@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -65,6 +65,12 @@ TERMINATING = ("stage", "verify")
 # How much of a run's output its failure report shows (the end matters).
 _SHOWN_CHARS = 8000
 _TERM_IDS = itertools.count(2)
+
+
+def as_fuse(path: str) -> FsInfo:
+    """The real filesystem probe, reporting FUSE (bindfs): a node of a shared
+    FUSE volume, for `Pod.stage(fs=as_fuse)`."""
+    return replace(probe_fs(path), is_fuse=True, fstype="fuse.bindfs", driver="bindfs")
 
 
 def as_user(uid: int) -> list[str]:

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from hostile_support import Sandbox, open_sandbox
 
+from tests.harness.mounts import TwoNodes, fuse_missing, two_mounts
 from tests.harness.pod import NOBODY
 
 FULL = os.environ.get("LLMKUBE_TORTURE", "quick") == "full"
@@ -183,37 +184,12 @@ def nobody_sandbox() -> Iterator[Sandbox]:
         yield box
 
 
-@dataclass(frozen=True)
-class Nodes:
-    backing: Path
-    node1: Path
-    node2: Path
-
-
 @pytest.fixture
-def two_nodes(tmp_path: Path) -> Iterator[Nodes]:
+def two_nodes(tmp_path: Path) -> Iterator[TwoNodes]:
     """Two bindfs mounts of one directory: flock excludes within a mount,
     not across them (two nodes of one FUSE volume)."""
-    from tests.fuse.fuse_support import mount_bindfs, unmount
-
-    missing = None
-    if shutil.which("bindfs") is None:
-        missing = "bindfs not installed"
-    elif not os.path.exists("/dev/fuse"):
-        missing = "no /dev/fuse"
-    elif os.geteuid() != 0:
-        missing = "needs root for mount"
+    missing = fuse_missing()
     if missing:
         pytest.skip(missing)
-    backing = tmp_path / "shared"
-    backing.mkdir()
-    node1, node2 = tmp_path / "node1", tmp_path / "node2"
-    mount_bindfs(backing, node1)
-    try:
-        mount_bindfs(backing, node2)
-        try:
-            yield Nodes(backing, node1, node2)
-        finally:
-            unmount(node2)
-    finally:
-        unmount(node1)
+    with two_mounts(tmp_path) as nodes:
+        yield nodes

@@ -15,9 +15,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.harness.mounts import TwoNodes
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
-from tests.torture.conftest import Nodes, Scale, Shims, Stats
+from tests.torture.conftest import Scale, Shims, Stats
 from tests.torture.promise import check_cache
 
 MIB = 1 << 20
@@ -122,7 +123,7 @@ def test_two_nodes_one_with_a_fast_clock(
     pod_budget: Mapping[str, str],
     origin: Origin,
     tmp_path: Path,
-    two_nodes: Nodes,
+    two_nodes: TwoNodes,
     shims: Shims,
     scale: Scale,
     stats: Stats,
