@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM
+from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM, REMEDY_RATE_LIMITED_HF
 from llmkube_stager.model import Decision
 from sources.support import sha256
 from tests.harness.canary import HF_TOKEN, leaks
@@ -358,6 +358,7 @@ def test_429_every_time_is_rate_limited(pod, hub, cdn) -> None:
     assert [r.status for r in hub.requests("api")] == [429, 429, 429]
     assert hub.requests("resolve") == [] and cdn.requests() == []
     assert run.error is not None and run.error.retryable
+    assert run.term["remedy"] == REMEDY_RATE_LIMITED_HF  # set HF_TOKEN
     assert not pod.cache_dir.exists() or tree(pod.cache_dir).keys() <= {".llmkube.lock"}
 
 
