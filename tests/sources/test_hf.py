@@ -603,7 +603,7 @@ def test_hub_api_resolve_and_cdn_all_go_through_http_proxy(pod, hub, cdn) -> Non
 def test_the_serving_containers_offline_switch_does_not_stop_the_stager(pod, hub, cdn) -> None:
     """HF_HUB_OFFLINE is set for vLLM and reaches the init container through a
     shared envFrom; the scripts' curl ignored it, and so does the agent's own
-    hub client (docs/sources-hf.md)."""
+    hub client (docs/sources.md)."""
     hub.add_repo(REPO, repo_files())
 
     run = pod.run(env=hf_env(pod, hub, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
