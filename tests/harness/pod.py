@@ -88,6 +88,15 @@ def single_env(source: str, cache_dir: Path, name: str = "model.gguf") -> dict[s
     }
 
 
+# Timeouts of seconds and one connection: a test's origin answers at once or
+# is meant to fail, and a failure should not wait for production timeouts.
+IMPATIENT = {
+    "LLMKUBE_CONNECT_TIMEOUT": "2",
+    "LLMKUBE_STALL_TIMEOUT": "2",
+    "LLMKUBE_CONNECTIONS": "1",
+}
+
+
 def multi_env(source: str, cache_dir: Path, files: Iterable[str]) -> dict[str, str]:
     """The variables of a multi-file model (MODEL_FILES) cached in `cache_dir`."""
     return {"MODEL_SOURCE": source, "CACHE_DIR": str(cache_dir), "MODEL_FILES": "\n".join(files)}

@@ -17,27 +17,18 @@ from pathlib import Path
 
 from llmkube_stager.layout import private_partial_path, segmented_paths, validator_of
 from tests.harness.origin import Origin
-from tests.harness.pod import Pod, as_fuse
+from tests.harness.pod import IMPATIENT, Pod, as_fuse, single_env
+from tests.harness.sample import payload
 
 MIB = 1 << 20
 PATH = "/m/model.gguf"
 
 
-def blob(size: int, seed: int) -> bytes:
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest() * 4096
-    return (block * (size // len(block) + 1))[:size]
-
-
 def env_for(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
-    cache = tmp_path / "cache"
     return {
-        "MODEL_SOURCE": url,
-        "CACHE_DIR": str(cache),
-        "MODEL_PATH": str(cache / "model.gguf"),
-        "LLMKUBE_CONNECT_TIMEOUT": "2",
-        "LLMKUBE_STALL_TIMEOUT": "2",
+        **single_env(url, tmp_path / "cache"),
+        **IMPATIENT,
         "LLMKUBE_RETRIES": "1",
-        "LLMKUBE_CONNECTIONS": "1",
         "LLMKUBE_CA_DIR": str(tmp_path / "no-certs"),
         **extra,
     }
@@ -55,7 +46,7 @@ def outside_snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
 def test_a_symlink_named_like_a_partial_is_never_adopted_nor_written(
     pod: Pod, tmp_path: Path
 ) -> None:
-    data = blob(2 * MIB, 1)
+    data = payload(2 * MIB, 1)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "x").write_bytes(data[:MIB])
@@ -86,7 +77,7 @@ def validator_key(validator: str) -> str:
 
 def test_a_symlinked_segs_file_is_never_truncated_nor_written(pod: Pod, tmp_path: Path) -> None:
     size = 40 * MIB
-    data = blob(size, 2)
+    data = payload(size, 2)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "target").write_bytes(b"precious" * 1000)
@@ -113,7 +104,7 @@ def test_a_fifo_or_directory_named_like_a_partial_never_hangs_nor_fails_a_start(
     """Through the real CLI with a deadline: a FIFO opened for adoption
     would block forever; a directory failed every start with
     IsADirectoryError (exit 3)."""
-    data = blob(MIB, 3)
+    data = payload(MIB, 3)
     dest = tmp_path / "cache" / "model.gguf"
     dest.parent.mkdir()
     validator = validator_of(len(data), '"v1"')
@@ -138,7 +129,7 @@ def test_a_partial_with_an_mtime_in_the_future_is_resumed_once_watched(
 ) -> None:
     """On FUSE (no cross-node lock), a partial's age decides; an mtime in
     the future has none, and such a partial was never resumed."""
-    data = blob(4 * MIB, 4)
+    data = payload(4 * MIB, 4)
     dest = tmp_path / "cache" / "model.gguf"
     dest.parent.mkdir()
     partial = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))

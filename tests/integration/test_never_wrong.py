@@ -20,7 +20,8 @@ import pytest
 
 from llmkube_stager.layout import private_partial_path, segmented_paths, validator_of
 from tests.harness.origin import Fault, Origin
-from tests.harness.pod import Pod
+from tests.harness.pod import IMPATIENT, Pod, single_env
+from tests.harness.sample import payload
 from tests.torture.rawhttp import RawOrigin, Reply, Request, serve
 
 MIB = 1 << 20
@@ -29,25 +30,15 @@ LM1 = "Mon, 01 Jan 2024 00:00:00 GMT"
 LM2 = "Tue, 02 Jan 2024 00:00:00 GMT"
 
 
-def blob(size: int, seed: int) -> bytes:
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest() * 2048
-    return (block * (size // len(block) + 1))[:size]
-
-
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 def env_for(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
-    cache = tmp_path / "cache"
     return {
-        "MODEL_SOURCE": url,
-        "CACHE_DIR": str(cache),
-        "MODEL_PATH": str(cache / "model.gguf"),
-        "LLMKUBE_CONNECT_TIMEOUT": "2",
-        "LLMKUBE_STALL_TIMEOUT": "2",
+        **single_env(url, tmp_path / "cache"),
+        **IMPATIENT,
         "LLMKUBE_RETRIES": "3",
-        "LLMKUBE_CONNECTIONS": "1",
         **extra,
     }
 
@@ -67,7 +58,7 @@ def markers(dest: Path) -> list[Path]:
 def test_d1_partial_taken_away_between_attempts_is_not_rebuilt_at_the_wrong_offset(
     pod: Pod, tmp_path: Path, pinned: bool
 ) -> None:
-    data = blob(4 * MIB, 1)
+    data = payload(4 * MIB, 1)
     dest = dest_of(tmp_path)
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
@@ -96,7 +87,7 @@ def test_d2_a_partial_whose_writer_holds_it_is_not_adopted(pod: Pod, tmp_path: P
     NFS with local locks) lost its partial at once. A writer holds an flock
     on its own partial: on the same node (or where flock works) that is
     proof of life."""
-    data = blob(2 * MIB, 2)
+    data = payload(2 * MIB, 2)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     live = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
@@ -123,7 +114,7 @@ def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(
 ) -> None:
     """When liveness cannot be seen (flock does not exclude), two writers
     may share a partial: the adopter must never cut bytes the other wrote."""
-    data = blob(8 * MIB, 3)
+    data = payload(8 * MIB, 3)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     path = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
@@ -171,7 +162,7 @@ def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(
 def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(
     pod: Pod, tmp_path: Path
 ) -> None:
-    good, other = blob(MIB, 4), blob(MIB, 5)
+    good, other = payload(MIB, 4), payload(MIB, 5)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     dest.write_bytes(good)
@@ -205,7 +196,7 @@ def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(
 
 
 def test_d4_without_an_etag_a_changed_upstream_is_not_spliced(pod: Pod, tmp_path: Path) -> None:
-    v1, v2 = blob(4 * MIB, 6), blob(4 * MIB, 7)
+    v1, v2 = payload(4 * MIB, 6), payload(4 * MIB, 7)
     current = {"data": v1, "lm": LM1, "cut": True}
 
     def script(request: Request) -> Reply:
@@ -231,7 +222,7 @@ def test_d4_without_an_etag_a_changed_upstream_is_not_spliced(pod: Pod, tmp_path
 def test_d5_a_range_answered_with_another_etag_is_not_spliced(pod: Pod, tmp_path: Path) -> None:
     """An origin that ignores If-Range/If-Match answers the resume with the
     new object's bytes and ETag: nothing compared it with the probed one."""
-    v1, v2 = blob(4 * MIB, 8), blob(4 * MIB, 9)
+    v1, v2 = payload(4 * MIB, 8), payload(4 * MIB, 9)
     state = {"gets": 0}
 
     def script(request: Request) -> Reply:
@@ -263,7 +254,7 @@ def test_d5_a_range_answered_with_another_etag_is_not_spliced(pod: Pod, tmp_path
 def test_d6_a_body_longer_than_promised_is_not_written_without_limit(
     pod: Pod, tmp_path: Path, framing: str
 ) -> None:
-    data = blob(MIB, 10)
+    data = payload(MIB, 10)
     extra = 96 * MIB
 
     def script(request: Request) -> Reply:
@@ -303,7 +294,7 @@ def test_d8_a_cut_close_delimited_body_of_unknown_length_is_not_published(
     pod: Pod,
     tmp_path: Path,
 ) -> None:
-    data = blob(2 * MIB, 11)
+    data = payload(2 * MIB, 11)
 
     def script(request: Request) -> Reply:
         if request.method == "HEAD":
@@ -320,7 +311,7 @@ def test_d8_a_cut_close_delimited_body_of_unknown_length_is_not_published(
 def test_d8_unknown_length_is_published_when_completeness_is_proven(
     pod: Pod, tmp_path: Path, framing: str
 ) -> None:
-    data = blob(2 * MIB, 12)
+    data = payload(2 * MIB, 12)
 
     def script(request: Request) -> Reply:
         if request.method == "HEAD":
@@ -341,7 +332,7 @@ def test_d8_unknown_length_is_published_when_completeness_is_proven(
 def test_d9_an_expired_redirect_target_goes_back_to_the_original_url(
     pod: Pod, tmp_path: Path
 ) -> None:
-    data = blob(MIB, 13)
+    data = payload(MIB, 13)
     with Origin() as origin:
         origin.put("/signed/model.gguf", data, etag='"v1"')
         origin.set_fault(PATH, Fault(redirect_to="/signed/model.gguf?sig=abc&expires=1"))
@@ -362,7 +353,7 @@ def test_d10_parallel_transfer_heartbeats_its_partial_during_retry_after(
     tmp_path: Path,
 ) -> None:
     size = 40 * MIB
-    data = blob(size, 14)
+    data = payload(size, 14)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     validator = validator_of(size, '"v1"')

@@ -11,7 +11,6 @@ probe is an injected effect too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -25,23 +24,19 @@ from llmkube_stager.errors import Cancelled
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Fault, Origin
 from tests.harness.pod import Pod, as_fuse
+from tests.harness.sample import payload
 
 REPO = "org/model"
 SHARDS = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
 RECORD = ".llmkube-size"
 
 
-def blob(size: int, seed: int) -> bytes:
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest()
-    return (block * (size // 32 + 1))[:size]
-
-
 def commit_files(seed: int) -> dict[str, bytes]:
     config = json.dumps({"seed": seed, "pad": "x" * 40}).encode()
     return {
         SHARDS[0]: config,
-        SHARDS[1]: blob(256 * 1024, seed * 10 + 1),
-        SHARDS[2]: blob(256 * 1024, seed * 10 + 2),
+        SHARDS[1]: payload(256 * 1024, seed * 10 + 1),
+        SHARDS[2]: payload(256 * 1024, seed * 10 + 2),
     }
 
 
@@ -135,10 +130,10 @@ def _warm_set(tmp_path: Path, origin: Origin, n: int) -> tuple[list[str], dict[s
     cache.mkdir()
     new = {}
     for i, rel in enumerate(files):
-        old = blob(4096 + i, i)
+        old = payload(4096 + i, i)
         (cache / rel).write_bytes(old)
         (cache / (rel + RECORD)).write_text(str(len(old)))
-        new[rel] = blob(8192 + i, 100 + i)
+        new[rel] = payload(8192 + i, 100 + i)
         origin.put(f"/repo/{rel}", new[rel])
     return files, new
 

@@ -15,26 +15,23 @@ from pathlib import Path
 
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
+from tests.harness.sample import payload
 from tests.torture.conftest import Scale, Stats
 from tests.torture.promise import check_cache
 
 MIB = 1 << 20
 
 
-def blob(size: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(size)
-
-
 def _model(rng: random.Random, seed: int) -> dict[str, bytes]:
     shape = rng.choice(["single", "multi", "big"])
     if shape == "single":
-        return {"model.gguf": blob(rng.randint(1, 6) * MIB + rng.randint(0, 4095), seed)}
+        return {"model.gguf": payload(rng.randint(1, 6) * MIB + rng.randint(0, 4095), seed)}
     if shape == "big":  # parallel ranges (>= 32 MiB) with widening
-        return {"model.gguf": blob(36 * MIB + rng.randint(0, 4095), seed)}
+        return {"model.gguf": payload(36 * MIB + rng.randint(0, 4095), seed)}
     return {
-        "config.json": blob(rng.randint(10, 900), seed + 1),
-        "model-00001-of-00002.safetensors": blob(rng.randint(1, 4) * MIB, seed + 2),
-        "model-00002-of-00002.safetensors": blob(rng.randint(1, 4) * MIB + 7, seed + 3),
+        "config.json": payload(rng.randint(10, 900), seed + 1),
+        "model-00001-of-00002.safetensors": payload(rng.randint(1, 4) * MIB, seed + 2),
+        "model-00002-of-00002.safetensors": payload(rng.randint(1, 4) * MIB + 7, seed + 3),
     }
 
 
@@ -80,7 +77,8 @@ def _round(pod: Pod, origin: Origin, tmp: Path, seed: int, stats: Stats) -> None
         # The upstream moves on between kills: OnChange must end on the new
         # set, IfNotPresent on one whole version per file.
         files = {
-            rel: blob(len(data) + 11, seed + 50 + i) for i, (rel, data) in enumerate(files.items())
+            rel: payload(len(data) + 11, seed + 50 + i)
+            for i, (rel, data) in enumerate(files.items())
         }
         for rel, data in files.items():
             origin.put(f"{prefix}/{rel}", data, rate_bytes_per_s=rate)
