@@ -64,7 +64,9 @@ class Boundary:
     def __init__(self, flags: Flags, environ: Mapping[str, str], *, terminate: bool) -> None:
         fmt, self.termination_path = early_settings(environ, flags)
         self.redact = Redactor(secret_values(environ, flags))
-        self.log = Log(sys.stderr, fmt, self.redact)
+        # Buffered: a warm start's burst of cache hits is one write (logs.py);
+        # every way out of `run` flushes it.
+        self.log = Log(sys.stderr, fmt, self.redact, buffered=True)
         self.terminate = terminate
         self.source = display_url(flags.get("MODEL_SOURCE") or environ.get("MODEL_SOURCE", ""))
         self._environ = environ
@@ -79,16 +81,19 @@ class Boundary:
 
     def run(self, body: Callable[[], dict[str, Any] | None]) -> NoReturn:
         try:
-            doc = body()
-        except StagerError as err:
-            self._fail(err)
-        except KeyboardInterrupt:
-            self._fail(Cancelled("interrupted"))
-        except Exception as exc:
-            self._internal(exc)
-        if doc is not None and self.terminate:
-            write_termination(self.termination_path, encode(doc))
-        sys.exit(EXIT_OK)
+            try:
+                doc = body()
+            except StagerError as err:
+                self._fail(err)
+            except KeyboardInterrupt:
+                self._fail(Cancelled("interrupted"))
+            except Exception as exc:
+                self._internal(exc)
+            if doc is not None and self.terminate:
+                write_termination(self.termination_path, encode(doc))
+            sys.exit(EXIT_OK)
+        finally:
+            self.log.flush()
 
     def usage_error(self, text: str) -> NoReturn:
         self._fail(ConfigError(f"usage: {text}"))

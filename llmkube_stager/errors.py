@@ -9,6 +9,8 @@ message and an exit code.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -117,9 +119,19 @@ REMEDY_UNAVAILABLE = (
     "or raise LLMKUBE_RETRIES"
 )
 REMEDY_REJECTED = "the origin refused the request; check spec.source and the endpoint's logs"
-REMEDY_RATE_LIMITED = (
+# One constant per source kind: HF_TOKEN means nothing to S3 or a plain origin.
+REMEDY_RATE_LIMITED_HF = (
     "the origin is rate limiting this client; set HF_TOKEN (authenticated quotas are higher), "
     "prefetch the model once into a shared cache, or retry later"
+)
+REMEDY_RATE_LIMITED_S3 = (
+    "S3 is throttling this client (SlowDown); lower LLMKUBE_CONNECTIONS and "
+    "LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared cache, or retry later"
+)
+REMEDY_RATE_LIMITED_HTTP = (
+    "the origin is rate limiting this client; lower LLMKUBE_CONNECTIONS and "
+    "LLMKUBE_FILES_IN_FLIGHT, ask the origin's operator for a higher limit, prefetch the model "
+    "once into a shared cache, or retry later"
 )
 REMEDY_CHANGED = (
     "the origin's content changed during the transfer; pin a revision or retry once the "
@@ -190,7 +202,7 @@ REMEDIES: dict[Reason, str] = {
     Reason.SOURCE_NOT_FOUND: REMEDY_NOT_FOUND,
     Reason.SOURCE_REJECTED: REMEDY_REJECTED,
     Reason.SOURCE_UNTRUSTED: REMEDY_UNTRUSTED,
-    Reason.SOURCE_RATE_LIMITED: REMEDY_RATE_LIMITED,
+    Reason.SOURCE_RATE_LIMITED: REMEDY_RATE_LIMITED_HTTP,  # the kind unknown
     Reason.SOURCE_CHANGED: REMEDY_CHANGED,
     Reason.OUT_OF_SPACE: REMEDY_OUT_OF_SPACE,
     Reason.SIZE_MISMATCH: REMEDY_SIZE_MISMATCH,
@@ -208,20 +220,45 @@ REMEDIES: dict[Reason, str] = {
     Reason.INTERNAL: REMEDY_INTERNAL,
 }
 
-_LOCK_REMEDY_BY_KIND: dict[SourceKind, str] = {
-    "http": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
-    "hf": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
-    "s3": REMEDY_LOCK_UNSUPPORTED_S3,
-    "local": REMEDY_LOCK_UNSUPPORTED_LOCAL,
-    "pvc": REMEDY_LOCK_UNSUPPORTED_LOCAL,
+# The reasons whose remedy depends on the source kind (a local copy is never
+# rate limited: it gets the plain origin's text).
+REMEDIES_BY_KIND: dict[Reason, dict[SourceKind, str]] = {
+    Reason.CACHE_LOCK_UNSUPPORTED: {
+        "http": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
+        "hf": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
+        "s3": REMEDY_LOCK_UNSUPPORTED_S3,
+        "local": REMEDY_LOCK_UNSUPPORTED_LOCAL,
+        "pvc": REMEDY_LOCK_UNSUPPORTED_LOCAL,
+    },
+    Reason.SOURCE_RATE_LIMITED: {
+        "http": REMEDY_RATE_LIMITED_HTTP,
+        "hf": REMEDY_RATE_LIMITED_HF,
+        "s3": REMEDY_RATE_LIMITED_S3,
+        "local": REMEDY_RATE_LIMITED_HTTP,
+        "pvc": REMEDY_RATE_LIMITED_HTTP,
+    },
 }
 
 
 def remedy_for(reason: Reason, kind: SourceKind | None = None) -> str:
     """The remedy constant for a reason, per source kind where they differ."""
-    if reason is Reason.CACHE_LOCK_UNSUPPORTED and kind is not None:
-        return _LOCK_REMEDY_BY_KIND[kind]
+    by_kind = REMEDIES_BY_KIND.get(reason)
+    if by_kind is not None and kind is not None:
+        return by_kind[kind]
     return REMEDIES[reason]
+
+
+@contextmanager
+def from_source(kind: SourceKind) -> Iterator[None]:
+    """Failures raised while a source of this kind is in use carry its kind,
+    so their remedy is the kind's (a rate limit, a lock), unless they say
+    another already."""
+    try:
+        yield
+    except StagerError as err:
+        if err.source_kind is None:
+            err.source_kind = kind
+        raise
 
 
 class Network(StrEnum):

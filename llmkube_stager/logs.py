@@ -48,6 +48,21 @@ _USERINFO_RE = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s\"'<>]+@")
 _BEARER_RE = re.compile(r"\b(Bearer|bearer|BEARER|Basic)(\s+)[A-Za-z0-9._~+/=-]{4,}")
 _AUTH_HEADER_RE = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)[^'\"\r\n,}]+")
 _TOKEN_SHAPES_RE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|(?:AKIA|ASIA)[0-9A-Z]{16})\b")
+# What each pattern above cannot match without (`://` for userinfo, `=` for a
+# signed parameter, the scheme words, `authorization`, the token prefixes):
+# text with none of these skips the five substitutions. Most lines have none
+# ("Model artifact <rel> already cached, skipping download"), and a warm start
+# of 2,000 files logs 2,000 of them (#16 item 3).
+_MAY_HOLD_A_SECRET_RE = re.compile(
+    r"://|=|Bearer|bearer|BEARER|Basic|hf_|AKIA|ASIA|(?i:authorization)"
+)
+
+# Events of one line per file that come in bursts (a warm start of 2,000
+# files writes 2,000 cache hits): a buffered log holds their lines until the
+# next other line, the end of the command, or _BURST_MAX_LINES of them, and
+# writes them with one write and one flush.
+BURST_EVENTS = frozenset({"cache_hit", "pin_accepted", "backfilled"})
+_BURST_MAX_LINES = 256
 
 # Events whose text line is the message alone (see the module docstring).
 # The texts are in messages.py; the event names are the call sites'.
@@ -79,6 +94,8 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
+        if _MAY_HOLD_A_SECRET_RE.search(text) is None:
+            return text
         text = _USERINFO_RE.sub(rf"\1{REDACTED}@", text)
         text = _SIGNED_PARAM_RE.sub(rf"\1{REDACTED}", text)
         text = _BEARER_RE.sub(rf"\1\2{REDACTED}", text)
@@ -152,20 +169,49 @@ def _quote(value: object) -> str:
 # -- the logger ----------------------------------------------------------------------------
 
 
+class _Framed:
+    """The last processor: the renderer's line, and whether its event is one
+    of a burst (structlog passes `(args, kwargs)` on to the sink)."""
+
+    def __init__(self, renderer: Processor) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger: Any, method: str, event: EventDict) -> Any:
+        burst = event["event"] in BURST_EVENTS
+        return (self.renderer(logger, method, event),), {"burst": burst}
+
+
 class _Sink:
-    """What structlog's bound logger hands the rendered line to: one write
-    and flush per event, under a lock (progress comes from a ticker thread)."""
+    """What structlog's bound logger hands the rendered line to, under a lock
+    (progress comes from a ticker thread). Unbuffered, one write and flush per
+    line; buffered, the lines of a burst wait (see BURST_EVENTS) and any other
+    line writes them first, so a line is never later than the next other one
+    or the end of the command (`flush`)."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], buffered: bool) -> None:
         self._stream = stream
+        self._buffered = buffered
         self._lock = threading.Lock()
+        self._pending: list[str] = []
 
-    def write_line(self, line: str) -> None:
+    def write_line(self, line: str, burst: bool = False) -> None:
         with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
+            self._pending.append(line + "\n")
+            if not (self._buffered and burst and len(self._pending) < _BURST_MAX_LINES):
+                self._write_pending()
 
     info = warning = error = debug = write_line
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        text = "".join(self._pending)
+        self._pending.clear()
+        self._stream.write(text)
+        self._stream.flush()
 
 
 class Log:
@@ -177,15 +223,24 @@ class Log:
         fmt: str = "text",
         redact: Redactor | None = None,
         *,
-        _bound: BoundLoggerBase | None = None,
+        buffered: bool = False,
+        _bound: tuple[BoundLoggerBase, _Sink] | None = None,
     ) -> None:
+        """`buffered` (the CLI's log) lets the lines of a burst wait for one
+        write (see BURST_EVENTS); whoever makes such a log calls `flush` at
+        the end of the command."""
         self._redact = redact or Redactor()
         if _bound is None:
             renderer: Processor = render_json if fmt == "json" else render_text
-            processors: list[Processor] = [drop_none, add_level, RedactAll(self._redact), renderer]
-            sink = _Sink(stream if stream is not None else sys.stderr)
-            _bound = _load_bound_logger_base()(sink, processors=processors, context={})
-        self._bound = _bound
+            processors: list[Processor] = [
+                drop_none,
+                add_level,
+                RedactAll(self._redact),
+                _Framed(renderer),
+            ]
+            sink = _Sink(stream if stream is not None else sys.stderr, buffered)
+            _bound = (_load_bound_logger_base()(sink, processors=processors, context={}), sink)
+        self._bound, self._sink = _bound
 
     @property
     def redact(self) -> Redactor:
@@ -194,7 +249,11 @@ class Log:
     def bind(self, **fields: object) -> Log:
         """A log whose every event carries these fields too (e.g. file=,
         attempt=): in JSON always, in text on the agent's own lines."""
-        return Log(redact=self._redact, _bound=self._bound.bind(**fields))
+        return Log(redact=self._redact, _bound=(self._bound.bind(**fields), self._sink))
+
+    def flush(self) -> None:
+        """Write the lines a buffered log holds (the end of a command)."""
+        self._sink.flush()
 
     def info(self, event: str, message: str, **fields: object) -> None:
         self.emit("info", event, message, fields)

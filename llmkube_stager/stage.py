@@ -22,7 +22,14 @@ from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, intent_of
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
-from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
+from llmkube_stager.errors import (
+    CacheError,
+    Reason,
+    SourceError,
+    StagerError,
+    TransferError,
+    from_source,
+)
 from llmkube_stager.executor import Executor, Session
 from llmkube_stager.logs import Log
 from llmkube_stager.model import (
@@ -87,7 +94,8 @@ def role_of(config: Config) -> Role:
 def prepare(config: Config, effects: Effects) -> Prepared:
     started = effects.monotonic()
     source = open_source(config, effects.log)
-    manifest = source.manifest()
+    with from_source(source.kind):
+        manifest = source.manifest()
     fs = effects.probe_fs(manifest.root)
     if fs.is_fuse is None:
         effects.log.warning(
@@ -123,6 +131,11 @@ def _replan(config: Config, prepared: Prepared) -> Prepared:
 
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
+    with from_source(prepared.manifest.kind):
+        return _stage(config, effects, prepared)
+
+
+def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepared, Outcome]:
     if prepared.manifest.kind == "pvc":
         return prepared, _verify_pvc(prepared, effects)
     session = Session(

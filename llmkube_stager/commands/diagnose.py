@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from llmkube_stager.errors import Reason, SourceKind, remedy_for
+from llmkube_stager.errors import REMEDIES_BY_KIND, Reason, remedy_for
 
 CONDITION_TYPE = "ModelTransferHealthy"
 _MAX_LINE_BYTES = 200  # the operator's cap on the matched line (spec §11.1)
@@ -102,18 +102,19 @@ def _failed(reason: Reason, line: str) -> dict[str, Any]:
     clean = " ".join("".join(c if c.isprintable() else " " for c in line).split())
     if len(clean.encode()) > _MAX_LINE_BYTES:
         clean = clean.encode()[:_MAX_LINE_BYTES].decode(errors="ignore") + "..."
-    remedy = _remedy_in(line) if reason is Reason.CACHE_LOCK_UNSUPPORTED else remedy_for(reason)
+    remedy = _remedy_in(reason, line) if reason in REMEDIES_BY_KIND else remedy_for(reason)
     return _condition("False", reason.value, f"Model transfer failed: {clean}", remedy)
 
 
-def _remedy_in(line: str) -> str:
-    """cacheLockRemedyIn: the remedy the downloader printed (spec §11.3)."""
-    kinds: tuple[SourceKind, ...] = ("http", "s3", "local")
-    for kind in kinds:
-        remedy = remedy_for(Reason.CACHE_LOCK_UNSUPPORTED, kind)
+def _remedy_in(reason: Reason, line: str) -> str:
+    """cacheLockRemedyIn: the remedy the downloader printed (spec §11.3),
+    for every reason whose remedy depends on the source kind."""
+    for remedy in REMEDIES_BY_KIND[reason].values():
         if remedy in line:
             return remedy
-    return "see the model-downloader container's log for the remedy"
+    if reason is Reason.CACHE_LOCK_UNSUPPORTED:
+        return "see the model-downloader container's log for the remedy"
+    return remedy_for(reason)
 
 
 def _condition(

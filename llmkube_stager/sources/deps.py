@@ -8,7 +8,7 @@ here, is a configuration problem of that image, not a bug in the agent:
 and what was found, before anything is imported or written.
 
 The floors, each the first release with every API the code calls
-(docs/sources-hf.md "Library floors" has the evidence; `make floors` runs
+(docs/sources.md "Library floors" has the evidence; `make floors` runs
 the source tests against exactly these releases):
 
 - huggingface_hub 1.0.0: `set_client_factory` (httpx migration, PR #3328,

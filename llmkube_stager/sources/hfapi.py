@@ -3,7 +3,7 @@ per run, and the translation of its answers into contract reasons.
 
 The mapping is by type and HTTP status (never by message text), with the
 hub's `X-Error-Code` header where the status alone would lie. docs/
-sources-hf.md holds the table; tests/sources/test_hf_doc.py replays every
+sources.md holds the table; tests/sources/test_hf_doc.py replays every
 row of it against the fake hub through the real client.
 """
 

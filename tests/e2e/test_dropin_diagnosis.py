@@ -21,7 +21,7 @@ from llmkube_stager.commands.diagnose import condition_for
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, Run
-from tests.harness.seaweed import READER, SeaweedS3
+from tests.harness.seaweed import SeaweedS3, s3_env
 
 pytestmark = pytest.mark.e2e
 
@@ -46,16 +46,6 @@ class Failure:
         # No termination message (an older kubelet path, a crash before it
         # was written): FallbackToLogsOnError gives the log tail.
         return controller_message(None, self.run.stderr)
-
-
-def _s3_env(s3: SeaweedS3) -> dict[str, str]:
-    return {
-        "AWS_ENDPOINT_URL": s3.endpoint_url,
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": READER[0],
-        "AWS_SECRET_ACCESS_KEY": READER[1],
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
 
 
 @pytest.fixture
@@ -126,7 +116,7 @@ def _s3_missing(what: str) -> Callable[[Pod, Origin, Path, SeaweedS3], Run]:
         bucket = s3.create_bucket(f"dropin-{what}-{os.getpid()}")
         target = f"{bucket}/no-such.gguf" if what == "key" else "no-such-bucket-dropin/m.gguf"
         pod.single(f"s3://{target}")
-        return pod.run("stage", env=_s3_env(s3))
+        return pod.run("stage", env=s3_env(s3))
 
     return make
 

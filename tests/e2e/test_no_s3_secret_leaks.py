@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_no_secret_leaks import CANARIES, ENV_SECRETS, _pieces
+from test_no_secret_leaks import CANARIES, ENV_SECRETS
 
+from tests.harness.canary import assert_no_leak, outputs_of
 from tests.harness.contract import exit_code_of
-from tests.harness.pod import Pod, Run
+from tests.harness.pod import Pod
 from tests.harness.s3front import S3Fault
 from tests.harness.sample import gguf_like
 from tests.harness.seaweed import READER, SeaweedS3
@@ -181,24 +182,6 @@ def runtime_canaries(s3: SeaweedS3) -> dict[str, str]:
     return found
 
 
-def assert_clean(pod: Pod, run: Run, canaries: dict[str, str]) -> None:
-    outputs = {
-        "stdout": run.stdout,
-        "stderr": run.stderr,
-        "the termination message": (run.term_raw or b"").decode("utf-8", "replace"),
-    }
-    for path in sorted(pod.tmp.rglob("*")):
-        outputs[f"the name {path.name}"] = str(path.relative_to(pod.tmp))
-        if path.is_file() and not path.is_symlink():
-            outputs[str(path)] = path.read_bytes().decode("latin-1")
-    for where, text in outputs.items():
-        for name, canary in canaries.items():
-            for piece in _pieces(canary):
-                assert piece not in text, (
-                    f"{name} leaked into {where}: ...{piece}...\n{text[:3000]}"
-                )
-
-
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_no_s3_secret_in_any_output(
     pod: Pod, s3: SeaweedS3, bucket: str, oidc_issuer: OidcIssuer, tmp_path_factory, case
@@ -220,4 +203,4 @@ def test_no_s3_secret_in_any_output(
     canaries = {**CANARIES, **scenario.canaries, **runtime_canaries(s3)}
     if scenario.exit_code == 0:
         assert any(k.startswith("X-Amz-Signature") for k in canaries), "no presigned GET seen"
-    assert_clean(pod, run, canaries)
+    assert_no_leak(outputs_of(run, pod.tmp), canaries)

@@ -8,8 +8,6 @@ is a leak, whole or truncated.
 
 from __future__ import annotations
 
-import secrets
-import string
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -18,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from e2e_support import tls_server_context
 
+from tests.harness.canary import Secrets, assert_no_leak, outputs_of
 from tests.harness.contract import exit_code_of
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, Run
@@ -26,45 +25,19 @@ from tests.harness.sample import gguf_like
 
 pytestmark = pytest.mark.e2e
 
-_ALNUM = string.ascii_letters + string.digits
-
-
-def _rand(n: int, alphabet: str = _ALNUM) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(n))
-
-
-HF_TOKEN = "hf_CANARY" + _rand(34)
-AWS_ACCESS_KEY_ID = "AKIA" + _rand(16, string.ascii_uppercase + string.digits)
-AWS_SECRET_ACCESS_KEY = _rand(40, _ALNUM + "/+")
-AWS_SESSION_TOKEN = "IQoJb3JpZ2lu" + _rand(80, _ALNUM + "/+")
-URL_PASSWORD = "pwCANARY" + _rand(24)
-URL_SIGNATURE = _rand(64, "0123456789abcdef")
-URL_TOKEN = "qtCANARY" + _rand(28)
-PROXY_PASSWORD = "pxCANARY" + _rand(24)
-
-ENV_SECRETS = {
-    "HF_TOKEN": HF_TOKEN,
-    "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY_ID,
-    "AWS_SECRET_ACCESS_KEY": AWS_SECRET_ACCESS_KEY,
-    "AWS_SESSION_TOKEN": AWS_SESSION_TOKEN,
-}
-CANARIES = {**ENV_SECRETS, "url-password": URL_PASSWORD, "X-Amz-Signature": URL_SIGNATURE}
-CANARIES["token"] = URL_TOKEN
-CANARIES["proxy-password"] = PROXY_PASSWORD
+SECRETS = Secrets.new("CANARY")
+HF_TOKEN = SECRETS.hf_token
+AWS_SECRET_ACCESS_KEY = SECRETS.aws_secret
+AWS_SESSION_TOKEN = SECRETS.aws_session
+URL_PASSWORD = SECRETS.url_password
+URL_SIGNATURE = SECRETS.url_signature
+URL_TOKEN = SECRETS.url_token
+PROXY_PASSWORD = SECRETS.proxy_password
+ENV_SECRETS = SECRETS.env
+CANARIES = SECRETS.named
 
 MODEL = "/m/model.gguf"
 DATA = gguf_like(600_000, seed=4)
-
-
-def _pieces(canary: str) -> list[str]:
-    """The canary and every 12-character window of its random part."""
-    return [canary] + [canary[i : i + 12] for i in range(0, len(canary) - 11)]
-
-
-def assert_no_canary(where: str, text: str) -> None:
-    for name, canary in CANARIES.items():
-        for piece in _pieces(canary):
-            assert piece not in text, f"{name} leaked into {where}: ...{piece}...\n{text[:3000]}"
 
 
 def secret_url(base: str, path: str, *, query: bool = True) -> str:
@@ -79,13 +52,7 @@ def assert_clean(pod: Pod, run: Run, *origins: Origin) -> None:
     """No canary in stdout, stderr, the termination file, or any file (content
     or name) the agent left under the pod's directories; no HF/AWS canary in a
     request header to an origin that is not the HF endpoint."""
-    assert_no_canary("stdout", run.stdout)
-    assert_no_canary("stderr", run.stderr)
-    assert_no_canary("the termination message", (run.term_raw or b"").decode("utf-8", "replace"))
-    for path in sorted(pod.tmp.rglob("*")):
-        assert_no_canary("a file name", str(path.relative_to(pod.tmp)))
-        if path.is_file() and not path.is_symlink():
-            assert_no_canary(str(path), path.read_bytes().decode("latin-1"))
+    assert_no_leak(outputs_of(run, pod.tmp), CANARIES)
     for srv in origins:
         for req in srv.requests():
             for header, value in req.headers.items():

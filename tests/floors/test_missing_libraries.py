@@ -1,16 +1,15 @@
 """#13.1: a missing or too-old source library is InvalidConfiguration naming
 the package, exit 2, nothing on disk; never ModelStagerInternalError.
 
-Each case runs the CLI of this checkout under a real scratch venv (venvs.py)
-that lacks the library or holds a release older than the floor, against the
-fake hub or the S3 endpoint on loopback. A warm start needs neither library.
+Each case runs the CLI of this checkout under a real scratch venv (venvs.py,
+`pod.run(python=...)`) that lacks the library or holds a release older than
+the floor, against the fake hub or the S3 endpoint on loopback. A warm start
+needs neither library.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -18,8 +17,8 @@ from llmkube_stager.sources.deps import BOTO3, HF_HUB
 from tests.floors.venvs import CORE, scratch_venv
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import FakeHub
-from tests.harness.origin import Origin, closed_port_url
-from tests.harness.pod import ROOT, Pod, Run
+from tests.harness.origin import closed_port_url
+from tests.harness.pod import Pod, Run
 
 REPO = "org/repo"
 FILE = "model.safetensors"
@@ -37,10 +36,10 @@ def old_hub_python() -> str:
 
 
 @pytest.fixture
-def hub() -> Iterator[FakeHub]:
-    with Origin() as cdn, FakeHub(cdn, tokens={HF_TOKEN}) as fake:
-        fake.add_repo(REPO, {FILE: b"\x01" * 4096})
-        yield fake
+def hub(hub: FakeHub) -> FakeHub:
+    """The suite's fake hub, holding the repo."""
+    hub.add_repo(REPO, {FILE: b"\x01" * 4096})
+    return hub
 
 
 def hf_env(pod: Pod, hub: FakeHub, **extra: str) -> dict[str, str]:
@@ -49,29 +48,13 @@ def hf_env(pod: Pod, hub: FakeHub, **extra: str) -> dict[str, str]:
     )
 
 
-def run_under(python: str, pod: Pod, env: Mapping[str, str], *args: str) -> Run:
-    """The CLI of this checkout (default `stage`) under another interpreter."""
-    args = args or ("stage",)
-    pod.term_path.unlink(missing_ok=True)
-    proc = subprocess.run(
-        [python, "-m", "llmkube_stager", *args],
-        env=pod.environ(env),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return Run(args, proc.returncode, proc.stdout, proc.stderr, pod.read_term())
-
-
 def assert_refused(run: Run, text: str) -> None:
     doc = run.failed("InvalidConfiguration", exit_code=2, retryable=False).term
     assert text in doc["message"], doc
 
 
 def test_hf_without_huggingface_hub(pod, hub, bare_python) -> None:
-    run = run_under(bare_python, pod, hf_env(pod, hub))
+    run = pod.run(env=hf_env(pod, hub), python=bare_python)
 
     assert_refused(run, f"huggingface_hub >= {HF_HUB.floor} is required for hf:// sources")
     assert "not installed" in run.term["message"]
@@ -80,7 +63,7 @@ def test_hf_without_huggingface_hub(pod, hub, bare_python) -> None:
 
 
 def test_hf_with_a_huggingface_hub_older_than_the_floor(pod, hub, old_hub_python) -> None:
-    run = run_under(old_hub_python, pod, hf_env(pod, hub))
+    run = pod.run(env=hf_env(pod, hub), python=old_hub_python)
 
     assert_refused(
         run,
@@ -93,7 +76,7 @@ def test_hf_with_a_huggingface_hub_older_than_the_floor(pod, hub, old_hub_python
 def test_plan_probe_without_huggingface_hub_names_it(pod, hub, bare_python) -> None:
     """`plan --probe` asks the hub through the fetcher directly: the missing
     library is the probe's answer, and closing the fetcher must not import it."""
-    run = run_under(bare_python, pod, hf_env(pod, hub), "plan", "--json", "--probe")
+    run = pod.run("plan", "--json", "--probe", env=hf_env(pod, hub), python=bare_python)
 
     assert run.returncode == 0, str(run)
     assert "Traceback" not in run.stderr
@@ -110,7 +93,7 @@ def test_on_change_without_huggingface_hub_is_refused_before_any_request(
     pod.run(env=hf_env(pod, hub))  # staged by the full install
     hub.clear_log()
 
-    run = run_under(bare_python, pod, hf_env(pod, hub, LLMKUBE_REFRESH_POLICY="OnChange"))
+    run = pod.run(env=hf_env(pod, hub, LLMKUBE_REFRESH_POLICY="OnChange"), python=bare_python)
 
     assert_refused(run, "huggingface_hub")
     assert hub.requests() == []
@@ -123,7 +106,7 @@ def test_a_warm_start_needs_no_huggingface_hub(pod, hub, bare_python) -> None:
     assert first.returncode == 0, str(first)
     hub.clear_log()
 
-    run = run_under(bare_python, pod, hf_env(pod, hub))
+    run = pod.run(env=hf_env(pod, hub), python=bare_python)
 
     assert run.returncode == 0, str(run)
     assert run.term["stats"]["reused"] == 1
@@ -138,7 +121,7 @@ def test_s3_without_boto3(pod, bare_python) -> None:
         AWS_SECRET_ACCESS_KEY="floor-test-secret",
     )
 
-    run = run_under(bare_python, pod, env)
+    run = pod.run(env=env, python=bare_python)
 
     assert_refused(run, f"boto3 >= {BOTO3.floor} is required for s3:// sources")
     assert not pod.cache_dir.exists()

@@ -16,26 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuse_support import (
-    FuseCache,
-    ReadOnlyCache,
+from fuse_support import FuseCache, ReadOnlyCache
+
+from tests.harness.mounts import (
     TwoNodes,
+    fuse_missing,
     mount_bindfs,
     mount_ro_bind,
+    two_mounts,
     unmount,
 )
-
-
-def _fuse_missing() -> str | None:
-    if shutil.which("bindfs") is None:
-        return "bindfs not installed"
-    if shutil.which("fusermount3") is None and shutil.which("fusermount") is None:
-        return "fuse3 (fusermount3) not installed"
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if os.geteuid() != 0:
-        return "needs root for mount"
-    return None
 
 
 def _bind_missing() -> str | None:
@@ -53,7 +43,7 @@ _BIND_FIXTURES = frozenset({"ro_cache"})
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark, at collection, the tests whose mounts cannot be made here, with
     the missing feature as the reason (the suite's CI hook fails them)."""
-    fuse, bind = _fuse_missing(), _bind_missing()
+    fuse, bind = fuse_missing(), _bind_missing()
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         missing = (fuse if names & _FUSE_FIXTURES else None) or (
@@ -75,23 +65,6 @@ def _bindfs(tmp_path: Path, name: str, *, subtype: bool = True) -> Iterator[Fuse
         unmount(mnt)
 
 
-@contextlib.contextmanager
-def _two_mounts(tmp_path: Path, options: str = "") -> Iterator[TwoNodes]:
-    """Two bindfs mounts of one backing directory: two "nodes"."""
-    backing = tmp_path / "shared"
-    backing.mkdir()
-    node1, node2 = tmp_path / "node1", tmp_path / "node2"
-    mount_bindfs(backing, node1, options=options)
-    try:
-        mount_bindfs(backing, node2, options=options)
-        try:
-            yield TwoNodes(backing, node1, node2)
-        finally:
-            unmount(node2)
-    finally:
-        unmount(node1)
-
-
 @pytest.fixture
 def fuse_cache(tmp_path: Path) -> Iterator[FuseCache]:
     with _bindfs(tmp_path, "fuse") as cache:
@@ -107,7 +80,7 @@ def plain_bindfs(tmp_path: Path) -> Iterator[FuseCache]:
 
 @pytest.fixture
 def two_nodes(tmp_path: Path) -> Iterator[TwoNodes]:
-    with _two_mounts(tmp_path) as nodes:
+    with two_mounts(tmp_path) as nodes:
         yield nodes
 
 
@@ -116,7 +89,7 @@ def caching_nodes(tmp_path: Path) -> Iterator[TwoNodes]:
     """Two mounts whose kernel keeps directory entries and attributes for
     30 s, as real drivers do (blobfuse2 caches them for 120 s by default):
     a rename made through one node is not seen at once by the other."""
-    with _two_mounts(tmp_path, "entry_timeout=30,attr_timeout=30") as nodes:
+    with two_mounts(tmp_path, "entry_timeout=30,attr_timeout=30") as nodes:
         yield nodes
 
 

@@ -16,11 +16,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fuse_support import TwoNodes
-
 from llmkube_stager.layout import PART_SUFFIX
 from llmkube_stager.shards import assign
 from tests.harness.disk import debris, record_of
+from tests.harness.mounts import TwoNodes
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod, Run, multi_env
 from tests.harness.sample import payload

@@ -5,7 +5,14 @@ directory, a termination-log path and the environment the operator sets. It
 runs the CLI as a subprocess, `python -m llmkube_stager <args>` (`run`, or
 `popen` + `finish` to signal it midway), or the stage pipeline in-process
 (`stage`) when a test needs to record the retry waits, swap the filesystem
-probe or read the `Outcome`. Both give a `Run`.
+probe, act at a chosen log line or read the `Outcome`. Both give a `Run`.
+
+A subprocess run has a deadline (a run past it is a hang and fails the
+test), no standard input unless given, and may run under a wrapper command
+(`as_user(uid)`: setpriv to another uid; `unshare ...`), another interpreter
+(`python=`: a scratch venv), in another working directory (`cwd=`), or under
+an audit hook that records every write-like file operation the CLI attempts
+(`audit=True`, tests/harness/audit.py; the attempts are `Run.writes`).
 
 The child gets a minimal environment (PATH, HOME, LANG and what the test
 sets), never the developer's os.environ, so no stray credential, CA directory
@@ -20,9 +27,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,6 +41,7 @@ from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import Decision, FsInfo, Outcome
 from llmkube_stager.stage import Effects, run_stage
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
+from tests.harness.audit import AUDITED_CLI, parse_writes
 from tests.harness.contract import exit_code_of
 from tests.harness.schema import checked_termination, validate_termination
 
@@ -50,7 +59,24 @@ SHORT_BUDGET = {
     "LLMKUBE_MAX_RETRY_WAIT": "1",
 }
 DEFAULT_KEY = "0123456789abcdef"
+NOBODY = 65534
+# The commands that report through the termination message (cli.py).
+TERMINATING = ("stage", "verify")
+# How much of a run's output its failure report shows (the end matters).
+_SHOWN_CHARS = 8000
 _TERM_IDS = itertools.count(2)
+
+
+def as_fuse(path: str) -> FsInfo:
+    """The real filesystem probe, reporting FUSE (bindfs): a node of a shared
+    FUSE volume, for `Pod.stage(fs=as_fuse)`."""
+    return replace(probe_fs(path), is_fuse=True, fstype="fuse.bindfs", driver="bindfs")
+
+
+def as_user(uid: int) -> list[str]:
+    """A wrapper that runs the command as `uid` (group too, no extra groups):
+    for root, a mode-000 file is readable and every directory writable."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
 
 
 def single_env(source: str, cache_dir: Path, name: str = "model.gguf") -> dict[str, str]:
@@ -60,6 +86,15 @@ def single_env(source: str, cache_dir: Path, name: str = "model.gguf") -> dict[s
         "CACHE_DIR": str(cache_dir),
         "MODEL_PATH": str(cache_dir / name),
     }
+
+
+# Timeouts of seconds and one connection: a test's origin answers at once or
+# is meant to fail, and a failure should not wait for production timeouts.
+IMPATIENT = {
+    "LLMKUBE_CONNECT_TIMEOUT": "2",
+    "LLMKUBE_STALL_TIMEOUT": "2",
+    "LLMKUBE_CONNECTIONS": "1",
+}
 
 
 def multi_env(source: str, cache_dir: Path, files: Iterable[str]) -> dict[str, str]:
@@ -82,6 +117,8 @@ class Run:
     sleeps: list[float] = field(default_factory=list)
     outcome: Outcome | None = None
     error: StagerError | None = None
+    # (event, path) of each write-like attempt, with `audit=True`.
+    writes: list[tuple[str, str]] = field(default_factory=list)
 
     # -- the termination message -------------------------------------------------------
 
@@ -157,6 +194,20 @@ class Run:
         assert isinstance(doc["retryable"], bool)
         return doc
 
+    @property
+    def terminating(self) -> bool:
+        """A command that writes a termination message (stage, verify)."""
+        return (self.args or ("stage",))[0] in TERMINATING
+
+    def ended_with_a_reason(self) -> Run:
+        """No hang (the runner enforces the deadline), no traceback, no
+        exit 3, and for stage/verify a termination message naming a reason."""
+        assert self.returncode in (0, 1, 2, 4), str(self)
+        assert "Traceback" not in self.stderr, str(self)
+        if self.terminating:
+            assert self.term["reason"], str(self)
+        return self
+
     def ok(
         self,
         *,
@@ -166,8 +217,12 @@ class Run:
         kept: int = 0,
         nbytes: int | None = None,
     ) -> Run:
-        """Exit 0 with a success message; with `files`, the stats too."""
+        """Exit 0, no traceback, and for stage/verify a success message; with
+        `files`, the stats too."""
         assert self.returncode == 0, str(self)
+        assert "Traceback" not in self.stderr, str(self)
+        if not self.terminating:
+            return self
         doc = self.compact_term()
         assert doc["outcome"] == "succeeded", doc
         assert doc["reason"] == "ModelTransferSucceeded", doc
@@ -218,11 +273,40 @@ class Run:
 
     def __str__(self) -> str:
         error = "" if self.error is None else f"\n--- error ---\n{self.reason}: {self.detail}"
+        writes = "" if not self.writes else f"\n--- write attempts ---\n{self.writes}"
         return (
             f"args={self.args} rc={self.returncode} seconds={self.seconds:.2f}"
-            f"\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
-            f"\n--- termination ---\n{self.term_raw!r}{error}"
+            f"\n--- stdout ---\n{_tail(self.stdout)}\n--- stderr ---\n{_tail(self.stderr)}"
+            f"\n--- termination ---\n{self.term_raw!r}{error}{writes}"
         )
+
+
+def _tail(text: str) -> str:
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"[{len(text) - _SHOWN_CHARS} characters before]...{text[-_SHOWN_CHARS:]}"
+
+
+class _HookedStream(io.StringIO):
+    """The log stream of an in-process run, calling `hook` on every write."""
+
+    def __init__(self, hook: Callable[[str], None]) -> None:
+        super().__init__()
+        self._hook = hook
+
+    def write(self, text: str) -> int:
+        n = super().write(text)
+        self._hook(text)
+        return n
+
+
+@dataclass
+class _Started:
+    """A `popen`ed run: what `finish` needs to make its `Run`."""
+
+    args: tuple[str, ...]
+    when: float
+    audit: Any = None  # the audit hook's file (a TemporaryFile), with audit=True
 
 
 class Pod:
@@ -233,6 +317,10 @@ class Pod:
     the pod at a model; `single_env`/`multi_env` return such an environment
     without changing the pod's. Several pods may share one tmp directory
     (two containers, two nodes): each has its own termination log.
+
+    `wrapper`, `python` and `cwd` apply to every subprocess run (a run's
+    own arguments take precedence); `term_path` places the termination log
+    elsewhere (a directory another uid may write).
     """
 
     _claimed: ClassVar[set[Path]] = set()  # termination-log paths handed out
@@ -244,12 +332,19 @@ class Pod:
         *,
         stager: bool = False,
         budget: Mapping[str, str] = SHORT_BUDGET,
+        wrapper: Sequence[str] = (),
+        python: str = sys.executable,
+        cwd: Path = ROOT,
+        term_path: Path | None = None,
     ) -> None:
         self.tmp = tmp
         self.budget = dict(budget)
+        self.wrapper = list(wrapper)
+        self.python = python
+        self.cwd = cwd
         self.models = tmp / "models"  # the cache volume; not created until staging
         self.cache_dir = self.models / DEFAULT_KEY
-        self.term_path = self._claim(tmp / "termination-log")
+        self.term_path = self._claim(term_path or tmp / "termination-log")
         (tmp / "home").mkdir(parents=True, exist_ok=True)
         self.env: dict[str, str] = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -263,9 +358,13 @@ class Pod:
             **budget,
             **(env or {}),
         }
+        if cwd != ROOT:
+            # The package of this checkout, whatever the working directory;
+            # the interpreter's own bytecode cache is not the agent's doing.
+            self.env.update(PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
         if stager:
             self.env["LLMKUBE_PREFETCH_STAGER"] = "true"
-        self._started: dict[int, tuple[tuple[str, ...], float]] = {}  # pid -> (args, when)
+        self._started: dict[int, _Started] = {}
 
     @classmethod
     def _claim(cls, path: Path) -> Path:
@@ -319,57 +418,88 @@ class Pod:
         fresh_term: bool = True,
         stdin: str | None = None,
         timeout: float = 60,
-        wrapper: Iterable[str] = (),
+        wrapper: Sequence[str] | None = None,
+        python: str | None = None,
+        audit: bool = False,
         **overrides: str | None,
     ) -> Run:
         """Run the CLI (default: `stage`) to completion, `stdin` its input;
-        `wrapper` runs it (e.g. `unshare ...`). With `fresh_term` the
-        termination file is removed first, so a run that writes nothing
-        cannot pass on a previous run's message."""
-        if fresh_term:
-            self.term_path.unlink(missing_ok=True)
-        started = time.monotonic()
-        proc = subprocess.run(
-            [*wrapper, *self._command(args, python_flags)],
-            env=self.environ(env, overrides),
-            cwd=ROOT,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        `wrapper` runs it (e.g. `unshare ...`), `python` is its interpreter.
+        With `fresh_term` the termination file is removed first, so a run
+        that writes nothing cannot pass on a previous run's message. A run
+        still going after `timeout` seconds is a hang: it is killed and the
+        test fails."""
+        proc = self.popen(
+            *args,
+            env=env,
+            python_flags=python_flags,
+            fresh_term=fresh_term,
+            stdin=stdin,
+            wrapper=wrapper,
+            python=python,
+            audit=audit,
+            **overrides,
         )
-        return self._finished(args, proc.returncode, proc.stdout, proc.stderr, started)
+        return self.finish(proc, timeout, stdin=stdin)
 
     def popen(
         self,
         *args: str,
         env: Mapping[str, str | None] | None = None,
+        python_flags: Iterable[str] = (),
+        fresh_term: bool = True,
+        stdin: str | None = None,
+        wrapper: Sequence[str] | None = None,
+        python: str | None = None,
+        audit: bool = False,
         **overrides: str | None,
     ) -> subprocess.Popen[str]:
         """Start the CLI (default: `stage`); `finish` waits for it."""
-        self.term_path.unlink(missing_ok=True)
+        if fresh_term:
+            self.term_path.unlink(missing_ok=True)
+        environ = self.environ(env, overrides)
+        command = [python or self.python, *python_flags]
+        record = None
+        if audit:
+            # Anonymous, closed by `finish`; a file, not a pipe, so the hook never blocks.
+            record = tempfile.TemporaryFile()  # noqa: SIM115
+            environ["AUDIT_FD"] = str(record.fileno())
+            command += ["-c", AUDITED_CLI]
+        else:
+            command += ["-m", "llmkube_stager"]
         proc = subprocess.Popen(
-            self._command(args, ()),
-            env=self.environ(env, overrides),
-            cwd=ROOT,
+            [*(self.wrapper if wrapper is None else wrapper), *command, *(args or ("stage",))],
+            env=environ,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            pass_fds=() if record is None else (record.fileno(),),
         )
-        self._started[proc.pid] = (args, time.monotonic())
+        self._started[proc.pid] = _Started(tuple(args), time.monotonic(), record)
         return proc
 
-    def finish(self, proc: subprocess.Popen[str], timeout: float = 60) -> Run:
+    def finish(
+        self, proc: subprocess.Popen[str], timeout: float = 60, *, stdin: str | None = None
+    ) -> Run:
         """Wait for a `popen`ed run (also one that was signalled)."""
+        started = self._started.pop(proc.pid)
         try:
-            out, err = proc.communicate(timeout=timeout)
+            out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            raise AssertionError(f"the stager did not exit in {timeout}s\n{err}") from None
-        args, started = self._started.pop(proc.pid)
-        return self._finished(args, proc.returncode, out, err, started)
+            raise AssertionError(
+                f"{started.args or ('stage',)} did not end within {timeout:g}s (a hang)\n"
+                + _tail(err)
+            ) from None
+        writes: list[tuple[str, str]] = []
+        if started.audit is not None:
+            with started.audit as record:
+                record.seek(0)
+                writes = parse_writes(record.read())
+        return self._finished(started, proc.returncode, out, err, writes)
 
     def read_term(self) -> bytes | None:
         try:
@@ -377,12 +507,17 @@ class Pod:
         except FileNotFoundError:
             return None
 
-    def _command(self, args: Iterable[str], python_flags: Iterable[str]) -> list[str]:
-        return [sys.executable, *python_flags, "-m", "llmkube_stager", *(tuple(args) or ("stage",))]
-
-    def _finished(self, args: tuple[str, ...], rc: int, out: str, err: str, started: float) -> Run:
-        run = Run(args, rc, out, err, self.read_term(), time.monotonic() - started)
-        if args in ((), ("stage",)):
+    def _finished(
+        self, started: _Started, rc: int, out: str, err: str, writes: list[tuple[str, str]]
+    ) -> Run:
+        if rc < 0 and self.term_path.exists() and self.term_path.stat().st_size == 0:
+            # Killed between the termination log's truncate and its write.
+            self.term_path.unlink()
+        run = Run(
+            started.args, rc, out, err, self.read_term(), time.monotonic() - started.when,
+            writes=writes,
+        )  # fmt: skip
+        if started.args in ((), ("stage",)):
             assert out == "", f"stage wrote to stdout\n{run}"
         return run
 
@@ -395,6 +530,7 @@ class Pod:
         fs: Callable[[str], FsInfo] | None = None,
         redactor: Redactor | None = None,
         on_sleep: Callable[[int], None] | None = None,
+        on_line: Callable[[str], None] | None = None,
         max_sleeps: int = 50,
         **overrides: str | None,
     ) -> Run:
@@ -402,9 +538,11 @@ class Pod:
         at once. `fs` replaces the filesystem probe; `redactor` the one built
         from the config's secrets. `on_sleep(n)` runs at the n-th retry wait,
         between two attempts (e.g. to change the upstream); more than
-        `max_sleeps` waits is an unbounded retry loop and fails the test."""
+        `max_sleeps` waits is an unbounded retry loop and fails the test.
+        `on_line(text)` runs on every write to the log, so a test can act at
+        a chosen moment of the run (what it raises ends the run there)."""
         environ = self.environ(env, overrides)
-        stream = io.StringIO()
+        stream = io.StringIO() if on_line is None else _HookedStream(on_line)
         sleeps: list[float] = []
 
         def sleep(seconds: float) -> None:

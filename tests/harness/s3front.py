@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import http.client
 import re
-import socket
-import socketserver
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.harness.lifecycle import Lifecycle
+from tests.harness.loopback import LoopbackServer
 
 _HOST = "127.0.0.1"
 _CHUNK = 256 * 1024
@@ -125,33 +124,9 @@ class _State:
         return None
 
 
-class _Server(socketserver.ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, state: _State, tls: ssl.SSLContext | None) -> None:
-        self.state = state
-        self.tls = tls
-        super().__init__((_HOST, 0), _Handler)
-
-    def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)  # no reverse-DNS lookup
-        self.server_name = _HOST
-        self.server_port = self.server_address[1]
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        if self.tls is not None:
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # clients hanging up mid-body are routine here
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
+    server: LoopbackServer  # whose state is a _State
     _entry: _Entry
 
     def setup(self) -> None:
@@ -313,11 +288,11 @@ class S3Front(Lifecycle):
     def __init__(self, upstream_port: int, *, tls: ssl.SSLContext | None = None) -> None:
         self._state = _State(upstream_port)
         self._tls = tls
-        self._server: _Server | None = None
+        self._server: LoopbackServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
-        self._server = _Server(self._state, self._tls)
+        self._server = LoopbackServer(self._state, self._tls, 0, _Handler)  # type: ignore[arg-type]
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},

@@ -47,7 +47,16 @@ PUBLIC_BUCKET = "public-models"
 REGION = "us-east-1"
 _START_TIMEOUT_S = 90.0
 
-__all__ = ["ADMIN", "PUBLIC_BUCKET", "READER", "S3Fault", "S3Request", "SeaweedS3", "weed_binary"]
+__all__ = [
+    "ADMIN",
+    "PUBLIC_BUCKET",
+    "READER",
+    "S3Fault",
+    "S3Request",
+    "SeaweedS3",
+    "s3_env",
+    "weed_binary",
+]
 
 
 class SeaweedUnavailable(RuntimeError):
@@ -328,3 +337,17 @@ class SeaweedS3(Lifecycle):
             answer["SessionToken"],
             answer["Expiration"].isoformat(),
         )
+
+
+def s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
+    """A pod's variables for `s3` (through its recording front): the static
+    keys of the read-only identity; instance metadata off, so a test that
+    finds no credentials does not wait for 169.254.169.254."""
+    return {
+        "AWS_ENDPOINT_URL": s3.endpoint_url,
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": READER[0],
+        "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **extra,
+    }

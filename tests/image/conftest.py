@@ -1,5 +1,6 @@
 """Fixtures of the image tests (marker `image`: `make image-test` builds the
-image and runs them; the plain suite deselects them). See image_support."""
+image and runs them; the plain suite deselects them). See image_support.
+`pod` here is the image's (ImagePod); `origin` and the rest are the suite's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.origin import Origin
 from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref, missing_tools
 
 
@@ -39,9 +39,3 @@ def container(image: ImageConfig) -> Iterator[Container]:
 @pytest.fixture
 def pod(container: Container, tmp_path: Path) -> ImagePod:
     return ImagePod(container, tmp_path)
-
-
-@pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        yield srv

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harness.pod import SHORT_BUDGET, Run
+from tests.harness.pod import SHORT_BUDGET, Run, multi_env, single_env
+from tests.harness.schema import checked_termination
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "probe.py"
@@ -218,19 +219,16 @@ class ImagePod:
         }
 
     def single(self, source: str, name: str = "model.gguf", key: str = "k1") -> Path:
-        """Single-file env; returns the host path of MODEL_PATH."""
-        self.env.update(
-            MODEL_SOURCE=source,
-            CACHE_DIR=f"{MODELS_DIR}/{key}",
-            MODEL_PATH=f"{MODELS_DIR}/{key}/{name}",
-        )
+        """Single-file env (as Pod.single, at the container's path); returns
+        the host path of MODEL_PATH."""
+        self.env.pop("MODEL_FILES", None)
+        self.env.update(single_env(source, Path(MODELS_DIR, key), name))
         return self.models / key / name
 
     def multi(self, source: str, files: Iterable[str], key: str = "k2") -> Path:
-        """Multi-file env; returns the host path of CACHE_DIR."""
-        self.env.update(
-            MODEL_SOURCE=source, CACHE_DIR=f"{MODELS_DIR}/{key}", MODEL_FILES="\n".join(files)
-        )
+        """Multi-file env (as Pod.multi); returns the host path of CACHE_DIR."""
+        self.env.pop("MODEL_PATH", None)
+        self.env.update(multi_env(source, Path(MODELS_DIR, key), files))
         return self.models / key
 
     def volumes(self, *, tmp_writable: bool, models_read_only: bool) -> list[Volume]:
@@ -251,8 +249,7 @@ class ImagePod:
         timeout: float = 120,
     ) -> Run:
         """The image's entrypoint with `args` (the image's CMD when none)."""
-        if self.term_path.exists():
-            self.term_path.unlink()
+        self.term_path.unlink(missing_ok=True)
         container = self.container
         proc = container.exec(
             container.config.argv(args),
@@ -261,7 +258,9 @@ class ImagePod:
             timeout=timeout,
         )
         term = self.term_path.read_bytes() if self.term_path.exists() else None
-        return Run(tuple(args), proc.returncode, proc.stdout, proc.stderr, term)
+        return Run(
+            tuple(args), proc.returncode, proc.stdout, proc.stderr, checked_termination(term)
+        )
 
     def probe(self, *args: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
         """tests/image/probe.py with the image's Python, as the image's user

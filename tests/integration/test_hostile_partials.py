@@ -10,65 +10,28 @@ failed before its fix.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import subprocess
-import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.config import load_config
-from llmkube_stager.errors import StagerError
 from llmkube_stager.layout import private_partial_path, segmented_paths, validator_of
-from llmkube_stager.logs import Log, Redactor
-from llmkube_stager.model import FsInfo
-from llmkube_stager.stage import Effects, run_stage
 from tests.harness.origin import Origin
+from tests.harness.pod import IMPATIENT, Pod, as_fuse, single_env
+from tests.harness.sample import payload
 
 MIB = 1 << 20
 PATH = "/m/model.gguf"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def blob(size: int, seed: int) -> bytes:
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest() * 4096
-    return (block * (size // len(block) + 1))[:size]
 
 
 def env_for(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
-    cache = tmp_path / "cache"
     return {
-        "MODEL_SOURCE": url,
-        "CACHE_DIR": str(cache),
-        "MODEL_PATH": str(cache / "model.gguf"),
-        "LLMKUBE_CONNECT_TIMEOUT": "2",
-        "LLMKUBE_STALL_TIMEOUT": "2",
+        **single_env(url, tmp_path / "cache"),
+        **IMPATIENT,
         "LLMKUBE_RETRIES": "1",
-        "LLMKUBE_CONNECTIONS": "1",
         "LLMKUBE_CA_DIR": str(tmp_path / "no-certs"),
         **extra,
     }
-
-
-def stage(env: dict[str, str], fuse: bool = False) -> tuple[StagerError | None, str]:
-    stream = io.StringIO()
-
-    def on_fuse(path: str) -> FsInfo:
-        return replace(probe_fs(path), is_fuse=True, fstype="fuse.bindfs", driver="bindfs")
-
-    effects = Effects(
-        log=Log(stream, "text", Redactor()),
-        probe_fs=on_fuse if fuse else probe_fs,
-        sleep=lambda _s: None,
-    )
-    try:
-        run_stage(load_config(env, {}), effects)
-    except StagerError as err:
-        return err, stream.getvalue()
-    return None, stream.getvalue()
 
 
 def old(path: Path, age_s: float = 3600) -> None:
@@ -80,8 +43,10 @@ def outside_snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
     return {p.name: (p.stat().st_size, p.read_bytes()) for p in directory.iterdir()}
 
 
-def test_a_symlink_named_like_a_partial_is_never_adopted_nor_written(tmp_path: Path) -> None:
-    data = blob(2 * MIB, 1)
+def test_a_symlink_named_like_a_partial_is_never_adopted_nor_written(
+    pod: Pod, tmp_path: Path
+) -> None:
+    data = payload(2 * MIB, 1)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "x").write_bytes(data[:MIB])
@@ -98,9 +63,9 @@ def test_a_symlink_named_like_a_partial_is_never_adopted_nor_written(tmp_path: P
     before = outside_snapshot(outside)
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
-        err, log = stage(env_for(tmp_path, origin.url + PATH))
+        run = pod.stage(env_for(tmp_path, origin.url + PATH))
         gets = origin.requests(PATH, "GET")
-    assert err is None, log
+    assert run.error is None, run.stderr
     assert outside_snapshot(outside) == before, "a file outside the cache was written"
     assert not dest.is_symlink() and dest.read_bytes() == data
     assert all("range" not in g.headers for g in gets), "a symlinked partial was resumed"
@@ -110,9 +75,9 @@ def validator_key(validator: str) -> str:
     return hashlib.sha256(validator.encode()).hexdigest()[:12]
 
 
-def test_a_symlinked_segs_file_is_never_truncated_nor_written(tmp_path: Path) -> None:
+def test_a_symlinked_segs_file_is_never_truncated_nor_written(pod: Pod, tmp_path: Path) -> None:
     size = 40 * MIB
-    data = blob(size, 2)
+    data = payload(size, 2)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "target").write_bytes(b"precious" * 1000)
@@ -127,19 +92,19 @@ def test_a_symlinked_segs_file_is_never_truncated_nor_written(tmp_path: Path) ->
     before = outside_snapshot(outside)
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
-        err, log = stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
-    assert err is None, log
+        run = pod.stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_CONNECTIONS="4"))
+    assert run.error is None, run.stderr
     assert outside_snapshot(outside) == before, "a symlinked segs target was written"
     assert dest.read_bytes() == data
 
 
 def test_a_fifo_or_directory_named_like_a_partial_never_hangs_nor_fails_a_start(
-    tmp_path: Path,
+    pod: Pod, tmp_path: Path
 ) -> None:
     """Through the real CLI with a deadline: a FIFO opened for adoption
     would block forever; a directory failed every start with
     IsADirectoryError (exit 3)."""
-    data = blob(MIB, 3)
+    data = payload(MIB, 3)
     dest = tmp_path / "cache" / "model.gguf"
     dest.parent.mkdir()
     validator = validator_of(len(data), '"v1"')
@@ -154,30 +119,17 @@ def test_a_fifo_or_directory_named_like_a_partial_never_hangs_nor_fails_a_start(
         old(path)
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(tmp_path),
-            **env_for(tmp_path, origin.url + PATH),
-            "LLMKUBE_TERMINATION_LOG": str(tmp_path / "term"),
-        }
-        proc = subprocess.run(
-            [sys.executable, "-m", "llmkube_stager", "stage"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    assert proc.returncode == 0, proc.stderr
+        pod.run(env=env_for(tmp_path, origin.url + PATH), timeout=60).ok()
     assert dest.read_bytes() == data
     assert (directory / "inside").read_bytes() == b"keep"
 
 
-def test_a_partial_with_an_mtime_in_the_future_is_resumed_once_watched(tmp_path: Path) -> None:
+def test_a_partial_with_an_mtime_in_the_future_is_resumed_once_watched(
+    pod: Pod, tmp_path: Path
+) -> None:
     """On FUSE (no cross-node lock), a partial's age decides; an mtime in
     the future has none, and such a partial was never resumed."""
-    data = blob(4 * MIB, 4)
+    data = payload(4 * MIB, 4)
     dest = tmp_path / "cache" / "model.gguf"
     dest.parent.mkdir()
     partial = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
@@ -186,8 +138,10 @@ def test_a_partial_with_an_mtime_in_the_future_is_resumed_once_watched(tmp_path:
     os.utime(partial, (ahead, ahead))
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
-        err, log = stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_PREFETCH_STAGER="true"), True)
+        run = pod.stage(
+            env_for(tmp_path, origin.url + PATH, LLMKUBE_PREFETCH_STAGER="true"), fs=as_fuse
+        )
         gets = origin.requests(PATH, "GET")
-    assert err is None, log
+    assert run.error is None, run.stderr
     assert dest.read_bytes() == data
     assert gets[0].headers.get("range") == f"bytes={3 * MIB}-", "the future partial was not resumed"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llmkube_stager.errors import REMEDY_RATE_LIMITED_HTTP
 from llmkube_stager.logs import Redactor
 from tests.harness.disk import record_of
 from tests.harness.mounts import tmpfs
@@ -56,6 +57,8 @@ def test_429_every_time_fails_rate_limited_after_the_retries(origin, pod) -> Non
     assert run.reason == "ModelSourceRateLimited"
     assert len(origin.requests()) == 3
     assert run.sleeps == [1.0, 1.0]
+    # A plain origin's remedy: HF_TOKEN means nothing to it.
+    assert run.term["remedy"] == REMEDY_RATE_LIMITED_HTTP, run.term
     assert not pod.dest().exists()
 
 

@@ -1,5 +1,5 @@
 """Issue #10: never a wrong file. Each test reproduces one defect of the
-issue in-process against real loopback origins and real files; each failed
+issue in-process (`pod.stage`) against real loopback origins and real files; each failed
 before its fix (see the commit messages).
 
 The lying origins are `tests/torture/rawhttp.RawOrigin` (full control of
@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import io
 import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.config import load_config
-from llmkube_stager.errors import StagerError
 from llmkube_stager.layout import private_partial_path, segmented_paths, validator_of
-from llmkube_stager.logs import Log, Redactor
-from llmkube_stager.stage import Effects, run_stage
 from tests.harness.origin import Fault, Origin
+from tests.harness.pod import IMPATIENT, Pod, single_env
+from tests.harness.sample import payload
 from tests.torture.rawhttp import RawOrigin, Reply, Request, serve
 
 MIB = 1 << 20
@@ -35,63 +30,15 @@ LM1 = "Mon, 01 Jan 2024 00:00:00 GMT"
 LM2 = "Tue, 02 Jan 2024 00:00:00 GMT"
 
 
-def blob(size: int, seed: int) -> bytes:
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest() * 2048
-    return (block * (size // len(block) + 1))[:size]
-
-
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class HookedStream(io.StringIO):
-    """The log stream of the run (an injected effect); `hook(text)` runs on
-    every line, so a test can act at a chosen moment of the run."""
-
-    def __init__(self, hook: Callable[[str], None]) -> None:
-        super().__init__()
-        self._hook = hook
-
-    def write(self, text: str) -> int:
-        n = super().write(text)
-        self._hook(text)
-        return n
-
-
-def stage(
-    env: dict[str, str],
-    on_sleep: Callable[[int], None] | None = None,
-    on_line: Callable[[str], None] | None = None,
-) -> tuple[StagerError | None, str]:
-    config = load_config(env, {})
-    stream: io.StringIO = HookedStream(on_line) if on_line else io.StringIO()
-    sleeps = [0]
-
-    def sleep(seconds: float) -> None:
-        sleeps[0] += 1
-        assert sleeps[0] < 50, "unbounded retries"
-        if on_sleep is not None:
-            on_sleep(sleeps[0])
-
-    try:
-        run_stage(
-            config, Effects(log=Log(stream, "text", Redactor()), probe_fs=probe_fs, sleep=sleep)
-        )
-    except StagerError as err:
-        return err, stream.getvalue()
-    return None, stream.getvalue()
-
-
 def env_for(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
-    cache = tmp_path / "cache"
     return {
-        "MODEL_SOURCE": url,
-        "CACHE_DIR": str(cache),
-        "MODEL_PATH": str(cache / "model.gguf"),
-        "LLMKUBE_CONNECT_TIMEOUT": "2",
-        "LLMKUBE_STALL_TIMEOUT": "2",
+        **single_env(url, tmp_path / "cache"),
+        **IMPATIENT,
         "LLMKUBE_RETRIES": "3",
-        "LLMKUBE_CONNECTIONS": "1",
         **extra,
     }
 
@@ -109,9 +56,9 @@ def markers(dest: Path) -> list[Path]:
 
 @pytest.mark.parametrize("pinned", [False, True], ids=["unpinned", "pinned"])
 def test_d1_partial_taken_away_between_attempts_is_not_rebuilt_at_the_wrong_offset(
-    tmp_path: Path, pinned: bool
+    pod: Pod, tmp_path: Path, pinned: bool
 ) -> None:
-    data = blob(4 * MIB, 1)
+    data = payload(4 * MIB, 1)
     dest = dest_of(tmp_path)
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
@@ -125,8 +72,8 @@ def test_d1_partial_taken_away_between_attempts_is_not_rebuilt_at_the_wrong_offs
                 os.rename(part, part.with_name(stem + ".deadbeef.llmkube-part"))
 
         extra = {"MODEL_SHA256": sha(data)} if pinned else {}
-        err, log = stage(env_for(tmp_path, origin.url + PATH, **extra), on_sleep=adopted_away)
-    assert err is None, log
+        run = pod.stage(env_for(tmp_path, origin.url + PATH, **extra), on_sleep=adopted_away)
+    assert run.error is None, run.stderr
     assert dest.read_bytes() == data, "a 206 body was written at another offset"
     assert markers(dest) == []
 
@@ -134,13 +81,13 @@ def test_d1_partial_taken_away_between_attempts_is_not_rebuilt_at_the_wrong_offs
 # -- defect 2: never resume a partial another process holds open ---------------------
 
 
-def test_d2_a_partial_whose_writer_holds_it_is_not_adopted(tmp_path: Path) -> None:
+def test_d2_a_partial_whose_writer_holds_it_is_not_adopted(pod: Pod, tmp_path: Path) -> None:
     """Off FUSE the directory lock was taken as proof that nobody else
     writes; a live writer that flock does not reach (another node of an
     NFS with local locks) lost its partial at once. A writer holds an flock
     on its own partial: on the same node (or where flock works) that is
     proof of life."""
-    data = blob(2 * MIB, 2)
+    data = payload(2 * MIB, 2)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     live = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
@@ -152,20 +99,22 @@ def test_d2_a_partial_whose_writer_holds_it_is_not_adopted(tmp_path: Path) -> No
     try:
         with Origin() as origin:
             origin.put(PATH, data, etag='"v1"')
-            err, log = stage(env_for(tmp_path, origin.url + PATH))
+            run = pod.stage(env_for(tmp_path, origin.url + PATH))
             gets = origin.requests(PATH, "GET")
     finally:
         os.close(holder)
-    assert err is None, log
+    assert run.error is None, run.stderr
     assert live.exists(), "the live writer's partial was taken"
     assert all("range" not in g.headers for g in gets), "it resumed a live writer's partial"
     assert dest.read_bytes() == data
 
 
-def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(tmp_path: Path) -> None:
+def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(
+    pod: Pod, tmp_path: Path
+) -> None:
     """When liveness cannot be seen (flock does not exclude), two writers
     may share a partial: the adopter must never cut bytes the other wrote."""
-    data = blob(8 * MIB, 3)
+    data = payload(8 * MIB, 3)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     path = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
@@ -198,20 +147,22 @@ def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(tmp_path: Pat
         origin.set_fault(PATH, Fault(rate_bytes_per_s=4 * MIB, methods=("GET",)))
         writer.start()
         try:
-            err, log = stage(env_for(tmp_path, origin.url + PATH))
+            run = pod.stage(env_for(tmp_path, origin.url + PATH))
         finally:
             stop.set()
             writer.join()
     assert shrunk == [], f"the partial was truncated under its writer: {shrunk[:3]}"
-    assert err is None, log
+    assert run.error is None, run.stderr
     assert dest.read_bytes() == data
 
 
 # -- defect 3: a stamp vouches only for bytes it hashed ------------------------------
 
 
-def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(tmp_path: Path) -> None:
-    good, other = blob(MIB, 4), blob(MIB, 5)
+def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(
+    pod: Pod, tmp_path: Path
+) -> None:
+    good, other = payload(MIB, 4), payload(MIB, 5)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     dest.write_bytes(good)
@@ -232,20 +183,20 @@ def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(tmp_path
     with Origin() as origin:
         origin.put(PATH, good, etag='"v1"')
         env = env_for(tmp_path, origin.url + PATH, MODEL_SHA256=sha(good))
-        err, log = stage(env, on_line=replace_after_hashing)
-        assert err is None, log
+        run = pod.stage(env, on_line=replace_after_hashing)
+        assert run.error is None, run.stderr
         assert swapped
         # The next start must not accept the other bytes on the stamp's word.
-        err, log = stage(env)
-    assert err is None, log
+        run = pod.stage(env)
+    assert run.error is None, run.stderr
     assert dest.read_bytes() == good, "a stamp vouched for bytes it never hashed"
 
 
 # -- defects 4 and 5: validators of the partial, checked on every response -----------
 
 
-def test_d4_without_an_etag_a_changed_upstream_is_not_spliced(tmp_path: Path) -> None:
-    v1, v2 = blob(4 * MIB, 6), blob(4 * MIB, 7)
+def test_d4_without_an_etag_a_changed_upstream_is_not_spliced(pod: Pod, tmp_path: Path) -> None:
+    v1, v2 = payload(4 * MIB, 6), payload(4 * MIB, 7)
     current = {"data": v1, "lm": LM1, "cut": True}
 
     def script(request: Request) -> Reply:
@@ -260,18 +211,18 @@ def test_d4_without_an_etag_a_changed_upstream_is_not_spliced(tmp_path: Path) ->
         return reply
 
     with RawOrigin(script) as origin:
-        err, log = stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_RETRIES="0"))
-        assert err is not None, "the first run was cut on purpose"
+        run = pod.stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_RETRIES="0"))
+        assert run.error is not None, "the first run was cut on purpose"
         current.update(data=v2, lm=LM2)
-        err, log = stage(env_for(tmp_path, origin.url + PATH))
-    assert err is None, log
+        run = pod.stage(env_for(tmp_path, origin.url + PATH))
+    assert run.error is None, run.stderr
     assert dest_of(tmp_path).read_bytes() == v2, "old and new bytes were spliced"
 
 
-def test_d5_a_range_answered_with_another_etag_is_not_spliced(tmp_path: Path) -> None:
+def test_d5_a_range_answered_with_another_etag_is_not_spliced(pod: Pod, tmp_path: Path) -> None:
     """An origin that ignores If-Range/If-Match answers the resume with the
     new object's bytes and ETag: nothing compared it with the probed one."""
-    v1, v2 = blob(4 * MIB, 8), blob(4 * MIB, 9)
+    v1, v2 = payload(4 * MIB, 8), payload(4 * MIB, 9)
     state = {"gets": 0}
 
     def script(request: Request) -> Reply:
@@ -287,12 +238,12 @@ def test_d5_a_range_answered_with_another_etag_is_not_spliced(tmp_path: Path) ->
         )
 
     with RawOrigin(script) as origin:
-        err, log = stage(env_for(tmp_path, origin.url + PATH))
+        run = pod.stage(env_for(tmp_path, origin.url + PATH))
     dest = dest_of(tmp_path)
-    if err is None:
+    if run.error is None:
         assert dest.read_bytes() in (v1, v2), "old and new bytes were spliced"
     else:
-        assert err.reason.value == "ModelSourceChanged", log
+        assert run.error.reason.value == "ModelSourceChanged", run.stderr
         assert not dest.exists()
 
 
@@ -301,9 +252,9 @@ def test_d5_a_range_answered_with_another_etag_is_not_spliced(tmp_path: Path) ->
 
 @pytest.mark.parametrize("framing", ["chunked", "close"])
 def test_d6_a_body_longer_than_promised_is_not_written_without_limit(
-    tmp_path: Path, framing: str
+    pod: Pod, tmp_path: Path, framing: str
 ) -> None:
-    data = blob(MIB, 10)
+    data = payload(MIB, 10)
     extra = 96 * MIB
 
     def script(request: Request) -> Reply:
@@ -312,14 +263,18 @@ def test_d6_a_body_longer_than_promised_is_not_written_without_limit(
         return Reply(200, [("ETag", '"v1"')], data + bytes(extra), framing=framing)  # type: ignore[arg-type]
 
     with RawOrigin(script) as origin:
-        err, log = stage(env_for(tmp_path, origin.url + PATH))
+        run = pod.stage(env_for(tmp_path, origin.url + PATH))
         sent = sum(s.body_bytes for s in origin.requests("GET"))
-    assert err is not None and err.reason.value == "ModelTransferSizeMismatch", log
+    assert run.error is not None and run.error.reason.value == "ModelTransferSizeMismatch", (
+        run.stderr
+    )
     assert sent < len(data) + 32 * MIB, f"read {sent} bytes of a body promised at {len(data)}"
     assert not dest_of(tmp_path).exists()
 
 
-def test_d7_a_get_length_other_than_the_probed_size_is_a_size_mismatch(tmp_path: Path) -> None:
+def test_d7_a_get_length_other_than_the_probed_size_is_a_size_mismatch(
+    pod: Pod, tmp_path: Path
+) -> None:
     listed, served = b"x" * 19, b"y" * 28
 
     def script(request: Request) -> Reply:
@@ -328,15 +283,18 @@ def test_d7_a_get_length_other_than_the_probed_size_is_a_size_mismatch(tmp_path:
         return serve(request, served, '"v1"')
 
     with RawOrigin(script) as origin:
-        err, log = stage(env_for(tmp_path, origin.url + PATH))
-    assert err is not None and err.reason.value == "ModelTransferSizeMismatch", log
+        run = pod.stage(env_for(tmp_path, origin.url + PATH))
+    assert run.error is not None and run.error.reason.value == "ModelTransferSizeMismatch", (
+        run.stderr
+    )
     assert not dest_of(tmp_path).exists()
 
 
 def test_d8_a_cut_close_delimited_body_of_unknown_length_is_not_published(
+    pod: Pod,
     tmp_path: Path,
 ) -> None:
-    data = blob(2 * MIB, 11)
+    data = payload(2 * MIB, 11)
 
     def script(request: Request) -> Reply:
         if request.method == "HEAD":
@@ -344,16 +302,16 @@ def test_d8_a_cut_close_delimited_body_of_unknown_length_is_not_published(
         return Reply(200, [("ETag", '"v1"')], data, framing="close", cut_after=MIB)
 
     with RawOrigin(script) as origin:
-        err, _log = stage(env_for(tmp_path, origin.url + PATH))
-    assert err is not None, "a file of unprovable length was published as complete"
+        run = pod.stage(env_for(tmp_path, origin.url + PATH))
+    assert run.error is not None, "a file of unprovable length was published as complete"
     assert not dest_of(tmp_path).exists()
 
 
 @pytest.mark.parametrize("framing", ["chunked", "pinned-close"])
 def test_d8_unknown_length_is_published_when_completeness_is_proven(
-    tmp_path: Path, framing: str
+    pod: Pod, tmp_path: Path, framing: str
 ) -> None:
-    data = blob(2 * MIB, 12)
+    data = payload(2 * MIB, 12)
 
     def script(request: Request) -> Reply:
         if request.method == "HEAD":
@@ -363,24 +321,26 @@ def test_d8_unknown_length_is_published_when_completeness_is_proven(
 
     extra = {"MODEL_SHA256": sha(data)} if framing == "pinned-close" else {}
     with RawOrigin(script) as origin:
-        err, log = stage(env_for(tmp_path, origin.url + PATH, **extra))
-    assert err is None, log
+        run = pod.stage(env_for(tmp_path, origin.url + PATH, **extra))
+    assert run.error is None, run.stderr
     assert dest_of(tmp_path).read_bytes() == data
 
 
 # -- defect 9: an expired signed redirect target ------------------------------------------
 
 
-def test_d9_an_expired_redirect_target_goes_back_to_the_original_url(tmp_path: Path) -> None:
-    data = blob(MIB, 13)
+def test_d9_an_expired_redirect_target_goes_back_to_the_original_url(
+    pod: Pod, tmp_path: Path
+) -> None:
+    data = payload(MIB, 13)
     with Origin() as origin:
         origin.put("/signed/model.gguf", data, etag='"v1"')
         origin.set_fault(PATH, Fault(redirect_to="/signed/model.gguf?sig=abc&expires=1"))
         # The signature expired between the probe and the GET.
         origin.set_fault("/signed/model.gguf", Fault(status=403, times=1, methods=("GET",)))
-        err, log = stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_RETRIES="1"))
+        run = pod.stage(env_for(tmp_path, origin.url + PATH, LLMKUBE_RETRIES="1"))
         first_hops = origin.requests(PATH)
-    assert err is None, log
+    assert run.error is None, run.stderr
     assert dest_of(tmp_path).read_bytes() == data
     assert len(first_hops) >= 2, "it never went back to the original URL"
 
@@ -389,10 +349,11 @@ def test_d9_an_expired_redirect_target_goes_back_to_the_original_url(tmp_path: P
 
 
 def test_d10_parallel_transfer_heartbeats_its_partial_during_retry_after(
+    pod: Pod,
     tmp_path: Path,
 ) -> None:
     size = 40 * MIB
-    data = blob(size, 14)
+    data = payload(size, 14)
     dest = dest_of(tmp_path)
     dest.parent.mkdir(parents=True)
     validator = validator_of(size, '"v1"')
@@ -419,9 +380,9 @@ def test_d10_parallel_transfer_heartbeats_its_partial_during_retry_after(
     with Origin() as origin:
         origin.put(PATH, data, etag='"v1"')
         origin.set_fault(PATH, Fault(status=429, retry_after="1", times=2, methods=("GET",)))
-        err, log = stage(
+        run = pod.stage(
             env_for(tmp_path, origin.url + PATH, LLMKUBE_CONNECTIONS="2"), on_sleep=backoff
         )
-    assert err is None, log
+    assert run.error is None, run.stderr
     assert beats == [True], "a live parallel writer looked idle while it waited"
     assert dest.read_bytes() == data

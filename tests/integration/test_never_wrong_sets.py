@@ -11,89 +11,38 @@ probe is an injected effect too.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import signal
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 import pytest
 
-from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.config import load_config
-from llmkube_stager.errors import Cancelled, StagerError
-from llmkube_stager.logs import Log, Redactor
-from llmkube_stager.model import FsInfo
-from llmkube_stager.stage import Effects, run_stage
+from llmkube_stager.errors import Cancelled
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Fault, Origin
+from tests.harness.pod import Pod, as_fuse
+from tests.harness.sample import payload
 
 REPO = "org/model"
 SHARDS = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
 RECORD = ".llmkube-size"
 
 
-def blob(size: int, seed: int) -> bytes:
-    block = hashlib.sha256(f"seed-{seed}".encode()).digest()
-    return (block * (size // 32 + 1))[:size]
-
-
 def commit_files(seed: int) -> dict[str, bytes]:
     config = json.dumps({"seed": seed, "pad": "x" * 40}).encode()
     return {
         SHARDS[0]: config,
-        SHARDS[1]: blob(256 * 1024, seed * 10 + 1),
-        SHARDS[2]: blob(256 * 1024, seed * 10 + 2),
+        SHARDS[1]: payload(256 * 1024, seed * 10 + 1),
+        SHARDS[2]: payload(256 * 1024, seed * 10 + 2),
     }
-
-
-class Hooked(io.StringIO):
-    def __init__(self, hook: Callable[[str], None]) -> None:
-        super().__init__()
-        self._hook = hook
-
-    def write(self, text: str) -> int:
-        n = super().write(text)
-        self._hook(text)
-        return n
 
 
 class SimulatedKill(BaseException):
     """Stands for a SIGKILL at this moment: nothing after it runs that a
     kill would not have run (no publish, no record, no intent cleared)."""
-
-
-def stage(
-    env: dict[str, str],
-    on_line: Callable[[str], None] | None = None,
-    reader: bool = False,
-) -> tuple[StagerError | None, str]:
-    config = load_config(env, {})
-    stream: io.StringIO = Hooked(on_line) if on_line else io.StringIO()
-
-    def fuse(path: str) -> FsInfo:
-        return replace(probe_fs(path), is_fuse=True, fstype="fuse.bindfs", driver="bindfs")
-
-    effects = Effects(
-        log=Log(stream, "text", Redactor()),
-        probe_fs=fuse if reader else probe_fs,
-        sleep=lambda _s: None,
-    )
-    try:
-        run_stage(config, effects)
-    except StagerError as err:
-        return err, stream.getvalue()
-    return None, stream.getvalue()
-
-
-@pytest.fixture
-def hub() -> Iterator[FakeHub]:
-    with Origin() as cdn, FakeHub(cdn) as fake:
-        yield fake
 
 
 def hf_env(tmp_path: Path, hub: FakeHub, **extra: str) -> dict[str, str]:
@@ -119,21 +68,21 @@ def on_disk(tmp_path: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
 def test_d11_an_interrupted_run_is_not_finished_from_another_commit(
-    tmp_path: Path, hub: FakeHub, policy: str
+    pod: Pod, tmp_path: Path, hub: FakeHub, policy: str
 ) -> None:
     x, y = commit_files(1), commit_files(2)
     hub.add_repo(REPO, x)
     broken = hub.cdn_path_of(REPO, SHARDS[2])
     hub.cdn.set_fault(broken, Fault(status=500))
-    err, log = stage(hf_env(tmp_path, hub))
-    assert err is not None, log
+    run = pod.stage(hf_env(tmp_path, hub))
+    assert run.error is not None, run.stderr
     assert (tmp_path / "cache" / SHARDS[1]).read_bytes() == x[SHARDS[1]]
     hub.cdn.set_fault(broken, None)
     hub.move_branch(REPO, "main", y)
 
-    err, log = stage(hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY=policy))
+    run = pod.stage(hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY=policy))
 
-    assert err is None, log
+    assert run.error is None, run.stderr
     got = on_disk(tmp_path)
     assert got in (x, y), "one manifest, two commits: " + ", ".join(
         f"{rel}={'X' if got[rel] == x[rel] else 'Y'}" for rel in SHARDS
@@ -146,7 +95,7 @@ def test_d11_an_interrupted_run_is_not_finished_from_another_commit(
 
 
 def test_d12_a_copy_without_validators_is_verified_not_judged_by_size(
-    tmp_path: Path, hub: FakeHub
+    pod: Pod, tmp_path: Path, hub: FakeHub
 ) -> None:
     x, y = commit_files(1), commit_files(2)
     assert all(len(x[rel]) == len(y[rel]) for rel in SHARDS)
@@ -157,13 +106,13 @@ def test_d12_a_copy_without_validators_is_verified_not_judged_by_size(
         (cache / rel).write_bytes(data)
         (cache / (rel + RECORD)).write_text(str(len(data)))
 
-    err, log = stage(hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY="OnChange"))
-    assert err is None, log
+    run = pod.stage(hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY="OnChange"))
+    assert run.error is None, run.stderr
     assert on_disk(tmp_path) == y, "the stale copy was judged unchanged by its size"
 
-    err, log = stage(hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY="OnChange"))
-    assert err is None, log
-    assert "downloaded" not in log, log
+    run = pod.stage(hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY="OnChange"))
+    assert run.error is None, run.stderr
+    assert "downloaded" not in run.stderr, run.stderr
     validators = json.loads((cache / ".llmkube-validators").read_text())
     for rel in SHARDS:
         assert validators[rel].strip('"') in (
@@ -181,10 +130,10 @@ def _warm_set(tmp_path: Path, origin: Origin, n: int) -> tuple[list[str], dict[s
     cache.mkdir()
     new = {}
     for i, rel in enumerate(files):
-        old = blob(4096 + i, i)
+        old = payload(4096 + i, i)
         (cache / rel).write_bytes(old)
         (cache / (rel + RECORD)).write_text(str(len(old)))
-        new[rel] = blob(8192 + i, 100 + i)
+        new[rel] = payload(8192 + i, 100 + i)
         origin.put(f"/repo/{rel}", new[rel])
     return files, new
 
@@ -211,7 +160,9 @@ def _interrupt_after_first_publish(action: Callable[[], None]) -> Callable[[str]
     return hook
 
 
-def test_d13_sigterm_during_the_publish_loop_never_leaves_a_mixed_set(tmp_path: Path) -> None:
+def test_d13_sigterm_during_the_publish_loop_never_leaves_a_mixed_set(
+    pod: Pod, tmp_path: Path
+) -> None:
     def on_sigterm(_n: int, _f: FrameType | None) -> None:
         raise Cancelled("received SIGTERM during staging")
 
@@ -220,7 +171,7 @@ def test_d13_sigterm_during_the_publish_loop_never_leaves_a_mixed_set(tmp_path: 
         with Origin() as origin:
             files, new = _warm_set(tmp_path, origin, 12)
             hook = _interrupt_after_first_publish(lambda: os.kill(os.getpid(), signal.SIGTERM))
-            err, log = stage(_http_env(tmp_path, origin, files), on_line=hook)
+            run = pod.stage(_http_env(tmp_path, origin, files), on_line=hook)
     finally:
         signal.signal(signal.SIGTERM, previous)
     cache = tmp_path / "cache"
@@ -229,10 +180,11 @@ def test_d13_sigterm_during_the_publish_loop_never_leaves_a_mixed_set(tmp_path: 
     assert renamed in ([], files), f"SIGTERM left {len(renamed)} of {len(files)} new files"
     for rel in files:
         assert (cache / (rel + RECORD)).read_text() == str(len(got[rel]))
-    assert err is None or err.reason.value == "ModelTransferCancelled", log
+    assert run.error is None or run.error.reason.value == "ModelTransferCancelled", run.stderr
 
 
 def test_d13_a_publish_killed_halfway_is_refused_by_readers_and_rolled_forward(
+    pod: Pod,
     tmp_path: Path,
 ) -> None:
     def kill() -> None:
@@ -242,19 +194,21 @@ def test_d13_a_publish_killed_halfway_is_refused_by_readers_and_rolled_forward(
         files, new = _warm_set(tmp_path, origin, 6)
         env = _http_env(tmp_path, origin, files)
         with pytest.raises(SimulatedKill):
-            stage(env, on_line=_interrupt_after_first_publish(kill))
+            pod.stage(env, on_line=_interrupt_after_first_publish(kill))
         cache = tmp_path / "cache"
         assert (cache / files[0]).read_bytes() == new[files[0]]
         assert (cache / files[-1]).read_bytes() != new[files[-1]]
 
         reader_env = {**env, "LLMKUBE_REFRESH_POLICY": "IfNotPresent"}
-        err, log = stage(reader_env, reader=True)
-        assert err is not None, "a reader served a half-published set as whole:\n" + log
-        assert err.reason.value == "ModelCacheIncomplete", log
+        run = pod.stage(reader_env, fs=as_fuse)
+        assert run.error is not None, (
+            "a reader served a half-published set as whole:\n" + run.stderr
+        )
+        assert run.error.reason.value == "ModelCacheIncomplete", run.stderr
 
         origin.clear_log()
-        err, log = stage(reader_env)
-        assert err is None, log
+        run = pod.stage(reader_env)
+        assert run.error is None, run.stderr
     assert {rel: (cache / rel).read_bytes() for rel in files} == new
     for rel in files:
         assert (cache / (rel + RECORD)).read_text() == str(len(new[rel]))

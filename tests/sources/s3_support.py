@@ -1,5 +1,5 @@
-"""Helpers of the S3 tests: the pod environment for SeaweedFS (through its
-recording front), uploads, and a fetcher built the way the stage builds it."""
+"""Helpers of the S3 tests: the pod environment for SeaweedFS (s3_env, from
+tests/harness/seaweed.py), and a fetcher built the way the stage builds it."""
 
 from __future__ import annotations
 
@@ -8,23 +8,12 @@ from collections.abc import Mapping
 from llmkube_stager.config import load_config
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.s3 import S3Fetcher, S3Source
-from tests.harness.seaweed import READER, SeaweedS3
+from tests.harness.seaweed import s3_env
+
+__all__ = ["KIB", "MIB", "fetcher_for", "s3_env", "without_keys"]
 
 KIB = 1024
 MIB = 1024 * KIB
-
-
-def s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
-    """Static keys of the read-only identity; instance metadata off, so a
-    test that finds no credentials does not wait for 169.254.169.254."""
-    return {
-        "AWS_ENDPOINT_URL": s3.endpoint_url,
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": READER[0],
-        "AWS_SECRET_ACCESS_KEY": READER[1],
-        "AWS_EC2_METADATA_DISABLED": "true",
-        **extra,
-    }
 
 
 def without_keys(env: Mapping[str, str]) -> dict[str, str]:

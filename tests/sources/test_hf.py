@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM
+from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM, REMEDY_RATE_LIMITED_HF
 from llmkube_stager.model import Decision
 from sources.support import sha256
 from tests.harness.canary import HF_TOKEN, leaks
@@ -358,6 +358,7 @@ def test_429_every_time_is_rate_limited(pod, hub, cdn) -> None:
     assert [r.status for r in hub.requests("api")] == [429, 429, 429]
     assert hub.requests("resolve") == [] and cdn.requests() == []
     assert run.error is not None and run.error.retryable
+    assert run.term["remedy"] == REMEDY_RATE_LIMITED_HF  # set HF_TOKEN
     assert not pod.cache_dir.exists() or tree(pod.cache_dir).keys() <= {".llmkube.lock"}
 
 
@@ -602,7 +603,7 @@ def test_hub_api_resolve_and_cdn_all_go_through_http_proxy(pod, hub, cdn) -> Non
 def test_the_serving_containers_offline_switch_does_not_stop_the_stager(pod, hub, cdn) -> None:
     """HF_HUB_OFFLINE is set for vLLM and reaches the init container through a
     shared envFrom; the scripts' curl ignored it, and so does the agent's own
-    hub client (docs/sources-hf.md)."""
+    hub client (docs/sources.md)."""
     hub.add_repo(REPO, repo_files())
 
     run = pod.run(env=hf_env(pod, hub, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))

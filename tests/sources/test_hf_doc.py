@@ -1,4 +1,4 @@
-"""docs/sources-hf.md's error table is what the code does: every row is
+"""The Hugging Face error table of docs/sources.md is what the code does: every row is
 replayed against the fake hub through the real huggingface_hub client and
 the real stage pipeline, and must end in the row's reason and retryable.
 A row this file cannot replay fails the test (add its replay here)."""
@@ -18,7 +18,7 @@ from tests.harness.origin import Origin, closed_port_url
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "sources-hf.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 HEADER = "| step | hub answer | HF_TOKEN | reason | retryable |"
 REPO = "org/repo"
 FILE = "model.safetensors"

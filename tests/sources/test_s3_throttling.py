@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from llmkube_stager.errors import REMEDY_RATE_LIMITED_S3
 from sources.s3_support import KIB, s3_env
 from tests.harness.s3front import S3Fault
 from tests.harness.sample import payload
@@ -32,6 +33,7 @@ def test_a_throttled_head_is_rate_limited_after_one_request_per_attempt(
     assert [r.status for r in heads] == [status] * (1 + RETRIES)
     assert len(run.sleeps) == RETRIES and all(w > 0 for w in run.sleeps)
     assert run.error.retryable
+    assert run.error.source_kind == "s3" and run.error.remedy == REMEDY_RATE_LIMITED_S3
     assert not pod.dest().exists()
 
 
@@ -74,6 +76,9 @@ def test_a_get_throttled_to_the_end_is_rate_limited_cli(pod, s3, bucket) -> None
 
     run.failed("ModelSourceRateLimited", retryable=True)
     assert [r.status for r in s3.object_requests(bucket, "GET")] == [503, 503]
+    # S3's remedy, not the hub's (HF_TOKEN means nothing to S3).
+    assert run.term["remedy"] == REMEDY_RATE_LIMITED_S3, run.term
+    assert "HF_TOKEN" not in run.term["message"]
 
 
 def test_an_internal_error_is_unavailable_not_rate_limited(pod, s3, bucket) -> None:

@@ -13,9 +13,10 @@ run's).
 
 Shared fixtures: `scale`, `stats`, `shims` (LD_PRELOAD objects compiled
 here with gcc: a no-op flock standing in for NFS with node-local locks, and
-a clock offset standing in for a node whose clock is fast), `origin`,
-`raw_origin` (tests/torture/rawhttp.py), `two_nodes` (two bindfs mounts of
-one directory), and the `cli` runner.
+a clock offset standing in for a node whose clock is fast), `two_nodes` (two
+bindfs mounts of one directory), the torture budget of the suite's `pod`
+(tests/harness/pod.py) and the hostile tests' `sandbox` (hostile_support).
+`origin` is the suite's (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -24,20 +25,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile_support import Sandbox, open_sandbox
 
-from tests.harness.origin import Origin
-from tests.harness.schema import validate_termination
+from tests.harness.mounts import TwoNodes, fuse_missing, two_mounts
+from tests.harness.pod import NOBODY
 
-ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("LLMKUBE_TORTURE", "quick") == "full"
 
 _FLOCK_SHIM = r"""
@@ -168,111 +168,36 @@ def shims() -> Iterator[Shims]:
 
 
 @pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        yield srv
-
-
-@dataclass
-class Ran:
-    returncode: int
-    stderr: str
-    term: dict[str, Any] | None
-
-    def __str__(self) -> str:
-        return f"rc={self.returncode} term={self.term}\n{self.stderr[-3000:]}"
-
-
-class Cli:
-    """`python -m llmkube_stager stage` as a pod runs it, with a minimal
-    environment, a deadline on every run, and its termination message."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.count = 0
-        home = tmp / "home"
-        home.mkdir(exist_ok=True)
-        self.base = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "LANG": "C.UTF-8",
-            "LLMKUBE_CA_DIR": str(tmp / "no-certs"),
-            "LLMKUBE_CONNECT_TIMEOUT": "2",
-            "LLMKUBE_STALL_TIMEOUT": "3",
-            "LLMKUBE_RETRIES": "3",
-            "LLMKUBE_MAX_RETRY_WAIT": "1",
-        }
-
-    def _env(self, env: dict[str, str]) -> tuple[dict[str, str], Path]:
-        self.count += 1
-        term = self.tmp / f"term-{self.count}"
-        return {**self.base, **env, "LLMKUBE_TERMINATION_LOG": str(term)}, term
-
-    def start(self, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
-        full, term = self._env(env)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llmkube_stager", "stage"],
-            env=full,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        return proc, term
-
-    @staticmethod
-    def finish(proc: subprocess.Popen[str], term: Path, deadline_s: float = 120) -> Ran:
-        try:
-            _, err = proc.communicate(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            raise AssertionError(f"a stage run hung past {deadline_s}s:\n{err[-3000:]}") from None
-        raw = term.read_bytes() if term.exists() else b""
-        doc = validate_termination(raw) if raw else None
-        return Ran(proc.returncode, err, doc)
-
-    def run(self, env: dict[str, str], deadline_s: float = 120) -> Ran:
-        proc, term = self.start(env)
-        return self.finish(proc, term, deadline_s)
+def pod_budget() -> Mapping[str, str]:
+    """Room for the faults and kills of a torture round (a run still has
+    a deadline: `Pod.finish` fails one that hangs)."""
+    return {
+        "LLMKUBE_CONNECT_TIMEOUT": "2",
+        "LLMKUBE_STALL_TIMEOUT": "3",
+        "LLMKUBE_RETRIES": "3",
+        "LLMKUBE_MAX_RETRY_WAIT": "1",
+    }
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
-
-
-@dataclass(frozen=True)
-class Nodes:
-    backing: Path
-    node1: Path
-    node2: Path
+def sandbox() -> Iterator[Sandbox]:
+    with open_sandbox() as box:
+        yield box
 
 
 @pytest.fixture
-def two_nodes(tmp_path: Path) -> Iterator[Nodes]:
+def nobody_sandbox() -> Iterator[Sandbox]:
+    """A sandbox whose runs are uid 65534's, for whom mode 000 means unreadable."""
+    with open_sandbox(NOBODY) as box:
+        yield box
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[TwoNodes]:
     """Two bindfs mounts of one directory: flock excludes within a mount,
     not across them (two nodes of one FUSE volume)."""
-    from tests.fuse.fuse_support import mount_bindfs, unmount
-
-    missing = None
-    if shutil.which("bindfs") is None:
-        missing = "bindfs not installed"
-    elif not os.path.exists("/dev/fuse"):
-        missing = "no /dev/fuse"
-    elif os.geteuid() != 0:
-        missing = "needs root for mount"
+    missing = fuse_missing()
     if missing:
         pytest.skip(missing)
-    backing = tmp_path / "shared"
-    backing.mkdir()
-    node1, node2 = tmp_path / "node1", tmp_path / "node2"
-    mount_bindfs(backing, node1)
-    try:
-        mount_bindfs(backing, node2)
-        try:
-            yield Nodes(backing, node1, node2)
-        finally:
-            unmount(node2)
-    finally:
-        unmount(node1)
+    with two_mounts(tmp_path) as nodes:
+        yield nodes

@@ -7,14 +7,12 @@ ENOSPC in the middle of a write, or when the size record is written, is
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hostile_support import Sandbox, open_sandbox, sha256
 
+from tests.harness.mounts import tmpfs
 from tests.harness.origin import Fault, Origin
 
 pytestmark = pytest.mark.torture
@@ -25,28 +23,18 @@ BIG = os.urandom(3 * 1024 * KIB)  # 3 MiB, does not fit a 2 MiB volume
 
 
 @pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        srv.put("/m/small.bin", SMALL)
-        srv.put("/m/big.bin", BIG)
-        yield srv
-
-
-def _mount_tmpfs(point: Path, options: str) -> None:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root and mount(8) for a small tmpfs cache volume")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
+def origin(origin: Origin) -> Origin:
+    """The suite's origin, serving the model."""
+    origin.put("/m/small.bin", SMALL)
+    origin.put("/m/big.bin", BIG)
+    return origin
 
 
 @pytest.fixture
 def small_volume() -> Iterator[Sandbox]:
     """The sandbox's volume is a 2 MiB tmpfs."""
-    with open_sandbox() as box:
-        _mount_tmpfs(box.volume, "size=2m,mode=0755")
-        try:
-            yield box
-        finally:
-            subprocess.run(["umount", "-l", str(box.volume)], check=False)
+    with open_sandbox() as box, tmpfs(box.volume, "size=2m,mode=0755"):
+        yield box
 
 
 def _published(box: Sandbox) -> dict[str, tuple[str, str]]:
@@ -67,7 +55,7 @@ def test_the_preflight_refuses_what_cannot_fit(small_volume: Sandbox, origin: Or
 
     run = box.run("stage")
 
-    doc = run.failed("ModelTransferOutOfSpace")
+    doc = run.failed("ModelTransferOutOfSpace").term
     assert doc["file"] == "big.bin", doc
     assert _published(box) == before, "a published file was damaged"
     assert not (box.cache / "big.bin").exists()
@@ -97,23 +85,19 @@ def test_enospc_in_the_middle_of_a_write(small_volume: Sandbox, origin: Origin) 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
 def test_enospc_on_inodes_at_the_size_record(policy: str, origin: Origin) -> None:
     """The bytes fit but no inode is left for the record's temp file."""
-    with open_sandbox() as box:
-        _mount_tmpfs(box.volume, "size=2m,nr_inodes=4,mode=0755")
-        try:
-            box.single(origin.url + "/m/small.bin", name="small.bin")
-            box.env["LLMKUBE_REFRESH_POLICY"] = policy
-            box.env["LLMKUBE_CONNECTIONS"] = "1"
+    with open_sandbox() as box, tmpfs(box.volume, "size=2m,nr_inodes=4,mode=0755"):
+        box.single(origin.url + "/m/small.bin", name="small.bin")
+        box.env["LLMKUBE_REFRESH_POLICY"] = policy
+        box.env["LLMKUBE_CONNECTIONS"] = "1"
 
-            run = box.run("stage")
+        run = box.run("stage")
 
-            doc = run.failed("ModelTransferOutOfSpace")
-            assert "recording the size" in doc["message"], doc
-            # Published before its record: complete and right, a legacy copy
-            # the next writer backfills.
-            assert (box.cache / "small.bin").read_bytes() == SMALL
-            assert not list(box.cache.glob("*.llmkube-tmp.*")), "a record temp was left"
-        finally:
-            subprocess.run(["umount", "-l", str(box.volume)], check=False)
+        doc = run.failed("ModelTransferOutOfSpace").term
+        assert "recording the size" in doc["message"], doc
+        # Published before its record: complete and right, a legacy copy
+        # the next writer backfills.
+        assert (box.cache / "small.bin").read_bytes() == SMALL
+        assert not list(box.cache.glob("*.llmkube-tmp.*")), "a record temp was left"
 
 
 def test_a_full_volume_never_damages_a_warm_copy(small_volume: Sandbox, origin: Origin) -> None:

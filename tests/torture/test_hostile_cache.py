@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hostile_support import (
     KINDS,
-    NOBODY,
-    Result,
     Sandbox,
     key_of,
-    open_sandbox,
     plant,
     sha256,
     snapshot,
 )
 
 from tests.harness.origin import Origin
+from tests.harness.pod import Run
 
 pytestmark = pytest.mark.torture
 
@@ -73,23 +70,11 @@ ALL_KINDS = (*KINDS, "dirlink")
 
 
 @pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    with open_sandbox() as box:
-        yield box
-
-
-@pytest.fixture
-def nobody_sandbox() -> Iterator[Sandbox]:
-    with open_sandbox(NOBODY) as box:
-        yield box
-
-
-@pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        srv.put("/m/model.gguf", DATA, etag=ETAG)
-        srv.put("/m/sub/extra.bin", DATA[:1000], etag='"v2"')
-        yield srv
+def origin(origin: Origin) -> Origin:
+    """The suite's origin, serving the model."""
+    origin.put("/m/model.gguf", DATA, etag=ETAG)
+    origin.put("/m/sub/extra.bin", DATA[:1000], etag='"v2"')
+    return origin
 
 
 def _plant(path: Path, kind: str, box: Sandbox) -> None:
@@ -110,7 +95,7 @@ def _warm(box: Sandbox, dest: Path) -> None:
     (dest.parent / (dest.name + ".llmkube-size")).write_text(str(len(DATA)))
 
 
-def _check_stage(run: Result, dest: Path) -> None:
+def _check_stage(run: Run, dest: Path) -> None:
     """A stage that succeeded published the origin's bytes as a real file."""
     if run.returncode == 0:
         assert not dest.is_symlink() and dest.is_file(), str(run)
@@ -195,7 +180,7 @@ def test_a_planted_lock_symlink_creates_nothing_outside(sandbox: Sandbox, origin
 
     assert not target.exists(), f"O_CREAT followed the planted symlink\n{run}"
     assert snapshot(sandbox.outside) == before
-    doc = run.failed("ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert "outside" in doc["remedy"], doc
     assert not (sandbox.cache / "model.gguf").exists()
 
@@ -207,7 +192,7 @@ def test_a_fifo_lock_is_refused_without_blocking(sandbox: Sandbox, origin: Origi
 
     run = sandbox.run("stage")
 
-    doc = run.failed("ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert ".llmkube.lock" in doc["message"], doc
 
 
@@ -226,7 +211,7 @@ def test_a_symlinked_subdirectory_is_refused_before_creating_anything(
     run = sandbox.run("stage")
 
     assert snapshot(sandbox.outside) == before, f"makedirs created directories outside\n{run}"
-    doc = run.failed("ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert "outside" in doc["remedy"] and "read-only" not in doc["remedy"], doc
     assert "sub" in doc["message"], doc
 
@@ -240,7 +225,7 @@ def test_a_symlinked_model_directory_is_refused(sandbox: Sandbox, origin: Origin
     run = sandbox.run("stage")
 
     assert snapshot(sandbox.outside) == before, str(run)
-    doc = run.failed("ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert "outside" in doc["remedy"], doc
 
 
@@ -302,14 +287,14 @@ def test_an_unreadable_record_makes_the_file_unusable_and_is_never_overwritten(
 
     run = box.run("stage")
 
-    doc = run.failed("ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert "fsGroup" in doc["remedy"], doc
     assert record.read_text() == str(len(DATA)), "the unreadable record was overwritten"
     assert (record.stat().st_uid, record.stat().st_mode & 0o777) == (0, 0)
     assert dest.read_bytes() == DATA[:1000], "the short file was kept as if legacy"
 
     verified = box.run("verify")
-    doc = verified.failed("ModelCacheIncomplete")
+    doc = verified.failed("ModelCacheIncomplete").term
     assert "fsGroup" in doc["remedy"], doc
 
 
@@ -335,7 +320,7 @@ def test_an_unreadable_subdirectory_is_a_cache_reason_not_a_bug(
         assert "unreadable" in run.stdout and "Permission denied" in run.stdout, str(run)
         return
     expected = "ModelCacheUnwritable" if command == "stage" else "ModelCacheIncomplete"
-    doc = run.failed(expected)
+    doc = run.failed(expected).term
     assert "fsGroup" in doc["remedy"], doc
 
 
@@ -351,7 +336,7 @@ def test_an_unwritable_subdirectory_fails_the_transfer_as_unwritable(
 
     run = box.run("stage")
 
-    doc = run.failed("ModelCacheUnwritable")
+    doc = run.failed("ModelCacheUnwritable").term
     assert "fsGroup" in doc["remedy"], doc
 
 

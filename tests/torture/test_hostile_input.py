@@ -9,13 +9,13 @@ so the CLI gets the largest value exec allows; the 1 MB values go through
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_support import ROOT, Result, Sandbox, open_sandbox, snapshot
+from hostile_support import ROOT, Sandbox, snapshot
 
 from tests.harness.origin import Origin
+from tests.harness.pod import Run
 
 pytestmark = pytest.mark.torture
 
@@ -24,26 +24,20 @@ PIN = "ab" * 32
 
 
 @pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    with open_sandbox() as box:
-        yield box
+def origin(origin: Origin) -> Origin:
+    """The suite's origin, serving the model."""
+    origin.put("/m/model.gguf", b"weights")
+    return origin
 
 
-@pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        srv.put("/m/model.gguf", b"weights")
-        yield srv
-
-
-def _refused(run: Result, box: Sandbox, reason: str) -> None:
+def _refused(run: Run, box: Sandbox, reason: str) -> None:
     if box.env.get("LLMKUBE_TERMINATION_LOG", "/").startswith("/") is False:
         # No termination message where a relative path would put it (the
         # working directory); the log says why.
         assert run.returncode == 2 and f"ERROR: {reason}:" in run.stderr, str(run)
         assert not Path(ROOT, box.env["LLMKUBE_TERMINATION_LOG"]).exists()
         return
-    doc = run.failed(reason, exit_code=2)
+    doc = run.failed(reason, exit_code=2).term
     assert doc["retryable"] is False, doc
     assert len(run.term_raw or b"") <= 4096
     assert list(box.volume.iterdir()) == [], f"something was written before the refusal\n{run}"

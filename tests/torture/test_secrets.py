@@ -11,73 +11,32 @@ Each canary is random; any 12-character piece of one in an output is a leak.
 from __future__ import annotations
 
 import os
-import secrets
-import string
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_support import Result, Sandbox, open_sandbox
+from hostile_support import Sandbox
 
+from tests.harness.canary import Secrets, assert_no_leak, outputs_of
 from tests.harness.origin import Origin
+from tests.harness.pod import Run
 
 pytestmark = pytest.mark.torture
 
-_ALNUM = string.ascii_letters + string.digits
+SECRETS = Secrets.new()
+URL_PASSWORD = SECRETS.url_password
+SIGNATURE = SECRETS.url_signature
+PROXY_PASSWORD = SECRETS.proxy_password
 
 
-def _rand(n: int, alphabet: str = _ALNUM) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(n))
-
-
-HF_TOKEN = "hf_" + _rand(34)
-AWS_KEY_ID = "AKIA" + _rand(16, string.ascii_uppercase + string.digits)
-AWS_SECRET = _rand(40, _ALNUM + "/+")
-AWS_SESSION = "IQoJb3JpZ2lu" + _rand(80, _ALNUM + "/+")
-URL_PASSWORD = "pw" + _rand(24)
-SIGNATURE = _rand(64, "0123456789abcdef")
-PROXY_PASSWORD = "px" + _rand(24)
-CANARIES = (HF_TOKEN, AWS_KEY_ID, AWS_SECRET, AWS_SESSION, URL_PASSWORD, SIGNATURE, PROXY_PASSWORD)
-SECRET_ENV = {
-    "HF_TOKEN": HF_TOKEN,
-    "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
-    "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
-    "AWS_SESSION_TOKEN": AWS_SESSION,
-}
-
-
-def _pieces(canary: str) -> list[str]:
-    return [canary[i : i + 12] for i in range(0, len(canary) - 11)]
-
-
-def assert_no_canary(run: Result, cache: Path) -> None:
-    outputs = {
-        "stdout": run.stdout,
-        "stderr": run.stderr,
-        "termination": (run.term_raw or b"").decode(errors="replace"),
-    }
-    if cache.exists():
-        for path in cache.rglob("*"):
-            if path.is_file() and not path.is_symlink():
-                with open(path, "rb") as handle:
-                    outputs[str(path)] = handle.read(1 << 20).decode(errors="replace")
-    for where, text in outputs.items():
-        for canary in CANARIES:
-            for piece in _pieces(canary):
-                assert piece not in text, f"a secret leaked into {where}\n{run}"
+def assert_no_canary(run: Run, cache: Path) -> None:
+    assert_no_leak(outputs_of(run, cache), SECRETS.named)
 
 
 @pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    with open_sandbox() as box:
-        yield box
-
-
-@pytest.fixture
-def origin() -> Iterator[Origin]:
-    with Origin() as srv:
-        srv.put("/m/model.gguf", b"weights" * 1000)
-        yield srv
+def origin(origin: Origin) -> Origin:
+    """The suite's origin, serving the model."""
+    origin.put("/m/model.gguf", b"weights" * 1000)
+    return origin
 
 
 def _secret_source(origin: Origin) -> str:
@@ -86,7 +45,7 @@ def _secret_source(origin: Origin) -> str:
 
 
 def _with_secrets(box: Sandbox, origin: Origin) -> None:
-    box.env.update(SECRET_ENV)
+    box.env.update(SECRETS.env)
     box.env["HTTPS_PROXY"] = f"http://u:{PROXY_PASSWORD}@127.0.0.1:9"
     box.env["NO_PROXY"] = "127.0.0.1,localhost"
     box.multi(_secret_source(origin), ["model.gguf"])

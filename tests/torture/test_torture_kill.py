@@ -14,26 +14,24 @@ import time
 from pathlib import Path
 
 from tests.harness.origin import Origin
-from tests.torture.conftest import Cli, Scale, Stats
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
+from tests.torture.conftest import Scale, Stats
 from tests.torture.promise import check_cache
 
 MIB = 1 << 20
 
 
-def blob(size: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(size)
-
-
 def _model(rng: random.Random, seed: int) -> dict[str, bytes]:
     shape = rng.choice(["single", "multi", "big"])
     if shape == "single":
-        return {"model.gguf": blob(rng.randint(1, 6) * MIB + rng.randint(0, 4095), seed)}
+        return {"model.gguf": payload(rng.randint(1, 6) * MIB + rng.randint(0, 4095), seed)}
     if shape == "big":  # parallel ranges (>= 32 MiB) with widening
-        return {"model.gguf": blob(36 * MIB + rng.randint(0, 4095), seed)}
+        return {"model.gguf": payload(36 * MIB + rng.randint(0, 4095), seed)}
     return {
-        "config.json": blob(rng.randint(10, 900), seed + 1),
-        "model-00001-of-00002.safetensors": blob(rng.randint(1, 4) * MIB, seed + 2),
-        "model-00002-of-00002.safetensors": blob(rng.randint(1, 4) * MIB + 7, seed + 3),
+        "config.json": payload(rng.randint(10, 900), seed + 1),
+        "model-00001-of-00002.safetensors": payload(rng.randint(1, 4) * MIB, seed + 2),
+        "model-00002-of-00002.safetensors": payload(rng.randint(1, 4) * MIB + 7, seed + 3),
     }
 
 
@@ -59,7 +57,7 @@ def _env(root: Path, base_url: str, files: dict[str, bytes], rng: random.Random)
     return env
 
 
-def _round(cli: Cli, origin: Origin, tmp: Path, seed: int, stats: Stats) -> None:
+def _round(pod: Pod, origin: Origin, tmp: Path, seed: int, stats: Stats) -> None:
     rng = random.Random(seed)
     files = _model(rng, seed)
     prefix = f"/r{seed}"
@@ -71,22 +69,23 @@ def _round(cli: Cli, origin: Origin, tmp: Path, seed: int, stats: Stats) -> None
     size = sum(len(d) for d in files.values())
     kills = rng.randint(1, 4)
     for _ in range(kills):
-        proc, term = cli.start(env)
+        proc = pod.popen(env=env)
         time.sleep(rng.uniform(0.05, 1.5))
         proc.send_signal(signal.SIGKILL)
-        cli.finish(proc, term, 30)
+        pod.finish(proc, 30)
     if rng.random() < 0.3:
         # The upstream moves on between kills: OnChange must end on the new
         # set, IfNotPresent on one whole version per file.
         files = {
-            rel: blob(len(data) + 11, seed + 50 + i) for i, (rel, data) in enumerate(files.items())
+            rel: payload(len(data) + 11, seed + 50 + i)
+            for i, (rel, data) in enumerate(files.items())
         }
         for rel, data in files.items():
             origin.put(f"{prefix}/{rel}", data, rate_bytes_per_s=rate)
         env = _env(root, origin.url + prefix, files, random.Random(seed))
         env["LLMKUBE_REFRESH_POLICY"] = "OnChange"
         size += sum(len(d) for d in files.values())
-    ran = cli.run(env, 120)
+    ran = pod.run(env=env, timeout=120)
     assert ran.returncode == 0, f"seed {seed}: {ran}"
     broken = check_cache(root, files)
     served = sum(r.body_bytes for r in origin.requests(method="GET") if r.path.startswith(prefix))
@@ -97,7 +96,7 @@ def _round(cli: Cli, origin: Origin, tmp: Path, seed: int, stats: Stats) -> None
 
 
 def test_kill_nine_loop(
-    cli: Cli, origin: Origin, tmp_path: Path, scale: Scale, stats: Stats
+    pod: Pod, origin: Origin, tmp_path: Path, scale: Scale, stats: Stats
 ) -> None:
     for seed in range(scale.n(6, 100)):
-        _round(cli, origin, tmp_path, 1000 + seed, stats)
+        _round(pod, origin, tmp_path, 1000 + seed, stats)

@@ -11,12 +11,12 @@ import hashlib
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness.origin import Fault, Origin
-from tests.torture.conftest import Cli, Stats
+from tests.harness.pod import Pod, Run
+from tests.torture.conftest import Stats
 from tests.torture.promise import check_cache
 from tests.torture.rawhttp import RawOrigin, Reply, Request, serve
 
@@ -61,21 +61,21 @@ FAULTS: dict[str, tuple[Fault | list[Fault], str | None]] = {
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
-def test_faulty_origin(name: str, cli: Cli, origin: Origin, tmp_path: Path, stats: Stats) -> None:
+def test_faulty_origin(name: str, pod: Pod, origin: Origin, tmp_path: Path, stats: Stats) -> None:
     faults, reason = FAULTS[name]
     origin.put(PATH, DATA, etag='"v1"')
     sequence = faults if isinstance(faults, list) else [faults]
     origin.set_fault(PATH, sequence[0])
     env = _env(tmp_path, origin.url + PATH, LLMKUBE_RETRIES="3", LLMKUBE_STALL_TIMEOUT="1")
     if len(sequence) > 1:
-        cli.run(env, 60)  # the first fault leaves a partial to resume
+        pod.run(env=env, timeout=60)  # the first fault leaves a partial to resume
         origin.set_fault(PATH, sequence[1])
-    ran = cli.run(env, 90)
+    ran = pod.run(env=env, timeout=90)
     _judge(ran, reason, tmp_path, stats, name)
 
 
-def _judge(ran: Any, reason: str | None, tmp: Path, stats: Stats, name: str) -> None:
-    assert ran.term is not None, f"{name}: no termination message: {ran}"
+def _judge(ran: Run, reason: str | None, tmp: Path, stats: Stats, name: str) -> None:
+    assert ran.term_raw is not None, f"{name}: no termination message: {ran}"
     dest = tmp / "cache" / "model.gguf"
     stats.add(origin_cases=1)
     if reason is None:
@@ -133,7 +133,7 @@ LIES = {
 
 
 @pytest.mark.parametrize("kind", sorted(LIES))
-def test_lying_origin(kind: str, cli: Cli, tmp_path: Path, stats: Stats) -> None:
+def test_lying_origin(kind: str, pod: Pod, tmp_path: Path, stats: Stats) -> None:
     reason = LIES[kind]
     script = _lie(kind)
     if kind == "short-length":
@@ -146,5 +146,6 @@ def test_lying_origin(kind: str, cli: Cli, tmp_path: Path, stats: Stats) -> None
 
     with RawOrigin(script) as raw:
         pin = hashlib.sha256(DATA).hexdigest()
-        ran = cli.run(_env(tmp_path, raw.url + PATH, LLMKUBE_RETRIES="2", MODEL_SHA256=pin), 90)
+        env = _env(tmp_path, raw.url + PATH, LLMKUBE_RETRIES="2", MODEL_SHA256=pin)
+        ran = pod.run(env=env, timeout=90)
     _judge(ran, reason, tmp_path, stats, kind)

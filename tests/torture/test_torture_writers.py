@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import random
 import signal
-import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from tests.harness.mounts import TwoNodes
 from tests.harness.origin import Origin
-from tests.torture.conftest import Cli, Nodes, Scale, Shims, Stats
+from tests.harness.pod import Pod
+from tests.torture.conftest import Scale, Shims, Stats
 from tests.torture.promise import check_cache
 
 MIB = 1 << 20
@@ -37,31 +39,32 @@ def _env(url: str, root: Path, pin: str | None, connections: str) -> dict[str, s
 
 
 def _race(
-    cli: Cli,
+    writers: list[Pod],
     envs: list[dict[str, str]],
     rng: random.Random,
     freeze_s: float,
 ) -> list[int]:
-    """Start both writers, freeze one, kill/restart at random; every
-    writer finally runs to its end. Returns the final exit codes."""
-    procs: list[tuple[subprocess.Popen[str], Path]] = [cli.start(env) for env in envs]
+    """Start both writers (each a pod with its own termination log), freeze
+    one, kill/restart at random; every writer finally runs to its end.
+    Returns the final exit codes."""
+    procs = [pod.popen(env=env) for pod, env in zip(writers, envs, strict=True)]
     time.sleep(rng.uniform(0.1, 0.8))
     victim = rng.randrange(len(procs))
     action = rng.choice(["freeze", "kill", "both"])
     if action in ("freeze", "both"):
-        procs[victim][0].send_signal(signal.SIGSTOP)
+        procs[victim].send_signal(signal.SIGSTOP)
         time.sleep(freeze_s)
-        procs[victim][0].send_signal(signal.SIGCONT)
+        procs[victim].send_signal(signal.SIGCONT)
     if action in ("kill", "both"):
         other = 1 - victim
-        procs[other][0].send_signal(signal.SIGKILL)
-        cli.finish(*procs[other], 30)
-        procs[other] = cli.start(envs[other])
-    return [cli.finish(proc, term, 180).returncode for proc, term in procs]
+        procs[other].send_signal(signal.SIGKILL)
+        writers[other].finish(procs[other], 30)
+        procs[other] = writers[other].popen(env=envs[other])
+    return [pod.finish(proc, 180).returncode for pod, proc in zip(writers, procs, strict=True)]
 
 
 def _round(
-    cli: Cli,
+    writers: list[Pod],
     origin: Origin,
     roots: list[Path],
     check_root: Path,
@@ -84,7 +87,7 @@ def _round(
         for root, pin in zip(roots, pins, strict=True)
     ]
     envs[1].update(second_env or {})
-    codes = _race(cli, envs, rng, freeze_s)
+    codes = _race(writers, envs, rng, freeze_s)
     for code, pin in zip(codes, pins, strict=True):
         if pin == "0" * 64:
             assert code != 0, "a writer with a wrong pin published"
@@ -95,29 +98,45 @@ def _round(
     assert broken == [], f"seed {seed}: {broken}"
 
 
+def _writers(tmp: Path, budget: Mapping[str, str], preload: str) -> list[Pod]:
+    """Two pods in one tmp directory, every run under the LD_PRELOAD shim."""
+    return [Pod(tmp, {"LD_PRELOAD": preload}, budget=budget) for _ in range(2)]
+
+
 def test_two_writers_where_flock_is_a_no_op(
-    cli: Cli, origin: Origin, tmp_path: Path, shims: Shims, scale: Scale, stats: Stats
+    pod_budget: Mapping[str, str],
+    origin: Origin,
+    tmp_path: Path,
+    shims: Shims,
+    scale: Scale,
+    stats: Stats,
 ) -> None:
     """Off FUSE the directory flock and the partials' flocks 'succeed' for
     both: they adopt each other's live partials at once."""
-    cli.base["LD_PRELOAD"] = shims.noop_flock
+    writers = _writers(tmp_path, pod_budget, shims.noop_flock)
     for seed in range(scale.n(3, 20)):
         root = tmp_path / f"nolock{seed}"
-        _round(cli, origin, [root, root], root, 2000 + seed, stats, freeze_s=1.0)
+        _round(writers, origin, [root, root], root, 2000 + seed, stats, freeze_s=1.0)
 
 
 def test_two_nodes_one_with_a_fast_clock(
-    cli: Cli, origin: Origin, two_nodes: Nodes, shims: Shims, scale: Scale, stats: Stats
+    pod_budget: Mapping[str, str],
+    origin: Origin,
+    tmp_path: Path,
+    two_nodes: TwoNodes,
+    shims: Shims,
+    scale: Scale,
+    stats: Stats,
 ) -> None:
     """Two bindfs "nodes"; the second's clock is 120 s fast (its partial
     ages were read against it). In the full run one round freezes a
     writer past the idle window (30 s) and resumes it after its partial
     was adopted."""
     rounds = scale.n(2, 6)
-    cli.base["LD_PRELOAD"] = shims.clock_skew
+    writers = _writers(tmp_path, pod_budget, shims.clock_skew)
     fast = {"LLMKUBE_TEST_CLOCK_SKEW_S": "120"}
     for seed in range(rounds):
         key = f"k{seed}"
         roots = [two_nodes.node1 / key, two_nodes.node2 / key]
         freeze = 36.0 if scale.full and seed == rounds - 1 else 1.0
-        _round(cli, origin, roots, two_nodes.backing / key, 3000 + seed, stats, freeze, fast)
+        _round(writers, origin, roots, two_nodes.backing / key, 3000 + seed, stats, freeze, fast)

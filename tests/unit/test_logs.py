@@ -97,3 +97,60 @@ def test_structlog_is_loaded_without_its_package_init() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[] []", done.stdout
+
+
+class _CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def _warm_burst(log: Log, n: int) -> None:
+    for i in range(n):
+        text = f"Model artifact f{i} already cached, skipping download"
+        log.info("cache_hit", text, file=f"f{i}")
+
+
+def test_a_buffered_log_writes_a_burst_of_cache_hits_at_once() -> None:
+    """#16 item 3: a warm start of 2,000 files wrote and flushed 2,000 times."""
+    stream = _CountingStream()
+    log = Log(stream, buffered=True)
+    _warm_burst(log, 100)
+    assert stream.writes == 0, "the burst was written line by line"
+    log.info("staged", "Model staged: 100 files")
+    assert stream.writes == 1
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 101 and lines[0].startswith("Model artifact f0 ")
+    assert lines[-1].startswith("Model staged")
+
+
+def test_a_buffered_burst_waits_for_no_more_than_its_cap_or_flush() -> None:
+    stream = _CountingStream()
+    log = Log(stream, buffered=True)
+    _warm_burst(log, 600)
+    assert 2 <= stream.writes <= 3, stream.writes  # at most 256 lines wait
+    log.flush()
+    assert len(stream.getvalue().splitlines()) == 600
+    log.flush()  # nothing left: no empty write
+    assert stream.getvalue().count("\n") == 600
+
+
+@pytest.mark.parametrize("event", ["progress", "download_start", "failed", "kept"])
+def test_any_other_line_is_written_at_once_with_the_burst_before_it(event: str) -> None:
+    stream = _CountingStream()
+    log = Log(stream, buffered=True).bind(file="f")
+    _warm_burst(log, 3)
+    log.warning(event, "the line")
+    assert stream.getvalue().splitlines()[-1].startswith(("the line", "WARNING: the line"))
+    assert len(stream.getvalue().splitlines()) == 4
+
+
+def test_an_unbuffered_log_writes_every_line_as_it_comes() -> None:
+    """In-process runs hook the stream per line (tests/harness/pod.py)."""
+    stream = _CountingStream()
+    _warm_burst(Log(stream), 5)
+    assert stream.writes == 5

@@ -227,3 +227,66 @@ def test_shaped_tokens_are_removed_without_being_registered(fmt: str) -> None:
 def test_log_exposes_its_redactor() -> None:
     redact = Redactor([CANARY])
     assert Log(io.StringIO(), "text", redact).redact is redact
+
+
+# --- the pre-check that skips the patterns (#16 item 3) --------------------------------------
+
+
+def _every_pattern(text: str) -> str:
+    """What the Redactor did before it learnt to skip: all five patterns on
+    every string, whatever it holds."""
+    from llmkube_stager import logs
+
+    text = logs._USERINFO_RE.sub(rf"\1{REDACTED}@", text)
+    text = logs._SIGNED_PARAM_RE.sub(rf"\1{REDACTED}", text)
+    text = logs._BEARER_RE.sub(rf"\1\2{REDACTED}", text)
+    text = logs._AUTH_HEADER_RE.sub(rf"\1{REDACTED}", text)
+    return logs._TOKEN_SHAPES_RE.sub(REDACTED, text)
+
+
+SHAPES = [
+    "https://user:pw@host/x",
+    "s3://AKIAABCDEFGHIJKLMNOP@bucket",
+    "?X-Amz-Signature=abc&X-Amz-Credential=d",
+    "&sig=abc",
+    ";token=abc",
+    "Bearer abcdefgh",
+    "bearer abcdefgh",
+    "BEARER abcdefgh",
+    "Basic dXNlcjpwYXNz",
+    "Authorization: token",
+    "AUTHORIZATION=token",
+    "'authorization': 'x'",
+    "hf_" + "a" * 30,
+    "AKIA" + "B" * 16,
+    "ASIA" + "C" * 16,
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(
+    "around", ["{}", "Model artifact {} already cached", "x={} y", "({})", "{}\n{}"]
+)
+def test_the_pre_check_never_skips_a_secret_shape(shape: str, around: str) -> None:
+    text = around.format(shape, shape)
+    assert Redactor()(text) == _every_pattern(text)
+    assert Redactor()(text) != text, "a secret shape went through untouched"
+
+
+def test_the_pre_check_agrees_with_every_pattern_on_any_text() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    strategies = hypothesis.strategies
+    pieces = strategies.sampled_from(
+        [*SHAPES, ":", "/", "@", "=", "?", "&", " ", "hf", "_", "AKI", "A", "Bear", "er", "x"]
+    )
+    texts = strategies.one_of(
+        strategies.text(max_size=80),
+        strategies.lists(pieces, max_size=12).map("".join),
+    )
+
+    @hypothesis.settings(max_examples=400, deadline=None, database=None)
+    @hypothesis.given(texts)
+    def agree(text: str) -> None:
+        assert Redactor()(text) == _every_pattern(text)
+
+    agree()

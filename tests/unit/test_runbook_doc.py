@@ -10,7 +10,14 @@ from typing import get_args
 
 import pytest
 
-from llmkube_stager.errors import Reason, SourceKind, StagerError, exit_code_for, remedy_for
+from llmkube_stager.errors import (
+    REMEDIES_BY_KIND,
+    Reason,
+    SourceKind,
+    StagerError,
+    exit_code_for,
+    remedy_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "docs" / "operations.md").read_text()
@@ -43,7 +50,7 @@ def test_the_section_states_the_exit_code_and_retryability(reason: Reason) -> No
 def test_the_section_quotes_the_remedy_verbatim(reason: Reason) -> None:
     section = _flat(_sections()[reason.value])
     kinds: tuple[SourceKind | None, ...] = (None,)
-    if reason is Reason.CACHE_LOCK_UNSUPPORTED:
-        kinds = get_args(SourceKind)
+    if reason in REMEDIES_BY_KIND:
+        kinds = (None, *get_args(SourceKind))
     for kind in kinds:
         assert _flat(remedy_for(reason, kind)) in section, (reason, kind)
