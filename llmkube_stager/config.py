@@ -75,7 +75,8 @@ VARS: tuple[Var, ...] = (
     Var("LLMKUBE_CONNECTIONS", "parallel ranged connections per large file (1 disables)"),
     Var(
         "LLMKUBE_DIRECT_IO",
-        "auto (default: O_DIRECT writes on ext4/xfs/btrfs) or off (always the page cache)",
+        "auto (default: the page cache while the model fits memory, then O_DIRECT on "
+        "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
     ),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
@@ -140,7 +141,8 @@ class Config:
     termination_log: str = "/dev/termination-log"
     progress_interval_s: float = 10.0
     connections: int = DEFAULT_CONNECTIONS
-    direct_io: bool = True  # "auto": still only where FsInfo.direct_io_ok
+    direct_io: bool = True  # "auto"/"on": still only where FsInfo.direct_io_ok
+    direct_io_auto: bool = True  # "auto": files that fit memory go through the page cache
     proxy: ProxySettings = field(default_factory=ProxySettings)
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
@@ -328,7 +330,8 @@ def load_config(
         termination_log=read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip(),
         progress_interval_s=read.number("PROGRESS_INTERVAL", 10.0),
         connections=_connections(read),
-        direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
+        direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "on", "off"), "auto") != "off",
+        direct_io_auto=read.choice("LLMKUBE_DIRECT_IO", ("auto", "on", "off"), "auto") == "auto",
         proxy=load_proxy(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),

@@ -14,6 +14,7 @@ place (cache/publish.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
@@ -26,13 +27,15 @@ from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, ParallelTransfer
 from llmkube_stager.transfer.predecessor import await_dead_writer
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
-from llmkube_stager.transfer.stream import WidenRule, fetch_stream
+from llmkube_stager.transfer.stream import fetch_stream
 from llmkube_stager.transfer.target import Target, identity_of, resumable
 from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
+from llmkube_stager.transfer.widen import WidenRule
 
-# Widen to ranged connections when one connection moves less than this over
-# its first WIDEN_PROBE_S. One stream on the benchmark VM does ~1.3 GB/s, a
-# capped CDN edge 50 MB/s; 250 MB/s leaves a 10 GbE link with one stream.
+# Widen to ranged connections when one connection moves less than this
+# (widen.py: early when it is flat, at the latest after WIDEN_PROBE_S). One
+# stream on the benchmark VM does ~1.3 GB/s, a capped CDN edge 20-50 MB/s;
+# 250 MB/s leaves a 10 GbE link with one stream.
 WIDEN_BELOW_BYTES_PER_S = 250e6
 WIDEN_PROBE_S = 1.0
 
@@ -52,6 +55,7 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
+    effects = _write_mode(effects, meta)
     target = Target(fetcher, file, meta)
     proven = frozenset[str]()
     if resumable(meta):
@@ -80,6 +84,16 @@ def fetch_partial(
         file.rel, stream.claim, file.dest, stream.expected_bytes, stream.sha256, stream.received
     )
     return _verified(file, target.meta, done)
+
+
+def _write_mode(effects: TransferEffects, meta: RemoteMeta) -> TransferEffects:
+    """LLMKUBE_DIRECT_IO=auto: a file that fits the run's page-cache budget
+    is written through the page cache, so the server's first read of it
+    comes from memory (writemode.py)."""
+    budget = effects.page_cache
+    if effects.direct_io and budget is not None and budget.keep_cached(meta.size_bytes):
+        return dataclasses.replace(effects, direct_io=False)
+    return effects
 
 
 def _try_parallel(
