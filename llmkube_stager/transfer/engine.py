@@ -6,8 +6,10 @@ cheapest path, because the bytes are hashed from the receive buffers and
 written with O_DIRECT. When that stream is slow (a CDN edge capping each
 connection) and the origin honours ranges, the rest of a large file goes
 over parallel ranged connections (parallel.py), which carry on
-from the stream's partial and hash. A parallel transfer that a killed pod
-left behind resumes as one. `publish_completed` renames the result into
+from the stream's partial and hash (widen.py decides when). A file written
+through the page cache (writemode.py) goes over ranged connections at once
+when it is large, so that the page-cache copy is spread over the workers.
+A parallel transfer that a killed pod left behind resumes as one. `publish_completed` renames the result into
 place (cache/publish.py).
 """
 
@@ -62,7 +64,7 @@ def fetch_partial(
         proven = await_dead_writer(file, meta, effects.idle_s, effects.sleep, effects.log)
     widen = None
     if _parallel_fits(fetcher, meta, effects):
-        if _parallel_partial_left(file, meta, effects, proven):
+        if _parallel_partial_left(file, meta, effects, proven) or _split_at_once(effects, meta):
             parallel = _try_parallel(target, effects, None, proven)
             if parallel is not None:
                 return parallel
@@ -110,6 +112,21 @@ def _try_parallel(
             "ranges_unusable", f"{exc}; falling back to one connection", file=target.file.rel
         )
         return None
+
+
+def _split_at_once(effects: TransferEffects, meta: RemoteMeta) -> bool:
+    """Through the page cache, a large file goes over ranged connections
+    from the start (#16): the copy into new page-cache pages, on the
+    benchmark VM the costliest step of all (perf: half of the agent's CPU,
+    as much as curl's whole download), then runs on every worker's thread
+    instead of one writer's, and the hash reads the cache without a copy.
+    "Large": at least two work items for every connection."""
+    size = meta.size_bytes
+    return (
+        not effects.direct_io
+        and size is not None
+        and size >= effects.connections * 2 * MIN_ITEM_BYTES
+    )
 
 
 def _widen_rule(effects: TransferEffects) -> WidenRule:
