@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from benchlib import (
     BIG_MIB,
@@ -16,6 +17,7 @@ from benchlib import (
     Case,
     Context,
     Row,
+    Sample,
     Target,
     agent_cmd,
     agent_env,
@@ -37,11 +39,13 @@ def single(ctx: Context) -> list[Row]:
     path, sha = ctx.big()
     url = f"{ctx.http()}/big/big.bin"
     env = agent_env(ctx.work, MODEL_SOURCE=url, MODEL_SHA256=sha, MODEL_PATH=ctx.out("a/big.bin"))
-    curl, agent = interleave(
+    direct = dict(env, LLMKUBE_DIRECT_IO="on")
+    curl, agent, agent_direct = interleave(
         RUNS,
         [
             (lambda: run(curl_files([url], ctx.out("c"))), lambda: fresh(ctx.out("c"))),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
+            (lambda: run(agent_cmd(), direct), lambda: fresh(ctx.out("a"))),
         ],
     )
     mb = os.path.getsize(path) / 1e6
@@ -49,6 +53,7 @@ def single(ctx: Context) -> list[Row]:
     return [
         Row(case, "curl (no verify)", curl, mb),
         Row(case, "agent (sha256)", agent, mb, curl.wall_s, target=Target(">= 1.15x", 1.15)),
+        Row(case, "agent DIRECT_IO=on", agent_direct, mb, curl.wall_s),
     ]
 
 
@@ -60,7 +65,7 @@ def servable(ctx: Context) -> list[Row]:
     url = f"{ctx.http()}/big/big.bin"
     mb = os.path.getsize(path) / 1e6
 
-    def agent_then_read(mode: str | None) -> tuple[object, object]:
+    def agent_then_read(mode: str | None) -> tuple[Callable[[], Sample], Callable[[], object]]:
         dest = ctx.out(f"s-{mode or 'default'}/big.bin")
         extra = {"LLMKUBE_DIRECT_IO": mode} if mode else {}
         env = agent_env(ctx.work, MODEL_SOURCE=url, MODEL_SHA256=sha, MODEL_PATH=dest, **extra)
@@ -74,8 +79,8 @@ def servable(ctx: Context) -> list[Row]:
         lambda: run(sh(f"{curl_script([url], curl_dir)} && cat {curl_dir}/f0 > /dev/null")),
         lambda: fresh(curl_dir),
     )
-    modes = [None, "off"]
-    samples = interleave(RUNS, [curl_then_read, *(agent_then_read(m) for m in modes)])  # type: ignore[list-item]
+    modes = [None, "on", "off"]
+    samples = interleave(RUNS, [curl_then_read, *(agent_then_read(m) for m in modes)])
     case = f"servable {BIG_CASE}, stage + cat"
     rows = [Row(case, "curl + cat", samples[0], mb)]
     for mode, sample in zip(modes, samples[1:], strict=True):
@@ -382,20 +387,25 @@ def costs(ctx: Context) -> list[Row]:
         f"for _ in range({max(1, int(mb) // 64)}): h.update(b)\n"
     )
     hashing = repeat(RUNS, lambda: run([PY, "-c", hash_code]), lambda: None)
-    plain = agent_env(ctx.work, MODEL_SOURCE=url, MODEL_PATH=ctx.out("k/big.bin"))
+    plain = agent_env(
+        ctx.work, MODEL_SOURCE=url, MODEL_PATH=ctx.out("k/big.bin"), LLMKUBE_DIRECT_IO="on"
+    )
     pinned = dict(plain, MODEL_SHA256=sha)
-    unhashed, hashed = interleave(
+    cached = dict(pinned, LLMKUBE_DIRECT_IO="off", LLMKUBE_CONNECTIONS="1")
+    unhashed, hashed, buffered = interleave(
         RUNS,
         [
             (lambda: run(agent_cmd(), plain), lambda: fresh(ctx.out("k"))),
             (lambda: run(agent_cmd(), pinned), lambda: fresh(ctx.out("k"))),
+            (lambda: run(agent_cmd(), cached), lambda: fresh(ctx.out("k"))),
         ],
     )
     case = "cost per MB (scaling notes)"
     return [
         Row(case, "sha256, one core", hashing, mb, note="python -c hashlib over memory"),
-        Row(case, "agent, no hash", unhashed, mb, note="receive + O_DIRECT write"),
-        Row(case, "agent, sha256", hashed, mb, note="receive + sha256 + write"),
+        Row(case, "agent, no hash", unhashed, mb, note="receive + O_DIRECT write, one stream"),
+        Row(case, "agent, sha256", hashed, mb, note="receive + sha256 + O_DIRECT write"),
+        Row(case, "agent, page cache", buffered, mb, note="receive + sha256 + page-cache write"),
     ]
 
 
