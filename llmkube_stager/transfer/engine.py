@@ -9,8 +9,8 @@ over parallel ranged connections (parallel.py), which carry on
 from the stream's partial and hash (widen.py decides when). A file written
 through the page cache (writemode.py) goes over ranged connections at once
 when it is large, so that the page-cache copy is spread over the workers.
-A parallel transfer that a killed pod left behind resumes as one. `publish_completed` renames the result into
-place (cache/publish.py).
+A parallel transfer that a killed pod left behind resumes as one.
+`publish_completed` renames the result into place (cache/publish.py).
 """
 
 from __future__ import annotations

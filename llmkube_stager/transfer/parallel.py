@@ -39,6 +39,7 @@ from llmkube_stager.transfer.directio import (
     aligned_buffer,
     fill_limit,
 )
+from llmkube_stager.transfer.pipeline import MEMORY_BUDGET_BYTES, resident_bytes
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.target import Target, check_resumed, identity_of
@@ -56,7 +57,8 @@ MAX_ITEM_BYTES = 256 << 20
 JOURNAL_EVERY_BYTES = 64 << 20
 JOURNAL_EVERY_S = 2.0
 SUPERVISE_S = 0.25
-HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: mapped, not allocated
+HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: not allocated, but resident (RSS)
+_SMALLEST_WINDOW_BYTES = 2 << 20
 HASH_READ_BYTES = 4 << 20  # read back after direct writes: allocated, counts in RSS
 
 
@@ -410,6 +412,16 @@ class ParallelTransfer:
         return position
 
 
+def window_bytes_within(budget_bytes: int, resident: int) -> int:
+    """The hash window (halved from HASH_WINDOW_BYTES, 2 MiB at the least)
+    that keeps the process within the RSS budget: the mapped pages count
+    (#16: ~58 MiB for HTTP, more with huggingface_hub loaded)."""
+    window = HASH_WINDOW_BYTES
+    while window > _SMALLEST_WINDOW_BYTES and resident + window > budget_bytes:
+        window //= 2
+    return window
+
+
 def _direct_reader(shared: _Shared) -> DirectReader | None:
     try:
         return DirectReader(shared.fd, HASH_READ_BYTES)
@@ -432,6 +444,7 @@ class _PrefixHasher:
         self._position = position if sha is not None else 0
         self._cancelled = threading.Event()
         self._reader = _direct_reader(shared) if shared.writer.direct else None
+        self._window = window_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
         self.thread.start()
@@ -469,8 +482,9 @@ class _PrefixHasher:
     def _hash_window(self, position: int) -> int:
         """Map one window at a time: mapped file pages count as resident,
         so a whole-file map would put the file size into peak RSS."""
-        start = position - position % HASH_WINDOW_BYTES
-        length = min(HASH_WINDOW_BYTES, self._size - start)
+        window = self._window
+        start = position - position % window
+        length = min(window, self._size - start)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         with mmap.mmap(
             self._shared.fd, length, flags=flags, prot=mmap.PROT_READ, offset=start
