@@ -125,13 +125,13 @@ class Session:
 
     def _page_cache_budget(self) -> PageCacheBudget | None:
         """LLMKUBE_DIRECT_IO=auto: one budget per run, its room read when
-        the first transfer starts (never on a warm start)."""
+        the first transfer asks (never on a warm start)."""
         if not (self.config.direct_io_auto and self._strategy.direct_io):
             return None
         if self._page_cache is None:
             from llmkube_stager.transfer.writemode import PageCacheBudget, memory_room_bytes
 
-            self._page_cache = PageCacheBudget(memory_room_bytes())
+            self._page_cache = PageCacheBudget(memory_room_bytes)
         return self._page_cache
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 # Keep at most this share of the room in the page cache: the server needs
 # memory of its own, and so do the node's other pods.
@@ -30,21 +31,29 @@ _UNLIMITED = 1 << 60  # cgroup v1 writes ~2^63 for "no limit"
 
 class PageCacheBudget:
     """Thread-safe: files in flight at once reserve from one budget. The
-    room is read once, before anything of this run is cached (the page cache
-    it fills counts as available memory, so re-reading would double it)."""
+    room is read once, when the first file asks (not before: a run that
+    only probes reads nothing), before anything of this run is cached (the
+    page cache it fills counts as available memory, so re-reading would
+    double it)."""
 
-    def __init__(self, room_bytes: int | None) -> None:
-        self._budget = None if room_bytes is None else int(room_bytes * ROOM_SHARE)
+    def __init__(self, room_bytes: Callable[[], int | None]) -> None:
+        self._room_bytes = room_bytes
+        self._budget: int | None = None
+        self._read = False
         self._kept = 0
         self._lock = threading.Lock()
 
     def keep_cached(self, size_bytes: int | None) -> bool:
         """True (and reserved) when a file of this size goes through the
         page cache. Unknown sizes and an unknown room go O_DIRECT."""
-        if size_bytes is None or self._budget is None:
+        if size_bytes is None:
             return False
         with self._lock:
-            if self._kept + size_bytes > self._budget:
+            if not self._read:
+                room = self._room_bytes()
+                self._budget = None if room is None else int(room * ROOM_SHARE)
+                self._read = True
+            if self._budget is None or self._kept + size_bytes > self._budget:
                 return False
             self._kept += size_bytes
             return True

@@ -28,25 +28,38 @@ def _tree(tmp_path: Path, cgroup: str, files: dict[str, str], avail_kib: int | N
 
 
 def test_files_are_kept_cached_while_they_fit_half_the_room() -> None:
-    budget = PageCacheBudget(8 * GIB)
+    budget = PageCacheBudget(lambda: 8 * GIB)
     assert budget.keep_cached(2 * GIB)
     assert budget.keep_cached(2 * GIB)
     assert not budget.keep_cached(1), "half of the room is used: the rest goes O_DIRECT"
 
 
 def test_a_file_too_large_goes_direct_and_leaves_the_budget_to_smaller_ones() -> None:
-    budget = PageCacheBudget(4 * GIB)
+    budget = PageCacheBudget(lambda: 4 * GIB)
     assert not budget.keep_cached(3 * GIB)
     assert budget.keep_cached(GIB)
 
 
+def test_the_room_is_read_once_when_the_first_file_asks() -> None:
+    reads: list[int] = []
+
+    def room() -> int:
+        reads.append(1)
+        return 8 * GIB
+
+    budget = PageCacheBudget(room)
+    assert reads == [], "read before any file asked"
+    assert budget.keep_cached(GIB) and budget.keep_cached(GIB)
+    assert reads == [1]
+
+
 def test_unknown_sizes_and_unknown_room_go_direct() -> None:
-    assert not PageCacheBudget(8 * GIB).keep_cached(None)
-    assert not PageCacheBudget(None).keep_cached(1)
+    assert not PageCacheBudget(lambda: 8 * GIB).keep_cached(None)
+    assert not PageCacheBudget(lambda: None).keep_cached(1)
 
 
 def test_files_in_flight_at_once_never_overbook_the_budget() -> None:
-    budget = PageCacheBudget(200)
+    budget = PageCacheBudget(lambda: 200)
     kept: list[bool] = []
     threads = [
         threading.Thread(target=lambda: kept.append(budget.keep_cached(1))) for _ in range(300)
