@@ -6,9 +6,9 @@ cheapest path, because the bytes are hashed from the receive buffers and
 written with O_DIRECT. When that stream is slow (a CDN edge capping each
 connection) and the origin honours ranges, the rest of a large file goes
 over parallel ranged connections (parallel.py), which carry on
-from the stream's partial and hash (widen.py decides when). A file written
-through the page cache (writemode.py) is handed over when it is fast too,
-so that the page-cache copy is spread over the workers.
+from the stream's partial and hash (widen.py decides when). A large file
+written through the page cache (writemode.py) goes over ranged connections
+at once, so that the page-cache copy is spread over the workers.
 A parallel transfer that a killed pod left behind resumes as one.
 `publish_completed` renames the result into place (cache/publish.py).
 """
@@ -64,23 +64,22 @@ def fetch_partial(
         proven = await_dead_writer(file, meta, effects.idle_s, effects.sleep, effects.log)
     widen = None
     if _parallel_fits(fetcher, meta, effects):
-        if _parallel_partial_left(file, meta, effects, proven):
-            parallel = _try_parallel(target, effects, None, proven)
+        split = _page_cache_split(effects, meta)
+        if split or _parallel_partial_left(file, meta, effects, proven):
+            parallel = _try_parallel(target, effects, None, proven, split)
             if parallel is not None:
                 return parallel
         else:
             widen = _widen_rule(effects)
     stream = fetch_stream(target, effects, widen, proven)
     if stream.handover is not None:
-        assert widen is not None
         effects.log.info(
             "widen",
             f"one connection moved {stream.handover.rate_bytes_per_s / 1e6:.0f} MB/s; the rest "
-            f"of {file.rel} goes over {widen.connections} ranged connections",
+            f"of {file.rel} goes over {effects.connections} ranged connections",
             file=file.rel,
         )
-        wide = dataclasses.replace(effects, connections=widen.connections)
-        parallel = _try_parallel(target, wide, stream.handover)
+        parallel = _try_parallel(target, effects, stream.handover)
         if parallel is not None:
             return parallel
         stream = fetch_stream(target, effects)
@@ -105,10 +104,12 @@ def _try_parallel(
     effects: TransferEffects,
     seed: Handover | None,
     proven: frozenset[str] = frozenset(),
+    start_connections: int = 0,
 ) -> Completed | None:
     """None when the origin turns out not to honour ranges."""
     try:
-        return _verified(target.file, target.meta, _fetch_parallel(target, effects, seed, proven))
+        transfer = _fetch_parallel(target, effects, seed, proven, start_connections)
+        return _verified(target.file, target.meta, transfer)
     except RangeUnusable as exc:
         effects.log.warning(
             "ranges_unusable", f"{exc}; falling back to one connection", file=target.file.rel
@@ -117,29 +118,26 @@ def _try_parallel(
 
 
 def _widen_rule(effects: TransferEffects) -> WidenRule:
-    fast = _page_cache_connections(effects)
-    return WidenRule(
-        WIDEN_BELOW_BYTES_PER_S,
-        WIDEN_PROBE_S,
-        2 * MIN_ITEM_BYTES,
-        effects.monotonic,
-        slow_connections=effects.connections,
-        fast_connections=fast,
-        fast_min_rest_bytes=fast * 2 * MIN_ITEM_BYTES,
-    )
+    return WidenRule(WIDEN_BELOW_BYTES_PER_S, WIDEN_PROBE_S, 2 * MIN_ITEM_BYTES, effects.monotonic)
 
 
-def _page_cache_connections(effects: TransferEffects) -> int:
-    """Through the page cache, a fast stream is split too (widen.py, #16):
-    the copy into new page-cache pages (perf, one pinned stream on the
-    benchmark VM: half of the agent's CPU, all on the writer thread) then
-    runs on every worker, and the sha256 thread reads the cache without a
-    copy. Two workers per core: in alternated runs of 2 GiB on 2 cores, 4
-    connections beat 8 (0.74x-0.90x curl against 0.48x-0.69x under load)
-    and one stream (0.40x-0.83x). With O_DIRECT a fast stream stays one."""
+def _page_cache_split(effects: TransferEffects, meta: RemoteMeta) -> int:
+    """Through the page cache, a large file goes over ranged connections at
+    once (#16): the copy into new page-cache pages (perf, one pinned stream
+    on the benchmark VM: half of the agent's CPU, all on the writer thread)
+    then runs on every worker, and the sha256 thread reads the cache
+    without a copy. It starts with two workers per core (in alternated
+    runs on 2 cores, 4 beat 8 and one stream) and the parallel engine adds
+    the others when the origin turns out slow per connection. Returns the
+    workers to start, 0 for none (O_DIRECT, or less than two work items
+    per worker: one stream first, as with O_DIRECT)."""
     if effects.direct_io:
         return 0
-    return min(effects.connections, 2 * _cores())
+    start = min(effects.connections, 2 * _cores())
+    size = meta.size_bytes
+    if start < 2 or size is None or size < start * 2 * MIN_ITEM_BYTES:
+        return 0
+    return start
 
 
 def _cores() -> int:
@@ -181,6 +179,7 @@ def _fetch_parallel(
     effects: TransferEffects,
     seed: Handover | None,
     proven: frozenset[str] = frozenset(),
+    start_connections: int = 0,
 ) -> Completed:
     def budget() -> RetryBudget:
         return RetryBudget(effects.timeouts, effects.sleep, effects.log)
@@ -203,6 +202,17 @@ def _fetch_parallel(
     transfer = ParallelTransfer(
         target, effects.connections, budget, effects.idle_s, seed, effects.direct_io, proven
     )
+    if start_connections:
+
+        def grew(rate: float, running: int, added: int) -> None:
+            effects.log.info(
+                "widen",
+                f"{running} ranged connections moved {rate / 1e6:.0f} MB/s; {file.rel} "
+                f"goes over {running + added}",
+                file=file.rel,
+            )
+
+        transfer.start_with(start_connections, WIDEN_BELOW_BYTES_PER_S, grew)
     # A live writer that waits (Retry-After, a stall) still heartbeats (defect 10).
     with ProgressTicker(
         effects.log, effects.progress_interval_s, file.rel, transfer.beat, HEARTBEAT_S

@@ -18,13 +18,8 @@ cap):
   its shape. A stream still ramping up until then (TCP slow start on a long
   path) is judged on its first second.
 
-Above the line nothing is decided early, and at PROBE_S the decision to
-stay is final; except that a file written through the page cache
-(`fast_connections` > 1) is split at EARLY_S when it is fast too (#16):
-there the copy into new page-cache pages, not the network, is the costliest
-step (on the benchmark VM as much CPU as curl's whole download), and
-ranged workers spread it over the cores. `connections` tells how many the
-decision asked for.
+A fast stream is never widened: above the line nothing is decided early,
+and at PROBE_S the decision to stay is final.
 """
 
 from __future__ import annotations
@@ -51,22 +46,15 @@ class WidenRule:
         min_rest_bytes: int,
         clock: Callable[[], float],
         early_s: float = EARLY_S,
-        slow_connections: int = 1,
-        fast_connections: int = 0,
-        fast_min_rest_bytes: int = 0,
     ) -> None:
         self._below = below_bytes_per_s
         self._probe_s = probe_s
         self._early_s = min(early_s, probe_s)
         self._min_rest = min_rest_bytes
         self._clock = clock
-        self._slow_connections = slow_connections
-        self._fast_connections = fast_connections
-        self._fast_min_rest = fast_min_rest_bytes
         self._marks: list[tuple[float, int]] = []
         self._decided = False
         self.rate_bytes_per_s = 0.0
-        self.connections = slow_connections
 
     def begin(self) -> None:
         """A new attempt: judged afresh from its first bytes."""
@@ -85,19 +73,11 @@ class WidenRule:
         if elapsed_s < self._early_s:
             return False
         self.rate_bytes_per_s = (offset - start_offset) / elapsed_s
-        rest = expected - offset
-        if self.rate_bytes_per_s >= self._below:
-            if self._fast_connections > 1 and rest >= self._fast_min_rest:
-                self._decided = True
-                self.connections = self._fast_connections
-                return True
-            self._decided = elapsed_s >= self._probe_s
-            return False
-        if elapsed_s < self._probe_s and not self._flat(now_s, offset):
+        slow = self.rate_bytes_per_s < self._below
+        if elapsed_s < self._probe_s and (not slow or not self._flat(now_s, offset)):
             return False
         self._decided = True
-        self.connections = self._slow_connections
-        return rest >= self._min_rest
+        return slow and expected - offset >= self._min_rest
 
     def _flat(self, now_s: float, offset: int) -> bool:
         """The second half of the elapsed time no faster than RISING times

@@ -1,7 +1,6 @@
 """When one stream hands over to ranged connections (transfer/widen.py,
 issues #6, #16): early when the stream is slow and flat, at the latest after
-the probe time, on the rate of that attempt from its first byte; through
-the page cache also when it is fast, to fewer connections."""
+the probe time, on the rate of that attempt from its first byte."""
 
 from __future__ import annotations
 
@@ -150,39 +149,3 @@ def test_an_unknown_size_is_never_split() -> None:
     rule = _begun(_rule(clock), 0)
     clock.now_s += 2.0
     assert not rule.wants_more(MB, None)
-
-
-def _page_cache_rule(clock: Clock) -> WidenRule:
-    return WidenRule(
-        250 * MB,
-        1.0,
-        32 * MB,
-        clock,
-        slow_connections=8,
-        fast_connections=4,
-        fast_min_rest_bytes=4 * 32 * MB,
-    )
-
-
-def test_through_the_page_cache_a_fast_stream_is_split_early_to_fewer_connections() -> None:
-    clock = Clock()
-    rule = _begun(_page_cache_rule(clock), 0)
-    assert _flow(rule, clock, 0, 900 * MB, 0.5)
-    assert clock.now_s - 100.0 <= 0.31
-    assert rule.connections == 4
-
-
-def test_through_the_page_cache_a_slow_stream_gets_every_connection() -> None:
-    clock = Clock()
-    rule = _begun(_page_cache_rule(clock), 2 * MB)
-    assert _flow(rule, clock, 2 * MB, 20 * MB, 0.5)
-    assert rule.connections == 8
-
-
-def test_a_fast_stream_with_too_little_left_for_the_workers_stays_one() -> None:
-    clock = Clock()
-    rule = _begun(_page_cache_rule(clock), 0)
-    offset = 1900 * MB  # 100 MB left: less than two items for each of 4 workers
-    clock.now_s += 0.35
-    assert not rule.wants_more(offset, 2000 * MB)
-    assert not _flow(rule, clock, offset, 50 * MB, 0.2), "judged by the slow rule from here"
