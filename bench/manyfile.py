@@ -3,24 +3,19 @@
 after another (what the old scripts did), then the warm start, `plan` and
 `verify` of the cached copy, and how the cold time grows with the file count.
 
-`bench.py` calls `run(bench)`; `python bench/manyfile.py` runs these cases
-alone (own nginx, own work directory). Environment: BENCH_RUNS (default 3),
-MANY_FILES (default 2000), MANY_LARGE_MIB (default 64: three shards of it),
-MANY_SCALE ("100,500,2000").
+Cases `many` and `scaling` of `make bench` (`BENCH_CASES=many,scaling`
+runs them alone). Environment: BENCH_RUNS (default 3), MANY_FILES (default
+2000), MANY_LARGE_MIB (default 64: three shards of it), MANY_SCALE
+("100,500,2000").
 """
 
 from __future__ import annotations
 
 import os
 import random
-import shutil
-import sys
-import tempfile
-from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import bench as b
+import benchlib as b
+from benchlib import Case, Context, Row, Sample, Target
 
 FILES = int(os.environ.get("MANY_FILES", "2000"))
 LARGE_MIB = int(os.environ.get("MANY_LARGE_MIB", "64"))
@@ -88,12 +83,13 @@ def curl_script(work: str, base: str, names: list[str], dest: str) -> list[str]:
 
 
 class ManyFiles:
-    def __init__(self, bench: Any) -> None:
-        self.bench = bench
-        self.work: str = bench.work
-        self.servers = bench.s
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.work = ctx.work
+        self.servers = ctx.servers
+        ctx.model("many", _make_repository)
         self.www_dir = os.path.join(self.servers.www, "many")
-        self.base = f"http://127.0.0.1:{self.servers.http_port}/many"
+        self.base = ctx.http() + "/many"
         self.small = small_names(max(FILES, *SCALE))
         self.large = large_names()
 
@@ -106,31 +102,32 @@ class ManyFiles:
             **extra,
         )
 
-    def cold(self, names: list[str], case: str, megabytes: float) -> tuple[Any, Any]:
-        out_c, out_a = self.bench.out("many-c"), self.bench.out("many-a")
+    def cold(self, names: list[str]) -> tuple[Sample, Sample]:
+        out_c, out_a = self.ctx.out("many-c"), self.ctx.out("many-a")
         curl_cmd = curl_script(self.work, self.base, names, out_c)
         env = self.env(names, out_a)
         curl = b.repeat(b.RUNS, lambda: b.run(curl_cmd), lambda: b.fresh(out_c))
         agent = b.repeat(b.RUNS, lambda: b.run(b.agent_cmd(), env), lambda: b.fresh(out_a))
         return curl, agent
 
-    def main_case(self) -> None:
+    def main_case(self) -> list[Row]:
         names = [*self.large, *self.small[:FILES]]
         megabytes = self._bytes(names) / 1e6
         case = f"{len(names):,} files (3 x {LARGE_MIB} MiB)"
-        curl, agent = self.cold(names, case, megabytes)
-        rows = self.bench.rows
-        rows.append(b.Row(case, "curl one-by-one", curl, megabytes))
-        note = f"target >= 3x; {_per_file_ms(agent, len(names)):.2f} ms/file"
-        rows.append(b.Row(case, "agent", agent, megabytes, curl.wall_s, note))
-        self.warm_views(names)
+        curl, agent = self.cold(names)
+        note = f"{_per_file_ms(agent, len(names)):.2f} ms/file"
+        return [
+            Row(case, "curl one-by-one", curl, megabytes),
+            Row(case, "agent", agent, megabytes, curl.wall_s, note, Target(">= 3x", min_ratio=3)),
+            *self.warm_views(names),
+        ]
 
-    def warm_views(self, names: list[str]) -> None:
+    def warm_views(self, names: list[str]) -> list[Row]:
         """The cache of the last cold run: a warm start, `plan` and `verify`,
         each with zero requests to the origin."""
-        cache = self.bench.out("many-a")
+        cache = self.ctx.out("many-a")
         env = self.env(names, cache)
-        rows = self.bench.rows
+        rows = []
         for command, label in (
             (b.agent_cmd(), "warm start"),
             ([b.PY, "-m", "llmkube_stager", "plan"], "plan (warm cache)"),
@@ -139,86 +136,47 @@ class ManyFiles:
             before = self.servers.requests_logged()
             sample = b.repeat(max(b.RUNS, 5), lambda c=command: b.run(c, env), lambda: None)
             requests = self.servers.requests_logged() - before
-            note = f"target <= {WARM_TARGET_MS} ms; requests={requests}"
-            rows.append(b.Row(f"{label}, {len(names):,} files", "agent", sample, 0.0, None, note))
+            target = Target(
+                f"<= {WARM_TARGET_MS} ms, no request",
+                max_s=WARM_TARGET_MS / 1000,
+                holds=requests == 0 and sample.exit_code == 0,
+            )
+            case = f"{label}, {len(names):,} files"
+            rows.append(Row(case, "agent", sample, 0.0, None, f"requests={requests}", target))
+        return rows
 
-    def scaling(self) -> None:
+    def scaling(self) -> list[Row]:
         """Small files only: the cost per file must not grow with the count."""
-        rows = self.bench.rows
+        rows = []
         for count in SCALE:
             names = self.small[:count]
             megabytes = self._bytes(names) / 1e6
             case = f"scaling: {count:,} small files"
-            curl, agent = self.cold(names, case, megabytes)
-            rows.append(
-                b.Row(case, "curl one-by-one", curl, megabytes, None, _per_file(curl, count))
-            )
-            rows.append(
-                b.Row(case, "agent", agent, megabytes, curl.wall_s, _per_file(agent, count))
-            )
+            curl, agent = self.cold(names)
+            rows.append(Row(case, "curl one-by-one", curl, megabytes, None, _per_file(curl, count)))
+            rows.append(Row(case, "agent", agent, megabytes, curl.wall_s, _per_file(agent, count)))
+        return rows
 
     def _bytes(self, names: list[str]) -> int:
         return sum(os.path.getsize(os.path.join(self.www_dir, n)) for n in names)
 
 
-def _per_file_ms(sample: Any, count: int) -> float:
-    return float(sample.wall_s) * 1000 / count
+def _per_file_ms(sample: Sample, count: int) -> float:
+    return sample.wall_s * 1000 / count
 
 
-def _per_file(sample: Any, count: int) -> str:
+def _per_file(sample: Sample, count: int) -> str:
     return f"{_per_file_ms(sample, count):.2f} ms/file"
 
 
-def prepare_origin(www: str) -> None:
-    """The repository under `<www>/many` (generated once per bench run)."""
-    many = os.path.join(www, "many")
-    make_tree(many, small_names(max(FILES, *SCALE)), large_names())
-    os.sync()
+def _make_repository(directory: str) -> dict[str, str]:
+    """The repository under www/many (generated once per bench run); no
+    digests: the many-file cases pin nothing."""
+    make_tree(directory, small_names(max(FILES, *SCALE)), large_names())
+    return {}
 
 
-def run(bench: Any) -> None:
-    """The many-file cases, appended to `bench.rows` (nginx already up)."""
-    prepare_origin(bench.s.www)
-    cases = ManyFiles(bench)
-    cases.main_case()
-    cases.scaling()
-
-
-def standalone(prefix: str, prepare: Any, cases: Any) -> int:
-    """Run some cases alone: own work directory and nginx, the table at the
-    end (`prepare(www)` makes the model, `cases(bench)` appends rows)."""
-    work = tempfile.mkdtemp(prefix=prefix)
-    os.chmod(work, 0o755)
-    servers = b.Servers(work)
-    try:
-        os.makedirs(servers.www)
-        prepare(servers.www)
-        servers.start_nginx()
-        bench = b.Bench(work, servers)
-        print(f"machine: {os.cpu_count()} cores; runs per case: {b.RUNS} (median)", flush=True)
-        cases(bench)
-        print("\n" + b.HEADER)
-        for row in bench.rows:
-            print(row.render())
-        return 0
-    finally:
-        servers.stop()
-        if os.environ.get("BENCH_KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _selected(bench: Any) -> None:
-    cases = ManyFiles(bench)
-    only = os.environ.get("MANY_ONLY", "main,scaling").split(",")
-    if "main" in only:
-        cases.main_case()
-    if "scaling" in only:
-        cases.scaling()
-
-
-def main() -> int:
-    return standalone("llmkube-bench-many-", prepare_origin, _selected)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+CASES = [
+    Case("many", lambda ctx: ManyFiles(ctx).main_case(), "2,000-file repository vs curl; warm"),
+    Case("scaling", lambda ctx: ManyFiles(ctx).scaling(), "cold time per file at 100/500/2,000"),
+]

@@ -113,7 +113,8 @@ VARS: tuple[Var, ...] = (
     Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),
     Var(
         "LLMKUBE_DIRECT_IO",
-        "auto (default: O_DIRECT writes on ext4/xfs/btrfs) or off (always the page cache)",
+        "auto (default: the page cache while the model fits memory, then O_DIRECT on "
+        "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
     ),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
@@ -205,7 +206,8 @@ class Config:
     # `shards` (1: the whole model).
     shards: int = 1
     shard_index: int = 0
-    direct_io: bool = True  # "auto": still only where FsInfo.direct_io_ok
+    direct_io: bool = True  # "auto"/"on": still only where FsInfo.direct_io_ok
+    direct_io_auto: bool = True  # "auto": files that fit memory go through the page cache
     proxy: ProxySettings = field(default_factory=ProxySettings)
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
@@ -493,6 +495,7 @@ def load_config(
     cache_dir, model_path, files = _layout_paths(read, source, cwd)
     pins = _pins(read, model_path, files)
     _check_room(cache_dir, model_path, files, pins)
+    direct_io = read.choice("LLMKUBE_DIRECT_IO", ("auto", "on", "off"), "auto")
     return Config(
         source=source,
         cache_dir=cache_dir,
@@ -517,7 +520,8 @@ def load_config(
         connections=_connections(read),
         files_in_flight=_files_in_flight(read),
         **_shards(read),
-        direct_io=read.choice("LLMKUBE_DIRECT_IO", ("auto", "off"), "auto") == "auto",
+        direct_io=direct_io != "off",
+        direct_io_auto=direct_io == "auto",
         proxy=load_proxy(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     # The transfer machinery (threads, hashing, sockets) is imported only
     # when something is transferred: a warm start never pays for it.
     from llmkube_stager.transfer import Completed, TransferEffects
+    from llmkube_stager.transfer.writemode import PageCacheBudget
 
 
 @runtime_checkable
@@ -91,6 +92,7 @@ class Session:
         self._source: Source | None = None
         self._opening = threading.Lock()
         self.metas: dict[str, RemoteMeta] = {}
+        self._page_cache: PageCacheBudget | None = None
         # Files are fetched at this commit (an interrupted run's, defect 11).
         self.commit: str | None = None
         # The validators file this run writes: a share of a sharded prefetch
@@ -134,7 +136,20 @@ class Session:
             listed=listed,
             direct_io=self._strategy.direct_io,
             no_partials=no_partials,
+            page_cache=self._page_cache_budget(),
         )
+
+    def _page_cache_budget(self) -> PageCacheBudget | None:
+        """LLMKUBE_DIRECT_IO=auto: one budget per run, its room read when
+        the first transfer asks (never on a warm start)."""
+        if not (self.config.direct_io_auto and self._strategy.direct_io):
+            return None
+        with self._opening:  # files in flight share one budget
+            if self._page_cache is None:
+                from llmkube_stager.transfer.writemode import PageCacheBudget, memory_room_bytes
+
+                self._page_cache = PageCacheBudget(memory_room_bytes)
+            return self._page_cache
 
     def probe(self, source: Source, file: RemoteFile, root: str = "/") -> RemoteMeta:
         from llmkube_stager.transfer import probe

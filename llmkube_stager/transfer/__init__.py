@@ -3,11 +3,13 @@ unpublished partial, then published by rename.
 
     engine.py     picks the path: one stream first, ranged connections when slow
     stream.py     one resumable, size-checked connection into a partial
+    widen.py      when that stream hands over to ranged connections
     parallel.py   N ranged connections into one sparse file, with a journal
     pipeline.py   receive / sha256 / write on three threads
     directio.py   O_DIRECT writes and reads, aligned buffers
     hashing.py    sha256 of partial prefixes (resume)
-    writeback.py  fdatasync while receiving (buffered writes)
+    writemode.py  page cache or O_DIRECT, per file (LLMKUBE_DIRECT_IO=auto)
+    writeback.py  write-back while receiving (buffered writes)
     predecessor.py  waiting for a dead writer's partial instead of refetching
     target.py     a partial's identity, the validators of every response,
                   a fresh signed URL when one expired

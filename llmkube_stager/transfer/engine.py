@@ -6,14 +6,17 @@ cheapest path, because the bytes are hashed from the receive buffers and
 written with O_DIRECT. When that stream is slow (a CDN edge capping each
 connection) and the origin honours ranges, the rest of a large file goes
 over parallel ranged connections (parallel.py), which carry on
-from the stream's partial and hash. A parallel transfer that a killed pod
-left behind resumes as one. `publish_completed` renames the result into
-place (cache/publish.py).
+from the stream's partial and hash (widen.py decides when). A large file
+written through the page cache (writemode.py) goes over ranged connections
+at once, so that the page-cache copy is spread over the workers.
+A parallel transfer that a killed pod left behind resumes as one.
+`publish_completed` renames the result into place (cache/publish.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
@@ -26,13 +29,15 @@ from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, ParallelTransfer
 from llmkube_stager.transfer.predecessor import await_dead_writer
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
-from llmkube_stager.transfer.stream import WidenRule, fetch_stream
+from llmkube_stager.transfer.stream import fetch_stream
 from llmkube_stager.transfer.target import Target, identity_of, resumable
 from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
+from llmkube_stager.transfer.widen import WidenRule
 
-# Widen to ranged connections when one connection moves less than this over
-# its first WIDEN_PROBE_S. One stream on the benchmark VM does ~1.3 GB/s, a
-# capped CDN edge 50 MB/s; 250 MB/s leaves a 10 GbE link with one stream.
+# Widen to ranged connections when one connection moves less than this
+# (widen.py: early when it is flat, at the latest after WIDEN_PROBE_S). One
+# stream on the benchmark VM does ~1.3 GB/s, a capped CDN edge 20-50 MB/s;
+# 250 MB/s leaves a 10 GbE link with one stream.
 WIDEN_BELOW_BYTES_PER_S = 250e6
 WIDEN_PROBE_S = 1.0
 
@@ -52,14 +57,16 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
+    effects = _write_mode(effects, meta)
     target = Target(fetcher, file, meta)
     proven = frozenset[str]()
     if resumable(meta) and file.dest not in effects.no_partials:
         proven = await_dead_writer(file, meta, effects.idle_s, effects.sleep, effects.log)
     widen = None
     if _parallel_fits(fetcher, meta, effects):
-        if _parallel_partial_left(file, meta, effects, proven):
-            parallel = _try_parallel(target, effects, None, proven)
+        split = _page_cache_split(effects, meta)
+        if split or _parallel_partial_left(file, meta, effects, proven):
+            parallel = _try_parallel(target, effects, None, proven, split)
             if parallel is not None:
                 return parallel
         else:
@@ -82,15 +89,27 @@ def fetch_partial(
     return _verified(file, target.meta, done)
 
 
+def _write_mode(effects: TransferEffects, meta: RemoteMeta) -> TransferEffects:
+    """LLMKUBE_DIRECT_IO=auto: a file that fits the run's page-cache budget
+    is written through the page cache, so the server's first read of it
+    comes from memory (writemode.py)."""
+    budget = effects.page_cache
+    if effects.direct_io and budget is not None and budget.keep_cached(meta.size_bytes):
+        return dataclasses.replace(effects, direct_io=False)
+    return effects
+
+
 def _try_parallel(
     target: Target,
     effects: TransferEffects,
     seed: Handover | None,
     proven: frozenset[str] = frozenset(),
+    start_connections: int = 0,
 ) -> Completed | None:
     """None when the origin turns out not to honour ranges."""
     try:
-        return _verified(target.file, target.meta, _fetch_parallel(target, effects, seed, proven))
+        transfer = _fetch_parallel(target, effects, seed, proven, start_connections)
+        return _verified(target.file, target.meta, transfer)
     except RangeUnusable as exc:
         effects.log.warning(
             "ranges_unusable", f"{exc}; falling back to one connection", file=target.file.rel
@@ -100,6 +119,32 @@ def _try_parallel(
 
 def _widen_rule(effects: TransferEffects) -> WidenRule:
     return WidenRule(WIDEN_BELOW_BYTES_PER_S, WIDEN_PROBE_S, 2 * MIN_ITEM_BYTES, effects.monotonic)
+
+
+def _page_cache_split(effects: TransferEffects, meta: RemoteMeta) -> int:
+    """Through the page cache, a large file goes over ranged connections at
+    once (#16): the copy into new page-cache pages (perf, one pinned stream
+    on the benchmark VM: half of the agent's CPU, all on the writer thread)
+    then runs on every worker, and the sha256 thread reads the cache
+    without a copy. It starts with two workers per core (in alternated
+    runs on 2 cores, 4 beat 8 and one stream) and the parallel engine adds
+    the others when the origin turns out slow per connection. Returns the
+    workers to start, 0 for none (O_DIRECT, or less than two work items
+    per worker: one stream first, as with O_DIRECT)."""
+    if effects.direct_io:
+        return 0
+    start = min(effects.connections, 2 * _cores())
+    size = meta.size_bytes
+    if start < 2 or size is None or size < start * 2 * MIN_ITEM_BYTES:
+        return 0
+    return start
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _parallel_fits(fetcher: Fetcher, meta: RemoteMeta, effects: TransferEffects) -> bool:
@@ -134,6 +179,7 @@ def _fetch_parallel(
     effects: TransferEffects,
     seed: Handover | None,
     proven: frozenset[str] = frozenset(),
+    start_connections: int = 0,
 ) -> Completed:
     def budget() -> RetryBudget:
         return RetryBudget(effects.timeouts, effects.sleep, effects.log)
@@ -156,6 +202,17 @@ def _fetch_parallel(
     transfer = ParallelTransfer(
         target, effects.connections, budget, effects.idle_s, seed, effects.direct_io, proven
     )
+    if start_connections:
+
+        def grew(rate: float, running: int, added: int) -> None:
+            effects.log.info(
+                "widen",
+                f"{running} ranged connections moved {rate / 1e6:.0f} MB/s; {file.rel} "
+                f"goes over {running + added}",
+                file=file.rel,
+            )
+
+        transfer.start_with(start_connections, WIDEN_BELOW_BYTES_PER_S, grew)
     # A live writer that waits (Retry-After, a stall) still heartbeats (defect 10).
     with ProgressTicker(
         effects.log, effects.progress_interval_s, file.rel, transfer.beat, HEARTBEAT_S

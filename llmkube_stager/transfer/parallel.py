@@ -39,6 +39,7 @@ from llmkube_stager.transfer.directio import (
     aligned_buffer,
     fill_limit,
 )
+from llmkube_stager.transfer.pipeline import MEMORY_BUDGET_BYTES, resident_bytes
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.target import Target, check_resumed, identity_of
@@ -55,8 +56,11 @@ MAX_ITEM_BYTES = 256 << 20
 # much plus the ranges in flight.
 JOURNAL_EVERY_BYTES = 64 << 20
 JOURNAL_EVERY_S = 2.0
-SUPERVISE_S = 0.25
-HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: mapped, not allocated
+SUPERVISE_S = 0.1
+# start_with(): the rate of the first workers is judged this long after they start.
+GROW_AFTER_S = 0.3
+HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: not allocated, but resident (RSS)
+_SMALLEST_WINDOW_BYTES = 2 << 20
 HASH_READ_BYTES = 4 << 20  # read back after direct writes: allocated, counts in RSS
 
 
@@ -194,6 +198,10 @@ class ParallelTransfer:
         self._direct_io = direct_io
         self._seed: Handover | None = None
         self._adopted = False
+        # start_with(): fewer workers first, the rest when the origin is slow.
+        self._start_connections = connections
+        self._grow_below = 0.0
+        self._on_grow: Callable[[float, int, int], None] | None = None
         self.claim: Claim
         if seed is not None:
             # Carry on from a stream's partial (engine.py's widening), under
@@ -217,15 +225,32 @@ class ParallelTransfer:
     def beat(self) -> None:
         self.claim.beat()
 
+    def start_with(
+        self,
+        connections: int,
+        grow_below_bytes_per_s: float,
+        on_grow: Callable[[float, int, int], None] | None = None,
+    ) -> None:
+        """Start `connections` workers only (#16: through the page cache,
+        two per core copy the bytes fastest from a fast origin); if after
+        GROW_AFTER_S they move less than `grow_below_bytes_per_s` together
+        (an origin capping each connection), start the others, and tell
+        `on_grow(rate, running, added)`."""
+        self._start_connections = min(connections, self._connections)
+        self._grow_below = grow_below_bytes_per_s
+        self._on_grow = on_grow
+
     def _take_over(self, seed: Handover, data: str) -> bool:
-        """Journal the stream's bytes (flushed first), then rename its
-        partial to ours: killed in between, the stream partial is still
-        there to resume, and a data file never exists without its journal."""
+        """Write a journal, then rename the stream's partial to ours: killed
+        in between, the stream partial is still there to resume, and a data
+        file never exists without its journal. The journal claims nothing
+        yet: the stream's bytes are claimed by the first save, after its
+        fdatasync (#16: an fdatasync here flushed the device on the
+        hand-over's critical path, 0.05-0.2 s on the benchmark VM; a kill
+        before the first save costs the stream's bytes, never a wrong one)."""
         if not seed.claim.owned():
             return False  # adopted away meanwhile
-        os.fdatasync(seed.claim.fd)
-        done = [(0, seed.offset)] if seed.offset else []
-        write_journal(self.journal, self._validator, self._size, done)
+        write_journal(self.journal, self._validator, self._size, [])
         if seed.claim.rename_to(data):
             return True
         with contextlib.suppress(FileNotFoundError):
@@ -302,11 +327,7 @@ class ParallelTransfer:
         items: queue.Queue[tuple[int, int]] = queue.Queue()
         for item in work_items(shared.ranges.missing(self._size), self._connections):
             items.put(item)
-        workers = [
-            threading.Thread(target=self._worker, args=(shared, items), daemon=True)
-            for _ in range(min(self._connections, max(1, items.qsize())))
-        ]
-        shared.threads.extend(workers)
+        workers = self._spawn(shared, items, self._start_connections)
         hasher = None
         if hash_it:
             seed = self._seed
@@ -317,8 +338,10 @@ class ParallelTransfer:
             shared.threads.append(hasher.thread)
         for thread in workers:
             thread.start()
+        spare = self._connections - len(workers)
+        grow = _Growth(shared, spare, self._grow_below) if spare > 0 and self._grow_below else None
         try:
-            self._supervise(shared, workers, ticker)
+            self._supervise(shared, workers, ticker, lambda: self._grown(shared, items, grow))
             if shared.errors:
                 raise shared.errors[0]
             return hasher.finish() if hasher is not None else None
@@ -326,18 +349,48 @@ class ParallelTransfer:
             if hasher is not None:
                 hasher.cancel()
 
+    def _spawn(
+        self, shared: _Shared, items: queue.Queue[tuple[int, int]], count: int
+    ) -> list[threading.Thread]:
+        """Up to `count` workers (not started), no more than items left."""
+        workers = [
+            threading.Thread(target=self._worker, args=(shared, items), daemon=True)
+            for _ in range(min(count, max(1, items.qsize())))
+        ]
+        shared.threads.extend(workers)
+        return workers
+
+    def _grown(
+        self, shared: _Shared, items: queue.Queue[tuple[int, int]], grow: _Growth | None
+    ) -> list[threading.Thread]:
+        """The workers started now because the origin is slow per connection."""
+        if grow is None or not grow.wanted() or items.empty():
+            return []
+        workers = self._spawn(shared, items, grow.spare)
+        for thread in workers:
+            thread.start()
+        if self._on_grow is not None:
+            self._on_grow(grow.rate_bytes_per_s, self._start_connections, len(workers))
+        return workers
+
     def _supervise(
-        self, shared: _Shared, workers: list[threading.Thread], ticker: ProgressTicker
+        self,
+        shared: _Shared,
+        workers: list[threading.Thread],
+        ticker: ProgressTicker,
+        grown: Callable[[], list[threading.Thread]] = list,
     ) -> None:
         """Journal while the workers run (main thread, so a SIGTERM still
-        lands here and stops them); the ticker heartbeats. Looks every
-        SUPERVISE_S: at 400 MB/s a 2 s look would journal 800 MB at a time,
-        and a SIGKILL would lose all of it."""
+        lands here and stops them); the ticker heartbeats; `grown` starts
+        the spare workers when they are wanted. Looks every SUPERVISE_S: at
+        400 MB/s a 2 s look would journal 800 MB at a time, and a SIGKILL
+        would lose all of it."""
         saved_bytes = shared.ranges.total()
         saved_s = time.monotonic()
         try:
             while alive := [t for t in workers if t.is_alive()]:
                 alive[0].join(timeout=SUPERVISE_S)
+                workers.extend(grown())
                 total = shared.ranges.total()
                 ticker.done_bytes = total
                 now_s = time.monotonic()
@@ -413,6 +466,41 @@ class ParallelTransfer:
         return position
 
 
+def window_bytes_within(budget_bytes: int, resident: int) -> int:
+    """The hash window (halved from HASH_WINDOW_BYTES, 2 MiB at the least)
+    that keeps the process within the RSS budget: the mapped pages count
+    (#16: ~58 MiB for HTTP, more with huggingface_hub loaded)."""
+    window = HASH_WINDOW_BYTES
+    while window > _SMALLEST_WINDOW_BYTES and resident + window > budget_bytes:
+        window //= 2
+    return window
+
+
+class _Growth:
+    """Decides once, GROW_AFTER_S after the workers started, whether the
+    spare connections are wanted: the workers together moved less than
+    `below_bytes_per_s` (each connection is capped)."""
+
+    def __init__(self, shared: _Shared, spare: int, below_bytes_per_s: float) -> None:
+        self._ranges = shared.ranges
+        self.spare = spare
+        self._below = below_bytes_per_s
+        self._started = (time.monotonic(), shared.ranges.total())
+        self._decided = False
+        self.rate_bytes_per_s = 0.0
+
+    def wanted(self) -> bool:
+        if self._decided:
+            return False
+        started_s, start_bytes = self._started
+        elapsed_s = time.monotonic() - started_s
+        if elapsed_s < GROW_AFTER_S:
+            return False
+        self._decided = True
+        self.rate_bytes_per_s = (self._ranges.total() - start_bytes) / elapsed_s
+        return self.rate_bytes_per_s < self._below
+
+
 def _direct_reader(shared: _Shared) -> DirectReader | None:
     try:
         return DirectReader(shared.fd, HASH_READ_BYTES)
@@ -435,6 +523,7 @@ class _PrefixHasher:
         self._position = position if sha is not None else 0
         self._cancelled = threading.Event()
         self._reader = _direct_reader(shared) if shared.writer.direct else None
+        self._window = window_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
         self.thread.start()
@@ -472,8 +561,9 @@ class _PrefixHasher:
     def _hash_window(self, position: int) -> int:
         """Map one window at a time: mapped file pages count as resident,
         so a whole-file map would put the file size into peak RSS."""
-        start = position - position % HASH_WINDOW_BYTES
-        length = min(HASH_WINDOW_BYTES, self._size - start)
+        window = self._window
+        start = position - position % window
+        length = min(window, self._size - start)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         with mmap.mmap(
             self._shared.fd, length, flags=flags, prot=mmap.PROT_READ, offset=start

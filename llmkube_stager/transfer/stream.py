@@ -8,7 +8,7 @@ and the write (O_DIRECT where it fits) on other threads (pipeline.py) ->
 size check.
 
 On an origin that is slow per connection, the first attempt hands over to
-ranged connections (`WidenRule`, #6): one stream first, because on a fast
+ranged connections (`widen.WidenRule`, #6): one stream first, because on a fast
 origin it is the cheapest path (bytes hashed from the receive buffers, never
 read back), widened only when a per-connection cap makes it the slow one.
 
@@ -65,6 +65,7 @@ from llmkube_stager.transfer.target import (
     resumable,
 )
 from llmkube_stager.transfer.types import Handover, TransferEffects
+from llmkube_stager.transfer.widen import WidenRule
 from llmkube_stager.transfer.writeback import Writeback
 
 if TYPE_CHECKING:
@@ -81,48 +82,6 @@ class Streamed:
     sha256: str | None
     received: int
     handover: Handover | None = None
-
-
-class WidenRule:
-    """Decides once, `probe_s` into an attempt, whether one connection is
-    too slow and the rest should go over ranged connections. Only worth it
-    with enough left to split (`min_rest_bytes`)."""
-
-    def __init__(
-        self,
-        below_bytes_per_s: float,
-        probe_s: float,
-        min_rest_bytes: int,
-        clock: Callable[[], float],
-    ) -> None:
-        self._below = below_bytes_per_s
-        self._probe_s = probe_s
-        self._min_rest = min_rest_bytes
-        self._clock = clock
-        self._started: tuple[float, int] | None = None
-        self._decided = False
-        self.rate_bytes_per_s = 0.0
-
-    def begin(self) -> None:
-        """A new attempt: judged afresh from its first bytes."""
-        self._started = None
-
-    def wants_more(self, offset: int, expected: int | None) -> bool:
-        """Called as bytes arrive, `offset` the end of what arrived. The
-        clock starts at the first arrival: the request's latency and a
-        server's time to first byte say nothing of a connection cap."""
-        if self._decided or expected is None:
-            return False
-        if self._started is None:
-            self._started = (self._clock(), offset)
-            return False
-        started_s, start_offset = self._started
-        elapsed_s = self._clock() - started_s
-        if elapsed_s < self._probe_s:
-            return False
-        self._decided = True
-        self.rate_bytes_per_s = (offset - start_offset) / elapsed_s
-        return self.rate_bytes_per_s < self._below and expected - offset >= self._min_rest
 
 
 class _Widen(Exception):

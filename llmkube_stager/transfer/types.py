@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from llmkube_stager.cache.partials import Claim
 from llmkube_stager.config import Timeouts
 from llmkube_stager.logs import Log
+from llmkube_stager.transfer.writemode import PageCacheBudget
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -34,6 +35,9 @@ class TransferEffects:
     listed: frozenset[str] = frozenset()
     # Write partials with O_DIRECT (a local block filesystem: directio.py).
     direct_io: bool = False
+    # LLMKUBE_DIRECT_IO=auto: files that fit it go through the page cache
+    # instead (writemode.py); one budget per run.
+    page_cache: PageCacheBudget | None = None
     # For rates (the widening decision), not for file times.
     monotonic: Callable[[], float] = time.monotonic
     # Destinations with nothing beside them to resume or remove when the run

@@ -150,7 +150,7 @@ def test_a_write_error_reaches_the_receiving_thread(tmp_path: Path) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("mode", ["auto", "off"])
+@pytest.mark.parametrize("mode", ["auto", "on", "off"])
 def test_an_odd_sized_partial_resumes_and_verifies_in_both_write_modes(
     origin, pod, mode: str
 ) -> None:
@@ -169,3 +169,28 @@ def test_an_odd_sized_partial_resumes_and_verifies_in_both_write_modes(
     assert get.body_bytes == size - odd
     assert dest.read_bytes() == data
     assert Path(f"{dest}.sha256").read_text().split()[:2] == [digest, str(size)]
+
+
+@pytest.mark.parametrize(("mode", "cached"), [("auto", True), ("on", False), ("off", True)])
+def test_the_write_mode_decides_whether_the_server_reads_from_memory(
+    origin, pod, mode: str, cached: bool
+) -> None:
+    """#16: with room for it (the test machine has), `auto` leaves the staged
+    file in the page cache, so the inference server's first read comes from
+    memory; `on` writes it with O_DIRECT, past the cache."""
+    size = 12 * MIB
+    data = payload(size, seed=6)
+    origin.put(PATH, data)
+    dest = pod.dest()
+    if not probe_fs(str(pod.cache_dir.parent)).direct_io_ok:
+        pytest.skip("needs a local ext4/xfs/btrfs test directory for O_DIRECT")
+    digest = hashlib.sha256(data).hexdigest()
+
+    pod.stage(pod.single_env(origin.url + PATH, MODEL_SHA256=digest, LLMKUBE_DIRECT_IO=mode)).ok()
+
+    resident = _resident_bytes(dest)  # before any read of ours fills the cache
+    if cached:
+        assert resident == size
+    else:
+        assert resident < size // 4
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == digest

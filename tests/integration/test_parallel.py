@@ -19,6 +19,9 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from llmkube_stager.cache.fs import probe_fs
 from llmkube_stager.layout import segmented_paths, validator_of
 from llmkube_stager.model import Decision
 from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, Ranges, work_items
@@ -207,3 +210,60 @@ def test_a_body_of_another_size_is_never_finished_over_ranges(pod, origin) -> No
     assert not pod.dest().exists()
     assert not run.has_line("ranged connections")
     assert len(origin.requests(PATH, "GET")) == 1
+
+
+PAGE_CACHE_SIZE = 2 * 2 * MIN_ITEM_BYTES + 12345  # two items for each of 2 connections
+
+
+def test_through_the_page_cache_a_large_file_is_split_at_once(pod, origin) -> None:
+    """#16: written through the page cache (auto with room for it, here),
+    a file with two work items per connection goes over ranged connections
+    from the first request: the page-cache copy runs on every worker."""
+    data = payload(PAGE_CACHE_SIZE, seed=12)
+    origin.put(PATH, data)  # uncapped: one stream would never widen
+    digest = hashlib.sha256(data).hexdigest()
+
+    pod.stage(
+        pod.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="2", MODEL_SHA256=digest)
+    ).ok()
+
+    assert pod.dest().read_bytes() == data
+    gets = origin.requests(PATH, "GET")
+    assert all("range" in g.headers for g in gets), "a stream first"
+    spans = _ranges(gets)
+    assert spans[0][0] == 0
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
+    assert spans[-1][1] == PAGE_CACHE_SIZE - 1
+
+
+def test_through_the_page_cache_a_capped_origin_gets_every_connection(pod, origin) -> None:
+    """The split starts with two workers per core; when they move less than
+    the widening line together (each connection capped), the others start."""
+    cores = len(os.sched_getaffinity(0))
+    if cores > 2:
+        pytest.skip(f"needs a machine of at most 2 cores (CI's class), got {cores}")
+    first = 2 * cores
+    size = first * 2 * MIN_ITEM_BYTES + 4097
+    data = payload(size, seed=14)
+    origin.put(PATH, data, rate_bytes_per_s=20 * MIB)
+
+    run = pod.stage(pod.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS=str(first + 2))).ok()
+
+    assert pod.dest().read_bytes() == data
+    assert run.has_line(f"{first} ranged connections moved")
+    assert run.has_line(f"goes over {first + 2}")
+
+
+def test_with_o_direct_a_large_file_starts_as_one_stream(pod, origin) -> None:
+    if not probe_fs(str(pod.cache_dir.parent)).direct_io_ok:
+        pytest.skip("needs a local ext4/xfs/btrfs test directory for O_DIRECT")
+    data = payload(PAGE_CACHE_SIZE, seed=13)
+    origin.put(PATH, data)
+
+    pod.stage(
+        pod.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="2", LLMKUBE_DIRECT_IO="on")
+    ).ok()
+
+    assert pod.dest().read_bytes() == data
+    first = origin.requests(PATH, "GET")[0]
+    assert "range" not in first.headers, "split at once although written with O_DIRECT"

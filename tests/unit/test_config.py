@@ -621,3 +621,14 @@ def test_a_bad_proxy_is_a_configuration_error_naming_the_variable_only() -> None
     assert "socks5://agent:pr0xy-pa55word@proxy:1080" in secret_values(
         {"HTTPS_PROXY": "socks5://agent:pr0xy-pa55word@proxy:1080"}, {}
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "direct_io", "auto"),
+    [("auto", True, True), ("on", True, False), ("off", False, False)],
+)
+def test_direct_io_modes(value: str, direct_io: bool, auto: bool) -> None:
+    """#16: auto (page cache while the model fits memory), on, off."""
+    config = load({"LLMKUBE_DIRECT_IO": value}, base=SINGLE)
+    assert (config.direct_io, config.direct_io_auto) == (direct_io, auto)
+

@@ -21,3 +21,14 @@ def test_a_process_holding_boto3_gets_smaller_ones_within_the_budget() -> None:
 
 def test_never_below_one_mebibyte() -> None:
     assert buffer_bytes_within(MEMORY_BUDGET_BYTES, 200 * MIB) == MIB
+
+
+def test_the_parallel_hash_window_shrinks_when_the_process_holds_much() -> None:
+    """#16: the mapped window counts in RSS; huggingface_hub or boto3 loaded
+    leaves less room for it under the 64 MiB budget."""
+    from llmkube_stager.transfer.parallel import HASH_WINDOW_BYTES, window_bytes_within
+
+    budget = 64 << 20
+    assert window_bytes_within(budget, 30 << 20) == HASH_WINDOW_BYTES
+    assert window_bytes_within(budget, 52 << 20) == 8 << 20
+    assert window_bytes_within(budget, 63 << 20) == 2 << 20
