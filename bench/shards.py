@@ -94,8 +94,19 @@ class Sharded:
         wall = time.monotonic() - started
         done = [s for s in samples if s is not None]
         if len(done) != shards or any(s.exit_code != 0 for s in done):
-            raise RuntimeError(f"a share failed: {[s and s.exit_code for s in samples]}")
+            raise RuntimeError(f"a share failed: {self._reasons(shards)}")
         return wall, done, self._served(log, start_at, shards)
+
+    def _reasons(self, shards: int) -> list[str]:
+        """Each share's termination message: why a share failed."""
+        found = []
+        for index in range(shards):
+            try:
+                with open(os.path.join(self.ctx.work, f"term-{index}.json")) as handle:
+                    found.append(handle.read())
+            except OSError as exc:
+                found.append(f"no termination message ({exc.strerror})")
+        return found
 
     def _served(self, log: str, start_at: int, shards: int) -> dict[int, int]:
         owner = assign(self.sizes, shards) if shards > 1 else dict.fromkeys(self.sizes, 0)
