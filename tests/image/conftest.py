@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.features import missing_feature
 from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref, missing_tools
 
 
@@ -17,9 +18,9 @@ from tests.image.image_support import Container, ImageConfig, ImagePod, image_re
 def image() -> ImageConfig:
     missing = missing_tools()
     if missing:
-        pytest.skip(f"the image tests need {', '.join(missing)} (apt-get install buildah)")
+        missing_feature(f"the image tests need {', '.join(missing)} (apt-get install buildah)")
     if os.geteuid() != 0:
-        pytest.skip("buildah run with chroot isolation needs root")
+        missing_feature("buildah run with chroot isolation needs root")
     ref = image_ref()
     try:
         return ImageConfig.inspect(ref)

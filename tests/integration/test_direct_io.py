@@ -27,6 +27,7 @@ from llmkube_stager.transfer.directio import (
 )
 from llmkube_stager.transfer.pipeline import Pipeline
 from tests.harness.disk import seed, shell_partial
+from tests.harness.features import missing_feature
 from tests.harness.sample import payload
 
 MIB = 1 << 20
@@ -56,7 +57,9 @@ def _drop_cache(path: Path) -> None:
 def disk_dir(tmp_path: Path) -> Path:
     fs = probe_fs(str(tmp_path))
     if not fs.direct_io_ok:
-        pytest.skip(f"needs a local ext4/xfs/btrfs test directory for O_DIRECT, got {fs.fstype}")
+        missing_feature(
+            f"needs a local ext4/xfs/btrfs test directory for O_DIRECT, got {fs.fstype}"
+        )
     return tmp_path
 
 
@@ -183,7 +186,7 @@ def test_the_write_mode_decides_whether_the_server_reads_from_memory(
     origin.put(PATH, data)
     dest = pod.dest()
     if not probe_fs(str(pod.cache_dir.parent)).direct_io_ok:
-        pytest.skip("needs a local ext4/xfs/btrfs test directory for O_DIRECT")
+        missing_feature("needs a local ext4/xfs/btrfs test directory for O_DIRECT")
     digest = hashlib.sha256(data).hexdigest()
 
     pod.stage(pod.single_env(origin.url + PATH, MODEL_SHA256=digest, LLMKUBE_DIRECT_IO=mode)).ok()

@@ -16,6 +16,7 @@ import pytest
 from llmkube_stager.errors import REMEDY_RATE_LIMITED_HTTP
 from llmkube_stager.logs import Redactor
 from tests.harness.disk import record_of
+from tests.harness.features import missing_feature
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.sample import payload
@@ -331,7 +332,7 @@ def test_untrusted_certificate_fails_untrusted_without_retries(tls_origin, pod) 
     env = pod.single_env(origin.url + PATH)
     env["LLMKUBE_CA_DIR"] = None  # the default, /custom-certs
     if os.path.isdir("/custom-certs"):
-        pytest.skip("/custom-certs exists on this machine; the default CA dir is not empty")
+        missing_feature("/custom-certs exists on this machine; the default CA dir is not empty")
 
     run = pod.stage(env).failed()
 

@@ -15,6 +15,7 @@ import pytest
 from policy_support import ON_CHANGE, fuse_fs, methods
 
 from tests.harness.disk import debris, record_of, seed, snapshot
+from tests.harness.features import missing_feature
 from tests.harness.origin import Fault, Origin, closed_port_url
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -353,17 +354,17 @@ HUGE = 1 << 43  # 8 TiB, sparse: the origin announces more than the cache can ho
 
 @pytest.fixture
 def huge_upstream(pod: Pod, origin: Origin, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """OLD cached; upstream "changed" to a sparse 8 TiB file, so the refresh
-    fails on the free-space preflight (disk pressure) after an answered HEAD."""
+    """OLD cached; upstream "changed" to a sparse file of at least 8 TiB and
+    always larger than the cache's free space, so the refresh fails on the
+    free-space preflight (disk pressure) after an answered HEAD."""
     upstream = tmp_path / "upstream"
     upstream.mkdir()
+    size = max(HUGE, shutil.disk_usage(tmp_path).free + (1 << 40))
     with open(upstream / "model.gguf", "wb") as handle:
         try:
-            handle.truncate(HUGE)
+            handle.truncate(size)
         except OSError as exc:
-            pytest.skip(f"no sparse 8 TiB file here: {exc}")
-    if shutil.disk_usage(tmp_path).free >= HUGE:
-        pytest.skip("the cache has room for 8 TiB")
+            missing_feature(f"a sparse file of {size} bytes on {tmp_path} ({exc.strerror})")
     origin.serve_directory(str(upstream), "/big")
     dest = pod.single(origin.url + "/big/model.gguf")
     seed(dest, OLD, record=len(OLD))

@@ -52,9 +52,7 @@ def assert_token_only_to_the_mirror(mirror: FakeHub, cdn: Origin) -> None:
 
 
 @pytest.mark.parametrize("form", ["hf-scheme", "url"])
-def test_a_mirror_without_the_api_is_fetched_like_the_scripts(
-    pod, mirror, cdn, form
-) -> None:
+def test_a_mirror_without_the_api_is_fetched_like_the_scripts(pod, mirror, cdn, form) -> None:
     files = files_of()
     mirror.add_repo(REPO, files)
     source = f"hf://{REPO}@main" if form == "hf-scheme" else f"{mirror.url}/{REPO}/resolve/main/"
@@ -104,9 +102,7 @@ def test_a_file_the_mirror_does_not_have_is_not_found(pod, mirror, cdn) -> None:
     assert not pod.dest("missing.bin").exists()
 
 
-def test_on_change_against_a_mirror_without_the_api_revalidates_by_size(
-    pod, mirror, cdn
-) -> None:
+def test_on_change_against_a_mirror_without_the_api_revalidates_by_size(pod, mirror, cdn) -> None:
     files = files_of()
     mirror.add_repo(REPO, files)
     env = pod.multi_env(f"hf://{REPO}@main", FILES, HF_ENDPOINT=mirror.url, HF_TOKEN=HF_TOKEN)
@@ -125,9 +121,7 @@ def test_on_change_against_a_mirror_without_the_api_revalidates_by_size(
 def test_a_hub_with_the_api_never_falls_back(pod, hub, cdn) -> None:
     """A real API's 404 carries X-Error-Code: the repo is missing, period."""
     hub.add_repo(REPO, files_of())
-    env = pod.multi_env(
-        "hf://org/no-such-repo@main", FILES, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN
-    )
+    env = pod.multi_env("hf://org/no-such-repo@main", FILES, HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN)
 
     run = pod.stage(env).failed("ModelSourceNotFound")
 

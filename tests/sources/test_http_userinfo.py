@@ -76,9 +76,7 @@ def test_a_get_without_a_probe_carries_the_credentials(pod, origin) -> None:
 
 
 @pytest.mark.parametrize("location_userinfo", [False, True], ids=["plain", "with-userinfo"])
-def test_never_across_a_redirect_to_another_host(
-    pod, origin, other, location_userinfo
-) -> None:
+def test_never_across_a_redirect_to_another_host(pod, origin, other, location_userinfo) -> None:
     data = payload(64 * 1024)
     other.put("/blob", data)
     target = f"{other.url}/blob"

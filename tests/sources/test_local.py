@@ -21,6 +21,7 @@ import pytest
 from llmkube_stager.model import Decision
 from sources.support import BUDGET, sha256
 from tests.harness.disk import debris, record_of, snapshot, tree
+from tests.harness.features import missing_feature
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
 
@@ -301,7 +302,7 @@ def stage_as_nobody(pod: Pod, env: Mapping[str, str]) -> dict[str, str]:
     {reason, detail} or {crash: traceback}. Modules are imported in the
     parent first: the child cannot read root's Python installation."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to switch to an unprivileged uid")
+        missing_feature("needs root to switch to an unprivileged uid")
     scratch = Path(tempfile.mkdtemp())
     try:  # warm-up: import every module a local copy and a pvc verify use
         write(scratch / "src", b"x")

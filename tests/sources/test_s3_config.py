@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from sources.s3_support import KIB, s3_env, without_keys
+from tests.harness.features import missing_feature
 from tests.harness.pod import ROOT
 from tests.harness.sample import payload
 from tests.harness.tlsca import make_ca
@@ -160,10 +161,10 @@ def read_only_root(pod) -> list[str]:
     namespace where /tmp, /var/tmp and the working directory (tempfile's
     fallbacks) are read-only; only the sandbox (the cache volume) is not."""
     if shutil.which("unshare") is None:
-        pytest.skip("unshare (util-linux) is missing")
+        missing_feature("unshare (util-linux) is missing")
     probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
-        pytest.skip("mount namespaces are not permitted here (needs root)")
+        missing_feature("mount namespaces are not permitted here (needs root)")
     box_dir = shlex.quote(str(pod.tmp))
     read_only = " ".join(shlex.quote(d) for d in ("/tmp", "/var/tmp", str(ROOT)))
     script = (

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from hostile_support import Sandbox, open_sandbox
 
+from tests.harness.features import missing_feature
 from tests.harness.mounts import TwoNodes, fuse_missing, two_mounts
 from tests.harness.pod import NOBODY
 
@@ -151,7 +152,7 @@ class Shims:
 def shims() -> Iterator[Shims]:
     gcc = shutil.which("gcc")
     if gcc is None:
-        pytest.skip("gcc not installed (LD_PRELOAD shims for flock and the clock)")
+        missing_feature("gcc not installed (LD_PRELOAD shims for flock and the clock)")
     with tempfile.TemporaryDirectory(prefix="llmkube-shims-") as tmp:
         built = {}
         for name, source in (("noflock", _FLOCK_SHIM), ("clockskew", _CLOCK_SHIM)):
@@ -198,6 +199,6 @@ def two_nodes(tmp_path: Path) -> Iterator[TwoNodes]:
     not across them (two nodes of one FUSE volume)."""
     missing = fuse_missing()
     if missing:
-        pytest.skip(missing)
+        missing_feature(missing)
     with two_mounts(tmp_path) as nodes:
         yield nodes

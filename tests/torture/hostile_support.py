@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from llmkube_stager.layout import partial_key, validator_of
 from tests.harness.disk import snapshot
+from tests.harness.features import missing_feature
 from tests.harness.pod import ROOT, Pod, Run, as_user
 
 __all__ = ["ROOT", "Sandbox", "key_of", "open_sandbox", "plant", "sha256", "snapshot"]
@@ -88,7 +87,7 @@ def open_sandbox(uid: int | None = None) -> Iterator[Sandbox]:
     """A sandbox under a fresh world-traversable directory; `uid` runs the CLI
     as that user, for whom a mode-000 file is really unreadable."""
     if uid is not None and (os.geteuid() != 0 or shutil.which("setpriv") is None):
-        pytest.skip("needs root and setpriv (util-linux) to run the CLI as another uid")
+        missing_feature("root and setpriv (util-linux), to run the CLI as another uid")
     # Not under tmp_path: pytest makes that 0700 for root, closed to other uids.
     base = Path(tempfile.mkdtemp(prefix="llmkube-hostile-"))
     os.chmod(base, 0o755)

@@ -631,4 +631,3 @@ def test_direct_io_modes(value: str, direct_io: bool, auto: bool) -> None:
     """#16: auto (page cache while the model fits memory), on, off."""
     config = load({"LLMKUBE_DIRECT_IO": value}, base=SINGLE)
     assert (config.direct_io, config.direct_io_auto) == (direct_io, auto)
-

@@ -17,6 +17,7 @@ from llmkube_stager.cache.fs import (
     probe_fs,
     probe_fs_quick,
 )
+from tests.harness.features import missing_feature
 
 EXT4_MAGIC = 0xEF53
 XFS_MAGIC = 0x58465342
@@ -60,7 +61,7 @@ def test_the_mount_table_has_the_root_and_the_tmp_directory(tmp_path: Path) -> N
 def test_a_mount_point_with_a_space_is_decoded(tmp_path: Path) -> None:
     """The kernel escapes a space as \\040; the table must give it back."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs")
+        missing_feature("needs root to mount a tmpfs")
     point = tmp_path / "my models"
     point.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)], check=True)
