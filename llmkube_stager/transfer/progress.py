@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
+from typing import Self
 
 from llmkube_stager.logs import Log
 
@@ -25,7 +26,32 @@ def progress_text(done_bytes: int, total_bytes: int | None) -> str:
     return f"Downloaded {done_mib} MiB"
 
 
-class ProgressTicker:
+class _Background:
+    """A daemon thread running `_run` for the span of a `with` block; `_run`
+    ends when `_stop` is set (waited on, so it wakes at once)."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+class ProgressTicker(_Background):
     """A daemon thread that reports a shared byte counter at an interval and
     calls `heartbeat` every `heartbeat_s` (a live writer's proof of life)."""
 
@@ -42,8 +68,7 @@ class ProgressTicker:
         self._rel = rel
         self._heartbeat = heartbeat
         self._heartbeat_s = heartbeat_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        super().__init__("progress")
         self.done_bytes = 0
         self.total_bytes: int | None = None
 
@@ -64,21 +89,8 @@ class ProgressTicker:
                     self._heartbeat()
                 next_beat = now + self._heartbeat_s
 
-    def __enter__(self) -> ProgressTicker:
-        self._thread.start()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-
-
-class KeepAlive:
+class KeepAlive(_Background):
     """Heartbeats for complete partials that wait to be published (OnChange
     stages every file before it publishes any): without them another writer
     would take a waiting partial for a dead writer's."""
@@ -86,9 +98,8 @@ class KeepAlive:
     def __init__(self, every_s: float = 5.0) -> None:
         self._claims: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._every_s = every_s
-        self._thread = threading.Thread(target=self._run, name="keepalive", daemon=True)
+        super().__init__("keepalive")
 
     def add(self, beat: Callable[[], None]) -> None:
         with self._lock:
@@ -100,16 +111,3 @@ class KeepAlive:
                 beats = list(self._claims)
             for beat in beats:
                 beat()
-
-    def __enter__(self) -> KeepAlive:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
