@@ -41,6 +41,8 @@ DEFAULT_FILES_IN_FLIGHT = 8
 MAX_FILES_IN_FLIGHT = 64
 MAX_SHARDS = 10_000
 LogFormat = Literal["text", "json"]
+DirectIoMode = Literal["auto", "on", "off"]
+_DIRECT_IO_MODES: dict[str, DirectIoMode] = {"auto": "auto", "on": "on", "off": "off"}
 
 
 @dataclass(frozen=True)
@@ -206,8 +208,10 @@ class Config:
     # `shards` (1: the whole model).
     shards: int = 1
     shard_index: int = 0
-    direct_io: bool = True  # "auto"/"on": still only where FsInfo.direct_io_ok
-    direct_io_auto: bool = True  # "auto": files that fit memory go through the page cache
+    # LLMKUBE_DIRECT_IO: "auto" keeps files that fit memory in the page cache
+    # (transfer/writemode.py); "auto" and "on" write the rest with O_DIRECT,
+    # still only where FsInfo.direct_io_ok; "off" never.
+    direct_io_mode: DirectIoMode = "auto"
     proxy: ProxySettings = field(default_factory=ProxySettings)
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
@@ -218,6 +222,11 @@ class Config:
     @property
     def multi_file(self) -> bool:
         return bool(self.model_files)
+
+    @property
+    def direct_io(self) -> bool:
+        """O_DIRECT allowed at all (where the filesystem takes it)."""
+        return self.direct_io_mode != "off"
 
 
 # URLs longer than this are refused by most servers and by httpx (64 KiB):
@@ -495,7 +504,6 @@ def load_config(
     cache_dir, model_path, files = _layout_paths(read, source, cwd)
     pins = _pins(read, model_path, files)
     _check_room(cache_dir, model_path, files, pins)
-    direct_io = read.choice("LLMKUBE_DIRECT_IO", ("auto", "on", "off"), "auto")
     return Config(
         source=source,
         cache_dir=cache_dir,
@@ -520,8 +528,7 @@ def load_config(
         connections=_connections(read),
         files_in_flight=_files_in_flight(read),
         **_shards(read),
-        direct_io=direct_io != "off",
-        direct_io_auto=direct_io == "auto",
+        direct_io_mode=_direct_io_mode(read),
         proxy=load_proxy(read),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
@@ -620,6 +627,10 @@ def _policy(read: _Reader) -> RefreshPolicy:
     if text and text.lower() != "ifnotpresent":
         read.tolerated("LLMKUBE_REFRESH_POLICY", text, "using IfNotPresent (the CRD default)")
     return "IfNotPresent"
+
+
+def _direct_io_mode(read: _Reader) -> DirectIoMode:
+    return _DIRECT_IO_MODES[read.choice("LLMKUBE_DIRECT_IO", tuple(_DIRECT_IO_MODES), "auto")]
 
 
 def _log_format(read: _Reader) -> LogFormat:

@@ -331,7 +331,6 @@ class StagerError(Exception):
         return code
 
 
-
 class ConfigError(StagerError):
     reason = Reason.INVALID_CONFIGURATION
 

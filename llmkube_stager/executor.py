@@ -142,7 +142,7 @@ class Session:
     def _page_cache_budget(self) -> PageCacheBudget | None:
         """LLMKUBE_DIRECT_IO=auto: one budget per run, its room read when
         the first transfer asks (never on a warm start)."""
-        if not (self.config.direct_io_auto and self._strategy.direct_io):
+        if not (self.config.direct_io_mode == "auto" and self._strategy.direct_io):
             return None
         with self._opening:  # files in flight share one budget
             if self._page_cache is None:

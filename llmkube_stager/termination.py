@@ -89,9 +89,7 @@ def _message(reason: str, detail: str, phrase: str, remedy: str) -> str:
 
 def failure_message(err: StagerError, redact: Callable[[str], str]) -> str:
     """The full failure line, as logged (the termination copy may be shrunk)."""
-    return _message(
-        err.reason.value, redact(err.detail), redact(operator_phrase(err)), err.remedy
-    )
+    return _message(err.reason.value, redact(err.detail), redact(operator_phrase(err)), err.remedy)
 
 
 def _finish(doc: dict[str, Any]) -> dict[str, Any]:

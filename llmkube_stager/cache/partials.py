@@ -384,8 +384,10 @@ def _drop_journal_temps(journal: str) -> None:
     with contextlib.suppress(OSError):
         for entry in os.scandir(directory or "."):
             tail = entry.name[len(prefix) :]
-            if entry.name.startswith(prefix) and len(tail) == 6 and entry.is_file(
-                follow_symlinks=False
+            if (
+                entry.name.startswith(prefix)
+                and len(tail) == 6
+                and entry.is_file(follow_symlinks=False)
             ):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)

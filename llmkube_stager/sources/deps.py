@@ -73,7 +73,5 @@ def require(req: Requirement) -> str:
             f"(pip install 'llmkube-stager' installs it)"
         ) from None
     if release(found) < release(req.floor):
-        raise ConfigError(
-            f"{req.dist} >= {req.floor} is required for {req.purpose}; found {found}"
-        )
+        raise ConfigError(f"{req.dist} >= {req.floor} is required for {req.purpose}; found {found}")
     return found

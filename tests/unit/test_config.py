@@ -630,4 +630,4 @@ def test_a_bad_proxy_is_a_configuration_error_naming_the_variable_only() -> None
 def test_direct_io_modes(value: str, direct_io: bool, auto: bool) -> None:
     """#16: auto (page cache while the model fits memory), on, off."""
     config = load({"LLMKUBE_DIRECT_IO": value}, base=SINGLE)
-    assert (config.direct_io, config.direct_io_auto) == (direct_io, auto)
+    assert (config.direct_io, config.direct_io_mode == "auto") == (direct_io, auto)
