@@ -168,8 +168,12 @@ def test_a_scripts_sweep_during_a_mixed_rollout_never_breaks_a_live_agent(
     pod's `*.tmp` sweep can delete a live agent's partial. The agent notices
     at publish (its name is gone) and stages the file again: the published
     bytes are still exactly the origin's."""
-    data = gguf_like(3 << 20, seed=10)
-    origin.put("/m/model.gguf", data, rate_bytes_per_s=1 << 20)
+    # Larger than one pipeline buffer (4 MiB): the receiver hands a buffer
+    # to the writer only when it is full, so a smaller file would reach its
+    # partial in one write just before the publish, and the sweep below
+    # could miss the window (it did, once in a full run).
+    data = gguf_like(10 << 20, seed=10)
+    origin.put("/m/model.gguf", data, rate_bytes_per_s=4 << 20)
     dest = pod.single(origin.url + "/m/model.gguf")
     proc = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "1"})
     # Mid-transfer: the partial holds bytes of the response being received
