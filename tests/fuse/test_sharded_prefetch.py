@@ -29,15 +29,19 @@ SHARDS = 4
 KIB = 1024
 MIB = 1024 * KIB
 # The large files are paced like a capped CDN edge, so that a kill lands
-# in the middle of one; the small ones are not.
-LARGE_RATE = MIB
+# in the middle of one; the small ones are not. Each is larger than two
+# pipeline buffers (4 MiB): a receiver writes a buffer only when it is full,
+# so a file that fits one reached its partial whole, and a kill "a third in"
+# found it complete (it flaked once that way).
+LARGE_RATE = 3 * MIB
+LARGE_BYTES = 9 * MIB
 
 
 def model() -> dict[str, bytes]:
     files = {f"tokenizer/part-{i:02d}.json": payload(6 * KIB + 331 * i, seed=i) for i in range(20)}
     for k in range(1, SHARDS + 1):
         files[f"unet/model-{k:05d}-of-{SHARDS:05d}.safetensors"] = payload(
-            3 * MIB + 4096 * k, seed=100 + k
+            LARGE_BYTES + 4096 * k, seed=100 + k
         )
     return files
 
