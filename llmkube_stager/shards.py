@@ -22,7 +22,6 @@ different fails instead of succeeding on a model that may be incomplete.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 
 
@@ -54,6 +53,8 @@ def share_of(sizes: Mapping[str, int | None], shards: int, index: int) -> frozen
 def view_digest(sizes: Mapping[str, int | None], shards: int, commit: str = "") -> str:
     """What the assignment was computed from: the shard count, the commit
     (Hugging Face) and every name with its size."""
+    import hashlib  # sharded prefetches only: a warm start loads no OpenSSL
+
     sha = hashlib.sha256(f"{shards}\n{commit}\n".encode())
     for rel, size in _sorted_items(sizes.items()):
         sha.update(f"{rel}\0{'' if size is None else size}\n".encode())
