@@ -290,3 +290,58 @@ def test_the_pre_check_agrees_with_every_pattern_on_any_text() -> None:
         assert Redactor()(text) == _every_pattern(text)
 
     agree()
+
+
+# --- long texts: block by block (#16) ------------------------------------------------------------
+
+# Lines a `plan` or log tail may hold, and the shapes whose whitespace runs
+# on into the next lines (Bearer / token, authorization / : / value).
+_PIECES = [
+    "part-00042.json  reuse  complete  1234  1234  -  size matches its size record",
+    "",
+    "   ",
+    "source:  https://user:pw@mirror.example/org/repo (http)",
+    "GET https://cdn.example/x?X-Amz-Signature=abc123&token=zzz",
+    "Authorization: Bearer",
+    "Bearer",
+    "Basic",
+    "authorization",
+    ":",
+    "= 'value-of-it'",
+    "sEcReTtOkEn-1234567890",
+    "hf_" + "a" * 24,
+    "AKIA" + "B" * 16,
+    "x=1",
+    "plain words then Bearer",
+    "Authorization",
+]
+
+
+def test_a_long_text_is_redacted_exactly_as_the_whole_text() -> None:
+    """The block-by-block path must equal the five patterns over the whole
+    text, above all where a match runs on over newlines (seeded, 300 texts
+    of 40-400 lines, each past the block-wise threshold)."""
+    import random
+
+    from llmkube_stager.logs import _BLOCKWISE_MIN_CHARS, _redact_shapes
+
+    rng = random.Random(16)
+    redact = Redactor()
+    filler = "x" * 80
+    compared = 0
+    for _ in range(300):
+        lines = [rng.choice(_PIECES) for _ in range(rng.randint(40, 400))]
+        lines.insert(0, filler * (_BLOCKWISE_MIN_CHARS // 80 + 1))
+        text = "\n".join(lines)
+        assert redact(text) == _redact_shapes(text)
+        compared += text.count("Bearer") + text.count("uthorization")
+    assert compared > 1000  # the run-on shapes were there to break it
+
+
+def test_a_bearer_token_after_blank_lines_in_a_long_text_is_redacted() -> None:
+    """Bearer, three blank lines, then the token: one match over newlines."""
+    body = "\n".join(["line without markers"] * 2000)
+    text = f"{body}\nAuthorization: Bearer\n\n\n   tok3n-Value-123456\n{body}"
+    out = Redactor()(text)
+    assert "tok3n-Value-123456" not in out
+    assert out.count("line without markers") == 4000
