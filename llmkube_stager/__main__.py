@@ -1,5 +1,5 @@
 """`python -m llmkube_stager` is the `llmkube-stager` console script."""
 
-from llmkube_stager.cli import main
+from llmkube_stager.entry import main
 
 main()

@@ -584,6 +584,28 @@ def test_warm_start_imports_no_http_library(pod: Pod, origin: Origin) -> None:
     assert _imported(warm.stderr, _WRITE_PATH_MODULES) == set()
 
 
+# What a warm start of a bare `stage` (the operator's pods pass no option)
+# need not load (#16): click (entry.py runs the command without it), OpenSSL
+# (no byte is hashed on a stamp hit or an unpinned reuse), `secrets`.
+_WARM_NEEDLESS = ("click", "hashlib", "_hashlib", "secrets", "random")
+
+
+def test_bare_warm_start_imports_no_click_and_no_openssl(pod: Pod, origin: Origin) -> None:
+    origin.put(MODEL, DATA)
+    pod.single(origin.url + MODEL)
+    assert pod.run("stage").returncode == 0
+    warm = pod.run("stage", python_flags=("-X", "importtime"))
+    warm.ok(files=1, fetched=0, reused=1)
+    assert len(import_lines(warm.stderr)) > 20  # importtime output really was captured
+    assert _imported(warm.stderr, _WARM_NEEDLESS) == set()
+    # The check can fail: the same command with an option goes through click.
+    flagged = pod.run(
+        "stage", "--llmkube-refresh-policy", "IfNotPresent", python_flags=("-X", "importtime")
+    )
+    flagged.ok(files=1, fetched=0, reused=1)
+    assert "click" in _imported(flagged.stderr, _WARM_NEEDLESS)
+
+
 # -- TLS -------------------------------------------------------------------------------
 
 
