@@ -55,7 +55,7 @@ def single(ctx: Context) -> list[Row]:
             ),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
             (lambda: run(agent_cmd(), direct), lambda: fresh(ctx.out("a"))),
-            disk_floor(ctx.out("floor"), size),
+            disk_floor(ctx.out("floor"), [path]),
         ],
     )
     mb = size / 1e6
@@ -97,7 +97,7 @@ def servable(ctx: Context) -> list[Row]:
         [
             curl_then_read(""),
             curl_then_read(f" && sync {curl_dir}/f0 {curl_dir}"),
-            disk_floor(ctx.out("floor"), os.path.getsize(path)),
+            disk_floor(ctx.out("floor"), [path]),
             *(agent_then_read(m) for m in modes),
         ],
     )
@@ -125,7 +125,8 @@ def multi(ctx: Context) -> list[Row]:
         MODEL_FILE_SHA256="\n".join(f"{pins[n]} {n}" for n in names),
     )
     urls = [f"{base}/{n}" for n in names]
-    total_bytes = sum(os.path.getsize(os.path.join(ctx.multi_dir(), n)) for n in names)
+    sources = [os.path.join(ctx.multi_dir(), n) for n in names]
+    total_bytes = sum(map(os.path.getsize, sources))
     curl, curl_durable, agent, floor = interleave(
         RUNS,
         [
@@ -135,7 +136,7 @@ def multi(ctx: Context) -> list[Row]:
                 lambda: fresh(ctx.out("c")),
             ),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
-            disk_floor(ctx.out("floor"), total_bytes),
+            disk_floor(ctx.out("floor"), sources),
         ],
     )
     total = total_bytes / 1e6
@@ -307,7 +308,8 @@ def s3(ctx: Context) -> list[Row]:
         **creds,
     )
     one_bytes = os.path.getsize(big)
-    prefix_bytes = sum(os.path.getsize(os.path.join(ctx.multi_dir(), n)) for n in shards)
+    shard_paths = [os.path.join(ctx.multi_dir(), n) for n in shards]
+    prefix_bytes = sum(map(os.path.getsize, shard_paths))
     boto_one = [PY, "-c", BOTO_ONE, endpoint, "big.bin", ctx.out("b.bin")]
     boto_prefix = [PY, "-c", BOTO_PREFIX, endpoint, "shards/", ctx.out("bp")]
     os.makedirs(ctx.out("bp"), exist_ok=True)
@@ -317,11 +319,11 @@ def s3(ctx: Context) -> list[Row]:
             (lambda: run(boto_one), lambda: fresh(ctx.out("b.bin"))),
             (lambda: run(durable(boto_one, ctx.out("b.bin"))), lambda: fresh(ctx.out("b.bin"))),
             (lambda: run(agent_cmd(), one_env), lambda: fresh(ctx.out("a"))),
-            disk_floor(ctx.out("floor"), one_bytes),
+            disk_floor(ctx.out("floor"), [big]),
             (lambda: run(boto_prefix), lambda: _empty(ctx.out("bp"))),
             (lambda: run(durable(boto_prefix, ctx.out("bp"))), lambda: _empty(ctx.out("bp"))),
             (lambda: run(agent_cmd(), prefix_env), lambda: fresh(ctx.out("ap"))),
-            disk_floor(ctx.out("floor"), prefix_bytes),
+            disk_floor(ctx.out("floor"), shard_paths),
         ],
     )
     one, prefix = f"S3 {BIG_CASE[7:]} object (SeaweedFS)", "S3 4-shard prefix (SeaweedFS)"
@@ -402,7 +404,7 @@ def hf(ctx: Context) -> list[Row]:
             (lambda: run(peer_cmd, peer_env), peer_fresh),
             (lambda: run(durable(peer_cmd, ctx.out("bh")), peer_env), peer_fresh),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("ah"))),
-            disk_floor(ctx.out("floor"), int(mb * 1e6)),
+            disk_floor(ctx.out("floor"), [p for p, _ in lfs.values()]),
         ],
     )
     case = f"HF hub + CDN, 4 LFS + {len(small)} small"

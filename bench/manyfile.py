@@ -115,8 +115,7 @@ class ManyFiles:
         wrote) and the disk floor for the same bytes, interleaved; then the
         warm views of the agent's cache."""
         names = [*self.large, *self.small[:FILES]]
-        nbytes = self._bytes(names)
-        megabytes = nbytes / 1e6
+        megabytes = self._bytes(names) / 1e6
         case = f"{len(names):,} files (3 x {LARGE_MIB} MiB)"
         out_c, out_a = self.ctx.out("many-c"), self.ctx.out("many-a")
         curl_cmd = curl_script(self.work, self.base, names, out_c)
@@ -127,7 +126,7 @@ class ManyFiles:
                 (lambda: b.run(curl_cmd), lambda: b.fresh(out_c)),
                 (lambda: b.run(b.durable(curl_cmd, out_c)), lambda: b.fresh(out_c)),
                 (lambda: b.run(b.agent_cmd(), env), lambda: b.fresh(out_a)),
-                b.disk_floor(self.ctx.out("floor"), nbytes),
+                b.disk_floor(self.ctx.out("floor"), [os.path.join(self.www_dir, n) for n in names]),
             ],
         )
         note = f"{_per_file_ms(agent, len(names)):.2f} ms/file"
