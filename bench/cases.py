@@ -16,6 +16,7 @@ from benchlib import (
     RUNS,
     Case,
     Context,
+    Peers,
     Row,
     Sample,
     Target,
@@ -23,11 +24,14 @@ from benchlib import (
     agent_env,
     curl_files,
     curl_script,
+    disk_floor,
+    durable,
     fresh,
     interleave,
     repeat,
     run,
     sh,
+    watch_origin,
     write_model,
 )
 
@@ -40,19 +44,26 @@ def single(ctx: Context) -> list[Row]:
     url = f"{ctx.http()}/big/big.bin"
     env = agent_env(ctx.work, MODEL_SOURCE=url, MODEL_SHA256=sha, MODEL_PATH=ctx.out("a/big.bin"))
     direct = dict(env, LLMKUBE_DIRECT_IO="on")
-    curl, agent, agent_direct = interleave(
+    size = os.path.getsize(path)
+    curl, curl_durable, agent, agent_direct, floor = interleave(
         RUNS,
         [
             (lambda: run(curl_files([url], ctx.out("c"))), lambda: fresh(ctx.out("c"))),
+            (
+                lambda: run(durable(curl_files([url], ctx.out("c")), ctx.out("c"))),
+                lambda: fresh(ctx.out("c")),
+            ),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
             (lambda: run(agent_cmd(), direct), lambda: fresh(ctx.out("a"))),
+            disk_floor(ctx.out("floor"), [path]),
         ],
     )
-    mb = os.path.getsize(path) / 1e6
+    mb = size / 1e6
     case = f"{BIG_CASE}, MODEL_SHA256"
+    peers = Peers(curl, curl_durable, floor)
     return [
-        Row(case, "curl (no verify)", curl, mb),
-        Row(case, "agent (sha256)", agent, mb, curl.wall_s, target=Target(">= 1.15x", 1.15)),
+        *peers.rows(case, ("curl (no verify)", "curl + fsync"), mb),
+        peers.agent(case, "agent (sha256)", agent, mb, Target(">= 1.15x", 1.15)),
         Row(case, "agent DIRECT_IO=on", agent_direct, mb, curl.wall_s),
     ]
 
@@ -75,18 +86,29 @@ def servable(ctx: Context) -> list[Row]:
         )
 
     curl_dir = ctx.out("sc")
-    curl_then_read = (
-        lambda: run(sh(f"{curl_script([url], curl_dir)} && cat {curl_dir}/f0 > /dev/null")),
-        lambda: fresh(curl_dir),
-    )
+
+    def curl_then_read(sync: str) -> tuple[Callable[[], Sample], Callable[[], object]]:
+        script = f"{curl_script([url], curl_dir)}{sync} && cat {curl_dir}/f0 > /dev/null"
+        return (lambda: run(sh(script)), lambda: fresh(curl_dir))
+
     modes = [None, "on", "off"]
-    samples = interleave(RUNS, [curl_then_read, *(agent_then_read(m) for m in modes)])
+    curl, curl_durable, floor, *agents = interleave(
+        RUNS,
+        [
+            curl_then_read(""),
+            curl_then_read(f" && sync {curl_dir}/f0 {curl_dir}"),
+            disk_floor(ctx.out("floor"), [path]),
+            *(agent_then_read(m) for m in modes),
+        ],
+    )
     case = f"servable {BIG_CASE}, stage + cat"
-    rows = [Row(case, "curl + cat", samples[0], mb)]
-    for mode, sample in zip(modes, samples[1:], strict=True):
-        tool = "agent + cat" if mode is None else f"agent DIRECT_IO={mode}"
-        target = Target(">= 1.1x curl", 1.1) if mode is None else None
-        rows.append(Row(case, tool, sample, mb, samples[0].wall_s, target=target))
+    peers = Peers(curl, curl_durable, floor)
+    rows = peers.rows(case, ("curl + cat", "curl + fsync + cat"), mb)
+    for mode, sample in zip(modes, agents, strict=True):
+        if mode is None:
+            rows.append(peers.agent(case, "agent + cat", sample, mb, Target(">= 1.1x curl", 1.1)))
+        else:
+            rows.append(Row(case, f"agent DIRECT_IO={mode}", sample, mb, curl.wall_s))
     return rows
 
 
@@ -102,21 +124,27 @@ def multi(ctx: Context) -> list[Row]:
         CACHE_DIR=ctx.out("a"),
         MODEL_FILE_SHA256="\n".join(f"{pins[n]} {n}" for n in names),
     )
-    curl, agent = interleave(
+    urls = [f"{base}/{n}" for n in names]
+    sources = [os.path.join(ctx.multi_dir(), n) for n in names]
+    total_bytes = sum(map(os.path.getsize, sources))
+    curl, curl_durable, agent, floor = interleave(
         RUNS,
         [
+            (lambda: run(curl_files(urls, ctx.out("c"))), lambda: fresh(ctx.out("c"))),
             (
-                lambda: run(curl_files([f"{base}/{n}" for n in names], ctx.out("c"))),
+                lambda: run(durable(curl_files(urls, ctx.out("c")), ctx.out("c"))),
                 lambda: fresh(ctx.out("c")),
             ),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
+            disk_floor(ctx.out("floor"), sources),
         ],
     )
-    total = sum(os.path.getsize(os.path.join(ctx.multi_dir(), n)) for n in names) / 1e6
+    total = total_bytes / 1e6
     case = "4 shards + json, pinned"
+    peers = Peers(curl, curl_durable, floor)
     return [
-        Row(case, "curl (no verify)", curl, total),
-        Row(case, "agent (sha256)", agent, total, curl.wall_s, target=Target(">= 1.05x", 1.05)),
+        *peers.rows(case, ("curl (no verify)", "curl + fsync"), total),
+        peers.agent(case, "agent (sha256)", agent, total, Target(">= 1.05x", 1.05)),
     ]
 
 
@@ -279,31 +307,39 @@ def s3(ctx: Context) -> list[Row]:
         CACHE_DIR=ctx.out("ap"),
         **creds,
     )
+    one_bytes = os.path.getsize(big)
+    shard_paths = [os.path.join(ctx.multi_dir(), n) for n in shards]
+    prefix_bytes = sum(map(os.path.getsize, shard_paths))
+    boto_one = [PY, "-c", BOTO_ONE, endpoint, "big.bin", ctx.out("b.bin")]
+    boto_prefix = [PY, "-c", BOTO_PREFIX, endpoint, "shards/", ctx.out("bp")]
     os.makedirs(ctx.out("bp"), exist_ok=True)
     samples = interleave(
         RUNS,
         [
-            (
-                lambda: run([PY, "-c", BOTO_ONE, endpoint, "big.bin", ctx.out("b.bin")]),
-                lambda: fresh(ctx.out("b.bin")),
-            ),
+            (lambda: run(boto_one), lambda: fresh(ctx.out("b.bin"))),
+            (lambda: run(durable(boto_one, ctx.out("b.bin"))), lambda: fresh(ctx.out("b.bin"))),
             (lambda: run(agent_cmd(), one_env), lambda: fresh(ctx.out("a"))),
-            (
-                lambda: run([PY, "-c", BOTO_PREFIX, endpoint, "shards/", ctx.out("bp")]),
-                lambda: _empty(ctx.out("bp")),
-            ),
+            disk_floor(ctx.out("floor"), [big]),
+            (lambda: run(boto_prefix), lambda: _empty(ctx.out("bp"))),
+            (lambda: run(durable(boto_prefix, ctx.out("bp"))), lambda: _empty(ctx.out("bp"))),
             (lambda: run(agent_cmd(), prefix_env), lambda: fresh(ctx.out("ap"))),
+            disk_floor(ctx.out("floor"), shard_paths),
         ],
     )
-    one_mb = os.path.getsize(big) / 1e6
-    prefix_mb = sum(os.path.getsize(os.path.join(ctx.multi_dir(), n)) for n in shards) / 1e6
     one, prefix = f"S3 {BIG_CASE[7:]} object (SeaweedFS)", "S3 4-shard prefix (SeaweedFS)"
-    goal = Target(">= 2x boto3", 2.0)
     return [
-        Row(one, "boto3 download_file", samples[0], one_mb),
-        Row(one, "agent", samples[1], one_mb, samples[0].wall_s, target=goal),
-        Row(prefix, "boto3 download_file", samples[2], prefix_mb),
-        Row(prefix, "agent", samples[3], prefix_mb, samples[2].wall_s, target=goal),
+        *_s3_rows(one, samples[:4], one_bytes / 1e6),
+        *_s3_rows(prefix, samples[4:], prefix_bytes / 1e6),
+    ]
+
+
+def _s3_rows(case: str, samples: list[Sample], mb: float) -> list[Row]:
+    """boto3, boto3 + fsync, the agent, the floor (in `interleave` order)."""
+    boto, boto_durable, agent, floor = samples
+    peers = Peers(boto, boto_durable, floor)
+    return [
+        *peers.rows(case, ("boto3 download_file", "boto3 + fsync"), mb),
+        peers.agent(case, "agent", agent, mb, Target(">= 2x boto3", 2.0)),
     ]
 
 
@@ -334,6 +370,7 @@ def hf(ctx: Context) -> list[Row]:
         }
     hub = start_hub("bench/model", lfs, small, f"{ctx.http()}/multi")
     ctx.servers.on_stop(hub.close)
+    watch_origin(os.getpid(), children=False)  # the hub's threads, not the timed tools
     names = sorted([*lfs, *small])
     env = agent_env(
         ctx.work,
@@ -358,18 +395,23 @@ def hf(ctx: Context) -> list[Row]:
         fresh(ctx.out("bh"))
         fresh(ctx.out("hf-home"))
 
-    peer_run, agent = interleave(
+    peer_cmd = [PY, "-c", peer, ctx.out("bh")]
+    lfs_bytes = sum(os.path.getsize(p) for p, _ in lfs.values())
+    mb = (lfs_bytes + sum(map(len, small.values()))) / 1e6
+    peer_run, peer_durable, agent, floor = interleave(
         RUNS,
         [
-            (lambda: run([PY, "-c", peer, ctx.out("bh")], peer_env), peer_fresh),
+            (lambda: run(peer_cmd, peer_env), peer_fresh),
+            (lambda: run(durable(peer_cmd, ctx.out("bh")), peer_env), peer_fresh),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("ah"))),
+            disk_floor(ctx.out("floor"), [p for p, _ in lfs.values()]),
         ],
     )
-    mb = (sum(os.path.getsize(p) for p, _ in lfs.values()) + sum(map(len, small.values()))) / 1e6
     case = f"HF hub + CDN, 4 LFS + {len(small)} small"
+    peers = Peers(peer_run, peer_durable, floor)
     return [
-        Row(case, "hf snapshot_download", peer_run, mb),
-        Row(case, "agent (LFS sha256)", agent, mb, peer_run.wall_s, target=Target(">= 3x", 3.0)),
+        *peers.rows(case, ("hf snapshot_download", "hf snapshot + fsync"), mb),
+        peers.agent(case, "agent (LFS sha256)", agent, mb, Target(">= 3x", 3.0)),
     ]
 
 
