@@ -52,9 +52,9 @@ from llmkube_stager.errors import Reason, SourceError, TransferError
 from llmkube_stager.layout import private_partial_path
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Body, RangeUnusable, RemoteMeta
-from llmkube_stager.transfer.directio import PartialWriter, fill_limit
+from llmkube_stager.transfer.directio import ALIGN_BYTES, PartialWriter, fill_limit
 from llmkube_stager.transfer.hashing import sha256_prefix
-from llmkube_stager.transfer.pipeline import Pipeline
+from llmkube_stager.transfer.pipeline import INLINE_MAX_BYTES, Pipeline
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.target import (
@@ -417,9 +417,14 @@ def _receive_pipelined(
     writer = PartialWriter(fd, state.direct_io)
     with contextlib.ExitStack() as stack:
         stack.callback(writer.close)
-        # Bytes written through the page cache are flushed as they go
-        # (all of them when direct I/O is off or turns itself off).
-        pipe = Pipeline(writer, sha, stack.enter_context(Writeback(fd)))
+        small = _small_rest(state)
+        if small is not None:
+            # One buffer, in turn, no threads; the publish fsync writes it back.
+            pipe = Pipeline(writer, sha, buffer_bytes=small, depth=1, inline=True)
+        else:
+            # Bytes written through the page cache are flushed as they go
+            # (all of them when direct I/O is off or turns itself off).
+            pipe = Pipeline(writer, sha, stack.enter_context(Writeback(fd)))
         try:
             _receive_into(body, state, ticker, pipe, widen)
         finally:
@@ -467,6 +472,16 @@ def _receive_into(
             return
         if widening:
             raise _Widen
+
+
+def _small_rest(state: _State) -> int | None:
+    """The buffer bytes for the rest of a file of at most INLINE_MAX_BYTES
+    (whole pages, room for an odd resumed offset), or None: not small, or
+    of unknown size."""
+    if state.expected_bytes is None or state.expected_bytes > INLINE_MAX_BYTES:
+        return None
+    rest = state.expected_bytes - state.offset + ALIGN_BYTES
+    return max(ALIGN_BYTES, -(-rest // ALIGN_BYTES) * ALIGN_BYTES)
 
 
 def _room(state: _State) -> int:

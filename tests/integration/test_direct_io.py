@@ -153,6 +153,45 @@ def test_a_write_error_reaches_the_receiving_thread(tmp_path: Path) -> None:
         os.close(fd)
 
 
+def test_an_inline_pipeline_raises_a_write_error_at_once(tmp_path: Path) -> None:
+    """A small file's pipeline has no threads (#16): the failed write is the
+    submit's own error, and the buffer is back for nothing else to block on."""
+    path = tmp_path / "ro"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)  # every pwrite fails with EBADF
+    pipe = Pipeline(PartialWriter(fd, False), hashlib.sha256(), depth=1, inline=True)
+    try:
+        buffer = pipe.take()
+        with pytest.raises(OSError):
+            pipe.submit(buffer, 4096, 0)
+        assert pipe.take() is buffer
+        pipe.close()
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode", ["auto", "on", "off"])
+def test_a_small_odd_partial_resumes_inline_and_verifies(origin, pod, mode: str) -> None:
+    """A file under INLINE_MAX_BYTES goes through one buffer without threads;
+    resumed at an odd offset it is filled up to alignment, then the rest."""
+    from llmkube_stager.transfer.pipeline import INLINE_MAX_BYTES
+
+    size = INLINE_MAX_BYTES - 4096 + 333
+    odd = 5001
+    data = payload(size, seed=15)
+    origin.put(PATH, data, etag='"vS"')
+    dest = pod.dest()
+    seed(shell_partial(dest, size, '"vS"'), data[:odd], age_s=3600)
+    digest = hashlib.sha256(data).hexdigest()
+
+    pod.stage(pod.single_env(origin.url + PATH, MODEL_SHA256=digest, LLMKUBE_DIRECT_IO=mode)).ok()
+
+    (get,) = origin.requests(PATH, "GET")
+    assert get.headers.get("range") == f"bytes={odd}-"
+    assert dest.read_bytes() == data
+    assert Path(f"{dest}.sha256").read_text().split()[:2] == [digest, str(size)]
+
+
 @pytest.mark.parametrize("mode", ["auto", "on", "off"])
 def test_an_odd_sized_partial_resumes_and_verifies_in_both_write_modes(
     origin, pod, mode: str
