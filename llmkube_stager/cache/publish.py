@@ -61,11 +61,19 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
     except OSError as exc:
         raise disk_error(exc, "publishing", rel) from exc
     try:
-        fsync_dir(os.path.dirname(dest))
         # Another writer may already have renamed its own file over ours:
         # its record is its own to write.
         if names_inode(dest, st):
+            # The record's rename is in the same directory, and its directory
+            # fsync makes both renames durable: one directory fsync per file
+            # instead of two (#16). A crash between them leaves the file
+            # without its record (complete: its bytes were fsynced before
+            # the rename; kept as legacy, as before), or on a filesystem that
+            # reorders renames a record without the new file (absent or the
+            # old one: a size mismatch or a stamp miss, fetched again).
             write_size_record(dest, st.st_size)
+        else:
+            fsync_dir(os.path.dirname(dest))
     except OSError as exc:
         raise disk_error(exc, "recording the size of", rel) from exc
     finally:
