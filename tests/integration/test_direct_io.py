@@ -25,7 +25,7 @@ from llmkube_stager.transfer.directio import (
     aligned_buffer,
     fill_limit,
 )
-from llmkube_stager.transfer.pipeline import Pipeline
+from llmkube_stager.transfer.pipeline import INLINE_MAX_BYTES, Pipeline
 from tests.harness.disk import seed, shell_partial
 from tests.harness.features import missing_feature
 from tests.harness.sample import payload
@@ -170,34 +170,21 @@ def test_an_inline_pipeline_raises_a_write_error_at_once(tmp_path: Path) -> None
         os.close(fd)
 
 
+# (size, odd offset): a partial a buffered writer (or the scripts) left, of
+# a file the threaded pipeline receives, and of one under INLINE_MAX_BYTES
+# that one buffer takes without threads (filled up to alignment, then the rest).
+_ODD_PARTIALS = {
+    "pipelined": (9 * MIB + 333, 5 * MIB + 1001),
+    "inline": (INLINE_MAX_BYTES - 4096 + 333, 5001),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_ODD_PARTIALS))
 @pytest.mark.parametrize("mode", ["auto", "on", "off"])
-def test_a_small_odd_partial_resumes_inline_and_verifies(origin, pod, mode: str) -> None:
-    """A file under INLINE_MAX_BYTES goes through one buffer without threads;
-    resumed at an odd offset it is filled up to alignment, then the rest."""
-    from llmkube_stager.transfer.pipeline import INLINE_MAX_BYTES
-
-    size = INLINE_MAX_BYTES - 4096 + 333
-    odd = 5001
-    data = payload(size, seed=15)
-    origin.put(PATH, data, etag='"vS"')
-    dest = pod.dest()
-    seed(shell_partial(dest, size, '"vS"'), data[:odd], age_s=3600)
-    digest = hashlib.sha256(data).hexdigest()
-
-    pod.stage(pod.single_env(origin.url + PATH, MODEL_SHA256=digest, LLMKUBE_DIRECT_IO=mode)).ok()
-
-    (get,) = origin.requests(PATH, "GET")
-    assert get.headers.get("range") == f"bytes={odd}-"
-    assert dest.read_bytes() == data
-    assert Path(f"{dest}.sha256").read_text().split()[:2] == [digest, str(size)]
-
-
-@pytest.mark.parametrize("mode", ["auto", "on", "off"])
-def test_an_odd_sized_partial_resumes_and_verifies_in_both_write_modes(
-    origin, pod, mode: str
+def test_an_odd_sized_partial_resumes_and_verifies_in_every_write_mode(
+    origin, pod, mode: str, shape: str
 ) -> None:
-    size = 9 * MIB + 333
-    odd = 5 * MIB + 1001  # a partial a buffered writer (or the scripts) left
+    size, odd = _ODD_PARTIALS[shape]
     data = payload(size, seed=5)
     origin.put(PATH, data, etag='"vA"')
     dest = pod.dest()
