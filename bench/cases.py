@@ -22,6 +22,7 @@ from benchlib import (
     Target,
     agent_cmd,
     agent_env,
+    agent_start,
     curl_files,
     curl_script,
     disk_floor,
@@ -45,7 +46,7 @@ def single(ctx: Context) -> list[Row]:
     env = agent_env(ctx.work, MODEL_SOURCE=url, MODEL_SHA256=sha, MODEL_PATH=ctx.out("a/big.bin"))
     direct = dict(env, LLMKUBE_DIRECT_IO="on")
     size = os.path.getsize(path)
-    curl, curl_durable, agent, agent_direct, floor = interleave(
+    curl, curl_durable, agent, start, agent_direct, floor = interleave(
         RUNS,
         [
             (lambda: run(curl_files([url], ctx.out("c"))), lambda: fresh(ctx.out("c"))),
@@ -54,13 +55,14 @@ def single(ctx: Context) -> list[Row]:
                 lambda: fresh(ctx.out("c")),
             ),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
+            agent_start(env),
             (lambda: run(agent_cmd(), direct), lambda: fresh(ctx.out("a"))),
             disk_floor(ctx.out("floor"), [path]),
         ],
     )
     mb = size / 1e6
     case = f"{BIG_CASE}, MODEL_SHA256"
-    peers = Peers(curl, curl_durable, floor)
+    peers = Peers(curl, curl_durable, floor, start)
     return [
         *peers.rows(case, ("curl (no verify)", "curl + fsync"), mb),
         peers.agent(case, "agent (sha256)", agent, mb, Target(">= 1.15x", 1.15)),
@@ -76,10 +78,14 @@ def servable(ctx: Context) -> list[Row]:
     url = f"{ctx.http()}/big/big.bin"
     mb = os.path.getsize(path) / 1e6
 
-    def agent_then_read(mode: str | None) -> tuple[Callable[[], Sample], Callable[[], object]]:
+    def agent_env_for(mode: str | None) -> dict[str, str]:
         dest = ctx.out(f"s-{mode or 'default'}/big.bin")
         extra = {"LLMKUBE_DIRECT_IO": mode} if mode else {}
-        env = agent_env(ctx.work, MODEL_SOURCE=url, MODEL_SHA256=sha, MODEL_PATH=dest, **extra)
+        return agent_env(ctx.work, MODEL_SOURCE=url, MODEL_SHA256=sha, MODEL_PATH=dest, **extra)
+
+    def agent_then_read(mode: str | None) -> tuple[Callable[[], Sample], Callable[[], object]]:
+        env = agent_env_for(mode)
+        dest = env["MODEL_PATH"]
         return (
             lambda: run(sh(f"{PY} -m llmkube_stager stage && cat {dest} > /dev/null"), env),
             lambda: fresh(os.path.dirname(dest)),
@@ -92,17 +98,20 @@ def servable(ctx: Context) -> list[Row]:
         return (lambda: run(sh(script)), lambda: fresh(curl_dir))
 
     modes = [None, "on", "off"]
-    curl, curl_durable, floor, *agents = interleave(
+    curl, curl_durable, floor, agent, start, *others = interleave(
         RUNS,
         [
             curl_then_read(""),
             curl_then_read(f" && sync {curl_dir}/f0 {curl_dir}"),
             disk_floor(ctx.out("floor"), [path]),
-            *(agent_then_read(m) for m in modes),
+            agent_then_read(modes[0]),
+            agent_start(agent_env_for(modes[0])),
+            *(agent_then_read(m) for m in modes[1:]),
         ],
     )
+    agents = [agent, *others]
     case = f"servable {BIG_CASE}, stage + cat"
-    peers = Peers(curl, curl_durable, floor)
+    peers = Peers(curl, curl_durable, floor, start)
     rows = peers.rows(case, ("curl + cat", "curl + fsync + cat"), mb)
     for mode, sample in zip(modes, agents, strict=True):
         if mode is None:
@@ -127,7 +136,7 @@ def multi(ctx: Context) -> list[Row]:
     urls = [f"{base}/{n}" for n in names]
     sources = [os.path.join(ctx.multi_dir(), n) for n in names]
     total_bytes = sum(map(os.path.getsize, sources))
-    curl, curl_durable, agent, floor = interleave(
+    curl, curl_durable, agent, start, floor = interleave(
         RUNS,
         [
             (lambda: run(curl_files(urls, ctx.out("c"))), lambda: fresh(ctx.out("c"))),
@@ -136,12 +145,13 @@ def multi(ctx: Context) -> list[Row]:
                 lambda: fresh(ctx.out("c")),
             ),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("a"))),
+            agent_start(env),
             disk_floor(ctx.out("floor"), sources),
         ],
     )
     total = total_bytes / 1e6
     case = "4 shards + json, pinned"
-    peers = Peers(curl, curl_durable, floor)
+    peers = Peers(curl, curl_durable, floor, start)
     return [
         *peers.rows(case, ("curl (no verify)", "curl + fsync"), total),
         peers.agent(case, "agent (sha256)", agent, total, Target(">= 1.05x", 1.05)),
@@ -319,24 +329,26 @@ def s3(ctx: Context) -> list[Row]:
             (lambda: run(boto_one), lambda: fresh(ctx.out("b.bin"))),
             (lambda: run(durable(boto_one, ctx.out("b.bin"))), lambda: fresh(ctx.out("b.bin"))),
             (lambda: run(agent_cmd(), one_env), lambda: fresh(ctx.out("a"))),
+            agent_start(one_env),
             disk_floor(ctx.out("floor"), [big]),
             (lambda: run(boto_prefix), lambda: _empty(ctx.out("bp"))),
             (lambda: run(durable(boto_prefix, ctx.out("bp"))), lambda: _empty(ctx.out("bp"))),
             (lambda: run(agent_cmd(), prefix_env), lambda: fresh(ctx.out("ap"))),
+            agent_start(prefix_env),
             disk_floor(ctx.out("floor"), shard_paths),
         ],
     )
     one, prefix = f"S3 {BIG_CASE[7:]} object (SeaweedFS)", "S3 4-shard prefix (SeaweedFS)"
     return [
-        *_s3_rows(one, samples[:4], one_bytes / 1e6),
-        *_s3_rows(prefix, samples[4:], prefix_bytes / 1e6),
+        *_s3_rows(one, samples[:5], one_bytes / 1e6),
+        *_s3_rows(prefix, samples[5:], prefix_bytes / 1e6),
     ]
 
 
 def _s3_rows(case: str, samples: list[Sample], mb: float) -> list[Row]:
-    """boto3, boto3 + fsync, the agent, the floor (in `interleave` order)."""
-    boto, boto_durable, agent, floor = samples
-    peers = Peers(boto, boto_durable, floor)
+    """boto3, boto3 + fsync, the agent, its start, the floor (in `interleave` order)."""
+    boto, boto_durable, agent, start, floor = samples
+    peers = Peers(boto, boto_durable, floor, start)
     return [
         *peers.rows(case, ("boto3 download_file", "boto3 + fsync"), mb),
         peers.agent(case, "agent", agent, mb, Target(">= 2x boto3", 2.0)),
@@ -398,17 +410,18 @@ def hf(ctx: Context) -> list[Row]:
     peer_cmd = [PY, "-c", peer, ctx.out("bh")]
     lfs_bytes = sum(os.path.getsize(p) for p, _ in lfs.values())
     mb = (lfs_bytes + sum(map(len, small.values()))) / 1e6
-    peer_run, peer_durable, agent, floor = interleave(
+    peer_run, peer_durable, agent, start, floor = interleave(
         RUNS,
         [
             (lambda: run(peer_cmd, peer_env), peer_fresh),
             (lambda: run(durable(peer_cmd, ctx.out("bh")), peer_env), peer_fresh),
             (lambda: run(agent_cmd(), env), lambda: fresh(ctx.out("ah"))),
+            agent_start(env),
             disk_floor(ctx.out("floor"), [p for p, _ in lfs.values()]),
         ],
     )
     case = f"HF hub + CDN, 4 LFS + {len(small)} small"
-    peers = Peers(peer_run, peer_durable, floor)
+    peers = Peers(peer_run, peer_durable, floor, start)
     return [
         *peers.rows(case, ("hf snapshot_download", "hf snapshot + fsync"), mb),
         peers.agent(case, "agent (LFS sha256)", agent, mb, Target(">= 3x", 3.0)),
