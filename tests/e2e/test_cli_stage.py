@@ -21,6 +21,7 @@ from e2e_support import (
     wait_for,
 )
 
+from llmkube_stager.layout import ATOMIC_TMP_INFIX
 from tests.harness.disk import debris, record_of
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.pod import Pod
@@ -667,8 +668,13 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
     proc = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "4"})
 
     def journaled() -> int:
+        """What the committed journal vouches for. A kill may land between
+        the write of the journal's atomic temp and its rename: that temp
+        vouches for nothing (it flaked 1 in 5-8 counting it)."""
         total = 0
         for path in dest.parent.glob("*.llmkube-journal*") if dest.parent.is_dir() else []:
+            if ATOMIC_TMP_INFIX in path.name:
+                continue
             try:
                 total = max(total, sum(e - s for s, e in json.loads(path.read_text())["done"]))
             except (OSError, ValueError, KeyError):
@@ -693,6 +699,9 @@ def test_sigkill_during_widened_ranges_resumes_from_the_journal(pod: Pod, origin
     assert record_of(dest) == str(size)
     assert partials_of(dest) == []
     leftovers = [*dest.parent.glob("*.llmkube-segs*"), *dest.parent.glob("*.llmkube-journal*")]
+    # A journal temp the kill left is atomic-write debris: the sweep removes
+    # it after its 10 minutes (scenario 63), not this run.
+    leftovers = [p for p in leftovers if ATOMIC_TMP_INFIX not in p.name]
     listing = [p.name for p in dest.parent.iterdir()]
     assert leftovers == [], (listing, [p.read_text()[:300] for p in leftovers], resumed.stderr)
 
