@@ -85,7 +85,7 @@ def bytecode(cli_args: list[str]) -> dict[str, Any]:
         return original(self, data, path, _optimize=_optimize)
 
     loader.source_to_code = recording  # type: ignore[method-assign]
-    from llmkube_stager.cli import main
+    from llmkube_stager.entry import main  # the console script's path
 
     try:
         main(cli_args)
