@@ -190,6 +190,33 @@ def test_a_file_under_a_symlinked_directory_is_not_a_file(fs: FakeFilesystem) ->
     assert local.state is LocalState.NOT_A_FILE and "sub" in local.detail
 
 
+def test_one_read_of_the_cache_judges_each_directory_on_its_own(fs: FakeFilesystem) -> None:
+    """read_cache_state checks a directory's parents once for all its files
+    (#16): a symlinked directory must still fail every file under it, and a
+    symlink below a real directory must not borrow its parent's verdict."""
+    from llmkube_stager.cache.state import read_cache_state
+    from llmkube_stager.model import Manifest, RemoteFile
+
+    for name in ("x.bin", "y.bin"):
+        fs.create_file(f"/elsewhere/{name}", contents=b"weights")
+        fs.create_file(f"/elsewhere/{name}.llmkube-size", contents=b"7")
+        fs.create_file(f"{ROOT}/real/{name}", contents=b"weights")
+        fs.create_file(f"{ROOT}/real/{name}.llmkube-size", contents=b"7")
+    fs.create_symlink(f"{ROOT}/sub", "/elsewhere")
+    fs.create_symlink(f"{ROOT}/real/link", "/elsewhere")
+    rels = ["real/x.bin", "sub/x.bin", "real/y.bin", "sub/y.bin", "real/link/x.bin"]
+    files = tuple(RemoteFile(rel, f"http://o/{rel}", f"{ROOT}/{rel}") for rel in rels)
+    state = read_cache_state(Manifest("http", ROOT, files, True, "http://o/"))
+    got = {rel: state.files[rel].state for rel in rels}
+    assert got == {
+        "real/x.bin": LocalState.COMPLETE,
+        "real/y.bin": LocalState.COMPLETE,
+        "sub/x.bin": LocalState.NOT_A_FILE,
+        "sub/y.bin": LocalState.NOT_A_FILE,
+        "real/link/x.bin": LocalState.NOT_A_FILE,
+    }
+
+
 def test_a_file_under_a_missing_directory_is_missing(fs: FakeFilesystem) -> None:
     fs.create_dir(ROOT)
     local = read_local_file("sub/x.bin", f"{ROOT}/sub/x.bin", "a" * 64, root=ROOT)
