@@ -104,7 +104,11 @@ def test_each_failed_file_in_flight_is_reported_and_the_first_raised(origin, pod
         origin.remove(f"{REPO}/{rel}")
         # Slow 404s: both are in flight before either fails.
         origin.set_fault(f"{REPO}/{rel}", Fault(status=404, delay_s=1.0))
-    env = pod.multi_env(origin.url + REPO + "/", files, LLMKUBE_FILES_IN_FLIGHT="4")
+    # A stall budget well past the 404s' delay: at the harness's 1 s they
+    # raced it, and a loaded machine timed one out (ModelSourceUnreachable).
+    env = pod.multi_env(
+        origin.url + REPO + "/", files, LLMKUBE_FILES_IN_FLIGHT="4", LLMKUBE_STALL_TIMEOUT="5"
+    )
 
     run = pod.stage(env)
 
