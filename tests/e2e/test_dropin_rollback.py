@@ -136,11 +136,14 @@ def test_the_scripts_multi_file_sweeps_remove_every_agent_partial(pod: Pod, orig
 
 
 def test_the_scripts_single_file_sweeps_remove_the_agents_partial(pod: Pod, origin: Origin) -> None:
-    data = gguf_like(4 << 20, seed=9)
-    origin.put("/m/model.gguf", data, rate_bytes_per_s=512 << 10)
+    # Larger than one pipeline buffer (4 MiB), so a partial holds bytes
+    # mid-transfer: a SIGTERM before the first byte leaves no partial worth
+    # keeping (waiting for a name only, it flaked that way under load).
+    data = gguf_like(10 << 20, seed=9)
+    origin.put("/m/model.gguf", data, rate_bytes_per_s=2 << 20)
     dest = pod.single(origin.url + "/m/model.gguf")
     proc = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "1"})
-    wait_for(lambda: "part" in kinds_of(dest), 20, "a partial", proc)
+    wait_for(lambda: _partial_bytes(dest) > 0, 20, "a partial with bytes", proc)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     (agent_partial,) = agent_debris(dest.parent)
@@ -154,7 +157,7 @@ def test_the_scripts_single_file_sweeps_remove_the_agents_partial(pod: Pod, orig
     assert theirs.exists(), "keep-one must spare the scripts' own partial"
 
     _stop_again = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "1"})
-    wait_for(lambda: "part" in kinds_of(dest), 20, "a partial", _stop_again)
+    wait_for(lambda: _partial_bytes(dest) > 0, 20, "a partial with bytes", _stop_again)
     _stop_again.send_signal(signal.SIGTERM)
     _stop_again.communicate(timeout=30)
     shell(ONCHANGE_DEBRIS_SWEEP, MODEL_PATH=str(dest))
