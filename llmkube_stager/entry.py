@@ -2,7 +2,8 @@
 
 `stage`, `plan` and `verify` without options (how the operator's pods run
 the agent: configuration comes from the environment, CONTRACT §2) go
-straight to their command; anything else goes through click (cli.py). click
+straight to their command; so do KServe's storage-initializer arguments
+(`SRC_URI DEST_DIR ...`, kserve/command.py); anything else goes through click (cli.py). click
 and what it imports (inspect, uuid, datetime, gettext) were a sixth of a
 warm start, which a serving pod waits for on every start (#16)."""
 
@@ -20,6 +21,16 @@ def main(argv: list[str] | None = None) -> NoReturn:
         command = BARE_COMMANDS.get(args[0])
         if command is not None:
             command(no_flags())
+    if args and _is_kserve_form(args[0]):
+        from llmkube_stager.kserve.command import kserve_command
+
+        kserve_command(args)
     from llmkube_stager.cli import main as click_main
 
     click_main(argv)
+
+
+def _is_kserve_form(first: str) -> bool:
+    """KServe's webhook runs the image with `args: [<storageUri>, /mnt/models]`
+    (#24 item 1): a URI or a path where a command name would be."""
+    return "://" in first or first.startswith("/")

@@ -1,0 +1,89 @@
+"""`llmkube-stager SRC_URI DEST_DIR [SRC_URI DEST_DIR ...]` (#24 item 1).
+
+Each pair is staged by the engine of `stage` (stage.run_stage) into the
+pair's private model directory, then exposed in DEST_DIR (expose.py) or,
+for an archive, unpacked into it (archive.py). Pairs run in turn, as
+KServe's Storage.download_files does. Every pair's configuration is checked
+before the first byte moves, so a bad second URI fails the run with
+InvalidConfiguration (exit 2) and nothing on disk. One termination message
+for the run: the first failure, or the sum of every pair's stats.
+
+Imports no click (entry.py dispatches here first): a warm start stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, NoReturn
+
+from llmkube_stager.boundary import Boundary, Flags, no_flags
+from llmkube_stager.config import Config
+from llmkube_stager.errors import ConfigError
+from llmkube_stager.kserve.uris import Pair, parse_pairs
+
+
+def kserve_command(args: list[str]) -> NoReturn:
+    from llmkube_stager.boundary import _on_sigterm
+
+    pairs_or_error: tuple[Pair, ...] | ConfigError
+    try:
+        pairs_or_error = parse_pairs(args, os.getcwd())
+    except ConfigError as err:
+        pairs_or_error = err
+    first = _flags(pairs_or_error[0]) if isinstance(pairs_or_error, tuple) else no_flags()
+    boundary = Boundary(first, os.environ, terminate=True)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def body() -> dict[str, Any]:
+        if isinstance(pairs_or_error, ConfigError):
+            raise pairs_or_error
+        configs = [boundary.config(_flags(pair)) for pair in pairs_or_error]
+        return _stage_all(boundary, pairs_or_error, configs)
+
+    boundary.run(body)
+
+
+def _flags(pair: Pair) -> Flags:
+    return {**no_flags(), **pair.flags}
+
+
+def _stage_all(
+    boundary: Boundary, pairs: tuple[Pair, ...], configs: list[Config]
+) -> dict[str, Any]:
+    from llmkube_stager.cache.fs import probe_fs_quick
+    from llmkube_stager.logs import display_url
+    from llmkube_stager.model import Outcome
+    from llmkube_stager.stage import Effects
+    from llmkube_stager.termination import success_doc
+
+    effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
+    results: list[Any] = []
+    seconds = 0.0
+    shown: list[str] = []
+    for pair, config in zip(pairs, configs, strict=True):
+        boundary.source = display_url(pair.uri)
+        outcome, display = _stage_pair(boundary, pair, config, effects)
+        results.extend(outcome.results)
+        seconds += outcome.seconds
+        shown.append(display)
+    total = Outcome(tuple(results), seconds)
+    source = shown[0] if len(shown) == 1 else f"{shown[0]} (+{len(shown) - 1} more)"
+    doc = success_doc(total, source)
+    boundary.log.info("staged", doc["message"], seconds=round(total.seconds, 3))
+    return doc
+
+
+def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) -> tuple[Any, str]:
+    from llmkube_stager.kserve.expose import expose
+    from llmkube_stager.stage import run_stage
+
+    prepared, outcome = run_stage(config, effects)
+    manifest = prepared.manifest
+    files = [(f.rel, f.dest) for f in manifest.files]
+    linked = expose(pair.dest, pair.private, files)
+    if linked:
+        boundary.log.info(
+            "exposed", f"Linked {linked} file(s) into {pair.dest}", path=pair.dest, files=linked
+        )
+    return outcome, manifest.display_source

@@ -1,0 +1,76 @@
+"""The staged files appear in DEST_DIR (#24 item 4).
+
+The engine stages into DEST_DIR/.llmkube-stager/model, where its size
+records, stamps, journals and partials live beside the files as everywhere
+else. Once the whole set is staged, each file is hard-linked into DEST_DIR
+under its name (link to a private temp name, then one rename onto the final
+name): the same inode, no byte copied, and DEST_DIR shows the model's files
+and one dot directory, which neither `ls` nor a model server's glob lists.
+Where the filesystem refuses hard links, a relative symlink is made instead.
+
+The model server starts only after the init container exits 0, so it never
+sees a half-exposed set; a container killed while exposing is run again by
+the kubelet and links what is missing (a name that is already the staged
+inode is left as it is: a warm restart changes nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+from collections.abc import Iterable
+
+from llmkube_stager.cache.disk import disk_error, ensure_dir
+from llmkube_stager.errors import CacheError, Reason
+
+# A hard link is refused (filesystem, quota of links, FUSE): a symlink then.
+_NO_HARD_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def expose(dest: str, private: str, files: Iterable[tuple[str, str]]) -> int:
+    """Link each (rel, staged path) to DEST_DIR/rel; returns how many names
+    were (re)linked."""
+    linked = 0
+    for rel, staged in files:
+        try:
+            linked += _expose_one(dest, private, rel, staged)
+        except OSError as exc:
+            translated = disk_error(exc, "exposing", rel)
+            if isinstance(translated, OSError):
+                raise CacheError(
+                    f"cannot link {rel} into {dest}: {os.strerror(exc.errno or 0)}",
+                    reason=Reason.CACHE_UNWRITABLE,
+                    file=rel,
+                ) from None
+            raise translated from None
+    return linked
+
+
+def _expose_one(dest: str, private: str, rel: str, staged: str) -> int:
+    target = posixpath.join(dest, rel)
+    # Every directory on the way is a real directory inside DEST_DIR (never
+    # a symlink leading out, cache/disk.py).
+    ensure_dir(posixpath.dirname(target), dest, rel)
+    source = os.stat(staged, follow_symlinks=False)
+    try:
+        current = os.stat(target, follow_symlinks=False)
+        if (current.st_dev, current.st_ino) == (source.st_dev, source.st_ino):
+            return 0
+    except FileNotFoundError:
+        pass
+    temp = posixpath.join(private, f"link.{os.urandom(8).hex()}.llmkube-tmp")
+    try:
+        os.link(staged, temp, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINK:
+            raise
+        os.symlink(posixpath.relpath(staged, posixpath.dirname(target)), temp)
+    try:
+        os.rename(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    return 1

@@ -1,0 +1,209 @@
+"""A KServe storage URI -> the agent's configuration for one pair (#24
+items 1, 2). Pure: no I/O, no environment.
+
+The agent's own records, partials and stamps live in a private dot
+directory of DEST_DIR (`PRIVATE_DIR`, #24 item 4): DEST_DIR is the pod's
+emptyDir, mounted as it is into the model server, so there is no "beside
+it" in the same volume. The model's files are staged there by the engine,
+then linked into DEST_DIR (expose.py).
+
+The URI forms follow KServe's Storage.download (kserve-storage 0.21.0):
+`s3://bucket/prefix-or-key`, `hf://owner/model[:revision]`,
+`http(s)://host/path/file` (its name from the path) and the archives
+KServe unpacks. The forms this image does not download (Google Cloud
+Storage, Azure Blob/File, HDFS, OCI, ModelScope, git, PVC) are refused
+naming the scheme, before any I/O, so a ClusterStorageContainer matched by
+mistake fails with InvalidConfiguration instead of a misleading fetch.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from llmkube_stager.errors import ConfigError
+
+# Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4).
+PRIVATE_DIR = ".llmkube-stager"
+MODEL_SUBDIR = "model"
+
+# KServe's own patterns (kserve_storage.py: _AZURE_BLOB_RE, _AZURE_FILE_RE, _GIT_RE).
+_AZURE_BLOB_RE = re.compile(r"https://(.+?)\.blob\.core\.windows\.net/(.+)")
+_AZURE_DFS_RE = re.compile(r"https://(.+?)\.dfs\.core\.windows\.net/(.+)")
+_AZURE_FILE_RE = re.compile(r"https://(.+?)\.file\.core\.windows\.net/(.+)")
+_GIT_RE = re.compile(r"https://.+\.git(?:[/?#]|$)")
+# Prefix -> the name shown in the refusal.
+_REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("gs://", "gs:// (Google Cloud Storage)"),
+    ("hdfs://", "hdfs://"),
+    ("webhdfs://", "webhdfs://"),
+    ("oci://", "oci://"),
+    ("modelscope://", "modelscope://"),
+    ("pvc://", "pvc://"),
+    ("abfs://", "abfs:// (Azure Data Lake)"),
+    ("abfss://", "abfss:// (Azure Data Lake)"),
+    ("wasb://", "wasb:// (Azure Blob)"),
+    ("wasbs://", "wasbs:// (Azure Blob)"),
+    ("az://", "az:// (Azure Blob)"),
+    ("git://", "git"),
+)
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One `SRC_URI DEST_DIR` of the command line, as the agent stages it."""
+
+    uri: str
+    dest: str  # absolute
+    # The contract's variables for this pair, given as flags (flags win over
+    # the environment, so a stray MODEL_FILES of the pod cannot change it).
+    flags: dict[str, str]
+    # The staged file is an archive to unpack into `dest` (archive.py).
+    archive: bool = False
+
+    @property
+    def private(self) -> str:
+        return posixpath.join(self.dest, PRIVATE_DIR)
+
+    @property
+    def root(self) -> str:
+        """The engine's model directory (CACHE_DIR) for this pair."""
+        return posixpath.join(self.private, MODEL_SUBDIR)
+
+
+USAGE = (
+    "llmkube-stager SRC_URI DEST_DIR [SRC_URI DEST_DIR ...] (KServe's storage-initializer "
+    "arguments), or llmkube-stager stage|plan|verify|inspect|diagnose"
+)
+
+
+def parse_pairs(args: list[str], cwd: str) -> tuple[Pair, ...]:
+    if len(args) < 2 or len(args) % 2:
+        raise ConfigError(f"usage: {USAGE}; got {len(args)} argument(s)")
+    pairs = tuple(pair_for(args[i], args[i + 1], cwd) for i in range(0, len(args), 2))
+    dests = [p.dest for p in pairs]
+    if len(set(dests)) != len(dests):
+        raise ConfigError("two SRC_URIs name the same DEST_DIR: give each its own directory")
+    return pairs
+
+
+def pair_for(uri: str, dest_text: str, cwd: str) -> Pair:
+    uri = uri.strip()
+    dest = _dest(dest_text, cwd)
+    _refuse_unsupported(uri)
+    lower = uri.lower()
+    if lower.startswith("s3://"):
+        return _listed(uri, dest)
+    if lower.startswith("hf://"):
+        return _listed(_hf_source(uri), dest)
+    if lower.startswith(("http://", "https://")):
+        return _single(uri, dest, _name_from_url(uri))
+    if lower.startswith("file://") or uri.startswith("/"):
+        path = uri[7:] if lower.startswith("file://") else uri
+        return _single(uri, dest, _name_from_path(path, uri))
+    raise ConfigError(
+        f"cannot recognize the storage type of {_shown(uri)}: this image stages s3://, hf://, "
+        "http(s):// and file:// URIs"
+    )
+
+
+def _dest(text: str, cwd: str) -> str:
+    if not text.strip():
+        raise ConfigError("DEST_DIR is empty")
+    path = posixpath.normpath(posixpath.join(cwd, text.strip()))
+    if path == "/":
+        raise ConfigError("DEST_DIR must not be /")
+    return path
+
+
+def _refuse_unsupported(uri: str) -> None:
+    lower = uri.lower()
+    for prefix, name in _REFUSED_PREFIXES:
+        if lower.startswith(prefix):
+            raise _refused(name, uri)
+    if _AZURE_BLOB_RE.match(uri) or _AZURE_DFS_RE.match(uri):
+        raise _refused("Azure Blob (https://*.blob.core.windows.net)", uri)
+    if _AZURE_FILE_RE.match(uri):
+        raise _refused("Azure File (https://*.file.core.windows.net)", uri)
+    if _GIT_RE.match(uri):
+        raise _refused("git (https://...git)", uri)
+
+
+def _refused(name: str, uri: str) -> ConfigError:
+    return ConfigError(
+        f"the storage URI scheme {name} of {_shown(uri)} is not staged by this image; keep "
+        "KServe's default ClusterStorageContainer for it (docs/migration-kserve.md)"
+    )
+
+
+def _listed(source: str, dest: str) -> Pair:
+    """Every file under the prefix / in the repo: the engine lists them."""
+    pair = Pair(source, dest, {})
+    flags = {**_BLANK, "MODEL_SOURCE": source, "CACHE_DIR": pair.root}
+    return Pair(source, dest, flags)
+
+
+def _single(uri: str, dest: str, name: str) -> Pair:
+    pair = Pair(uri, dest, {})
+    flags = {
+        **_BLANK,
+        "MODEL_SOURCE": uri,
+        "CACHE_DIR": pair.root,
+        "MODEL_PATH": posixpath.join(pair.root, name),
+    }
+    return Pair(uri, dest, flags, archive=name.lower().endswith(ARCHIVE_SUFFIXES))
+
+
+# What the pod's environment might set that a pair decides itself.
+_BLANK = {"MODEL_PATH": "", "MODEL_FILES": "", "S3_BUCKET": "", "S3_KEY": "", "S3_PREFIX": ""}
+
+
+def _hf_source(uri: str) -> str:
+    """`hf://owner/model[:revision]` (KServe's syntax) -> the agent's
+    `hf://owner/model@revision`."""
+    parts = uri[5:].split("/")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"a Hugging Face URI is hf://owner/model[:revision], got {_shown(uri)}")
+    owner, model_part = parts
+    model, _, revision = model_part.partition(":")
+    if not model:
+        raise ConfigError(f"the Hugging Face model name is empty in {_shown(uri)}")
+    return f"hf://{owner}/{model}" + (f"@{revision}" if revision else "")
+
+
+def _name_from_url(uri: str) -> str:
+    """The file's name: the last part of the URL's path (KServe's rule),
+    percent-decoded, and a plain name."""
+    try:
+        path = urlsplit(uri).path
+    except ValueError:
+        raise ConfigError(f"the storage URI is not a well-formed URL: {_shown(uri)}") from None
+    return _plain_name(unquote(posixpath.basename(path)), uri)
+
+
+def _name_from_path(path: str, uri: str) -> str:
+    return _plain_name(posixpath.basename(path.rstrip("/")), uri)
+
+
+def _plain_name(name: str, uri: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ConfigError(f"no file name in the storage URI {_shown(uri)}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise ConfigError(f"the file name in {_shown(uri)} has a control character")
+    if name.startswith(PRIVATE_DIR):
+        raise ConfigError(f"the file name in {_shown(uri)} is the agent's own directory")
+    return name
+
+
+def _shown(uri: str) -> str:
+    """Without the query (a presigned URL's signature) or user info."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return repr(uri[:100])
+    host = parts.netloc.rpartition("@")[2]
+    shown = f"{parts.scheme}://{host}{parts.path}" if parts.scheme else uri.split("?")[0]
+    return repr(shown[:200])
