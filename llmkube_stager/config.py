@@ -219,9 +219,13 @@ class Config:
     # Tolerated values, each with what was made of it (see the module docstring).
     warnings: tuple[str, ...] = ()
 
+    # No MODEL_FILES nor MODEL_PATH, a CACHE_DIR and a source that can list
+    # its files (an s3:// prefix): the files are the listing's (#24 item 5).
+    listed: bool = False
+
     @property
     def multi_file(self) -> bool:
-        return bool(self.model_files)
+        return bool(self.model_files) or self.listed
 
     @property
     def direct_io(self) -> bool:
@@ -430,7 +434,7 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
         raise ConfigError("set MODEL_FILES (multi-file) or MODEL_PATH (single-file), not both")
     if files and not cache_dir:
         raise ConfigError("CACHE_DIR is required with MODEL_FILES")
-    if not files and not model_path:
+    if not files and not model_path and not (cache_dir and _listable(read, source)):
         raise ConfigError("MODEL_PATH (single-file) or MODEL_FILES (multi-file) is required")
     for name, path in (("CACHE_DIR", cache_dir), ("MODEL_PATH", model_path)):
         if path:
@@ -438,6 +442,16 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
     if model_path and (model_path.endswith("/") or not posixpath.basename(model_path)):
         raise ConfigError(f"MODEL_PATH must name a file, got {repr(model_path)[:200]}")
     return cache_dir, model_path, files
+
+
+# Sources whose files are listed when MODEL_FILES is not given (#24 item 5).
+_LISTABLE_SCHEMES = ("s3://",)
+
+
+def _listable(read: _Reader, source: str) -> bool:
+    return source.lower().startswith(_LISTABLE_SCHEMES) or (
+        not source and bool(read.raw("S3_BUCKET").strip())
+    )
 
 
 def _check_plain_text(name: str, path: str) -> None:
@@ -502,13 +516,19 @@ def load_config(
         raise ConfigError("MODEL_SOURCE is required")
     _check_source_text(source)
     cache_dir, model_path, files = _layout_paths(read, source, cwd)
-    pins = _pins(read, model_path, files)
+    listed = not files and not model_path
+    pins = {} if listed else _pins(read, model_path, files)
+    for pin_var in ("MODEL_SHA256", "MODEL_FILE_SHA256"):
+        if listed and read.optional(pin_var) is not None:
+            # Fail closed: a pin that cannot be matched to a file is never dropped.
+            raise ConfigError(f"{pin_var} needs MODEL_FILES (or MODEL_PATH) naming the files")
     _check_room(cache_dir, model_path, files, pins)
     return Config(
         source=source,
         cache_dir=cache_dir,
         model_path=model_path,
         model_files=files,
+        listed=listed,
         refresh_policy=_policy(read),
         prefetch_stager=_prefetch_stager(read),
         pins=pins,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, encode_intent
+from llmkube_stager.cache.listrec import write_listing
 from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import write_marker, write_size_record, write_validators
 from llmkube_stager.config import Config
@@ -49,7 +50,7 @@ from llmkube_stager.model import (
     RemoteFile,
     Strategy,
 )
-from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source
+from llmkube_stager.sources.base import Fetcher, ListingSource, RemoteMeta, Source
 
 if TYPE_CHECKING:
     # The transfer machinery (threads, hashing, sockets) is imported only
@@ -239,6 +240,11 @@ class Executor:
         self._budget = ByteBudget(IN_FLIGHT_BUDGET_BYTES)
         self._limit = session.config.files_in_flight
         self._probe_failed: dict[str, StagerError] = {}
+        # HF blob ids are content hashes; a listed S3 set's ETags are what
+        # OnChange compares for the whole set (#24 item 5).
+        self._records_validators = manifest.kind == "hf" or (
+            isinstance(source, ListingSource) and source.listing is not None
+        )
 
     def run(self, plan: Plan) -> tuple[FileResult, ...]:
         settled = {a.rel: self._settle(a) for a in plan.actions if not a.transfers}
@@ -251,7 +257,7 @@ class Executor:
             moved = self._fetch_each(transfers)
         done = {**settled, **moved}
         results = tuple(done[a.rel] for a in plan.actions)
-        if plan.may_write and (moved or self._verified) and self._manifest.kind == "hf":
+        if plan.may_write and (moved or self._verified) and self._records_validators:
             self._record_validators(results)
         return results
 
@@ -336,6 +342,12 @@ class Executor:
             if self._run_recorded:
                 return
             self._run_recorded = True
+            listing = self._source.listing if isinstance(self._source, ListingSource) else None
+            if listing is not None:
+                # The set this run publishes from (#24 item 5, listed.py).
+                self._try(
+                    lambda: write_listing(self._manifest.root, listing), self._manifest.files[0]
+                )
             record = self._run_record()
             known = self._cache.validators
             if record and any(known.get(k) != v for k, v in record.items()):

@@ -57,6 +57,8 @@ VALIDATORS_NAME = ".llmkube-validators"
 # A sharded prefetch (#16): the share count, and each share's own
 # `.llmkube-validators.<i>-of-<n>` (cache/shardrec.py).
 SHARDS_NAME = ".llmkube-shards"
+# The listing of a model without MODEL_FILES (#24 item 5, cache/listrec.py).
+LISTING_NAME = ".llmkube-listing"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
 # (The old partial suffixes are substrings of the current ones.)
@@ -69,7 +71,7 @@ _RESERVED_MARKERS = (
     OLD_JOURNAL_SUFFIX,
     VALIDATORS_NAME + ".",
 )
-_RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME})
+_RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME, LISTING_NAME})
 # `<file>.sha256` is the stamp of `<file>`: a repository file of that name
 # would be overwritten by the stamp on alternate runs (#11 item 9).
 _RESERVED_ENDINGS = (STAMP_SUFFIX,)

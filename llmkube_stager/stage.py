@@ -57,7 +57,7 @@ from llmkube_stager.sharding import (
     take_share,
 )
 from llmkube_stager.sources import check_libraries, open_source
-from llmkube_stager.sources.base import RemoteMeta, Source
+from llmkube_stager.sources.base import ListingSource, RemoteMeta, Source
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def prepare(config: Config, effects: Effects) -> Prepared:
     started = effects.monotonic()
     source = open_source(config, effects.log)
     with from_source(source.kind):
-        manifest = source.manifest()
+        manifest = _manifest(config, source, effects)
     fs = effects.probe_fs(manifest.root)
     if fs.is_fuse is None:
         effects.log.warning(
@@ -107,6 +107,15 @@ def prepare(config: Config, effects: Effects) -> Prepared:
     strategy = strategy_for(fs, role, config.direct_io)
     prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
     return _replan(config, replace(prepared, started_s=started))
+
+
+def _manifest(config: Config, source: Source, effects: Effects) -> Manifest:
+    """A source without MODEL_FILES lists its files (#24 item 5, listed.py)."""
+    if isinstance(source, ListingSource) and source.lists:
+        from llmkube_stager.listed import listed_manifest
+
+        return listed_manifest(config, source, effects.log, effects.sleep)
+    return source.manifest()
 
 
 def _replan(config: Config, prepared: Prepared) -> Prepared:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceKind
 from llmkube_stager.layout import destinations
+from llmkube_stager.listing import Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest, RemoteFile
 
@@ -106,6 +107,22 @@ class Source(Protocol):
         profile, a token file, a CA bundle): before the cache is touched,
         raising ConfigError (#11.12)."""
         ...
+
+
+@runtime_checkable
+class ListingSource(Protocol):
+    """Capability: a source whose files can be listed (an s3:// prefix
+    without MODEL_FILES, #24 item 5: llmkube_stager/listed.py)."""
+
+    lists: bool  # this configuration lists (no MODEL_FILES)
+    listing: Listing | None  # the listing in use, once chosen
+    listing_source: str  # the source a recorded listing must answer
+
+    def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing: ...
+
+    def use_listing(self, listing: Listing) -> None: ...
+
+    def manifest(self) -> Manifest: ...
 
 
 class RangeUnusable(Exception):

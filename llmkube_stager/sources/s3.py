@@ -23,13 +23,15 @@ InvalidConfiguration (#11.12). docs/sources.md tells what is sent where.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
+from llmkube_stager.layout import dest_path
+from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 
@@ -200,6 +202,36 @@ class S3Source:
         self.ref = parse_s3_ref(config)
         self.settings = s3_settings(config)
         self._clients: S3Clients | None = None
+        # A prefix without MODEL_FILES (#24 item 5): the files are listed.
+        self.lists = config.listed
+        self.listing: Listing | None = None
+
+    def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
+        """ListObjectsV2 of the prefix, each page asked through `retry`."""
+        from llmkube_stager.sources.s3_listing import list_objects
+
+        clients = self._open_clients()
+        key = self._listed_key()
+        where = self.listing_source
+        return list_objects(
+            where,
+            self.ref.bucket,
+            key,
+            lambda prefix, token: retry(lambda: clients.list_page(prefix, token, where)),
+        )
+
+    @property
+    def listing_source(self) -> str:
+        return f"s3://{self.ref.bucket}/{self._listed_key()}"
+
+    def _listed_key(self) -> str:
+        source = self._config.source
+        key = source[5:].partition("/")[2] if source[:5].lower() == "s3://" else ""
+        return self._config.s3_prefix or key
+
+    def use_listing(self, listing: Listing) -> None:
+        self.listing = listing
+        self.ref = S3Ref(self.ref.bucket, listing.base)
 
     def preflight(self) -> None:
         """What needs a file read (the profile, token files, the CA bundle),
@@ -216,6 +248,8 @@ class S3Source:
 
     def manifest(self) -> Manifest:
         config, ref = self._config, self.ref
+        if self.listing is not None:
+            return _listed_manifest(config, ref, self.listing)
         return build_manifest(
             config,
             "s3",
@@ -225,7 +259,23 @@ class S3Source:
 
     def fetcher(self) -> S3Fetcher:
         clients, self._clients = self._open_clients(), None  # the fetcher closes them
-        return S3Fetcher(self._config, self.ref, self.settings, clients=clients)
+        return S3Fetcher(
+            self._config, self.ref, self.settings, clients=clients, listing=self.listing
+        )
+
+
+def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
+    root = config.cache_dir
+    files = tuple(
+        RemoteFile(
+            rel=f.rel,
+            url=f"s3://{ref.bucket}/{object_key(ref, f.rel, True)}",
+            dest=dest_path(root, f.rel),
+            size_bytes=f.size_bytes,
+        )
+        for f in listing.files
+    )
+    return Manifest("s3", root, files, True, listing.source)
 
 
 class S3Fetcher:
@@ -239,6 +289,7 @@ class S3Fetcher:
         *,
         presign_expiry_s: int = PRESIGN_EXPIRY_S,
         clients: S3Clients | None = None,
+        listing: Listing | None = None,
     ) -> None:
         from llmkube_stager.sources.http import HttpFetcher
         from llmkube_stager.sources.s3_client import S3Clients
@@ -249,6 +300,7 @@ class S3Fetcher:
         self._log: Log | None = None
         self._clients = clients or S3Clients(config, settings, ref.bucket)
         self._http: HttpFetcher = HttpFetcher(config)
+        self._listed = listing.by_rel if listing is not None else {}
 
     def bind_log(self, log: Log) -> None:
         self._log = log
@@ -259,6 +311,12 @@ class S3Fetcher:
         return key, f"s3://{self._ref.bucket}/{key}"
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
+        listed = self._listed.get(file.rel)
+        if listed is not None:
+            # The listing said it (#24 item 5): no HEAD per object; the GET's
+            # If-Match pins the bytes to the listed ETag.
+            etag = listed.validator or None
+            return RemoteMeta(file.url, listed.size_bytes, etag, True, if_match=etag)
         key, where = self._where(file)
         head = self._clients.head(key, where)
         etag = head.get("ETag")

@@ -70,6 +70,17 @@ class S3Clients:
             raise translate_s3_error(exc, where) from exc
         return answer
 
+    def list_page(self, prefix: str, token: str | None, where: str) -> dict[str, Any]:
+        """One ListObjectsV2 page (#24 item 5, sources/s3_listing.py)."""
+        params = {"Bucket": self._bucket, "Prefix": prefix}
+        if token:
+            params["ContinuationToken"] = token
+        try:
+            answer: dict[str, Any] = self._client().list_objects_v2(**params)
+        except Exception as exc:
+            raise translate_s3_error(exc, where) from exc
+        return answer
+
     def presign(self, key: str, where: str, expiry_s: int) -> str:
         try:
             url: str = self._client().generate_presigned_url(

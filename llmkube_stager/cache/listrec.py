@@ -1,0 +1,25 @@
+"""The listing record of a listed model directory, `.llmkube-listing`
+(llmkube_stager/listing.py): written atomically, read without following a
+symlink or waiting on a FIFO; anything unreadable is no record at all (the
+source is then listed again)."""
+
+from __future__ import annotations
+
+import os
+
+from llmkube_stager.cache.journal import read_regular
+from llmkube_stager.cache.records import write_atomic
+from llmkube_stager.layout import LISTING_NAME
+from llmkube_stager.listing import Listing, decode_listing, encode_listing
+
+# 100,000 files of long names and ETags.
+_MAX_BYTES = 64 << 20
+
+
+def read_listing(root: str) -> Listing | None:
+    raw = read_regular(os.path.join(root, LISTING_NAME), _MAX_BYTES)
+    return None if raw is None else decode_listing(raw)
+
+
+def write_listing(root: str, listing: Listing) -> None:
+    write_atomic(os.path.join(root, LISTING_NAME), encode_listing(listing))
