@@ -444,8 +444,8 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
     return cache_dir, model_path, files
 
 
-# Sources whose files are listed when MODEL_FILES is not given (#24 item 5).
-_LISTABLE_SCHEMES = ("s3://",)
+# Sources whose files are listed when MODEL_FILES is not given (#24 items 2, 5).
+_LISTABLE_SCHEMES = ("s3://", "hf://")
 
 
 def _listable(read: _Reader, source: str) -> bool:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
+from llmkube_stager.layout import dest_path
+from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
@@ -50,6 +52,10 @@ class HfSource:
         self._config = config
         self._log = log
         self.ref = parse_hf_source(config.source, config.hf_endpoint)
+        # A repo without MODEL_FILES (#24 item 2): every file at one commit.
+        self.lists = config.listed
+        self.listing: Listing | None = None
+        self._listing_fetcher: HfFetcher | None = None
         if not config.multi_file and not self.ref.path:
             raise ConfigError(
                 "MODEL_SOURCE names a Hugging Face repo but no file; set MODEL_FILES for a "
@@ -63,8 +69,47 @@ class HfSource:
     def preflight(self) -> None:
         """Nothing to read before the cache is touched."""
 
+    @property
+    def listing_source(self) -> str:
+        return self.ref.display
+
+    def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
+        """The repo's files at the commit the revision names now (one
+        model-info call, the one the transfers use too)."""
+        from llmkube_stager.sources.s3_listing import check_listed
+
+        fetcher = self._listing_fetcher = HfFetcher(self._config, self.ref, self._log)
+        resolution = retry(fetcher.listed_resolution)
+        folder = self.ref.path.strip("/")
+        hub = resolution.files
+        if folder in hub:
+            raise ConfigError(
+                f"MODEL_SOURCE names the file {folder[:100]!r} of {self.ref.repo}: set MODEL_PATH "
+                "for a single-file model (a listed source is a repo or a folder)"
+            )
+        start = f"{folder}/" if folder else ""
+        paths = {p[len(start) :]: f for p, f in sorted(hub.items()) if p.startswith(start)}
+        if not paths:
+            raise SourceError(
+                f"{self.ref.repo} has no file under {folder or '/'} at {resolution.commit[:12]}",
+                reason=Reason.SOURCE_NOT_FOUND,
+                answered=True,
+            )
+        files = tuple(
+            ListedFile(rel, f.size_bytes or 0, f.sha256 or f.blob_id or "")
+            for rel, f in paths.items()
+        )
+        check_listed(self.listing_source, files)
+        return Listing(self.listing_source, resolution.commit, files)
+
+    def use_listing(self, listing: Listing) -> None:
+        """Files come from the listing's commit (an interrupted run's own)."""
+        self.listing = listing
+
     def manifest(self) -> Manifest:
         config, ref = self._config, self.ref
+        if self.listing is not None:
+            return self._listed_manifest(self.listing)
         return build_manifest(
             config,
             "hf",
@@ -72,8 +117,26 @@ class HfSource:
             lambda rel: ref.resolve_url(ref.revision, _rel_in_repo(ref, rel, config.multi_file)),
         )
 
+    def _listed_manifest(self, listing: Listing) -> Manifest:
+        ref, root = self.ref, self._config.cache_dir
+        files = tuple(
+            RemoteFile(
+                rel=f.rel,
+                url=ref.resolve_url(listing.base, _rel_in_repo(ref, f.rel, True)),
+                dest=dest_path(root, f.rel),
+                size_bytes=f.size_bytes or None,
+            )
+            for f in listing.files
+        )
+        return Manifest("hf", root, files, True, ref.display)
+
     def fetcher(self) -> HfFetcher:
-        return HfFetcher(self._config, self.ref, self._log)
+        fetcher, self._listing_fetcher = self._listing_fetcher, None
+        if fetcher is None:
+            fetcher = HfFetcher(self._config, self.ref, self._log)
+        if self.listing is not None:
+            fetcher.resolve_at(self.listing.base)
+        return fetcher
 
 
 class RunMemo:
@@ -138,6 +201,16 @@ class HfFetcher:
         """Fetch from this commit rather than what the revision points to
         now: an interrupted run is finished from its own commit (#10)."""
         self._at = commit
+
+    def listed_resolution(self) -> Resolution:
+        """The commit and every file of the repo (a listed source, #24 item 2)."""
+        resolution = self._resolve()
+        if resolution is None:
+            raise ConfigError(
+                f"the Hugging Face mirror {display_url(self._ref.endpoint)} has no hub API to "
+                "list the repo's files: set MODEL_FILES"
+            )
+        return resolution
 
     def resolved_commit(self) -> str | None:
         return self._resolution.commit if self._resolution is not None else None

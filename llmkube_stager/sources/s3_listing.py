@@ -48,7 +48,7 @@ def list_objects(source: str, bucket: str, key: str, page: ListPage) -> Listing:
             answered=True,
         )
     files = tuple(_listed(rel, item) for rel, item in below)
-    _check_rels(source, files)
+    check_listed(source, files)
     return Listing(source, stem, files)
 
 
@@ -72,7 +72,8 @@ def _listed(rel: str, item: Mapping[str, Any]) -> ListedFile:
     return ListedFile(rel, size if isinstance(size, int) else 0, str(item.get("ETag") or ""))
 
 
-def _check_rels(source: str, files: tuple[ListedFile, ...]) -> None:
+def check_listed(source: str, files: tuple[ListedFile, ...]) -> None:
+    """The relative paths of a listing, checked as MODEL_FILES entries are."""
     rels = [f.rel for f in files]
     try:
         if any("\n" in rel for rel in rels):
