@@ -40,6 +40,8 @@ MAX_CONNECTIONS = 32
 DEFAULT_FILES_IN_FLIGHT = 8
 MAX_FILES_IN_FLIGHT = 64
 MAX_SHARDS = 10_000
+DEFAULT_ARCHIVE_MAX_BYTES = 1 << 40  # 1 TiB
+DEFAULT_ARCHIVE_MAX_FILES = 100_000
 LogFormat = Literal["text", "json"]
 DirectIoMode = Literal["auto", "on", "off"]
 _DIRECT_IO_MODES: dict[str, DirectIoMode] = {"auto": "auto", "on": "on", "off": "off"}
@@ -118,6 +120,9 @@ VARS: tuple[Var, ...] = (
         "auto (default: the page cache while the model fits memory, then O_DIRECT on "
         "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
     ),
+    # KServe mode (#24 item 2): bounds of an unpacked archive (kserve/archive.py).
+    Var("LLMKUBE_ARCHIVE_MAX_BYTES", "bytes an archive may unpack to (KServe mode)"),
+    Var("LLMKUBE_ARCHIVE_MAX_FILES", "members an archive may hold (KServe mode)"),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
@@ -213,6 +218,8 @@ class Config:
     # still only where FsInfo.direct_io_ok; "off" never.
     direct_io_mode: DirectIoMode = "auto"
     proxy: ProxySettings = field(default_factory=ProxySettings)
+    archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES
+    archive_max_files: int = DEFAULT_ARCHIVE_MAX_FILES
     log_format: LogFormat = "text"
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
@@ -550,6 +557,8 @@ def load_config(
         **_shards(read),
         direct_io_mode=_direct_io_mode(read),
         proxy=load_proxy(read),
+        archive_max_bytes=_positive(read, "LLMKUBE_ARCHIVE_MAX_BYTES", DEFAULT_ARCHIVE_MAX_BYTES),
+        archive_max_files=_positive(read, "LLMKUBE_ARCHIVE_MAX_FILES", DEFAULT_ARCHIVE_MAX_FILES),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
@@ -595,6 +604,13 @@ def _check_url_lengths(read: _Reader) -> None:
             raise ConfigError(
                 f"{name} is {size} bytes long: a URL may have at most {URL_MAX_BYTES}"
             )
+
+
+def _positive(read: _Reader, name: str, default: int) -> int:
+    value = read.count(name, default)
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1")
+    return value
 
 
 def _connections(read: _Reader) -> int:

@@ -171,6 +171,13 @@ REMEDY_LEADS_OUTSIDE = (
     "or a directory, FIFO or device where a model file or directory belongs); nothing was "
     "written: remove it, then restart"
 )
+# An archive of a KServe storage URI with a member that would land outside
+# DEST_DIR, a special file, or too many bytes or members (#24 item 2).
+REMEDY_ARCHIVE_UNSAFE = (
+    "rebuild the archive with plain files and directories under relative names (no '..', no "
+    "absolute names, no links pointing out, no devices or FIFOs), within "
+    "LLMKUBE_ARCHIVE_MAX_BYTES and LLMKUBE_ARCHIVE_MAX_FILES"
+)
 # Something in the cache is there but this uid cannot read it (#11): not
 # absent, and never overwritten.
 REMEDY_UNREADABLE = (

@@ -75,15 +75,62 @@ def _stage_all(
 
 
 def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) -> tuple[Any, str]:
-    from llmkube_stager.kserve.expose import expose
+    from llmkube_stager.kserve.archive import unpacked_record
+    from llmkube_stager.logs import display_url
+    from llmkube_stager.model import Decision, FileResult, Outcome
     from llmkube_stager.stage import run_stage
 
+    done = unpacked_record(pair.private, pair.uri, pair.dest)
+    if done is not None:
+        # A warm restart of an unpacked archive (an http(s) URL, an s3://
+        # key or the one object of a prefix): nothing to fetch or move.
+        results = tuple(FileResult(rel, Decision.REUSE) for rel in sorted(done))
+        boundary.log.info("unpacked_hit", f"{len(done)} unpacked files in {pair.dest}")
+        return Outcome(results, 0.0), display_url(pair.uri)
     prepared, outcome = run_stage(config, effects)
     manifest = prepared.manifest
     files = [(f.rel, f.dest) for f in manifest.files]
+    if _is_archive_set(pair, files):
+        _unpack(boundary, pair, config, files[0])
+    else:
+        _expose(boundary, pair, files)
+    return outcome, manifest.display_source
+
+
+def _is_archive_set(pair: Pair, files: list[tuple[str, str]]) -> bool:
+    """KServe unpacks an archive it fetched alone (a URL, or the one object
+    of an s3:// prefix)."""
+    from llmkube_stager.kserve.archive import is_archive
+
+    return len(files) == 1 and is_archive(files[0][0])
+
+
+def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]]) -> None:
+    from llmkube_stager.kserve.expose import expose
+
     linked = expose(pair.dest, pair.private, files)
     if linked:
         boundary.log.info(
             "exposed", f"Linked {linked} file(s) into {pair.dest}", path=pair.dest, files=linked
         )
-    return outcome, manifest.display_source
+
+
+def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str]) -> None:
+    from llmkube_stager.cache.disk import disk_error
+    from llmkube_stager.kserve.archive import ArchiveLimits, unpack
+
+    rel, path = archive
+    limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)
+    try:
+        sizes = unpack(path, rel, pair.uri, pair.dest, limits)
+    except OSError as exc:
+        translated = disk_error(exc, "unpacking", rel)
+        if isinstance(translated, OSError):
+            raise
+        raise translated from None
+    boundary.log.info(
+        "unpacked",
+        f"Unpacked {len(sizes)} files of {rel} into {pair.dest}",
+        files=len(sizes),
+        size_bytes=sum(sizes.values()),
+    )

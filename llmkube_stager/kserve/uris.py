@@ -49,7 +49,6 @@ _REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
     ("az://", "az:// (Azure Blob)"),
     ("git://", "git"),
 )
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,6 @@ class Pair:
     # The contract's variables for this pair, given as flags (flags win over
     # the environment, so a stray MODEL_FILES of the pod cannot change it).
     flags: dict[str, str]
-    # The staged file is an archive to unpack into `dest` (archive.py).
-    archive: bool = False
 
     @property
     def private(self) -> str:
@@ -154,7 +151,7 @@ def _single(uri: str, dest: str, name: str) -> Pair:
         "CACHE_DIR": pair.root,
         "MODEL_PATH": posixpath.join(pair.root, name),
     }
-    return Pair(uri, dest, flags, archive=name.lower().endswith(ARCHIVE_SUFFIXES))
+    return Pair(uri, dest, flags)
 
 
 # What the pod's environment might set that a pair decides itself.

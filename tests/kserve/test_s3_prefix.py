@@ -198,3 +198,29 @@ def test_kserve_form_stages_a_prefix_and_a_single_key(pod: Pod, s3: SeaweedS3, b
     assert (prefix_dest / "meta" / "info.json").read_bytes() == b"{}"
     assert (key_dest / "model.onnx").read_bytes() == b"O" * 500
     assert sorted(p.name for p in key_dest.iterdir()) == [".llmkube-stager", "model.onnx"]
+
+
+def test_kserve_form_unpacks_an_s3_archive_and_a_restart_asks_nothing(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("model/weights.bin")
+        data = payload(50 << 10, seed=8)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    s3.put(bucket, "arch/model.tar.gz", buffer.getvalue())
+    dest = pod.tmp / "mnt" / "models"
+    uri = f"s3://{bucket}/arch/model.tar.gz"
+
+    run = pod.run(uri, str(dest), env=s3_env(s3))
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "model" / "weights.bin").read_bytes() == data
+    s3.clear()
+    warm = pod.run(uri, str(dest), env=s3_env(s3))
+    assert warm.returncode == 0, str(warm)
+    assert s3.requests() == []

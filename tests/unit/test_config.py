@@ -97,6 +97,8 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("LLMKUBE_SHARDS", "4", SHARDED, "shards", 4, "3"),
     ("JOB_COMPLETION_INDEX", "3", SHARDED, "shard_index", 3, "0"),
     ("LLMKUBE_DIRECT_IO", "off", SINGLE, "direct_io", False, "auto"),
+    ("LLMKUBE_ARCHIVE_MAX_BYTES", "4096", SINGLE, "archive_max_bytes", 4096, "8192"),
+    ("LLMKUBE_ARCHIVE_MAX_FILES", "10", SINGLE, "archive_max_files", 10, "20"),
     ("HTTPS_PROXY", "http://p1:3128", SINGLE, "proxy.https.display", "p1:3128", "http://p2:1"),
     ("HTTP_PROXY", "http://p1:3128", SINGLE, "proxy.http.display", "p1:3128", "http://p2:1"),
     ("NO_PROXY", ".svc,10.0.0.0/8", SINGLE, "proxy.no_proxy", (".svc", "10.0.0.0/8"), "x"),
