@@ -246,11 +246,80 @@ URL_MAX_BYTES = 8192
 _URL_VARS = ("MODEL_SOURCE", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "HTTP_PROXY")
 
 
+# What KServe's credential builder and webhook give a storage initializer
+# (#24 item 3: kserve_storage.py, s3_secret.go), mapped onto the agent's own
+# variables; a variable of the agent that is set always wins.
+KSERVE_VARS: tuple[str, ...] = (
+    "S3_ENDPOINT",
+    "S3_USE_HTTPS",
+    "S3_VERIFY_SSL",
+    "S3_USER_VIRTUAL_BUCKET",
+    "awsAnonymousCredential",
+    "AWS_CA_BUNDLE",
+    "CA_BUNDLE_CONFIGMAP_NAME",
+    "CA_BUNDLE_VOLUME_MOUNT_POINT",
+)
+# awsAnonymousCredential=true: what would sign a request is not handed on
+# (KServe: botocore UNSIGNED whatever else the Secret holds).
+_SIGNING_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+)
+KSERVE_CA_MOUNT_DEFAULT = "/etc/ssl/custom-certs"
+
+
+def with_kserve(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """The environment with KServe's variables mapped onto the agent's."""
+    if not any(name in environ for name in KSERVE_VARS):
+        return environ
+    merged = dict(environ)
+
+    def given(name: str) -> str:
+        return environ.get(name, "").strip()
+
+    endpoint = given("S3_ENDPOINT")
+    if endpoint and not given("AWS_ENDPOINT_URL"):
+        if "://" not in endpoint:  # KServe's form: host[:port], the scheme by S3_USE_HTTPS
+            https = given("S3_USE_HTTPS").lower() not in ("0", "false")
+            endpoint = ("https://" if https else "http://") + endpoint
+        merged["AWS_ENDPOINT_URL"] = endpoint
+    if given("S3_USER_VIRTUAL_BUCKET").lower() == "true" and not given("AWS_S3_ADDRESSING_STYLE"):
+        merged["AWS_S3_ADDRESSING_STYLE"] = "virtual"
+    if not given("LLMKUBE_CA_DIR"):
+        # Added to the system roots like LLMKUBE_CA_DIR (sources/tls.py).
+        if given("AWS_CA_BUNDLE"):
+            merged["LLMKUBE_CA_DIR"] = posixpath.dirname(given("AWS_CA_BUNDLE")) or "/"
+        elif given("CA_BUNDLE_CONFIGMAP_NAME"):
+            merged["LLMKUBE_CA_DIR"] = (
+                given("CA_BUNDLE_VOLUME_MOUNT_POINT") or KSERVE_CA_MOUNT_DEFAULT
+            )
+    if given("awsAnonymousCredential").lower() == "true":
+        for name in _SIGNING_VARS:
+            merged.pop(name, None)
+        # Nothing else in the chain may find a key (files under HOME, IMDS).
+        merged.update(
+            AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+            AWS_CONFIG_FILE="/dev/null",
+            AWS_EC2_METADATA_DISABLED="true",
+        )
+    return merged
+
+
 class _Reader:
     """Looks a variable up: flag first, then environment, then default."""
 
-    def __init__(self, environ: Mapping[str, str], flags: Mapping[str, str | None]) -> None:
-        self._environ = environ
+    def __init__(
+        self, environ: Mapping[str, str], flags: Mapping[str, str | None], *, kserve: bool = True
+    ) -> None:
+        self._environ = with_kserve(environ) if kserve else environ
         self._flags = flags
         self.warnings: list[str] = []
 
@@ -359,8 +428,9 @@ def load_proxy(read: _Reader) -> ProxySettings:
 def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> tuple[str, ...]:
     """Secret values, readable even when the rest of the config is invalid,
     so that the redactor exists before any error can be printed. A proxy
-    variable counts whole (it may be unparseable) and by its credentials."""
-    read = _Reader(environ, flags)
+    variable counts whole (it may be unparseable) and by its credentials.
+    Read as given: a key that awsAnonymousCredential drops is still a secret."""
+    read = _Reader(environ, flags, kserve=False)
     values = list(load_secrets(read).values())
     for name in ("HTTPS_PROXY", "HTTP_PROXY"):
         text = read.curl_style(name).strip()
@@ -530,6 +600,11 @@ def load_config(
             # Fail closed: a pin that cannot be matched to a file is never dropped.
             raise ConfigError(f"{pin_var} needs MODEL_FILES (or MODEL_PATH) naming the files")
     _check_room(cache_dir, model_path, files, pins)
+    if read.raw("S3_VERIFY_SSL").strip().lower() in ("0", "false"):
+        read.warnings.append(
+            "S3_VERIFY_SSL is off, but TLS is verified here all the same: give the endpoint's "
+            "CA with AWS_CA_BUNDLE or LLMKUBE_CA_DIR"
+        )
     return Config(
         source=source,
         cache_dir=cache_dir,
