@@ -8,8 +8,10 @@ the same engine as `stage`, with the same termination message and exit codes
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,42 @@ def test_a_bare_warm_start_imports_no_click(pod: Pod, origin: Origin) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [], out.stdout
+
+
+def test_a_killed_container_resumes_and_dest_shows_only_the_model(pod: Pod, origin: Origin) -> None:
+    """#24 item 4: the kubelet restarts a killed init container with the
+    emptyDir kept; it resumes its partial (kept in the private dot
+    directory, invisible in DEST_DIR) instead of starting over."""
+    data = payload(6 << 20, seed=21)
+    origin.put("/big/model.bin", data, rate_bytes_per_s=2 << 20)
+    dest = pod.tmp / "mnt" / "models"
+    uri = f"{origin.url}/big/model.bin"
+    private = dest / ".llmkube-stager" / "model"
+
+    def partial_bytes() -> int:
+        if not private.is_dir():
+            return 0
+        return sum(p.stat().st_size for p in private.iterdir() if p.name.startswith("model.bin."))
+
+    proc = pod.popen(uri, str(dest), LLMKUBE_CONNECTIONS="1")
+    deadline = time.monotonic() + 30
+    while partial_bytes() < (1 << 20):
+        assert proc.poll() is None, "the stager ended before it was killed"
+        assert time.monotonic() < deadline, "no partial grew"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    pod.finish(proc)
+    assert visible(dest) == []  # nothing half-done where the server looks
+    origin.clear_log()
+    origin.put("/big/model.bin", data)  # full speed now, same ETag
+
+    run = pod.run(uri, str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "model.bin").read_bytes() == data
+    ranges = [r.headers.get("range", "") for r in origin.requests(method="GET")]
+    assert ranges and all(
+        r.startswith("bytes=") and not r.startswith("bytes=0-") for r in ranges
+    ), ranges
+    assert visible(dest) == ["model.bin"]
+    assert sorted(p.name for p in dest.iterdir()) == [".llmkube-stager", "model.bin"]
