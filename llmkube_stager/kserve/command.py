@@ -75,7 +75,9 @@ def _stage_all(
 
 
 def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) -> tuple[Any, str]:
+    from llmkube_stager.cache.disk import ensure_dir
     from llmkube_stager.kserve.archive import unpacked_record
+    from llmkube_stager.kserve.uris import PRIVATE_DIR
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Decision, FileResult, Outcome
     from llmkube_stager.stage import run_stage
@@ -87,6 +89,10 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
         results = tuple(FileResult(rel, Decision.REUSE) for rel in sorted(done))
         boundary.log.info("unpacked_hit", f"{len(done)} unpacked files in {pair.dest}")
         return Outcome(results, 0.0), display_url(pair.uri)
+    # The private directory first: a TMPDIR there (a read-only root
+    # filesystem's only writable place, docs/kubernetes/kserve/) exists
+    # before botocore writes its CA bundle.
+    ensure_dir(pair.private, pair.dest, PRIVATE_DIR)
     prepared, outcome = run_stage(config, effects)
     manifest = prepared.manifest
     files = [(f.rel, f.dest) for f in manifest.files]

@@ -224,3 +224,22 @@ def test_kserve_form_unpacks_an_s3_archive_and_a_restart_asks_nothing(
     warm = pod.run(uri, str(dest), env=s3_env(s3))
     assert warm.returncode == 0, str(warm)
     assert s3.requests() == []
+
+
+def test_an_empty_object_is_staged_and_a_directory_marker_is_not(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """KServe skips zero-size objects; an empty file of a model (an empty
+    `__init__.py`, `added_tokens.json`) is part of it here."""
+    s3.put(bucket, "m/model.bin", b"M" * 64)
+    s3.put(bucket, "m/empty.txt", b"")
+    s3.admin().put_object(Bucket=bucket, Key="m/sub/", Body=b"")
+    cache = pod.tmp / "models" / "m"
+    env = {**s3_env(s3), "MODEL_SOURCE": f"s3://{bucket}/m/", "CACHE_DIR": str(cache)}
+
+    run = pod.run(env=env)
+
+    run.ok(files=2, fetched=2)
+    assert (cache / "empty.txt").read_bytes() == b""
+    assert record_of(cache / "empty.txt") == "0"
+    assert (cache / "model.bin").read_bytes() == b"M" * 64

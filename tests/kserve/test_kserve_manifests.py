@@ -1,0 +1,94 @@
+"""#24 item 6: docs/kubernetes/kserve/ cannot drift from the agent: the
+ClusterStorageContainers name the init container as KServe requires, pass
+no args of their own (the webhook's are the storageUri and /mnt/models),
+set only variables the agent reads, are locked down, and claim no URI form
+the agent refuses or KServe's remaining default still serves; every
+InferenceService's storageUri is taken by exactly one of them and parses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmkube_stager.config import KSERVE_VARS, VARS
+from llmkube_stager.kserve.uris import parse_pairs
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "docs" / "kubernetes" / "kserve"
+# Read by the agent, or by the Python runtime for the agent (tempfile).
+ACCEPTED = {v.env for v in VARS} | set(KSERVE_VARS) | {"TMPDIR"}
+
+
+def docs(kind: str) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        found += [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == kind]
+    return found
+
+
+def ours() -> list[dict[str, Any]]:
+    return [
+        c
+        for c in docs("ClusterStorageContainer")
+        if "llmkube-stager" in c["spec"]["container"]["image"]
+    ]
+
+
+def matches(csc: dict[str, Any], uri: str) -> bool:
+    for fmt in csc["spec"]["supportedUriFormats"]:
+        if "prefix" in fmt and uri.startswith(fmt["prefix"]):
+            return True
+        if "regex" in fmt and re.search(fmt["regex"], uri):
+            return True
+    return False
+
+
+def test_hf_s3_and_https_are_taken() -> None:
+    for uri in ("hf://o/m", "s3://b/p/", "https://models.example.com/iris/model.joblib"):
+        assert sum(matches(c, uri) for c in ours()) == 1, uri
+
+
+@pytest.mark.parametrize("csc", ours(), ids=lambda c: c["metadata"]["name"])
+def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> None:
+    container = csc["spec"]["container"]
+    assert container["name"] == "storage-initializer"
+    assert "args" not in container and "command" not in container
+    for env in container.get("env", []):
+        assert env["name"] in ACCEPTED, env["name"]
+    ctx = container["securityContext"]
+    assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] != 0
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"]["drop"] == ["ALL"]
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "gs://b/m",
+        "hdfs://n/m",
+        "https://acct.blob.core.windows.net/c/m",
+        "https://acct.file.core.windows.net/s/m",
+    ],
+)
+def test_what_the_agent_refuses_stays_with_kserves_default(uri: str) -> None:
+    assert not any(matches(c, uri) for c in ours()), uri
+    (default,) = [c for c in docs("ClusterStorageContainer") if c["metadata"]["name"] == "default"]
+    assert matches(default, uri)
+    for taken in ("s3://b/p", "hf://o/m", "https://models.example.com/x"):
+        assert not matches(default, taken), taken
+
+
+@pytest.mark.parametrize("isvc", docs("InferenceService"), ids=lambda d: d["metadata"]["name"])
+def test_every_storage_uri_is_taken_once_and_parses(isvc: dict[str, Any]) -> None:
+    uri = isvc["spec"]["predictor"]["model"]["storageUri"]
+    every = docs("ClusterStorageContainer")
+    assert [c["metadata"]["name"] for c in every if matches(c, uri)] in (
+        [c["metadata"]["name"]] for c in ours()
+    )
+    (pair,) = parse_pairs([uri, "/mnt/models"], "/")
+    assert pair.dest == "/mnt/models"
