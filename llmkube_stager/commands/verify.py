@@ -20,7 +20,7 @@ from llmkube_stager.errors import (
     Reason,
     TransferError,
 )
-from llmkube_stager.layout import LOCK_NAME, destinations
+from llmkube_stager.layout import LOCK_NAME, dest_path, destinations
 from llmkube_stager.logs import Log
 from llmkube_stager.model import LocalState, PinState
 
@@ -42,6 +42,24 @@ class VerifyReport:
     not_files: list[str] = field(default_factory=list)
 
 
+def _expected(config: Config) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(root, (rel, dest)...): MODEL_FILES / MODEL_PATH, or for a listed
+    source the listing this directory recorded (#24 item 5); without one
+    nothing was ever staged here."""
+    if not config.listed:
+        return destinations(config.cache_dir, config.model_path, config.model_files)
+    from llmkube_stager.cache.listrec import read_listing
+
+    root = config.cache_dir
+    listing = read_listing(root)
+    if listing is None or not listing.files:
+        raise CacheError(
+            f"the model directory {root} holds no recorded listing of {config.source}",
+            reason=Reason.CACHE_EMPTY,
+        )
+    return root, tuple((f.rel, dest_path(root, f.rel)) for f in listing.files)
+
+
 def _is_empty_dir(root: str) -> bool:
     try:
         return not (set(os.listdir(root)) - _FURNITURE)
@@ -56,7 +74,7 @@ def _is_empty_dir(root: str) -> bool:
 
 
 def check_files(config: Config) -> VerifyReport:
-    root, pairs = destinations(config.cache_dir, config.model_path, config.model_files)
+    root, pairs = _expected(config)
     report = VerifyReport(root)
     if _is_empty_dir(root):
         raise CacheError(

@@ -243,3 +243,22 @@ def test_an_empty_object_is_staged_and_a_directory_marker_is_not(
     assert (cache / "empty.txt").read_bytes() == b""
     assert record_of(cache / "empty.txt") == "0"
     assert (cache / "model.bin").read_bytes() == b"M" * 64
+
+
+def test_verify_checks_every_listed_file(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
+    """A reader pod's `verify` of a listed prefix: offline, against the
+    recorded listing; a missing file is ModelCacheIncomplete, a directory
+    that was never staged ModelCacheEmpty."""
+    s3.put(bucket, "m/a.bin", b"A" * 50)
+    s3.put(bucket, "m/d/b.bin", b"B" * 70)
+    cache = pod.tmp / "models" / "m"
+    env = {**s3_env(s3), "MODEL_SOURCE": f"s3://{bucket}/m/", "CACHE_DIR": str(cache)}
+    pod.run(env=env).ok(files=2, fetched=2)
+    s3.clear()
+
+    pod.run("verify", env=env).ok(files=2, fetched=0, reused=2)
+    assert s3.requests() == []
+    (cache / "d" / "b.bin").unlink()
+    pod.run("verify", env=env).failed("ModelCacheIncomplete")
+    other = {**env, "CACHE_DIR": str(pod.tmp / "models" / "never")}
+    pod.run("verify", env=other).failed("ModelCacheEmpty")
