@@ -189,3 +189,17 @@ def test_a_killed_container_resumes_and_dest_shows_only_the_model(pod: Pod, orig
     ), ranges
     assert visible(dest) == ["model.bin"]
     assert sorted(p.name for p in dest.iterdir()) == [".llmkube-stager", "model.bin"]
+
+
+def test_an_unreachable_origin_exits_1_with_the_stage_message(pod: Pod) -> None:
+    from tests.harness.origin import closed_port_url
+
+    dest = pod.tmp / "mnt" / "models"
+    run = pod.run(f"{closed_port_url()}/m/model.bin", str(dest))
+
+    assert run.returncode == 1, str(run)
+    doc = run.compact_term()
+    assert doc["reason"] == "ModelSourceUnreachable" and doc["retryable"] is True, doc
+    assert doc["message"].startswith("ERROR: ModelSourceUnreachable:"), doc
+    assert doc["message"].endswith(doc["remedy"]), doc
+    assert visible(dest) == []

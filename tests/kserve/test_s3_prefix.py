@@ -262,3 +262,23 @@ def test_verify_checks_every_listed_file(pod: Pod, s3: SeaweedS3, bucket: str) -
     pod.run("verify", env=env).failed("ModelCacheIncomplete")
     other = {**env, "CACHE_DIR": str(pod.tmp / "models" / "never")}
     pod.run("verify", env=other).failed("ModelCacheEmpty")
+
+
+def test_plan_of_a_listed_prefix(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
+    """`plan` lists a prefix it has no record of (read only, nothing
+    written), and plans from the record without a request once staged."""
+    s3.put(bucket, "m/a.bin", b"A" * 10)
+    cache = pod.tmp / "models" / "m"
+    env = {**s3_env(s3), "MODEL_SOURCE": f"s3://{bucket}/m/", "CACHE_DIR": str(cache)}
+
+    cold = pod.run("plan", "--json", env=env)
+    assert cold.returncode == 0, str(cold)
+    assert "a.bin" in cold.stdout
+    assert not cache.exists()
+    pod.run(env=env).ok(files=1, fetched=1)
+    s3.clear()
+
+    warm = pod.run("plan", "--json", env=env)
+    assert warm.returncode == 0, str(warm)
+    assert "a.bin" in warm.stdout
+    assert s3.requests() == []
