@@ -31,17 +31,12 @@ record and every file at its recorded size, and moves no byte.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import posixpath
-import shutil
 import stat
-import tarfile
-import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.journal import read_regular
@@ -50,6 +45,12 @@ from llmkube_stager.errors import REMEDY_ARCHIVE_UNSAFE, CacheError, Reason, Sta
 from llmkube_stager.kserve.uris import PRIVATE_DIR
 from llmkube_stager.layout import record_path, stamp_path
 
+if TYPE_CHECKING:
+    import tarfile
+
+# tarfile, zipfile, zlib, shutil and json are imported where an archive is
+# unpacked: every KServe-form start reads the record, a warm one nothing else
+# (#16: a warm start is what a restarted pod waits for).
 RECORD_NAME = "unpacked.json"
 _CHUNK_BYTES = 1 << 20
 _RECORD_MAX_BYTES = 64 << 20
@@ -82,6 +83,8 @@ def unpacked_record(private: str, source: str, dest: str) -> dict[str, int] | No
     raw = read_regular(posixpath.join(private, RECORD_NAME), _RECORD_MAX_BYTES)
     if raw is None:
         return None
+    import json
+
     try:
         doc = json.loads(raw)
         files = {str(k): int(v) for k, v in doc["files"].items()}
@@ -104,6 +107,9 @@ def unpack(
 ) -> dict[str, int]:
     """Unpack the staged `archive` (file name `name`) into `dest`; returns
     rel -> size of the regular files it holds."""
+    import json
+    import shutil
+
     private = posixpath.join(dest, PRIVATE_DIR)
     work = posixpath.join(private, f"unpack.{os.urandom(6).hex()}")
     _clear_stale_work(private)
@@ -129,6 +135,8 @@ def unpack(
 
 def _clear_stale_work(private: str) -> None:
     """A killed container's half unpack: never published, removed."""
+    import shutil
+
     with contextlib.suppress(OSError):
         for entry in os.scandir(private):
             if entry.name.startswith("unpack.") and entry.is_dir(follow_symlinks=False):
@@ -240,6 +248,9 @@ class _Writer:
 
 
 def _untar(archive: str, name: str, writer: _Writer) -> None:
+    import tarfile
+    import zlib
+
     try:
         with tarfile.open(archive, "r:*") as tar:
             for member in _members(tar):
@@ -280,6 +291,9 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 
 
 def _unzip(archive: str, name: str, writer: _Writer) -> None:
+    import zipfile
+    import zlib
+
     try:
         with zipfile.ZipFile(archive) as zipped:
             for info in zipped.infolist():
