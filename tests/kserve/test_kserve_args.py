@@ -135,7 +135,7 @@ def test_a_bare_warm_start_imports_no_click(pod: Pod, origin: Origin) -> None:
     probe = (
         "import atexit, json, runpy, sys\n"
         "atexit.register(lambda: print(json.dumps(sorted(m for m in sys.modules"
-        " if m.split('.')[0] in ('click', 'hashlib')))))\n"
+        " if m.split('.')[0] in ('click', 'hashlib', 'tarfile', 'zipfile')))))\n"
         "sys.argv = ['llmkube-stager', *sys.argv[1:]]\n"
         "runpy.run_module('llmkube_stager', run_name='__main__')\n"
     )
