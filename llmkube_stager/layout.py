@@ -59,6 +59,9 @@ VALIDATORS_NAME = ".llmkube-validators"
 SHARDS_NAME = ".llmkube-shards"
 # The listing of a model without MODEL_FILES (#24 item 5, cache/listrec.py).
 LISTING_NAME = ".llmkube-listing"
+# KServe mode's private directory of DEST_DIR (#24 item 4, kserve/uris.py):
+# no model file may live under that name, or it would replace a staged file.
+KSERVE_PRIVATE_NAME = ".llmkube-stager"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
 # (The old partial suffixes are substrings of the current ones.)
@@ -71,7 +74,9 @@ _RESERVED_MARKERS = (
     OLD_JOURNAL_SUFFIX,
     VALIDATORS_NAME + ".",
 )
-_RESERVED_NAMES = frozenset({LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME, LISTING_NAME})
+_RESERVED_NAMES = frozenset(
+    {LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME, LISTING_NAME, KSERVE_PRIVATE_NAME}
+)
 # `<file>.sha256` is the stamp of `<file>`: a repository file of that name
 # would be overwritten by the stamp on alternate runs (#11 item 9).
 _RESERVED_ENDINGS = (STAMP_SUFFIX,)

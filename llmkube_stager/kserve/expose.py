@@ -23,7 +23,8 @@ import posixpath
 from collections.abc import Iterable
 
 from llmkube_stager.cache.disk import disk_error, ensure_dir
-from llmkube_stager.errors import CacheError, Reason
+from llmkube_stager.errors import CacheError, InvalidFileSet, Reason
+from llmkube_stager.kserve.uris import PRIVATE_DIR
 
 # A hard link is refused (filesystem, quota of links, FUSE): a symlink then.
 _NO_HARD_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
@@ -32,6 +33,14 @@ _NO_HARD_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP
 def expose(dest: str, private: str, files: Iterable[tuple[str, str]]) -> int:
     """Link each (rel, staged path) to DEST_DIR/rel; returns how many names
     were (re)linked."""
+    files = list(files)
+    for rel, _ in files:
+        if rel.split("/", 1)[0] == PRIVATE_DIR:
+            # DEST_DIR/.llmkube-stager/... is the agent's own: a model file
+            # there would replace a staged file's name (a hostile listing).
+            raise InvalidFileSet(
+                f"the model file {rel[:200]!r} would land in DEST_DIR's private {PRIVATE_DIR}/"
+            )
     linked = 0
     for rel, staged in files:
         try:

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from llmkube_stager.errors import ConfigError
+from llmkube_stager.layout import KSERVE_PRIVATE_NAME
 
-# Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4).
-PRIVATE_DIR = ".llmkube-stager"
+# Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4);
+# a reserved name for model files (layout.py).
+PRIVATE_DIR = KSERVE_PRIVATE_NAME
 MODEL_SUBDIR = "model"
 
 # KServe's own patterns (kserve_storage.py: _AZURE_BLOB_RE, _AZURE_FILE_RE, _GIT_RE).

@@ -282,3 +282,20 @@ def test_plan_of_a_listed_prefix(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
     assert warm.returncode == 0, str(warm)
     assert "a.bin" in warm.stdout
     assert s3.requests() == []
+
+
+def test_a_key_in_the_agents_private_directory_exposes_nothing(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """`prefix/.llmkube-stager/model/x` would replace the staged `x`'s name."""
+    s3.put(bucket, "m/x.bin", b"good" * 10)
+    s3.put(bucket, "m/.llmkube-stager/model/x.bin", b"evil" * 10)
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"s3://{bucket}/m", str(dest), env=s3_env(s3))
+
+    assert run.returncode == 2, str(run)
+    assert run.compact_term()["reason"] == "InvalidFileSet"
+    assert not (dest / "x.bin").exists()
+    # Refused from the listing, before any GET.
+    assert [r for r in s3.requests("GET") if "list-type" not in r.query] == []
