@@ -105,3 +105,24 @@ def test_a_malformed_hf_uri_exits_2(pod: Pod, uri: str) -> None:
     run = pod.run(uri, str(pod.tmp / "mnt" / "models"))
     assert run.returncode == 2, str(run)
     assert run.compact_term()["reason"] == "InvalidConfiguration"
+
+
+def test_a_repo_without_model_files_in_the_llmkube_path_and_onchange(
+    pod: Pod, hub: FakeHub
+) -> None:
+    """`stage` of hf://org/repo with CACHE_DIR only lists the repo; OnChange
+    after the branch moved stages the new commit's set as a whole."""
+    hub.add_repo(REPO, repo(1))
+    cache = pod.tmp / "models" / "q"
+    env = {**hub_env(hub), "MODEL_SOURCE": f"hf://{REPO}", "CACHE_DIR": str(cache)}
+    pod.run(env=env).ok(files=4, fetched=4)
+    new = {**repo(4), "added.txt": b"added"}
+    hub.move_branch(REPO, "main", new)
+
+    run = pod.run(env=env, LLMKUBE_REFRESH_POLICY="OnChange")
+
+    run.ok(files=5, fetched=4, reused=1)  # README.md is the same blob
+    for rel, data in new.items():
+        assert (cache / rel).read_bytes() == data, rel
+    for request in hub.requests("resolve"):
+        assert "/resolve/main/" not in request.path, request.path
