@@ -1,0 +1,107 @@
+"""#24 item 6: the image run exactly as KServe's webhook runs its storage
+initializer: the entrypoint with `args: [<storageUri>, <emptyDir>]`, the
+credential variables, uid 65532, a read-only root filesystem and no /tmp,
+the model volume the only writable place (here /models, image_support's
+volume, stands for /mnt/models). One case per URI form: an http(s) file,
+an s3:// prefix, an hf:// repo, an archive.
+
+`make image-test` selects these (-m image); they need the built image."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from tests.harness.hub import FakeHub
+from tests.harness.origin import Origin
+from tests.harness.pod import Run
+from tests.harness.sample import payload
+from tests.harness.seaweed import READER, SeaweedS3
+from tests.image.image_support import UID, ImagePod
+
+pytestmark = pytest.mark.image
+
+DEST = "/models"
+PRIVATE = ".llmkube-stager"
+
+
+def shown(pod: ImagePod) -> dict[str, bytes]:
+    """What the model server's listing of the volume shows (no dot entries)."""
+    return {
+        str(p.relative_to(pod.models)): p.read_bytes()
+        for p in pod.models.rglob("*")
+        if p.is_file() and not any(x.startswith(".") for x in p.relative_to(pod.models).parts)
+    }
+
+
+def succeeded(run: Run) -> None:
+    assert run.returncode == 0, str(run)
+    doc = run.compact_term()
+    assert doc["outcome"] == "succeeded" and doc["reason"] == "ModelTransferSucceeded", doc
+
+
+def test_an_https_file_cold_then_warm(pod: ImagePod, origin: Origin) -> None:
+    data = payload(2 << 20, seed=31)
+    origin.put("/iris/model.joblib", data)
+    uri = f"{origin.url}/iris/model.joblib"
+
+    cold = pod.run(uri, DEST, tmp_writable=False)
+    succeeded(cold)
+    assert shown(pod) == {"model.joblib": data}
+    assert (pod.models / "model.joblib").stat().st_uid == UID
+    origin.clear_log()
+
+    warm = pod.run(uri, DEST, tmp_writable=False)
+    succeeded(warm)
+    assert origin.requests() == [], "a warm start must not contact the origin"
+    assert pod.container.writes() == [], "the runs wrote into the image's root filesystem"
+
+
+def test_an_s3_prefix_with_kserves_variables(pod: ImagePod, s3: SeaweedS3, bucket: str) -> None:
+    files = {"model.joblib": payload(300 << 10, seed=32), "meta/info.json": b"{}"}
+    for rel, data in files.items():
+        s3.put(bucket, f"sklearn/iris/{rel}", data)
+    env = {
+        "S3_ENDPOINT": s3.endpoint_url.removeprefix("http://"),
+        "S3_USE_HTTPS": "0",
+        "AWS_ACCESS_KEY_ID": READER[0],
+        "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+    run = pod.run(f"s3://{bucket}/sklearn/iris/", DEST, env=env, tmp_writable=False)
+
+    succeeded(run)
+    assert shown(pod) == files
+    assert pod.container.writes() == []
+
+
+def test_an_hf_repo(pod: ImagePod, origin: Origin) -> None:
+    files = {"config.json": b'{"model_type": "llama"}', "model.safetensors": payload(1 << 20, 33)}
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/tiny", files)
+        run = pod.run("hf://org/tiny", DEST, env={"HF_ENDPOINT": hub.url}, tmp_writable=False)
+        assert hub.requests("api"), "the hub got no API request"
+    succeeded(run)
+    assert shown(pod) == files
+    assert pod.container.writes() == []
+
+
+def test_an_archive(pod: ImagePod, origin: Origin) -> None:
+    data = payload(512 << 10, seed=34)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("1/model.savedmodel/weights.bin")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    origin.put("/tf/model.tar.gz", buffer.getvalue())
+
+    run = pod.run(f"{origin.url}/tf/model.tar.gz", DEST, tmp_writable=False)
+
+    succeeded(run)
+    assert shown(pod) == {"1/model.savedmodel/weights.bin": data}
+    assert sorted(p.name for p in pod.models.iterdir()) == ["1", PRIVATE]
+    assert pod.container.writes() == []
