@@ -337,17 +337,18 @@ class Executor:
             return {}
         return {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
 
+    def _record_listing(self) -> None:
+        """The set this run publishes from (#24 item 5, listed.py)."""
+        listing = self._source.listing if isinstance(self._source, ListingSource) else None
+        if listing is not None:
+            self._try(lambda: write_listing(self._manifest.root, listing), self._manifest.files[0])
+
     def _before_first_publish(self) -> None:
         with self._recording:  # files in flight: the first publish waits for it
             if self._run_recorded:
                 return
             self._run_recorded = True
-            listing = self._source.listing if isinstance(self._source, ListingSource) else None
-            if listing is not None:
-                # The set this run publishes from (#24 item 5, listed.py).
-                self._try(
-                    lambda: write_listing(self._manifest.root, listing), self._manifest.files[0]
-                )
+            self._record_listing()
             record = self._run_record()
             known = self._cache.validators
             if record and any(known.get(k) != v for k, v in record.items()):
@@ -556,6 +557,7 @@ class Executor:
             return {}
         entries = [self._intent_entry(s) for s in staged]
         intent = {INTENT_KEY: encode_intent(entries), **self._run_record()}
+        self._record_listing()
         self._run_recorded = True
         self._try(lambda: self._write_validators(intent), self._manifest.files[0])
         results: dict[str, FileResult] = {}

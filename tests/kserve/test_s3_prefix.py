@@ -163,6 +163,12 @@ def test_onchange_refreshes_a_same_size_change_by_its_etag(
     assert (cache / "w.bin").read_bytes() == new
     assert (cache / "added.txt").read_bytes() == b"new file"
     assert len(lists(s3, bucket)) == 1
+    # The new listing is the record now: an IfNotPresent start asks nothing.
+    record = json.loads((cache / LISTING).read_text())
+    assert sorted(f[0] for f in record["files"]) == ["added.txt", "config.json", "w.bin"]
+    s3.clear()
+    pod.run(env={**env, "LLMKUBE_REFRESH_POLICY": "IfNotPresent"}).ok(files=3, fetched=0, reused=3)
+    assert s3.requests() == []
 
 
 def test_an_empty_prefix_is_not_found(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
