@@ -258,7 +258,62 @@ KSERVE_VARS: tuple[str, ...] = (
     "AWS_CA_BUNDLE",
     "CA_BUNDLE_CONFIGMAP_NAME",
     "CA_BUNDLE_VOLUME_MOUNT_POINT",
+    "STORAGE_CONFIG",
+    "STORAGE_OVERRIDE_CONFIG",
 )
+# KServe's storage spec (the `storage-config` Secret: one JSON object per
+# key, STORAGE_OVERRIDE_CONFIG on top): its s3 fields and the variables they
+# set, which win over the environment as in KServe's _update_with_storage_spec.
+_STORAGE_SPEC_VARS = ("STORAGE_CONFIG", "STORAGE_OVERRIDE_CONFIG")
+_STORAGE_SPEC_S3 = (
+    ("endpoint_url", "AWS_ENDPOINT_URL"),
+    ("access_key_id", "AWS_ACCESS_KEY_ID"),
+    ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+    ("region", "AWS_DEFAULT_REGION"),
+    ("ca_bundle", "AWS_CA_BUNDLE"),
+    ("verify_ssl", "S3_VERIFY_SSL"),
+    ("anonymous", "awsAnonymousCredential"),
+)
+
+
+def _storage_spec_docs(environ: Mapping[str, str]) -> tuple[dict[str, object], str | None]:
+    """The merged storage spec, and the name of a variable that is not a
+    JSON object (never its value: it holds keys)."""
+    if not any(environ.get(name, "").strip() for name in _STORAGE_SPEC_VARS):
+        return {}, None
+    import json
+
+    merged: dict[str, object] = {}
+    for name in _STORAGE_SPEC_VARS:
+        text = environ.get(name, "").strip()
+        if not text:
+            continue
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError):
+            return {}, name
+        if not isinstance(doc, dict):
+            return {}, name
+        merged.update(doc)
+    return merged, None
+
+
+def _storage_spec(environ: Mapping[str, str]) -> dict[str, str]:
+    if not any(environ.get(name, "").strip() for name in _STORAGE_SPEC_VARS):
+        return {}
+    spec, _ = _storage_spec_docs(environ)
+    if spec.get("type") != "s3":
+        return {}
+    found: dict[str, str] = {}
+    for key, name in _STORAGE_SPEC_S3:
+        value = spec.get(key)
+        if isinstance(value, bool):
+            found[name] = "true" if value else "false"
+        elif isinstance(value, str | int):
+            found[name] = str(value)
+    return found
+
+
 # awsAnonymousCredential=true: what would sign a request is not handed on
 # (KServe: botocore UNSIGNED whatever else the Secret holds).
 _SIGNING_VARS = (
@@ -280,6 +335,7 @@ def with_kserve(environ: Mapping[str, str]) -> Mapping[str, str]:
     """The environment with KServe's variables mapped onto the agent's."""
     if not any(name in environ for name in KSERVE_VARS):
         return environ
+    environ = {**environ, **_storage_spec(environ)}
     merged = dict(environ)
 
     def given(name: str) -> str:
@@ -432,6 +488,10 @@ def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -
     Read as given: a key that awsAnonymousCredential drops is still a secret."""
     read = _Reader(environ, flags, kserve=False)
     values = list(load_secrets(read).values())
+    # KServe's storage spec: whole (it may be unparseable) and by its keys.
+    values += [environ.get(name, "").strip() for name in _STORAGE_SPEC_VARS]
+    spec = _storage_spec(environ)
+    values += [spec.get("AWS_ACCESS_KEY_ID", ""), spec.get("AWS_SECRET_ACCESS_KEY", "")]
     for name in ("HTTPS_PROXY", "HTTP_PROXY"):
         text = read.curl_style(name).strip()
         values.append(text)
@@ -587,6 +647,9 @@ def load_config(
     """Parse everything once. Raises ConfigError / InvalidFileSet. Relative
     CACHE_DIR / MODEL_PATH are taken from `cwd` (default: the process's)."""
     read = _Reader(environ, flags)
+    _, bad_spec = _storage_spec_docs(environ)
+    if bad_spec is not None:
+        raise ConfigError(f"{bad_spec} (KServe's storage spec) is not a JSON object")
     _check_url_lengths(read)
     source = read.raw("MODEL_SOURCE").strip()
     if not source and require_source:

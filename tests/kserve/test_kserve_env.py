@@ -143,3 +143,60 @@ def test_virtual_bucket_and_ca_configmap_mapping() -> None:
     assert mounted.ca_dir == "/certs"
     own = load_config({**base, "AWS_CA_BUNDLE": "/b/ca.crt", "LLMKUBE_CA_DIR": "/mine"}, {})
     assert own.ca_dir == "/mine"
+
+
+def storage_config(s3: SeaweedS3, secret: str) -> str:
+    import json
+
+    return json.dumps(
+        {
+            "type": "s3",
+            "access_key_id": READER[0],
+            "secret_access_key": secret,
+            "endpoint_url": s3.endpoint_url,
+            "region": "us-east-1",
+        }
+    )
+
+
+def test_kserves_storage_spec_json(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
+    """STORAGE_CONFIG (KServe's storage spec Secret, one JSON per key) gives
+    the endpoint and keys, and wins over the variables, as in KServe."""
+    s3.put(bucket, "m/model.bin", b"S" * 256)
+    dest = pod.tmp / "mnt" / "models"
+    env = {
+        "STORAGE_CONFIG": storage_config(s3, READER[1]),
+        "AWS_ACCESS_KEY_ID": "AKIAOVERRIDDEN000001",
+        "AWS_SECRET_ACCESS_KEY": "overridden",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+    run = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "model.bin").read_bytes() == b"S" * 256
+
+
+def test_a_secret_in_the_storage_spec_is_never_shown(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
+    s3.put(bucket, "m/model.bin", b"x" * 10)
+    secret = canary("specsecret")
+    dest = pod.tmp / "mnt" / "models"
+    env = {"STORAGE_CONFIG": storage_config(s3, secret), "AWS_EC2_METADATA_DISABLED": "true"}
+
+    run = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+
+    assert run.returncode == 4, str(run)
+    assert run.compact_term()["reason"] == "ModelSourceUnauthorized"
+    assert_no_leak(outputs_of(run, pod.tmp / "mnt"), {"secret_access_key": secret})
+
+
+def test_a_storage_spec_that_is_no_json_object_exits_2(pod: Pod) -> None:
+    secret = canary("brokenjson")
+    dest = pod.tmp / "mnt" / "models"
+    run = pod.run("s3://b/m", str(dest), STORAGE_CONFIG='{"secret_access_key": "' + secret)
+
+    assert run.returncode == 2, str(run)
+    doc = run.compact_term()
+    assert doc["reason"] == "InvalidConfiguration" and "STORAGE_CONFIG" in doc["message"], doc
+    assert_no_leak(outputs_of(run), {"STORAGE_CONFIG": secret})
+    assert not dest.exists()
