@@ -218,6 +218,10 @@ class Config:
     # still only where FsInfo.direct_io_ok; "off" never.
     direct_io_mode: DirectIoMode = "auto"
     proxy: ProxySettings = field(default_factory=ProxySettings)
+    # KServe's STORAGE_ALLOW_PATTERNS / STORAGE_IGNORE_PATTERNS: fnmatch
+    # filters of a listed source's relative paths (#24 item 3, listed.py).
+    allow_patterns: tuple[str, ...] = ()
+    ignore_patterns: tuple[str, ...] = ()
     archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES
     archive_max_files: int = DEFAULT_ARCHIVE_MAX_FILES
     log_format: LogFormat = "text"
@@ -695,6 +699,8 @@ def load_config(
         **_shards(read),
         direct_io_mode=_direct_io_mode(read),
         proxy=load_proxy(read),
+        allow_patterns=_patterns(read, "STORAGE_ALLOW_PATTERNS"),
+        ignore_patterns=_patterns(read, "STORAGE_IGNORE_PATTERNS"),
         archive_max_bytes=_positive(read, "LLMKUBE_ARCHIVE_MAX_BYTES", DEFAULT_ARCHIVE_MAX_BYTES),
         archive_max_files=_positive(read, "LLMKUBE_ARCHIVE_MAX_FILES", DEFAULT_ARCHIVE_MAX_FILES),
         log_format=_log_format(read),
@@ -742,6 +748,21 @@ def _check_url_lengths(read: _Reader) -> None:
             raise ConfigError(
                 f"{name} is {size} bytes long: a URL may have at most {URL_MAX_BYTES}"
             )
+
+
+def _patterns(read: _Reader, name: str) -> tuple[str, ...]:
+    """KServe's forms: a JSON list (or one JSON value), else commas."""
+    text = read.raw(name).strip()
+    if not text:
+        return ()
+    import json
+
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        return tuple(p.strip() for p in text.split(",") if p.strip())
+    items = parsed if isinstance(parsed, list) else [parsed]
+    return tuple(str(p).strip() for p in items if str(p).strip())
 
 
 def _positive(read: _Reader, name: str, default: int) -> int:

@@ -15,11 +15,14 @@ as a whole. The new listing is recorded before the run's first publish
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from llmkube_stager.cache.listrec import read_listing
 from llmkube_stager.config import Config
+from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.layout import check_path_room
+from llmkube_stager.listing import Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import ListingSource
@@ -32,7 +35,7 @@ def listed_manifest(
     if (
         config.refresh_policy == "IfNotPresent"
         and recorded is not None
-        and recorded.source == _answers(source)
+        and recorded.source == _answers(config, source)
     ):
         source.use_listing(recorded)
         return source.manifest()
@@ -43,7 +46,7 @@ def listed_manifest(
     def retry(ask: Callable[[], Any]) -> Any:
         return budget.call(ask, "the listing")
 
-    listing = source.list_files(retry)
+    listing = _filtered(config, source, source.list_files(retry))
     check_path_room(config.cache_dir, tuple(f.rel for f in listing.files), pinned=frozenset())
     log.info(
         "listed",
@@ -55,5 +58,31 @@ def listed_manifest(
     return source.manifest()
 
 
-def _answers(source: ListingSource) -> str:
-    return source.listing_source
+def _answers(config: Config, source: ListingSource) -> str:
+    """What a recorded listing must answer: the source, and the patterns
+    that filtered it (other patterns list again)."""
+    if not (config.allow_patterns or config.ignore_patterns):
+        return source.listing_source
+    allow, ignore = ",".join(config.allow_patterns), ",".join(config.ignore_patterns)
+    return f"{source.listing_source} allow={allow} ignore={ignore}"
+
+
+def _filtered(config: Config, source: ListingSource, listing: Listing) -> Listing:
+    """KServe's _should_download: fnmatch on the relative path; allow first."""
+    if not (config.allow_patterns or config.ignore_patterns):
+        return listing
+    from fnmatch import fnmatch
+
+    def wanted(rel: str) -> bool:
+        if config.allow_patterns and not any(fnmatch(rel, p) for p in config.allow_patterns):
+            return False
+        return not any(fnmatch(rel, p) for p in config.ignore_patterns)
+
+    files = tuple(f for f in listing.files if wanted(f.rel))
+    if not files:
+        raise SourceError(
+            f"no file of {listing.source} matches STORAGE_ALLOW_PATTERNS / STORAGE_IGNORE_PATTERNS",
+            reason=Reason.SOURCE_NOT_FOUND,
+            answered=True,
+        )
+    return replace(listing, source=_answers(config, source), files=files)

@@ -200,3 +200,37 @@ def test_a_storage_spec_that_is_no_json_object_exits_2(pod: Pod) -> None:
     assert doc["reason"] == "InvalidConfiguration" and "STORAGE_CONFIG" in doc["message"], doc
     assert_no_leak(outputs_of(run), {"STORAGE_CONFIG": secret})
     assert not dest.exists()
+
+
+def test_storage_allow_and_ignore_patterns_filter_a_prefix(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """KServe's STORAGE_ALLOW_PATTERNS / STORAGE_IGNORE_PATTERNS (JSON list or
+    commas, fnmatch on the path relative to the prefix); a change of the
+    patterns lists again instead of reusing the recorded listing."""
+    for rel in ("model.safetensors", "config.json", "old.bak", "meta/x.json", "README.md"):
+        s3.put(bucket, f"m/{rel}", rel.encode())
+    dest = pod.tmp / "mnt" / "models"
+    env = kserve_s3_env(
+        s3, STORAGE_ALLOW_PATTERNS='["*.safetensors", "*.json"]', STORAGE_IGNORE_PATTERNS="meta/*"
+    )
+
+    run = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert sorted(p.name for p in dest.iterdir()) == [
+        ".llmkube-stager",
+        "config.json",
+        "model.safetensors",
+    ]
+    wider = pod.run(f"s3://{bucket}/m", str(dest), env={**env, "STORAGE_ALLOW_PATTERNS": "*"})
+    assert wider.returncode == 0, str(wider)
+    assert (dest / "README.md").read_bytes() == b"README.md"
+    assert not (dest / "meta").exists()
+    nothing = pod.run(
+        f"s3://{bucket}/m",
+        str(pod.tmp / "mnt" / "none"),
+        env={**env, "STORAGE_ALLOW_PATTERNS": "*.gguf"},
+    )
+    assert nothing.returncode == 4, str(nothing)
+    assert nothing.compact_term()["reason"] == "ModelSourceNotFound"
