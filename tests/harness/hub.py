@@ -132,6 +132,9 @@ class HubFault:
     error_message: str | None = None
     # Sent instead of the JSON error body (an HTML page, a truncated answer).
     body: bytes | None = None
+    # More headers of the answer: the Hub's `RateLimit: "api";r=0;t=55` and
+    # `RateLimit-Policy` on a 429 (#22 item 5).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,7 @@ class _Handler(TrackedHandler):
             return _Answer(fault.status, [("Content-Type", "text/html")], fault.body)
         if fault is not None:
             extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
+            extra.extend(fault.headers)
             return _error(
                 fault.status, fault.error_message or "injected fault", fault.error_code, extra
             )
