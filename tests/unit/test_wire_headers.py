@@ -4,9 +4,17 @@ and the hop that sent them (item 1), and which redirects are followed
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from llmkube_stager.errors import REMEDY_ENCODED, REMEDY_REDIRECT_SCHEME, Reason, SourceError
+from llmkube_stager.errors import (
+    REMEDY_ENCODED,
+    REMEDY_GATED,
+    REMEDY_REDIRECT_SCHEME,
+    Reason,
+    SourceError,
+)
 from llmkube_stager.sources.http_coding import encoded_error, encoding_header, hop_words
 from llmkube_stager.sources.http_ratelimit import rate_limit_wait_s, reset_s, structured_window_s
 from llmkube_stager.sources.http_status import next_hop
@@ -162,3 +170,17 @@ def test_a_foreign_redirect_never_prints_its_credentials_or_query() -> None:
 )
 def test_http_redirects_are_followed_without_userinfo(location: str, expected: str) -> None:
     assert next_hop("https://origin.example/m.gguf", location) == expected
+
+
+# -- the docs quote the remedies of #22 verbatim --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "remedy",
+    [REMEDY_ENCODED, REMEDY_GATED, REMEDY_REDIRECT_SCHEME],
+    ids=["encoded", "gated", "scheme"],
+)
+def test_the_runbook_quotes_the_cause_specific_remedy(remedy: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    runbook = " ".join((root / "docs" / "operations.md").read_text().split())
+    assert " ".join(remedy.split()) in runbook
