@@ -13,6 +13,7 @@ says how long it is; only http and https redirects are followed.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -302,3 +303,30 @@ def test_https_to_http_redirect_without_a_token_is_still_followed(origin, origin
     pod.stage(pod.single_env(origin.url + PATH)).ok()
 
     assert pod.dest().read_bytes() == data
+
+
+def test_parallel_ranges_answered_encoded_are_refused(origin, pod) -> None:
+    """A file large enough for ranged connections; the HEAD is identity, the
+    ranged GETs come back `br` (a proxy compressing 206s): every worker's
+    answer is refused, nothing is written, no range is retried."""
+    big = payload(66 * 1024 * KIB)  # two workers of two 16 MiB items each, at once
+    origin.put(PATH, big)
+    origin.set_fault(PATH, Fault(content_encoding="br", methods=("GET",)))
+    env = pod.single_env(origin.url + PATH, LLMKUBE_CONNECTIONS="2", LLMKUBE_DIRECT_IO="off")
+
+    run = pod.stage(env).failed("ModelSourceRejected")
+
+    gets = origin.requests(PATH, "GET")
+    assert gets and all(r.headers.get("range") for r in gets), gets
+    assert len(gets) <= 2  # one per connection at most: a refusal is not retried
+    assert run.sleeps == []
+    dest = pod.dest()
+    assert not dest.exists() and record_of(dest) is None
+    # The sparse data file holds no byte (no block allocated) and its
+    # journal claims no range.
+    for name in partials(dest):
+        path = dest.parent / name
+        if name.endswith(".llmkube-journal.tmp"):
+            assert json.loads(path.read_text())["done"] == [], path.read_text()
+        else:
+            assert path.stat().st_blocks == 0, name
