@@ -116,9 +116,13 @@ def next_hop(url: str, location: str) -> str:
     followed; anything else (ftp, ftps, gopher, file, data, ...) is refused
     before any connection (#22 item 8)."""
     target = urljoin(url, location.strip())
-    scheme = urlsplit(target).scheme.lower()
+    parts = urlsplit(target)
+    scheme = parts.scheme.lower()
     if scheme not in _FOLLOWED_SCHEMES:
-        shown = f"{scheme}:" if scheme in ("file", "data") else display_url(target)
+        # Scheme and host only: a foreign URL's path, query or payload
+        # (file:///var/run/secrets/..., data:...) may be anything.
+        host = parts.netloc.rpartition("@")[2]
+        shown = f"{scheme}://{host}/..." if host else f"{scheme}:..."
         raise SourceError(
             f"{display_url(url)} redirected to {shown[:120]}: only http and https redirects are "
             "followed, nothing was fetched from it",
