@@ -101,6 +101,10 @@ def test_an_s3_object_stored_with_a_content_encoding_is_refused(pod, s3, bucket)
     assert run.term["remedy"] == REMEDY_ENCODED
     assert [r.method for r in s3.object_requests(bucket)] == ["HEAD", "GET"]
     assert_unpublished(pod, "model.gguf")
+    # The presigned URL is named without its query: no signature, no key.
+    signed = s3.object_requests(bucket, "GET")[0].params["X-Amz-Signature"][0]
+    assert leaks(signed, run.outputs) == [] and "X-Amz-" not in run.outputs
+    assert leaks(env["AWS_SECRET_ACCESS_KEY"], run.outputs) == []
 
 
 # -- item 5: the Hub's RateLimit header ---------------------------------------------------
