@@ -119,6 +119,22 @@ REMEDY_UNAVAILABLE = (
     "or raise LLMKUBE_RETRIES"
 )
 REMEDY_REJECTED = "the origin refused the request; check spec.source and the endpoint's logs"
+# Cause-specific remedies of #22 (docs/operations.md, runbook).
+REMEDY_ENCODED = (
+    "the origin or a proxy in between sent the file with a Content-Encoding (compressed) although "
+    "the agent asked for identity; encoded bytes are never published as the model: turn off "
+    "compression for these files at the origin, CDN or proxy named (for S3, remove the object's "
+    "Content-Encoding metadata), or exclude the host from the proxy with NO_PROXY, then retry"
+)
+REMEDY_GATED = (
+    "the Hugging Face repository is gated: its terms must be accepted on the repository's page "
+    "(and access granted, where the owner reviews requests) by the account HF_TOKEN belongs to; "
+    "set HF_TOKEN in spec.sourceSecretRef to a token of that account"
+)
+REMEDY_REDIRECT_SCHEME = (
+    "the origin redirected to a URL the agent does not fetch (only http and https redirects are "
+    "followed); point spec.source at the final http(s) location or fix the origin's redirect"
+)
 # One constant per source kind: HF_TOKEN means nothing to S3 or a plain origin.
 REMEDY_RATE_LIMITED_HF = (
     "the origin is rate limiting this client; set HF_TOKEN (authenticated quotas are higher), "
@@ -354,8 +370,9 @@ class SourceError(StagerError):
         file: str | None = None,
         answered: bool = False,
         wire: Wire | None = None,
+        remedy: str | None = None,
     ) -> None:
-        super().__init__(detail, file=file, reason=reason, wire=wire)
+        super().__init__(detail, file=file, reason=reason, wire=wire, remedy=remedy)
         self.transient = transient
         self.retry_after_s = retry_after_s
         # True when the origin answered (an HTTP status), so the log never

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.errors import REMEDY_GATED, ConfigError, Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.deps import HF_HUB, release, require
 from llmkube_stager.sources.hfref import HfRef
@@ -134,6 +134,7 @@ def translate_hub_error(exc: Exception, ref: HfRef, *, token_sent: bool) -> Sour
             f"{where} is gated: accept its terms on the hub with the account of HF_TOKEN",
             reason=Reason.SOURCE_UNAUTHORIZED,
             answered=True,
+            remedy=REMEDY_GATED,  # #22 item 7: not "check the token"
         )
     if isinstance(exc, errors.HfHubHTTPError):
         return _status_based(exc, where, token_sent)
