@@ -44,7 +44,7 @@ from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.target import Target, check_resumed, identity_of
 from llmkube_stager.transfer.types import Handover
-from llmkube_stager.transfer.writeback import Writeback
+from llmkube_stager.transfer.writeback import Writeback, WritebackError, sync_data, sync_file
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -166,9 +166,13 @@ class ParallelResult:
 def save_journal(shared: _Shared, path: str, validator: str, size: int) -> None:
     """Snapshot, then fdatasync, then write: every range the journal claims
     was written before the flush (a range added after the snapshot waits for
-    the next journal)."""
+    the next journal). Never after a write-back error (#21 item 1): the
+    kernel reports it once, so a later fdatasync returns 0 over lost pages;
+    the write-back thread's error is checked first, the flush's raises."""
     done = shared.ranges.snapshot()
-    os.fdatasync(shared.fd)
+    if shared.writeback is not None:
+        shared.writeback.check()
+    sync_data(shared.fd)
     write_journal(path, validator, size, done)
 
 
@@ -270,13 +274,16 @@ class ParallelTransfer:
             with Writeback(fd) as writeback:
                 shared.writeback = writeback
                 digest = self._run_workers(shared, hash_it, ticker)
-            os.fsync(fd)
+            sync_file(fd)
         except RangeUnusable:
             writer.close()
             self.claim.discard()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.journal)
             raise
+        except WritebackError as exc:
+            self._drop(shared)
+            raise disk_error(exc, "writing back", self._file.rel) from exc
         except OSError as exc:
             self._close(shared)
             raise disk_error(exc, "writing", self._file.rel) from exc
@@ -285,6 +292,22 @@ class ParallelTransfer:
             raise
         writer.close()
         return ParallelResult(self.claim, self.journal, digest, shared.received)
+
+    def _drop(self, shared: _Shared) -> None:
+        """After a write-back error (#21 item 1): the data file's bytes are
+        not what reached the disk, so neither it nor its journal is left
+        for a resume (no journal claims them)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.journal)
+        if any(t.is_alive() for t in shared.threads):
+            # A worker still writes (see _close): our name goes, the inode
+            # with the process.
+            with contextlib.suppress(OSError):
+                if self.claim.owned():
+                    os.unlink(self.claim.path)
+            return
+        shared.writer.close()
+        self.claim.discard()
 
     def _open_data(self) -> list[tuple[int, int]]:
         """The ranges the data file holds. It is sized to the file, only
@@ -316,8 +339,13 @@ class ParallelTransfer:
         worker is still running (stuck in a read after a SIGTERM): it could
         write through a descriptor number the process reuses. The process
         is ending on that path; its descriptors go with it."""
-        with contextlib.suppress(OSError):
+        try:
             save_journal(shared, self.journal, self._validator, self._size)
+        except WritebackError:
+            self._drop(shared)
+            return
+        except OSError:
+            pass  # the journal of the last save stays (ENOSPC on a full volume)
         if any(t.is_alive() for t in shared.threads):
             return
         shared.writer.close()
