@@ -14,6 +14,8 @@ right bytes (read back after a remount: from the device, not the page cache).
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -94,3 +96,39 @@ def test_a_writeback_error_fails_the_transfer_and_publishes_nothing(
     assert hashlib.sha256(dest.read_bytes()).digest() == hashlib.sha256(data).digest(), (
         "the published file is not the origin's on the device"
     )
+
+
+def test_roll_forward_fsyncs_another_writers_partial_and_fails_on_its_error(
+    ext4: LoopFs,
+) -> None:
+    """A writer died between its publish intent and its renames, its
+    partial's pages still dirty: the next writer's roll-forward must fsync
+    them before the rename, and a failing fsync renames nothing."""
+    from llmkube_stager.cache.publish import roll_forward
+    from llmkube_stager.errors import StagerError
+
+    directory = ext4.mount_point / "models" / "k"
+    directory.mkdir(parents=True)
+    partial, dest = directory / "model.gguf.abc.llmkube-part", directory / "model.gguf"
+    size = 160 * MIB
+    # The dead writer: its bytes in the page cache only (no fsync), more
+    # than the loop device's store can take.
+    subprocess.run(
+        [sys.executable, "-c", _WRITE_NO_FSYNC, str(partial), str(size)], check=True, timeout=60
+    )
+
+    with pytest.raises(StagerError) as caught:
+        roll_forward(str(dest), partial.name, size)
+
+    assert caught.value.reason.value in STORAGE_REASONS, caught.value
+    assert not dest.exists(), "a partial whose data never reached the disk was renamed into place"
+
+
+_WRITE_NO_FSYNC = """
+import os, sys
+path, size = sys.argv[1], int(sys.argv[2])
+block = os.urandom(1 << 20)
+with open(path, "wb") as out:
+    for _ in range(size >> 20):
+        out.write(block)
+"""
