@@ -252,11 +252,15 @@ def _restart(state: _State, *, ranges: bool) -> None:
 
 
 def _check_space(state: _State, effects: TransferEffects, rel: str) -> None:
+    """The space preflight; a refusal leaves no empty partial behind (#21
+    item 7), one that holds bytes stays for the next start."""
     free = effects.free_bytes()
     if state.expected_bytes is None or free is None:
         return
     needed = state.expected_bytes - state.offset
     if needed > free:
+        if state.offset == 0:
+            state.claim.discard()
         raise TransferError(
             f"no space left on device for {rel}: it needs {needed} more bytes, the cache has "
             f"{free} free",
