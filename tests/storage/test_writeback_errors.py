@@ -1,7 +1,7 @@
 """A write-back error is never swallowed (#21 item 1).
 
-ext4 on a loop device over a sparse image on a tmpfs smaller than the
-image: the filesystem takes the writes, the loop device runs out of room
+ext4 or XFS on a loop device over a sparse image on a tmpfs smaller than
+the image: the filesystem takes the writes, the loop device runs out of room
 while writing them back, then gets room again. Linux reports such an error
 once per open file (errseq): whichever call asks first (sync_file_range of
 the write-back thread, the parallel journal's fdatasync) gets it, and the
@@ -42,6 +42,12 @@ def ext4(tmp_path: Path) -> Iterator[LoopFs]:
         yield fs
 
 
+@pytest.fixture(params=["ext4", "xfs"])
+def loopfs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LoopFs]:
+    with loop_fs(tmp_path / "vol", request.param, 512 * MIB, backing_bytes=BACKING_BYTES) as fs:
+        yield fs
+
+
 class _RoomAgain:
     """Gives the loop device's store room again shortly after it filled
     (the issue's "runs out of space for a while")."""
@@ -72,16 +78,16 @@ class _RoomAgain:
 
 @pytest.mark.parametrize("connections", ["1", "4"], ids=["stream", "parallel"])
 def test_a_writeback_error_fails_the_transfer_and_publishes_nothing(
-    ext4: LoopFs, origin: Origin, pod: Pod, connections: str
+    loopfs: LoopFs, origin: Origin, pod: Pod, connections: str
 ) -> None:
     data = payload(SIZE, 21)
     # Paced so that the store fills in the middle of the file.
     origin.put("/m/model.gguf", data, rate_bytes_per_s=96 * MIB)
-    pod.models = ext4.mount_point / "models"
+    pod.models = loopfs.mount_point / "models"
     dest = pod.single(origin.url + "/m/model.gguf")
     pod.env.update(LLMKUBE_CONNECTIONS=connections, LLMKUBE_DIRECT_IO="off")
 
-    with _RoomAgain(ext4) as room:
+    with _RoomAgain(loopfs) as room:
         run = pod.run("stage", timeout=60)
     assert room.filled, "the loop device's store never filled: the test proves nothing"
 
@@ -92,7 +98,7 @@ def test_a_writeback_error_fails_the_transfer_and_publishes_nothing(
 
     again = pod.run("stage", timeout=60)
     again.ok()
-    ext4.remount()
+    loopfs.remount()
     assert hashlib.sha256(dest.read_bytes()).digest() == hashlib.sha256(data).digest(), (
         "the published file is not the origin's on the device"
     )
