@@ -31,6 +31,15 @@ _FAILING = frozenset({errno.EIO, errno.EUCLEAN})
 # The mount is dead: FUSE without its daemon (ENOTCONN; ECONNABORTED once the
 # connection was aborted), NFS's stale handle.
 _DISCONNECTED = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.ESTALE})
+
+
+def is_volume_fault(exc: OSError) -> bool:
+    """EIO or a dead mount: the volume failed, not a file or a permission.
+    The readers of the cache (safeio, state) raise such an error as it is,
+    never judge a file "unreadable" by it (#21 item 7)."""
+    return exc.errno in _FAILING or exc.errno in _DISCONNECTED
+
+
 _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 # A name the agent writes through turned out to be a symlink (O_NOFOLLOW) or a
 # file where a directory belongs: it would lead outside the cache (#11).

@@ -194,3 +194,24 @@ def test_a_transfer_cut_by_a_full_tmpfs_keeps_its_bytes_for_the_next_start(
         assert hashlib.sha256(dest.read_bytes()).digest() == hashlib.sha256(data).digest()
         served = sum(r.body_bytes for r in origin.requests("/m/model.gguf", "GET"))
         assert served - served_before <= len(data) - kept + MIB, "the next start did not resume"
+
+
+@pytest.mark.parametrize("command", ["stage", "verify"])
+def test_a_failing_volume_under_a_warm_cache_is_its_reason(
+    tmp_path: Path, origin: Origin, pod: Pod, command: str
+) -> None:
+    """The volume fails before the run (an XFS shut down under a staged
+    model): EIO reading the cache is the volume's failure, not a file this
+    uid cannot read (the fsGroup remedy would send the user the wrong way)."""
+    origin.put("/m/model.gguf", payload(256 * 1024, 12))
+    with loop_fs(tmp_path / "vol", "xfs") as xfs:
+        pod.models = xfs.mount_point / "models"
+        pod.cache_dir = pod.models / "k1"
+        pod.single(origin.url + "/m/model.gguf")
+        pod.run("stage").ok()
+        xfs.shutdown()
+
+        run = pod.run(command)
+
+        doc = run.failed("ModelCacheFailing", exit_code=4).term
+        assert doc["remedy"] == REMEDY_CACHE_FAILING
