@@ -87,7 +87,8 @@ class Boundary:
                 # not a bug; any other OSError is one.
                 from llmkube_stager.cache.disk import storage_fault
 
-                fault = storage_fault(exc, "using the cache")
+                where = exc.filename if isinstance(exc.filename, str) else ""
+                fault = storage_fault(exc, f"using {where}" if where else "using the cache")
                 if fault is None:
                     self._internal(exc)
                 self._fail(fault)
