@@ -35,6 +35,9 @@ class Reason(StrEnum):
     CACHE_LOCK_UNSUPPORTED = "ModelCacheLockUnsupported"
     CACHE_LOCK_TIMEOUT = "ModelCacheLockTimeout"
     CACHE_UNWRITABLE = "ModelCacheUnwritable"
+    # #21 item 7: storage faults are the volume's, not bugs.
+    CACHE_FAILING = "ModelCacheFailing"
+    CACHE_DISCONNECTED = "ModelCacheDisconnected"
     CACHE_EMPTY = "ModelCacheEmpty"
     CACHE_INCOMPLETE = "ModelCacheIncomplete"
     INVALID_FILE_SET = "InvalidFileSet"
@@ -59,6 +62,9 @@ RETRYABLE: frozenset[Reason] = frozenset(
         Reason.CACHE_LOCK_TIMEOUT,
         # The copy is wrong and the origin could not repair it *now*.
         Reason.CACHE_TRUNCATED,
+        # A dead mount (its FUSE daemon died, a stale NFS handle): the next
+        # pod mounts the volume afresh (#21 item 7).
+        Reason.CACHE_DISCONNECTED,
     }
 )
 
@@ -96,6 +102,12 @@ REMEDY_NOT_FOUND = "check spec.source: the bucket, key or file name does not exi
 REMEDY_OUT_OF_SPACE = (
     "raise spec.resources.ephemeralStorage (which also sizes the emptyDir) or give the model "
     "cache a larger volume"
+)
+# No free inode, bytes maybe to spare (#21 item 7): the bytes remedy misleads.
+REMEDY_OUT_OF_INODES = (
+    "the cache volume has no free inodes (files) left, whatever its free bytes; remove "
+    "unneeded files from the volume, or give the model cache a volume made with more inodes "
+    "(ext4: mkfs -N or a smaller -i bytes-per-inode)"
 )
 REMEDY_UNREACHABLE = (
     "check the endpoint address, cluster DNS, and any NetworkPolicy or egress restriction"
@@ -180,6 +192,20 @@ REMEDY_UNWRITABLE = (
     "the cache must be written but is read-only or not permitted for this uid; check the "
     "volume's access mode, fsGroup and the model-cache-prep container"
 )
+# #21 item 7: EIO (an XFS shutdown, a failing disk or network block device):
+# nothing the failed transfer wrote was published; the volume must be repaired.
+REMEDY_CACHE_FAILING = (
+    "the cache volume failed an I/O (EIO): its disk or filesystem is failing or was shut down "
+    "(see the node's kernel log); nothing from the failed transfer was published; repair or "
+    "replace the volume, then restart"
+)
+# ENOTCONN, ESTALE: the mount is dead (a FUSE daemon that died, a stale NFS
+# handle); a new pod mounts the volume afresh, partials kept for resume.
+REMEDY_CACHE_DISCONNECTED = (
+    "the cache volume's mount is gone (a FUSE daemon such as s3fs, rclone or a CSI driver died, "
+    "or a stale NFS handle); check the storage driver's pod and logs; a new pod mounts it "
+    "afresh and resumes"
+)
 # A symlink (or a file where a directory belongs) inside the model directory
 # would make the agent write outside it (#11): refused before any write.
 REMEDY_LEADS_OUTSIDE = (
@@ -227,6 +253,8 @@ REMEDIES: dict[Reason, str] = {
     Reason.CACHE_LOCK_UNSUPPORTED: REMEDY_LOCK_UNSUPPORTED_PREFETCH,
     Reason.CACHE_LOCK_TIMEOUT: REMEDY_LOCK_TIMEOUT,
     Reason.CACHE_UNWRITABLE: REMEDY_UNWRITABLE,
+    Reason.CACHE_FAILING: REMEDY_CACHE_FAILING,
+    Reason.CACHE_DISCONNECTED: REMEDY_CACHE_DISCONNECTED,
     Reason.CACHE_EMPTY: REMEDY_EMPTY,
     Reason.CACHE_INCOMPLETE: REMEDY_INCOMPLETE,
     Reason.INVALID_FILE_SET: REMEDY_INVALID_FILE_SET,

@@ -133,7 +133,9 @@ class Claim:
     def discard(self) -> None:
         """Remove our name (if it is still ours) and let go of the inode."""
         if self.fd >= 0 and self.owned():
-            with contextlib.suppress(FileNotFoundError):
+            # Gone already, or the volume fails (EIO, ENOTCONN: #21 item 7):
+            # the error being handled is the one to report.
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
         self.close()
 

@@ -13,6 +13,7 @@ destination still names what we published.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 
@@ -42,6 +43,10 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         os.fsync(claim.fd)
         st = os.fstat(claim.fd)
     except OSError as exc:
+        # The bytes are not on the disk, and Linux reports a write-back
+        # error once per open file: a later fsync would return 0 over them
+        # (#21 item 1). The partial goes; nothing is published.
+        claim.discard()
         raise disk_error(exc, "publishing", rel) from exc
     if expected_bytes is not None and st.st_size != expected_bytes:
         claim.discard()
@@ -102,15 +107,17 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool:
     """Finish one entry of an interrupted publish (journal.intent_of): the
     listed partial, still whole, is renamed into place; a partial already
     renamed shows as a destination of its size. False when neither holds
-    (the entry cannot be vouched for)."""
+    (the entry cannot be vouched for). The partial's data is fsynced before
+    its rename (#21 item 1: its writer died before its own publish fsync,
+    so its pages may still be dirty); a failing fsync raises the storage
+    reason and renames nothing."""
     partial = os.path.join(os.path.dirname(dest), partial_name)
     try:
-        st = os.lstat(partial)
-        if stat.S_ISREG(st.st_mode) and st.st_size == size:
+        if _synced_whole(partial, size):
             os.replace(partial, dest)
             fsync_dir(os.path.dirname(dest))
-    except FileNotFoundError:
-        pass
+    except OSError as exc:
+        raise disk_error(exc, "finishing the publish of", os.path.basename(dest)) from exc
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
@@ -120,3 +127,24 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool:
     if names_inode(dest, st):
         write_size_record(dest, size)
     return True
+
+
+def _synced_whole(partial: str, size: int) -> bool:
+    """The partial is a regular file of `size` bytes, now on the disk;
+    False when it is missing or not that (raises the fsync's error)."""
+    try:
+        fd = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EACCES, errno.EPERM):
+            return False  # a symlink, or bytes this uid cannot vouch for
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        os.fsync(fd)
+        return names_inode(partial, st)
+    finally:
+        os.close(fd)

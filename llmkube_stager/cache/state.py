@@ -17,6 +17,7 @@ import posixpath
 import stat
 from collections.abc import Callable
 
+from llmkube_stager.cache.disk import is_volume_fault
 from llmkube_stager.cache.records import (
     has_marker,
     read_record,
@@ -55,6 +56,8 @@ def read_local_file(
     except (FileNotFoundError, NotADirectoryError):
         return _without_file(rel, dest, absent, marker)
     except OSError as exc:
+        if is_volume_fault(exc):
+            raise  # the volume's reason, not this file's (#21 item 7)
         detail = f"{rel}: {os.strerror(exc.errno or 0)}"
         return LocalFile(rel, LocalState.UNREADABLE, pin=absent, marker=marker, detail=detail)
     if not stat.S_ISREG(st.st_mode):

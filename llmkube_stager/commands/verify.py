@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from llmkube_stager.cache.disk import is_volume_fault
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -48,6 +49,8 @@ def _is_empty_dir(root: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError as exc:
+        if is_volume_fault(exc):
+            raise  # the volume's reason (the boundary's translation, #21 item 7)
         raise CacheError(
             f"the model directory {root} cannot be listed: {os.strerror(exc.errno or 0)}",
             reason=Reason.CACHE_INCOMPLETE,
