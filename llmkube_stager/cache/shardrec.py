@@ -20,6 +20,8 @@ import contextlib
 import os
 
 from llmkube_stager.cache.records import read_validators, write_atomic
+from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.config import MAX_SHARDS
 from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME
 from llmkube_stager.shards import shard_id
 
@@ -38,12 +40,20 @@ def write_shard_count(root: str, shards: int) -> None:
 
 
 def shard_count(root: str) -> int:
-    try:
-        with open(os.path.join(root, SHARDS_NAME), "rb") as handle:
-            text = handle.read(_MAX_SHARDS_BYTES).decode("ascii", "replace").strip()
-    except OSError:
+    """The count, read as every other record is (#21 item 6): a regular
+    file only (a FIFO there hung every stage, warm starts included), never
+    through a symlink, whole and small (a prefix of a larger file is not
+    its content), and at most the shard limit (a count of 3,000,000 made a
+    warm start look for three million share records). Anything else: not
+    sharded (the main record alone is read)."""
+    small = read_small(os.path.join(root, SHARDS_NAME), _MAX_SHARDS_BYTES)
+    if small.data is None:
         return 0
-    return int(text) if text.isascii() and text.isdigit() else 0
+    text = small.data.decode("ascii", "replace").strip()
+    if not (text.isascii() and text.isdigit()):
+        return 0
+    count = int(text)
+    return count if count <= MAX_SHARDS else 0
 
 
 def read_merged(root: str) -> dict[str, str]:
@@ -62,5 +72,5 @@ def read_merged(root: str) -> dict[str, str]:
 
 def _mtime(root: str, name: str) -> float:
     with contextlib.suppress(OSError):
-        return os.stat(os.path.join(root, name)).st_mtime
+        return os.lstat(os.path.join(root, name)).st_mtime
     return 0.0
