@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, intent_of
+from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -147,8 +147,8 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
         pending = bool(
             own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
         )
-        if pending and not prepared.strategy.may_write:
-            _refuse_half_published(prepared)
+        if not prepared.strategy.may_write:
+            _refuse_unwhole(prepared)
         if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
             # Before the first probe or mkdir: a missing library is a
             # configuration error with nothing on disk (#13.1), and so is
@@ -161,7 +161,10 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             prepared = _revalidate(config, prepared, session)
         _check_plan(prepared, effects.log)
         if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
-            # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3).
+            # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
+            # set a reader would refuse is not served either (#21 items 3, 4).
+            if prepared.share is None:
+                _refuse_unwhole(prepared)
             results = _executor(session, prepared).run(prepared.plan)
         else:
             results = _write(config, effects, prepared, session)
@@ -249,21 +252,15 @@ def _intents(prepared: Prepared) -> list[dict[str, object]]:
     return own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
 
 
-def _refuse_half_published(prepared: Prepared) -> None:
+def _refuse_unwhole(prepared: Prepared) -> None:
     """A reader that finds a publish interrupted halfway (its partials still
-    there) does not serve the mixed set as whole (defect 13)."""
-    root = prepared.manifest.root
-    for entry in intent_of(prepared.cache.validators):
-        rel = str(entry["rel"])
-        partial = os.path.join(os.path.dirname(os.path.join(root, rel)), str(entry["partial"]))
-        if os.path.lexists(partial):
-            raise CacheError(
-                f"a publish of the model was interrupted after some of its files were "
-                f"replaced ({rel} is not in place yet): a writer must finish it",
-                reason=Reason.CACHE_INCOMPLETE,
-                file=rel,
-                source_kind=prepared.manifest.kind,
-            )
+    there: defect 13) or files of two commits (#21 item 4) does not serve
+    them as one set: the judgement of every read-only command (setstate)."""
+    from llmkube_stager.cache.setstate import judge_set
+
+    refusal = judge_set(prepared.cache.validators, prepared.manifest.root, prepared.manifest.kind)
+    if refusal is not None:
+        raise refusal
 
 
 def _roll_forward(prepared: Prepared, log: Log, name: str) -> None:

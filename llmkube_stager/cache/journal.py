@@ -82,6 +82,11 @@ def intent_of(validators: dict[str, str], key: str | None = None) -> list[dict[s
     return [entry for k in sorted(keys) for entry in _entries(validators.get(k, ""))]
 
 
+def intent_keys(validators: dict[str, str]) -> list[str]:
+    """The keys of every writer's publish intent, in order."""
+    return sorted(k for k in validators if _is_intent_key(k))
+
+
 def _is_intent_key(key: str) -> bool:
     return key == INTENT_KEY or key.startswith(INTENT_KEY + "/")
 
