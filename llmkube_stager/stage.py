@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY
+from llmkube_stager.cache.setstate import Pending
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -144,6 +145,8 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
     try:
         if config.shards > 1:
             prepared = _take_share(config, prepared, session)
+        elif prepared.strategy.may_write:
+            prepared = _wait_for_live_publishes(config, effects, prepared)
         pending = bool(
             own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
         )
@@ -250,6 +253,52 @@ def _recorded_commit(prepared: Prepared) -> str | None:
 
 def _intents(prepared: Prepared) -> list[dict[str, object]]:
     return own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
+
+
+_PUBLISH_POLL_S = 0.5
+
+
+def _wait_for_live_publishes(config: Config, effects: Effects, prepared: Prepared) -> Prepared:
+    """An unsharded writer rolls forward only a dead writer's publish (#21
+    item 5): a share takes no lock, so its partials' flocks and heartbeats
+    say whether it lives (cache/setstate.py). A live publish is waited for,
+    as a held lock is (LLMKUBE_LOCK_TIMEOUT), then the cache read again."""
+    started = effects.monotonic()
+    announced = False
+    while live := _live_publishes(prepared):
+        waited_s = effects.monotonic() - started
+        if waited_s >= config.timeouts.lock_s:
+            raise CacheError(
+                f"another writer ({live[0].key}) was still publishing {len(live[0].entries)} "
+                f"file(s) of the model after {config.timeouts.lock_s:g}s",
+                reason=Reason.CACHE_LOCK_TIMEOUT,
+                file=str(live[0].entries[0]["rel"]),
+            )
+        if not announced:
+            announced = True
+            effects.log.info(
+                "publish_wait",
+                f"another writer is publishing {len(live[0].entries)} file(s) of the model; "
+                "waiting for it to finish",
+                writer=live[0].key,
+            )
+        effects.sleep(_PUBLISH_POLL_S)
+        prepared = _replan(config, prepared)
+    return prepared
+
+
+def _live_publishes(prepared: Prepared) -> list[Pending]:
+    from llmkube_stager.cache.partials import IDLE_S, fs_now
+    from llmkube_stager.cache.setstate import pending_publishes, publish_alive
+
+    root = prepared.manifest.root
+    pending = pending_publishes(prepared.cache.validators, root)
+    if not pending:
+        return []
+    # Where flock excludes, a free flock is proof of death (as for adoption).
+    idle_s = 0.0 if prepared.strategy.lock_excludes else IDLE_S
+    now_s = fs_now(root) if idle_s > 0 else 0.0
+    return [p for p in pending if publish_alive(p, root, now_s, idle_s)]
 
 
 def _refuse_unwhole(prepared: Prepared) -> None:
