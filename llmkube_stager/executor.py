@@ -20,6 +20,7 @@ validators that were verified are recorded (defect 12).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -29,7 +30,13 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, encode_intent
+from llmkube_stager.cache.journal import (
+    COMMIT_KEY,
+    INTENT_KEY,
+    OVER_KEY,
+    REVISION_KEY,
+    encode_intent,
+)
 from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import write_marker, write_size_record, write_validators
 from llmkube_stager.config import Config
@@ -113,6 +120,16 @@ class Session:
 
     def fetcher_if_open(self) -> Fetcher | None:
         return self._fetcher
+
+    def reopen(self, commit: str) -> None:
+        """Forget the fetcher and what it answered: the files come from
+        `commit` (a sharded Job's claim, #21 item 4), listed again."""
+        with self._opening:
+            if self._fetcher is not None:
+                self._fetcher.close()
+            self._fetcher = None
+            self.metas.clear()
+            self.commit = commit
 
     def transfer_effects(
         self,
@@ -316,6 +333,10 @@ class Executor:
             if r.decision in moved or (r.decision is Decision.REUSE and r.rel in self._verified)
         ]
         updates = self._validators_of(rels)
+        if len(rels) == len(results) and self._session.config.refresh_policy == "OnChange":
+            # Every file was verified against, or fetched from, one commit:
+            # the set is of that commit, whatever the records said (#21 item 4).
+            updates.update(self._run_record())
         known = self._cache.validators
         if updates and any(known.get(k) != v for k, v in updates.items()):
             self._try(lambda: self._write_validators(updates), self._manifest.files[0])
@@ -329,7 +350,15 @@ class Executor:
         commit = fetcher.resolved_commit()
         if commit is None:
             return {}
-        return {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
+        record = {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
+        if self._session.validators_name == VALIDATORS_NAME:
+            # A run over the whole model supersedes the shares' commits
+            # (cache/setstate.recorded_commits, #21 item 4).
+            from llmkube_stager.cache.setstate import share_commits
+
+            shares = share_commits(self._cache.validators)
+            record[OVER_KEY] = json.dumps(shares, sort_keys=True) if shares else ""
+        return record
 
     def _before_first_publish(self) -> None:
         with self._recording:  # files in flight: the first publish waits for it

@@ -15,11 +15,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY
+from llmkube_stager.cache.journal import INTENT_KEY, REVISION_KEY
 from llmkube_stager.cache.setstate import Pending
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
@@ -50,15 +51,19 @@ from llmkube_stager.model import (
 from llmkube_stager.plan import failed, make_plan, probes_needed, strategy_for
 from llmkube_stager.sharding import (
     Share,
+    agree_share,
     check_views,
+    finish_share,
     narrowed,
     own_intents,
     record_share,
-    shared_commit,
     take_share,
 )
 from llmkube_stager.sources import check_libraries, open_source
 from llmkube_stager.sources.base import RemoteMeta, Source
+
+if TYPE_CHECKING:
+    from llmkube_stager.cache.shardrec import JobCommit
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,10 @@ class Prepared:
     # OnChange: the validators present files were verified to have (or
     # "unverified"), in place of a missing record (defect 12).
     checked: Mapping[str, str] = field(default_factory=dict)
-    # A sharded prefetch: the files this pod stages (sharding.py).
+    # A sharded prefetch: the files this pod stages (sharding.py), and the
+    # commit its Job agreed on (Hugging Face, #21 item 4).
     share: Share | None = None
+    claim: JobCommit | None = None
 
 
 def role_of(config: Config) -> Role:
@@ -144,7 +151,7 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
     )
     try:
         if config.shards > 1:
-            prepared = _take_share(config, prepared, session)
+            prepared = _take_share(config, effects, prepared, session)
         elif prepared.strategy.may_write:
             prepared = _wait_for_live_publishes(config, effects, prepared)
         pending = bool(
@@ -167,32 +174,63 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
             # set a reader would refuse is not served either (#21 items 3, 4).
             if prepared.share is None:
-                _refuse_unwhole(prepared)
+                _refuse_unwhole(prepared, commits=not _all_verified(config, prepared))
             results = _executor(session, prepared).run(prepared.plan)
         else:
             results = _write(config, effects, prepared, session)
         if prepared.share is not None:
             check_views(read_cache_state(prepared.manifest).validators, prepared.share)
+            if prepared.strategy.may_write:
+                finish_share(prepared.manifest.root, prepared.share, prepared.claim, session)
     finally:
         session.close()
     return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
 
 
-def _take_share(config: Config, prepared: Prepared, session: Session) -> Prepared:
+def _take_share(config: Config, effects: Effects, prepared: Prepared, session: Session) -> Prepared:
     """List the model, take this pod's share, record it (sharding.py). A
-    retried pod finishes from the commit its share (or a lower one) used."""
+    Hugging Face share lists at the one commit its Job agreed on (#21 item
+    4): a retried pod too."""
     from llmkube_stager.cache.shardrec import validators_name
 
     session.validators_name = validators_name(config.shard_index, config.shards)
-    asked = prepared.source.revision
-    if prepared.manifest.kind == "hf" and asked:
-        probe = Share(config.shard_index, config.shards, frozenset(), "")
-        session.commit = shared_commit(prepared.cache.validators, probe, asked)
-    share = take_share(config, prepared.source, prepared.manifest, session)
+    claim = None
+    if prepared.manifest.kind == "hf" and prepared.strategy.may_write:
+        ensure_dir(prepared.manifest.root, prepared.manifest.root, "")  # the claim's directory
+        clock = (effects.sleep, effects.monotonic)
+        share, claim = agree_share(
+            config,
+            prepared.source,
+            prepared.manifest,
+            session,
+            _kept_commit(config, prepared),
+            clock,
+        )
+    else:
+        share = take_share(config, prepared.source, prepared.manifest, session)
     if prepared.strategy.may_write:
         ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
-        record_share(prepared.manifest.root, share, session)
-    return _replan(config, replace(prepared, share=share))
+        record_share(prepared.manifest.root, share, session, claim)
+    return _replan(config, replace(prepared, share=share, claim=claim))
+
+
+def _kept_commit(config: Config, prepared: Prepared) -> str | None:
+    """IfNotPresent keeps the files present: the Job stages the commit they
+    come from (defect 11), when the records name one for this revision."""
+    from llmkube_stager.cache.setstate import recorded_commits
+
+    if config.refresh_policy != "IfNotPresent":
+        return None
+    record = prepared.cache.validators
+    commits = set(recorded_commits(record).values())
+    revisions = {
+        v
+        for k, v in record.items()
+        if v and (k == REVISION_KEY or k.startswith(REVISION_KEY + "/"))
+    }
+    if len(commits) == 1 and revisions == {prepared.source.revision}:
+        return commits.pop()
+    return None
 
 
 def _write(
@@ -219,12 +257,26 @@ def _write(
 
 
 def _executor(session: Session, prepared: Prepared) -> Executor:
-    verified = frozenset(
+    verified = _verified(prepared)
+    return Executor(session, prepared.manifest, prepared.source, prepared.cache, verified)
+
+
+def _verified(prepared: Prepared) -> frozenset[str]:
+    """OnChange: the present files whose validator the origin confirmed."""
+    return frozenset(
         rel
         for rel, remote in prepared.remote.items()
         if remote.validator and prepared.cache.files[rel].validator == remote.validator
     )
-    return Executor(session, prepared.manifest, prepared.source, prepared.cache, verified)
+
+
+def _all_verified(config: Config, prepared: Prepared) -> bool:
+    """Every file of the plan was just verified against one commit: the set
+    is that commit's whatever the records say, and the run records it."""
+    verified = _verified(prepared)
+    return config.refresh_policy == "OnChange" and all(
+        a.rel in verified for a in prepared.plan.actions
+    )
 
 
 def _recorded_commit(prepared: Prepared) -> str | None:
@@ -232,10 +284,20 @@ def _recorded_commit(prepared: Prepared) -> str | None:
     its files came from (defect 11: one manifest, one commit); when the
     revision asked for is not the one recorded, the files present are of
     another revision: fail closed rather than mix."""
+    from llmkube_stager.cache.setstate import judge_set, recorded_commits
+
     record = prepared.cache.validators
-    commit, revision = record.get(COMMIT_KEY), record.get(REVISION_KEY)
-    if prepared.manifest.kind != "hf" or not commit or not prepared.plan.needs_network:
+    commits = recorded_commits(record)
+    if prepared.manifest.kind != "hf" or not commits or not prepared.plan.needs_network:
         return None
+    if len(set(commits.values())) > 1:
+        # Files of two commits (a sharded Job's, #21 item 4): finishing
+        # from either would serve the mix.
+        refusal = judge_set(record, prepared.manifest.root, prepared.manifest.kind)
+        if refusal is not None:
+            raise refusal
+    writer, commit = sorted(commits.items())[0]
+    revision = record.get(f"{REVISION_KEY}/{writer}" if writer else REVISION_KEY)
     present = [a for a in prepared.plan.actions if not a.transfers]
     if not present:
         return None
@@ -301,13 +363,14 @@ def _live_publishes(prepared: Prepared) -> list[Pending]:
     return [p for p in pending if publish_alive(p, root, now_s, idle_s)]
 
 
-def _refuse_unwhole(prepared: Prepared) -> None:
+def _refuse_unwhole(prepared: Prepared, *, commits: bool = True) -> None:
     """A reader that finds a publish interrupted halfway (its partials still
     there: defect 13) or files of two commits (#21 item 4) does not serve
     them as one set: the judgement of every read-only command (setstate)."""
     from llmkube_stager.cache.setstate import judge_set
 
-    refusal = judge_set(prepared.cache.validators, prepared.manifest.root, prepared.manifest.kind)
+    validators, root = prepared.cache.validators, prepared.manifest.root
+    refusal = judge_set(validators, root, prepared.manifest.kind, commits=commits)
     if refusal is not None:
         raise refusal
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import stat
 from dataclasses import dataclass
 
-from llmkube_stager.cache.journal import COMMIT_KEY, intent_keys, intent_of
+from llmkube_stager.cache.journal import COMMIT_KEY, OVER_KEY, intent_keys, intent_of
 from llmkube_stager.errors import CacheError, Reason, SourceKind
 
 
@@ -53,20 +54,57 @@ def pending_publishes(validators: dict[str, str], root: str) -> list[Pending]:
 
 def recorded_commits(validators: dict[str, str]) -> dict[str, str]:
     """writer ("" for the unsharded one, else the share id) -> the commit
-    its files come from (shardrec.read_merged drops what a later writer of
-    the whole model superseded)."""
+    its files come from. A share's commit that an unsharded writer's run
+    over the whole model superseded (journal.OVER_KEY) no longer counts;
+    the unsharded writer's commit no longer counts once every share of the
+    count recorded a commit since (#21 item 4)."""
+    shares = share_commits(validators)
+    over = _over(validators.get(OVER_KEY, ""))
+    live = {sid: commit for sid, commit in shares.items() if over.get(sid) != commit}
+    main = validators.get(COMMIT_KEY, "")
+    if main and not _covers_all(live):
+        live[""] = main
+    return live
+
+
+def _over(raw: str) -> dict[str, str]:
+    try:
+        doc = json.loads(raw) if raw else {}
+    except (ValueError, RecursionError):
+        return {}
+    return (
+        {str(k): v for k, v in doc.items() if isinstance(v, str)} if isinstance(doc, dict) else {}
+    )
+
+
+def _covers_all(shares: dict[str, str]) -> bool:
+    """Every share of one count is there (`<i>-of-<n>` for each i < n)."""
+    counts = {sid.rsplit("-of-", 1)[-1] for sid in shares}
+    if len(counts) != 1:
+        return False
+    count = counts.pop()
+    return count.isdigit() and {f"{i}-of-{count}" for i in range(int(count))} <= set(shares)
+
+
+def share_commits(validators: dict[str, str]) -> dict[str, str]:
+    """The shares' recorded commits, for an unsharded writer's OVER_KEY."""
     return {
         key[len(COMMIT_KEY) + 1 :]: value
         for key, value in validators.items()
-        if value and (key == COMMIT_KEY or key.startswith(COMMIT_KEY + "/"))
+        if value and key.startswith(COMMIT_KEY + "/")
     }
 
 
 def judge_set(
-    validators: dict[str, str], root: str, source_kind: SourceKind | None = None
+    validators: dict[str, str],
+    root: str,
+    source_kind: SourceKind | None = None,
+    *,
+    commits: bool = True,
 ) -> CacheError | None:
     """Why a reader must not take the directory's files for one whole set;
-    None when nothing says so."""
+    None when nothing says so. `commits=False`: the caller verified every
+    file against one commit just now (OnChange), the records aside."""
     for pending in pending_publishes(validators, root):
         rel = str(pending.entries[0]["rel"])
         return CacheError(
@@ -77,9 +115,9 @@ def judge_set(
             file=rel,
             source_kind=source_kind,
         )
-    commits = recorded_commits(validators)
-    if len(set(commits.values())) > 1:
-        shown = ", ".join(f"{w or 'unsharded'}: {c[:12]}" for w, c in sorted(commits.items()))
+    found = recorded_commits(validators) if commits else {}
+    if len(set(found.values())) > 1:
+        shown = ", ".join(f"{w or 'unsharded'}: {c[:12]}" for w, c in sorted(found.items()))
         return CacheError(
             f"the model's files come from more than one commit ({shown}): a writer "
             "must stage it again from one commit (a sharded prefetch Job run again "
