@@ -20,6 +20,7 @@ validators that were verified are recorded (defect 12).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -230,6 +231,13 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
+def _touch(path: str) -> None:
+    """A heartbeat by name: a name renamed into place (or adopted away) is
+    gone, and a private partial's name is never anyone else's."""
+    with contextlib.suppress(OSError):
+        os.utime(path, follow_symlinks=False)
+
+
 class Executor:
     def __init__(
         self,
@@ -357,7 +365,8 @@ class Executor:
             from llmkube_stager.cache.setstate import share_commits
 
             shares = share_commits(self._cache.validators)
-            record[OVER_KEY] = json.dumps(shares, sort_keys=True) if shares else ""
+            if shares:  # a model never sharded keeps the record it had
+                record[OVER_KEY] = json.dumps(shares, sort_keys=True)
         return record
 
     def _before_first_publish(self) -> None:
@@ -575,10 +584,19 @@ class Executor:
         intent = {INTENT_KEY: encode_intent(entries), **self._run_record()}
         self._run_recorded = True
         self._try(lambda: self._write_validators(intent), self._manifest.files[0])
+        from llmkube_stager.transfer import KeepAlive
+
         results: dict[str, FileResult] = {}
         lost: list[_Staged] = []
         done = {INTENT_KEY: ""}
-        with signals_held():
+        with signals_held(), KeepAlive() as keep:
+            # The partials not renamed yet stay alive while the set is
+            # renamed (a slow FUSE rename is a copy): an unsharded writer
+            # rolls forward only a dead writer's publish (#21 item 5). By
+            # name, not descriptor: a published claim's descriptor is closed.
+            for one in staged:
+                assert one.done is not None
+                keep.add(functools.partial(_touch, one.done.partial))
             for one in staged:
                 assert one.done is not None
                 result = self._publish_once(one.action, one.done)

@@ -111,13 +111,14 @@ def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
 
     one, two = repo_files(), moved_files()
     first = hub.add_repo(REPO, one)
-    second_listed = threading.Event()
+    first_listed, second_listed = threading.Event(), threading.Event()
     calls: list[int] = []
 
     def move_between_listings() -> None:
         calls.append(1)
         if len(calls) == 1:
             hub.move_branch(REPO, "main", two)
+            first_listed.set()
             second_listed.wait(20)  # the other share lists before this one goes on
         elif len(calls) == 2:
             second_listed.set()
@@ -126,7 +127,15 @@ def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
     cache = tmp_path / "models" / "m"
     rels = sorted(one)
     pods = [Pod(tmp_path, stager=True) for _ in range(2)]
-    procs = [pods[i].popen(env=share_env(hub, cache, rels, i)) for i in range(2)]
+    # Patient clients: a share whose listing waits in the hook must not
+    # time out and ask again (at the moved branch), however slow the other
+    # share's start is on a loaded machine.
+    patient = {"LLMKUBE_STALL_TIMEOUT": "30", "LLMKUBE_CONNECT_TIMEOUT": "5"}
+    # Share 0 starts; share 1 only once share 0's listing (commit 1) is
+    # computed and main has moved, so share 1's is of commit 2.
+    procs = [pods[0].popen(env=share_env(hub, cache, rels, 0, **patient))]
+    assert first_listed.wait(30), "share 0 never listed"
+    procs.append(pods[1].popen(env=share_env(hub, cache, rels, 1, **patient)))
     runs = [pod.finish(proc, timeout=120) for pod, proc in zip(pods, procs, strict=True)]
     hub.on_api(None)
     assert second_listed.is_set(), "the shares did not list on both sides of the move"
@@ -136,14 +145,17 @@ def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
     for run in runs:
         run.ok()
     relisted = [run for run in runs if run.has_line("another share of the Job claimed commit")]
-    assert len(relisted) == 1, "the share that lost the claim did not list again"
+    assert len(relisted) == 1, "the share that lost the claim did not list again\n" + "\n".join(
+        [str(r) for r in hub.requests("api")] + [run.stderr[-3000:] for run in runs]
+    )
+    assert len(hub.requests("api")) == 3, "two listings and one listing again"
     merged = read_merged(str(cache))
     assert {merged["/commit/0-of-2"], merged["/commit/1-of-2"]} == {
         first if seen == {"1"} else hub.commit_of(REPO)
     }
     reader = Pod(tmp_path)
     reader.run("verify", env=env(hub, cache, rels)).ok()
-    assert not (cache / ".llmkube-commit").exists(), "the Job's commit claim outlived the Job"
+    assert not (cache / ".llmkube-validators.job-commit").exists(), "the claim outlived the Job"
 
 
 def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
