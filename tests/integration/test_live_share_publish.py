@@ -150,3 +150,32 @@ def test_a_dead_shares_publish_is_rolled_forward_at_once(origin: Origin, tmp_pat
     share_files = [rel for rel in new if (share_pod.cache_dir / rel).read_bytes() == new[rel]]
     assert len(share_files) == FILES // SHARDS
     writer_pod.run("verify", env=env).ok()
+
+
+def test_liveness_is_a_flock_or_where_flock_may_not_exclude_a_fresh_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """The judgement itself, on real files: a partial flocked by another
+    open file is live; unflocked, it is live only where flock may not
+    exclude (idle_s > 0) and its mtime is within idle_s of the
+    filesystem's clock; an absent partial is no proof of life."""
+    import fcntl
+
+    from llmkube_stager.cache.partials import fs_now
+    from llmkube_stager.cache.setstate import Pending, publish_alive
+
+    root = str(tmp_path)
+    partial = tmp_path / "a.bin.0123456789ab.w1.llmkube-part.tmp"
+    partial.write_bytes(b"x" * 10)
+    pending = Pending("/publishing/0-of-2", ({"rel": "a.bin", "partial": partial.name},))
+    now = fs_now(root)
+    assert not publish_alive(pending, root, now, 0.0), "a free flock is death where flock excludes"
+    assert publish_alive(pending, root, now, 30.0), "a fresh heartbeat is life"
+    os.utime(partial, (now - 60, now - 60))
+    assert not publish_alive(pending, root, now, 30.0), "a stale heartbeat is death"
+    with open(partial, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert publish_alive(pending, root, now, 0.0)
+        assert publish_alive(pending, root, now, 30.0)
+    partial.unlink()
+    assert not publish_alive(pending, root, now, 30.0)
