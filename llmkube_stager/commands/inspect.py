@@ -72,6 +72,10 @@ class Report:
     leftovers: list[Leftover] = field(default_factory=list)
     lock_file: bool = False
     odd: list[Odd] = field(default_factory=list)
+    # Publishes in progress (writer key -> files not in place yet) and what
+    # a reader (`stage` read-only, `verify`) says of the set: #21 item 3.
+    publishing: dict[str, list[str]] = field(default_factory=dict)
+    refusal: dict[str, str] | None = None
 
 
 def _leftover_kind(name: str) -> str | None:
@@ -127,7 +131,21 @@ def inspect_dir(root: str, now_s: float) -> Report:
             entries.append((path, os.path.relpath(path, root), st))
     for path, rel, st in entries:
         _classify(report, path, rel, st, markers, now_s)
+    _judge_set(report, root)
     return report
+
+
+def _judge_set(report: Report, root: str) -> None:
+    """The judgement every reader makes (cache/setstate.py)."""
+    from llmkube_stager.cache.setstate import judge_set, pending_publishes
+    from llmkube_stager.cache.shardrec import read_merged
+
+    validators = read_merged(root)
+    for pending in pending_publishes(validators, root):
+        report.publishing[pending.key] = [str(e["rel"]) for e in pending.entries]
+    err = judge_set(validators, root)
+    if err is not None:
+        report.refusal = {"reason": err.reason.value, "detail": err.detail}
 
 
 def _classify(
@@ -186,6 +204,10 @@ def render(report: Report, as_json: bool) -> str:
     if report.odd:
         lines.append("NOT REGULAR FILES (never followed nor opened)")
     lines.extend(f"  {item.path}  {item.kind}" for item in report.odd)
+    for key, rels in report.publishing.items():
+        lines.append(f"PUBLISH IN PROGRESS ({key}): {len(rels)} file(s) not in place yet")
+    if report.refusal is not None:
+        lines.append(f"READERS REFUSE: {report.refusal['reason']}: {report.refusal['detail']}")
     return "\n".join(lines)
 
 
