@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from llmkube_stager.errors import Reason, SourceError, Wire
+from llmkube_stager.errors import Reason, SourceError, Wire, proxy_unauthorized
 
 USER_AGENT = "llmkube-stager/0.1"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -168,12 +168,8 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     if status in (404, 410):
         return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True, wire=wire)
     if status == 407:
-        # A proxy in the way wants (other) credentials: HTTP(S)_PROXY.
-        return SourceError(
-            f"{text} (Proxy Authentication Required: check the credentials in the proxy URL)",
-            reason=Reason.SOURCE_UNREACHABLE,
-            wire=wire,
-        )
+        # A proxy in the way wants (other) credentials: exit 4 (#22 item 6).
+        return proxy_unauthorized(text, credentials_sent=None)
     if status == 412:
         # If-Match failed: the object changed under a pinned transfer.
         return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True, wire=wire)
