@@ -70,9 +70,14 @@ def status_error(code: str, status: int, text: str) -> SourceError:
 
 
 def translate_s3_error(exc: Exception, where: str) -> SourceError:
-    """A botocore exception of the control path (HEAD, presign, credentials)."""
+    """A botocore exception of the control path (HEAD, presign, credentials).
+    A failed request names the service and endpoint it went to (the STS
+    endpoint for credentials, #22 item 3) and the proxy it went through."""
     from botocore import exceptions as bex
 
+    if isinstance(exc, SourceError):
+        return exc  # ours already: Sender's (a 407 from the proxy, #22 item 6)
+    where = _hop_where(exc, where)
     if isinstance(exc, bex.ClientError):
         return _client_error(exc.response, where, str(getattr(exc, "operation_name", "")))
     if isinstance(exc, bex.SSLError):
@@ -111,7 +116,32 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             reason=Reason.SOURCE_UNREACHABLE,
             transient=True,
         )
+    if _is_parse_error(exc):
+        # An answer that is not S3's or STS's (a proxy's or gateway's page).
+        return SourceError(
+            f"{where} answered something that is not an S3 or STS response",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        )
     raise exc
+
+
+def _is_parse_error(exc: Exception) -> bool:
+    from botocore.parsers import ResponseParserError
+
+    return isinstance(exc, ResponseParserError)
+
+
+def _hop_where(exc: Exception, where: str) -> str:
+    """`where` (the s3:// object), or the STS endpoint when the failed
+    request was STS's, with the proxy it went through (s3_session.Hop)."""
+    from llmkube_stager.sources.s3_session import HOP_ATTRIBUTE, Hop
+
+    hop = getattr(exc, HOP_ATTRIBUTE, None)
+    if not isinstance(hop, Hop):
+        return where
+    text = where if hop.service == "S3" else f"the {hop.service} endpoint {hop.endpoint}"
+    return text + (f" via the proxy {hop.proxy}" if hop.proxy else "")
 
 
 def _network_kind(exc: Exception) -> Network | None:

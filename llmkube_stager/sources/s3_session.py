@@ -11,13 +11,137 @@ the environment), which also keeps in-process tests hermetic.
 `AWS_ENDPOINT_URL` is the *S3* endpoint in this contract (the operator sets
 it for S3 alone), so it is never handed to botocore as its global endpoint:
 STS goes to `AWS_ENDPOINT_URL_STS`, or to AWS's regional STS.
+
+Every request of every client of the session (S3, and the STS clients the
+credential providers make for IRSA and assumed roles) is sent by `Sender`,
+from botocore's documented `before-send` event (#22 items 2, 3, 6):
+- through the proxy the agent decided for that request's URL
+  (`ProxySettings.for_url`, CIDR and all), or direct: botocore would read
+  HTTP(S)_PROXY/NO_PROXY from the process environment itself, without CIDR
+  support, and send the web identity token and signed requests through a
+  proxy the user excluded;
+- trusting the system roots plus LLMKUBE_CA_DIR (the bundle file), STS
+  included, with the connect and stall timeouts;
+- a 407 from the proxy is `ProxyUnauthorized` at once, and every failure
+  carries which service and endpoint it was (`Hop`), so an STS failure
+  names the STS endpoint, not the s3:// object.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
+
+from llmkube_stager.errors import proxy_unauthorized
+from llmkube_stager.proxy import Proxy, ProxySettings
+
+HOP_ATTRIBUTE = "llmkube_hop"
+
+
+@dataclass(frozen=True)
+class Hop:
+    """Which request failed: set on a botocore exception by `Sender`."""
+
+    service: str  # "S3", "STS"
+    endpoint: str  # scheme://host[:port], no userinfo, path or query
+    proxy: str  # "host:port" of the proxy it went through, or ""
+
+
+class Sender:
+    """Sends botocore's requests: one decision per URL, one trust, one set of
+    timeouts, for every client (#22 items 2, 3)."""
+
+    def __init__(
+        self,
+        proxies: ProxySettings,
+        ca_bundle: Callable[[], str | None],
+        connect_s: float,
+        stall_s: float,
+    ) -> None:
+        self._proxies = proxies
+        self._ca_bundle = ca_bundle
+        self._timeout = (connect_s, stall_s)
+        self._lock = threading.Lock()
+        self._sessions: dict[Proxy | None, Any] = {}
+
+    def attach(self, client: Any) -> None:
+        service = client.meta.service_model.service_id.hyphenize()
+        label = service.upper()
+
+        def send(request: Any, **_: Any) -> Any:
+            return self.send(request, label)
+
+        client.meta.events.register(f"before-send.{service}", send)
+
+    def send(self, request: Any, label: str) -> Any:
+        parts = urlsplit(request.url)
+        endpoint = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+        proxy = self._proxies.for_full_url(request.url)
+        hop = Hop(label, endpoint, proxy.display if proxy is not None else "")
+        try:
+            response = self._session(proxy).send(request)
+        except Exception as exc:
+            if proxy is not None and _connect_status(exc) == 407:
+                raise self._refused(hop, proxy) from None
+            setattr(exc, HOP_ATTRIBUTE, hop)
+            raise
+        if proxy is not None and response.status_code == 407:
+            raise self._refused(hop, proxy)  # a plain http request, answered by the proxy
+        return response
+
+    def close(self) -> None:
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            session.close()
+
+    def _refused(self, hop: Hop, proxy: Proxy) -> Exception:
+        where = f"the {hop.service} endpoint {hop.endpoint} via the proxy {proxy.display}"
+        return proxy_unauthorized(where, credentials_sent=proxy.authorization() is not None)
+
+    def _session(self, proxy: Proxy | None) -> Any:
+        from botocore.httpsession import URLLib3Session
+
+        with self._lock:
+            session = self._sessions.get(proxy)
+            if session is None:
+                bundle = self._ca_bundle()
+                session = URLLib3Session(
+                    verify=bundle if bundle is not None else True,
+                    # Never None: botocore would fill it from the environment.
+                    proxies={"http": proxy.url(), "https": proxy.url()} if proxy else {},
+                    timeout=self._timeout,
+                    socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+                )
+                self._sessions[proxy] = session
+        return session
+
+
+def _connect_status(exc: BaseException) -> int | None:
+    """The status of a CONNECT the proxy refused. urllib3 (http.client's
+    tunnel) says it only in an OSError's text, "Tunnel connection failed:
+    <status> <reason>": the one place that reads it."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        text = str(seen)
+        marker = "Tunnel connection failed: "
+        if isinstance(seen, OSError) and marker in text:
+            digits = text.split(marker, 1)[1][:3]
+            return int(digits) if digits.isdigit() else None
+        nested = getattr(seen, "kwargs", {}).get("error")  # botocore keeps urllib3's here
+        if isinstance(nested, BaseException):
+            seen = nested
+        else:
+            seen = getattr(seen, "original_error", None) or seen.__cause__ or seen.__context__
+    return None
+
 
 # The profile name under which the IRSA variables are handed to botocore's
 # web identity provider (a synthetic profile: it never reads os.environ).
@@ -39,17 +163,20 @@ def botocore_env(aws_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def make_session(env: Mapping[str, str], sts_endpoint: str | None) -> Any:
-    """A botocore session whose configuration and credentials come from `env`."""
+def make_session(env: Mapping[str, str], sts_endpoint: str | None, sender: Sender) -> Any:
+    """A botocore session whose configuration and credentials come from
+    `env`, and whose clients' requests `sender` sends."""
     import botocore.session
     from botocore import configprovider as cp
 
     class _Session(botocore.session.Session):  # type: ignore[misc]
         def create_client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
             # Credential providers create their STS clients through here.
-            return super().create_client(
+            client = super().create_client(
                 service_name, *args, **_client_kwargs(service_name, sts_endpoint, kwargs)
             )
+            sender.attach(client)
+            return client
 
     session = _Session()
     chain = cp.ConfigChainFactory(session=session, environ=dict(env))
@@ -90,7 +217,9 @@ def _client_kwargs(
     merged = dict(kwargs)
     if service_name == "sts" and sts_endpoint and not merged.get("endpoint_url"):
         merged["endpoint_url"] = sts_endpoint
-    ignore = BotoConfig(ignore_configured_endpoint_urls=True)
+    # proxies={}: the client's own session is never used (Sender sends),
+    # and never reads the environment either.
+    ignore = BotoConfig(ignore_configured_endpoint_urls=True, proxies={})
     given = merged.get("config")
     merged["config"] = ignore if given is None else given.merge(ignore)
     return merged
