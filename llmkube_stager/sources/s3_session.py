@@ -94,6 +94,15 @@ class Sender:
             raise self._refused(hop, proxy)  # a plain http request, answered by the proxy
         return response
 
+    def direct_session(self, url: str, timeout_s: float) -> Any:
+        """A session of its own (instance metadata keeps its short timeout)
+        through the proxy decided for `url`, never the environment's."""
+        from botocore.httpsession import URLLib3Session
+
+        proxy = self._proxies.for_full_url(url)
+        proxies = {"http": proxy.url(), "https": proxy.url()} if proxy is not None else {}
+        return URLLib3Session(timeout=timeout_s, proxies=proxies)
+
     def close(self) -> None:
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
@@ -188,7 +197,7 @@ def make_session(env: Mapping[str, str], sts_endpoint: str | None, sender: Sende
     # Built on first use: the caller reads the profile first (a missing one
     # is a configuration error, which the resolver would only hit midway).
     session.lazy_register_component(
-        "credential_provider", lambda: _credential_resolver(session, env)
+        "credential_provider", lambda: _credential_resolver(session, env, sender)
     )
     return session
 
@@ -225,7 +234,7 @@ def _client_kwargs(
     return merged
 
 
-def _credential_resolver(session: Any, env: Mapping[str, str]) -> Any:
+def _credential_resolver(session: Any, env: Mapping[str, str], sender: Sender) -> Any:
     """botocore's default chain (credentials.create_credential_resolver),
     every provider reading `env`."""
     from botocore import credentials as bc
@@ -234,7 +243,7 @@ def _credential_resolver(session: Any, env: Mapping[str, str]) -> Any:
     cache: dict[str, Any] = {}
     env_keys = bc.EnvProvider(environ=env)
     container = bc.ContainerProvider(environ=env)
-    metadata = _instance_metadata(session, env)
+    metadata = _instance_metadata(session, env, sender)
     builder = bc.ProfileProviderBuilder(session, cache=cache)
     assume_role = bc.AssumeRoleProvider(
         load_config=lambda: session.full_config,
@@ -265,7 +274,7 @@ def _web_identity_settings(env: Mapping[str, str]) -> dict[str, str]:
     return {key: env[name] for key, name in names.items() if env.get(name)}
 
 
-def _instance_metadata(session: Any, env: Mapping[str, str]) -> Any:
+def _instance_metadata(session: Any, env: Mapping[str, str], sender: Sender) -> Any:
     from botocore import credentials as bc
     from botocore.utils import InstanceMetadataFetcher, resolve_imds_endpoint_mode
 
@@ -276,11 +285,17 @@ def _instance_metadata(session: Any, env: Mapping[str, str]) -> Any:
         "ec2_metadata_service_endpoint_mode": resolve_imds_endpoint_mode(session),
         "ec2_metadata_v1_disabled": session.get_config_variable("ec2_metadata_v1_disabled"),
     }
+    timeout_s = session.get_config_variable("metadata_service_timeout")
     fetcher = InstanceMetadataFetcher(
-        timeout=session.get_config_variable("metadata_service_timeout"),
+        timeout=timeout_s,
         num_attempts=session.get_config_variable("metadata_service_num_attempts"),
         user_agent=session.user_agent(),
         config=config,
         env=dict(env),
     )
+    # botocore built its session with the proxies of os.environ (its NO_PROXY
+    # has no CIDR blocks): the agent's decision instead (#22 item 2). The
+    # attribute is botocore's own (IMDSFetcher, 1.32 to today); the fetcher
+    # takes no session argument.
+    fetcher._session = sender.direct_session(fetcher.get_base_url(), float(timeout_s))
     return bc.InstanceMetadataProvider(iam_role_fetcher=fetcher)

@@ -270,3 +270,27 @@ def test_a_proxy_tunnel_that_goes_silent_after_connect_ends_within_the_bound(pod
     assert run.seconds < 20, run.seconds
     assert tunnels and hub.requests() == []
     assert where in run.term["message"], run.term["message"]
+
+
+def test_instance_metadata_takes_the_same_decision(pod, s3, bucket, oidc_issuer, proxy) -> None:
+    """Failed before: botocore gave its IMDS fetcher the proxies of the
+    process environment, whose NO_PROXY has no CIDR: the token PUT and the
+    credential GETs went through the excluded proxy."""
+    from tests.harness.sts import InstanceMetadata
+
+    data = payload(8 * KIB)
+    s3.put(bucket, "m.gguf", data)
+    creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
+    env = without_keys(s3_env(s3))
+    del env["AWS_EC2_METADATA_DISABLED"]
+    with InstanceMetadata(creds) as imds:
+        env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url
+        source = f"s3://{bucket}/m.gguf"
+        pod.run(env=pod.single_env(source, **env, **proxied(proxy.url, no_proxy=CIDR))).ok()
+        assert proxy.requests() == []
+        assert imds.requests()[0][0] == "PUT /latest/api/token"
+
+        pod.single(source, key="proxied")
+        pod.run(env={**env, **proxied(proxy.url, no_proxy="example.internal")}).ok()
+        through = [(r.method, r.target) for r in proxy.requests()]
+        assert ("PUT", f"{imds.url}/latest/api/token") in through, through
