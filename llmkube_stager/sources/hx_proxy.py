@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from llmkube_stager.errors import proxy_unauthorized
+from llmkube_stager.errors import Reason, SourceError, proxy_unauthorized
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
 
@@ -63,9 +63,17 @@ def routing_transport(
                 response = proxied[proxy].handle_request(request)
             except hx.ProxyError as exc:
                 match = _CONNECT_STATUS_RE.match(str(exc))
-                if match is not None and match.group(1) == "407":
+                if match is None:
+                    raise
+                if match.group(1) == "407":
                     raise proxy_unauthorized(where, credentials_sent=sent) from None
-                raise
+                # A 502/503 of the proxy: what it said, retried like an
+                # unreachable origin (never a bare "ProxyError").
+                raise SourceError(
+                    f"{where}: the proxy answered {str(exc).strip()[:80]} to CONNECT",
+                    reason=Reason.SOURCE_UNREACHABLE,
+                    transient=True,
+                ) from None
             if response.status_code == 407:  # a plain http request, answered by the proxy
                 response.close()
                 raise proxy_unauthorized(where, credentials_sent=sent)

@@ -86,6 +86,14 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             reason=Reason.SOURCE_UNTRUSTED,
             wire=_network_wire(exc, Network.TLS_UNTRUSTED),
         )
+    if isinstance(exc, bex.ProxyConnectionError):
+        # `where` names the proxy (Hop); botocore's text holds its URL.
+        return SourceError(
+            f"cannot reach the proxy for {where}",
+            reason=Reason.SOURCE_UNREACHABLE,
+            transient=True,
+            wire=_network_wire(exc, _network_kind(exc)),
+        )
     if isinstance(
         exc, bex.ConnectTimeoutError | bex.EndpointConnectionError | bex.ReadTimeoutError
     ):
@@ -176,7 +184,9 @@ def _network_wire(exc: Exception, kind: Network | None) -> Wire:
 
     from llmkube_stager.sources.tls import cert_error
 
-    url = str(getattr(exc, "kwargs", {}).get("endpoint_url") or "")
+    kwargs = getattr(exc, "kwargs", {})
+    # A proxy that cannot be reached is the peer (its URL comes masked).
+    url = str(kwargs.get("endpoint_url") or kwargs.get("proxy_url") or "")
     parts = urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80 if parts.scheme else None)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmkube_stager.errors import proxy_unauthorized
+from llmkube_stager.errors import Reason, SourceError, proxy_unauthorized
 from llmkube_stager.proxy import Proxy, ProxySettings
 
 HOP_ATTRIBUTE = "llmkube_hop"
@@ -86,8 +86,16 @@ class Sender:
         try:
             response = self._session(proxy).send(request)
         except Exception as exc:
-            if proxy is not None and _connect_status(exc) == 407:
+            status = _connect_status(exc) if proxy is not None else None
+            if proxy is not None and status == 407:
                 raise self._refused(hop, proxy) from None
+            if proxy is not None and status is not None:
+                raise SourceError(
+                    f"the {hop.service} endpoint {hop.endpoint} via the proxy {proxy.display}: "
+                    f"the proxy answered {status} to CONNECT",
+                    reason=Reason.SOURCE_UNREACHABLE,
+                    transient=True,
+                ) from None
             setattr(exc, HOP_ATTRIBUTE, hop)
             raise
         if proxy is not None and response.status_code == 407:

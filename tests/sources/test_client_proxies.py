@@ -294,3 +294,52 @@ def test_instance_metadata_takes_the_same_decision(pod, s3, bucket, oidc_issuer,
         pod.run(env={**env, **proxied(proxy.url, no_proxy="example.internal")}).ok()
         through = [(r.method, r.target) for r in proxy.requests()]
         assert ("PUT", f"{imds.url}/latest/api/token") in through, through
+
+
+# -- a proxy that is down or refuses the tunnel: named, retried, no library class name --------
+
+
+def test_a_proxy_that_is_down_is_named_for_s3_and_the_hub(pod, s3, bucket, hub) -> None:
+    """Failed before: 'S3 request failed for s3://...: ProxyConnectionError',
+    'hub API request failed ...: ConnectError', neither naming the proxy."""
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
+    hub.add_repo(REPO, {"config.json": b"{}"})
+    with ForwardProxy() as gone:
+        dead, where = gone.url, f"via the proxy 127.0.0.1:{gone.port}"
+    runs = [
+        pod.run(env=pod.single_env(f"s3://{bucket}/m.gguf", **s3_env(s3), **proxied(dead))),
+        pod.run(
+            env=pod.single_env(
+                f"hf://{REPO}/config.json", name="config.json", HF_ENDPOINT=hub.url,
+                **proxied(dead),
+            )
+        ),
+    ]  # fmt: skip
+    for run in runs:
+        run.failed("ModelSourceUnreachable", retryable=True)
+        message = run.term["message"]
+        assert where in message, message
+        assert "ProxyConnectionError" not in message and "ConnectError" not in message, message
+    assert s3.requests() == [] and hub.requests() == []
+
+
+def test_a_tunnel_the_proxy_refuses_says_what_the_proxy_answered(pod, ca) -> None:
+    """CONNECT to a port nobody listens on: the proxy answers 502."""
+    from tests.harness.origin import closed_port_url
+
+    closed = closed_port_url().replace("http://", "https://")
+    with ForwardProxy() as proxy:
+        env = pod.single_env(
+            f"hf://{REPO}/config.json",
+            name="config.json",
+            HF_ENDPOINT=closed,
+            LLMKUBE_CA_DIR=str(ca.ca_dir),
+            **proxied(proxy.url),
+        )
+        run = pod.run(env=env)
+        statuses = [r.status for r in proxy.requests()]
+
+    run.failed("ModelSourceUnreachable", retryable=True)
+    message = run.term["message"]
+    assert "the proxy answered 502" in message and "ProxyError" not in message, message
+    assert statuses == [502] * 3, statuses  # retried: LLMKUBE_RETRIES=2
