@@ -97,8 +97,9 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
     if isinstance(
         exc, bex.ConnectTimeoutError | bex.EndpointConnectionError | bex.ReadTimeoutError
     ):
+        target = where if where.startswith("the ") else f"the S3 endpoint for {where}"
         return SourceError(
-            f"cannot reach the S3 endpoint for {where}: {type(exc).__name__}",
+            f"cannot reach {target}: {_network_words(exc)}",
             reason=Reason.SOURCE_UNREACHABLE,
             transient=True,
             wire=_network_wire(exc, _network_kind(exc)),
@@ -150,6 +151,16 @@ def _hop_where(exc: Exception, where: str) -> str:
         return where
     text = where if hop.service == "S3" else f"the {hop.service} endpoint {hop.endpoint}"
     return text + (f" via the proxy {hop.proxy}" if hop.proxy else "")
+
+
+def _network_words(exc: Exception) -> str:
+    from botocore import exceptions as bex
+
+    if isinstance(exc, bex.ConnectTimeoutError):
+        return "connect timed out"
+    if isinstance(exc, bex.ReadTimeoutError):
+        return "timed out waiting for an answer (LLMKUBE_STALL_TIMEOUT)"
+    return "could not connect"
 
 
 def _network_kind(exc: Exception) -> Network | None:

@@ -238,7 +238,14 @@ def _client_kwargs(
     # and never reads the environment either.
     ignore = BotoConfig(ignore_configured_endpoint_urls=True, proxies={})
     given = merged.get("config")
-    merged["config"] = ignore if given is None else given.merge(ignore)
+    if given is None or given.retries is None:
+        # The credential providers' STS clients too: botocore never retries,
+        # the agent's RetryBudget does (#12.4); stacked, a silent STS took
+        # 3 x 3 stalls (#22 item 4).
+        given = BotoConfig(retries={"total_max_attempts": 1, "mode": "standard"}).merge(
+            given or BotoConfig()
+        )
+    merged["config"] = given.merge(ignore)
     return merged
 
 

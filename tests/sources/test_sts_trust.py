@@ -106,3 +106,30 @@ def test_sts_through_a_tls_intercepting_path_trusts_the_ca_dir_through_the_proxy
     run.ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
     assert asked == [("CONNECT", tls_sts.url.removeprefix("https://"))]
+
+
+def test_a_silent_sts_ends_within_the_bound_naming_it(pod, s3, bucket, oidc_issuer, tmp_path):
+    """STS accepts TCP, then says nothing. Failed before: botocore's own
+    retries (legacy mode: 5 attempts) under the agent's 3, each a 2 s stall
+    (over 30 s), and the message blamed "the S3 endpoint for s3://..."."""
+    from tests.harness.origin import Blackhole
+
+    s3.put(bucket, "m.gguf", payload(4 * KIB))
+    token_file = tmp_path / "token"
+    oidc_issuer.write_token(token_file)
+    with Blackhole("accept") as hole:
+        env = {
+            **without_keys(s3_env(s3)),
+            "AWS_ROLE_ARN": ROLE_ARN,
+            "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
+            "AWS_ENDPOINT_URL_STS": hole.url,
+        }
+        run = pod.run(env=pod.single_env(f"s3://{bucket}/m.gguf", **env), timeout=90)
+        attempts, where = hole.connections, f"the STS endpoint {hole.url}"
+
+    run.failed("ModelSourceUnreachable", retryable=True)
+    message = run.term["message"]
+    assert where in message and "timed out" in message, message
+    assert attempts == 3, attempts  # one request per attempt of the agent's budget
+    assert run.seconds < 20, run.seconds
+    assert s3.requests() == []
