@@ -102,7 +102,7 @@ class Sender:
             raise self._refused(hop, proxy)  # a plain http request, answered by the proxy
         return response
 
-    def direct_session(self, url: str, timeout_s: float) -> Any:
+    def metadata_session(self, url: str, timeout_s: float) -> Any:
         """A session of its own (instance metadata keeps its short timeout)
         through the proxy decided for `url`, never the environment's."""
         from botocore.httpsession import URLLib3Session
@@ -130,7 +130,8 @@ class Sender:
                 bundle = self._ca_bundle()
                 session = URLLib3Session(
                     verify=bundle if bundle is not None else True,
-                    # Never None: botocore would fill it from the environment.
+                    # The agent's decision (botocore's EndpointCreator would
+                    # take the environment's when a client has none).
                     proxies={"http": proxy.url(), "https": proxy.url()} if proxy else {},
                     timeout=self._timeout,
                     socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
@@ -312,5 +313,5 @@ def _instance_metadata(session: Any, env: Mapping[str, str], sender: Sender) -> 
     # has no CIDR blocks): the agent's decision instead (#22 item 2). The
     # attribute is botocore's own (IMDSFetcher, 1.32 to today); the fetcher
     # takes no session argument.
-    fetcher._session = sender.direct_session(fetcher.get_base_url(), float(timeout_s))
+    fetcher._session = sender.metadata_session(fetcher.get_base_url(), float(timeout_s))
     return bc.InstanceMetadataProvider(iam_role_fetcher=fetcher)
