@@ -232,6 +232,13 @@ REMEDY_INVALID_FILE_SET = (
 REMEDY_NOT_ALLOWED = (
     "the model's local/hostPath source is not within the operator's --allowed-host-path-roots"
 )
+# #22 item 6: a forward proxy answered 407. Its credentials are not the
+# source's (spec.sourceSecretRef): they ride in the proxy URL.
+REMEDY_PROXY_UNAUTHORIZED = (
+    "the forward proxy refused the agent (HTTP 407 Proxy Authentication Required); check the "
+    "user and password in HTTPS_PROXY / HTTP_PROXY, or list the host in NO_PROXY if it must "
+    "not go through the proxy"
+)
 REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager stage --help"
 REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
 REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"
@@ -406,6 +413,39 @@ class SourceError(StagerError):
         # True when the origin answered (an HTTP status), so the log never
         # calls an answering origin "unreachable" (scenario 51).
         self.answered = answered
+
+
+class ProxyUnauthorized(SourceError):
+    """A forward proxy answered 407, on CONNECT or to a plain request, on
+    any path (#22 item 6). Wrong proxy credentials do not fix themselves:
+    never retried, exit 4. Built by `proxy_unauthorized`; constructed like
+    any SourceError (callers copy errors by their type)."""
+
+    reason = Reason.SOURCE_UNAUTHORIZED
+
+    @property
+    def remedy(self) -> str:
+        return REMEDY_PROXY_UNAUTHORIZED
+
+
+def proxy_unauthorized(where: str, *, credentials_sent: bool | None) -> ProxyUnauthorized:
+    """`where` says what was asked and via which proxy (`host:port` only);
+    the credentials are named, never shown. `credentials_sent` None: not
+    known where the answer was read."""
+    if credentials_sent is None:
+        why = "check the proxy credentials (the user:password of HTTPS_PROXY / HTTP_PROXY)"
+    elif credentials_sent:
+        why = "it refused the proxy credentials (the user:password of HTTPS_PROXY / HTTP_PROXY)"
+    else:
+        why = (
+            "it wants credentials and no proxy credentials were sent (none in "
+            "HTTPS_PROXY / HTTP_PROXY)"
+        )
+    return ProxyUnauthorized(
+        f"{where}: the proxy answered 407 Proxy Authentication Required: {why}",
+        answered=True,
+        wire=Wire(http_status=407),
+    )
 
 
 class TransferError(StagerError):

@@ -9,7 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
-from llmkube_stager.errors import REMEDY_GATED, REMEDY_REDIRECT_SCHEME, Reason, SourceError, Wire
+from llmkube_stager.errors import (
+    REMEDY_GATED,
+    REMEDY_REDIRECT_SCHEME,
+    Reason,
+    SourceError,
+    Wire,
+    proxy_unauthorized,
+)
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.http_ratelimit import rate_limit_wait_s, retry_after_s
 
@@ -182,12 +189,8 @@ def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     if status in (404, 410):
         return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True, wire=wire)
     if status == 407:
-        # A proxy in the way wants (other) credentials: HTTP(S)_PROXY.
-        return SourceError(
-            f"{text} (Proxy Authentication Required: check the credentials in the proxy URL)",
-            reason=Reason.SOURCE_UNREACHABLE,
-            wire=wire,
-        )
+        # A proxy in the way wants (other) credentials: exit 4 (#22 item 6).
+        return proxy_unauthorized(text, credentials_sent=None)
     if status == 412:
         # If-Match failed: the object changed under a pinned transfer.
         return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True, wire=wire)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from llmkube_stager.errors import Network, Reason, SourceError, Wire
+from llmkube_stager.errors import Network, Reason, SourceError, Wire, proxy_unauthorized
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.base import RangeUnusable
@@ -141,6 +141,8 @@ def proxy_refused(status_line: str, where: str, phase: str) -> SourceError:
     """A proxy answered its own error (CONNECT refused, 407, 502). Wrong
     proxy credentials do not fix themselves: no retries for a 407."""
     status_line = status_line.strip()
+    if status_line.startswith("407"):  # #22 item 6: exit 4, the credentials named
+        return proxy_unauthorized(f"{phase} failed for {where}", credentials_sent=None)
     return SourceError(
         f"{phase} failed for {where}: the proxy answered {status_line}",
         reason=Reason.SOURCE_UNREACHABLE,
