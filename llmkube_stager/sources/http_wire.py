@@ -189,10 +189,11 @@ class ConnectionPool:
             return f"http://{host}{target}", {"Proxy-Authorization": auth} if auth else {}
         return target, {}
 
-    def take(self, origin: Origin) -> tuple[http.client.HTTPConnection, bool]:
-        """A connected connection and whether it was reused."""
+    def take(self, origin: Origin, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        """A connected connection and whether it was reused; `fresh`: never
+        an idle one (the retry after a dead kept-alive connection)."""
         with self._lock:
-            idle = self._idle.get(origin, [])
+            idle = [] if fresh else self._idle.get(origin, [])
             while idle:
                 conn = idle.pop()
                 if conn.sock is not None:
@@ -320,8 +321,10 @@ def _request(
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     origin = Origin.of(url)
     target, proxy_headers = pool.request_form(url)
-    for _ in range(2):
-        conn, reused = pool.take(origin)
+    for attempt in range(2):
+        # The retry takes a new connection: the next idle one may be dead
+        # too (a proxy that closes kept-alive connections; it flaked so).
+        conn, reused = pool.take(origin, fresh=attempt > 0)
         try:
             conn.request(method, target, headers={**headers, **proxy_headers})
             return conn, conn.getresponse()
