@@ -17,7 +17,7 @@ import os
 import stat
 
 from llmkube_stager.cache.disk import disk_error
-from llmkube_stager.cache.partials import Claim
+from llmkube_stager.cache.partials import Claim, same_file
 from llmkube_stager.cache.records import fsync_dir, write_size_record
 from llmkube_stager.errors import Reason, TransferError
 
@@ -28,11 +28,13 @@ class PartialLost(Exception):
 
 
 def names_inode(path: str, st: os.stat_result) -> bool:
+    """`path` names the file `st` (a descriptor's fstat) describes; where
+    inode numbers follow the path (rclone), by size and mtime (#21 item 8)."""
     try:
         named = os.lstat(path)
     except OSError:
         return False
-    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
+    return same_file(named, st)
 
 
 def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os.stat_result:
@@ -59,6 +61,15 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         claim.close()
         raise PartialLost(claim.path) from exc
     except OSError as exc:
+        raise disk_error(exc, "publishing", rel) from exc
+    try:
+        # What we published, as it is now: rclone (--vfs-cache-mode off)
+        # moves an open file's mtime at its rename (#21 item 10), and the
+        # identity below compares size and mtime where inode numbers
+        # follow the path.
+        st = os.fstat(claim.fd)
+    except OSError as exc:
+        claim.close()
         raise disk_error(exc, "publishing", rel) from exc
     try:
         # Another writer may already have renamed its own file over ours:
