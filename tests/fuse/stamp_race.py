@@ -49,9 +49,7 @@ def run_stamp_race(tmp_path: Path, node1: Path, node2: Path, backing_dest: Path)
         origin_b.put("/m.gguf", y, etag='"y"')
         dest_a = node1 / "k" / "model.gguf"
         a = Pod(tmp_path, single_env(origin_a.url + "/m.gguf", dest_a.parent), stager=True)
-        b = Pod(
-            tmp_path, single_env(origin_b.url + "/m.gguf", node2 / "k"), stager=True
-        )
+        b = Pod(tmp_path, single_env(origin_b.url + "/m.gguf", node2 / "k"), stager=True)
         a.env.update(ONE_CONNECTION, MODEL_SHA256=sha256_of(x))
         b.env.update(ONE_CONNECTION, MODEL_SHA256=sha256_of(y))
         flags, pause_env = pause_flags([dest_a, f"{dest_a}.sha256"])
