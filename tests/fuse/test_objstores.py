@@ -6,7 +6,7 @@ one node, a serving pod on the other reading what it published; a restarted
 stager on another node adopting an idle partial (#21 item 8: rclone's inode
 numbers follow the path, so an inode-only ownership check threw the
 adopted bytes away); and the stamp race of two writers with different pins
-(#21 item 2, in test_stamp_truth.py).
+(#21 item 2, stamp_race.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from fuse_support import gets
+from stamp_race import assert_never_served_y, run_stamp_race
 
 from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.disk import debris, names, record_of
@@ -115,6 +116,29 @@ def test_a_restarted_stager_on_another_node_resumes_an_idle_partial(
     assert dest2.read_bytes() == data
     assert record_of(dest2) == str(SIZE)
     assert _debris(obj_nodes, dest2.parent) == [], names(dest2.parent)
+
+
+def test_a_stamp_never_vouches_for_another_writers_bytes(
+    tmp_path: Path, seaweed: SeaweedS3, obj_nodes: ObjectNodes
+) -> None:
+    """#21 item 2 on the object stores: whatever each node's caches say,
+    a pod pinned to X never accepts what the bucket holds unless it is X."""
+
+    def stored() -> bytes:
+        """The object, once uploaded (rclone's write-back waits 5 s)."""
+        client, deadline = seaweed.admin(), time.monotonic() + 30
+        while True:
+            try:
+                got = client.get_object(Bucket=obj_nodes.bucket, Key="k/model.gguf")
+            except client.exceptions.NoSuchKey:
+                assert time.monotonic() < deadline, "the file never reached the bucket"
+                time.sleep(0.5)
+                continue
+            data: bytes = got["Body"].read()
+            return data
+
+    verdicts = run_stamp_race(tmp_path, obj_nodes.node1, obj_nodes.node2, stored)
+    assert_never_served_y(verdicts)
 
 
 def _debris(nodes: ObjectNodes, directory: Path) -> list[str]:
