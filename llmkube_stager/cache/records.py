@@ -9,6 +9,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+from llmkube_stager.cache import evidence
 from llmkube_stager.cache.safeio import Small, read_small
 from llmkube_stager.layout import (
     VALIDATORS_NAME,
@@ -178,31 +179,25 @@ def stamp_matches(dest: str, digest: str, st: os.stat_result) -> bool:
     recorded = _evidence(small)
     if recorded is None or recorded[0] != triple:
         return False
-    from llmkube_stager.cache.evidence import of_name
-
-    return of_name(dest, st.st_size) == recorded[1]
+    return evidence.of_name(dest, st.st_size) == recorded[1]
 
 
 def _evidence(small: Small) -> tuple[tuple[str, int, int], str] | None:
     """((digest, size, mtime) of the stamp it belongs to, evidence)."""
-    from llmkube_stager.cache.evidence import SCHEME
-
     if small.data is None:
         return None
     parts = small.data.decode("ascii", errors="replace").split()
-    if len(parts) != 5 or parts[0] != SCHEME or not all(_is_int(p) for p in parts[2:4]):
+    if len(parts) != 5 or parts[0] != evidence.SCHEME or not all(_is_int(p) for p in parts[2:4]):
         return None
     return (parts[1].lower(), int(parts[2]), int(parts[3])), parts[4].lower()
 
 
-def write_stamp(dest: str, digest: str, st: os.stat_result, evidence: str) -> None:
-    """The evidence first, then the stamp (its format shared, spec §4.2): a
-    stamp of ours never stands without the evidence it belongs to (a crash
-    between the two leaves evidence for another triple: a re-hash)."""
-    from llmkube_stager.cache.evidence import SCHEME
-
+def write_stamp(dest: str, digest: str, st: os.stat_result, seen: str) -> None:
+    """The evidence `seen` first, then the stamp (its format shared, spec
+    §4.2): a stamp of ours never stands without the evidence it belongs to
+    (a crash between the two leaves evidence for another triple: a re-hash)."""
     triple = f"{digest} {st.st_size} {int(st.st_mtime)}"
-    write_atomic(evidence_path(dest), f"{SCHEME} {triple} {evidence}".encode("ascii"))
+    write_atomic(evidence_path(dest), f"{evidence.SCHEME} {triple} {seen}".encode("ascii"))
     write_atomic(stamp_path(dest), triple.encode("ascii"))
 
 
