@@ -36,6 +36,7 @@ import errno
 import functools
 import os
 import stat
+import threading
 
 from llmkube_stager.cache.fs import statfs_type
 
@@ -49,8 +50,10 @@ _LOCAL_MAGICS = frozenset({0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0x794C763
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # What publish and the warm path's hash saw, for the stamp written right
 # after in the same run: (dev, ino, size, mtime_ns) -> evidence.
+# Bounded: files published without a pin are never stamped (the oldest go).
 _SEEN: dict[tuple[int, int, int, int], str] = {}
 _SEEN_MAX = 4096
+_SEEN_LOCK = threading.Lock()  # files are published from several threads
 
 
 def offsets(size_bytes: int) -> list[int]:
@@ -96,7 +99,7 @@ def of_name(path: str, size_bytes: int) -> str | None:
 
 def _open_fresh(path: str) -> tuple[int, bool]:
     """(descriptor, opened with O_DIRECT) on a regular file."""
-    if _is_local(os.path.dirname(path) or "."):
+    if is_local(os.path.dirname(path) or "."):
         return _checked(os.open(path, _READ_FLAGS)), False
     try:
         return _checked(os.open(path, _READ_FLAGS | os.O_DIRECT)), True
@@ -128,8 +131,10 @@ def _read_direct(fd: int, size_bytes: int) -> list[bytes]:
 
 
 @functools.lru_cache(maxsize=256)
-def _is_local(directory: str) -> bool:
-    """Asked once per directory and run: its filesystem does not change."""
+def is_local(directory: str) -> bool:
+    """Whether one kernel owns the filesystem of `directory` (its names,
+    inode numbers and page cache tell the truth). Asked once per directory
+    and run: its filesystem does not change."""
     return statfs_type(directory) in _LOCAL_MAGICS
 
 
@@ -139,11 +144,13 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def remember(st: os.stat_result, evidence: str) -> None:
     """What the descriptor described by `st` held (publish, the warm hash)."""
-    if len(_SEEN) >= _SEEN_MAX:
-        _SEEN.clear()
-    _SEEN[_key(st)] = evidence
+    with _SEEN_LOCK:
+        while len(_SEEN) >= _SEEN_MAX:
+            del _SEEN[next(iter(_SEEN))]
+        _SEEN[_key(st)] = evidence
 
 
 def recall(st: os.stat_result) -> str | None:
     """The evidence remembered for `st`, once; None: nothing seen, no stamp."""
-    return _SEEN.pop(_key(st), None)
+    with _SEEN_LOCK:
+        return _SEEN.pop(_key(st), None)

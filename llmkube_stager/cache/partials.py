@@ -37,6 +37,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from llmkube_stager.cache.evidence import is_local
 from llmkube_stager.layout import (
     ATOMIC_TMP_INFIX,
     JOURNAL_SUFFIX,
@@ -156,11 +157,15 @@ class Claim:
         descriptor opened under the old name (#21 item 8), and its inode
         numbers, which follow the path, cannot say when that is the case
         (the descriptor's fstat shows the new number once the old name's
-        file is closed). So always (a rename of ours is rare: an adoption,
-        a widening): reopened, checked to be the same file (same_file),
-        locked; else we keep the descriptor we had (`owned` judges it)."""
+        file is closed). So everywhere but on a local filesystem (a rename
+        of ours is rare: an adoption, a widening): reopened, checked to be
+        the same file (same_file), locked; else we keep the descriptor we
+        had (`owned` judges it)."""
         try:
             held = os.fstat(self.fd)
+            named = os.lstat(self.path)
+            if _same_inode(named, held) and is_local(os.path.dirname(self.path) or "."):
+                return  # one kernel's inode numbers: the descriptor is the file
             fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS)
         except OSError:
             return
@@ -177,7 +182,7 @@ class Claim:
         # in between gains nothing: adopting needs a rename of our name,
         # which `owned` notices.
         old, self.fd = self.fd, fd
-        os.close(old)
+        _close(old)
         _lock(fd)
 
     def discard(self) -> None:
@@ -207,7 +212,7 @@ def same_file(named: os.stat_result, held: os.stat_result) -> bool:
     only a rename of ours ever puts a file there; a size record vouches
     for a size only; a stamp's truth rests on evidence read from the bytes
     (records.py, #21 item 2), never on this."""
-    if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+    if _same_inode(named, held):
         return True
     return (
         named.st_dev == held.st_dev
@@ -216,6 +221,10 @@ def same_file(named: os.stat_result, held: os.stat_result) -> bool:
         and named.st_size == held.st_size
         and abs(named.st_mtime_ns - held.st_mtime_ns) < _SAME_MTIME_NS
     )
+
+
+def _same_inode(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _lock(fd: int) -> bool:
