@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,22 +28,21 @@ ONE_CONNECTION = {"LLMKUBE_CONNECTIONS": "1"}
 @dataclass
 class Verdicts:
     """What pods pinned to X on A's node got: while A's stamp stood
-    (A frozen after it), and after A finished."""
+    (A frozen after it), and after A finished; with what a read of the
+    file through A's node gave right after each run (what a pod there is
+    served)."""
 
     x: bytes
     y: bytes
-    stored: Callable[[], bytes]  # what the storage itself holds at the name
-    while_stamped: list[Run]
-    after: list[Run]
+    while_stamped: list[tuple[Run, bytes]]
+    after: list[tuple[Run, bytes]]
 
 
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_stamp_race(
-    tmp_path: Path, node1: Path, node2: Path, stored: Callable[[], bytes]
-) -> Verdicts:
+def run_stamp_race(tmp_path: Path, node1: Path, node2: Path) -> Verdicts:
     x, y = payload(SIZE, 2201), payload(SIZE, 2202)
     assert x != y
     with Origin() as origin_a, Origin() as origin_b:
@@ -67,20 +65,24 @@ def run_stamp_race(
             proc_a.send_signal(signal.SIGCONT)
         a.finish(proc_a).ok()
         after = _readers(tmp_path, origin_a, dest_a.parent, x)
-    return Verdicts(x, y, stored, while_stamped, after)
+    return Verdicts(x, y, while_stamped, after)
 
 
-def _readers(tmp_path: Path, origin: Origin, root: Path, x: bytes) -> list[Run]:
+def _readers(tmp_path: Path, origin: Origin, root: Path, x: bytes) -> list[tuple[Run, bytes]]:
     """`verify` and `stage` of a serving pod pinned to X, on A's node."""
     env = {**single_env(origin.url + "/m.gguf", root), "MODEL_SHA256": sha256_of(x)}
     pod = Pod(tmp_path, env)
-    return [pod.run("verify"), pod.run("stage")]
+    found = []
+    for command in ("verify", "stage"):
+        run = pod.run(command)
+        found.append((run, (root / "model.gguf").read_bytes()))
+    return found
 
 
 def assert_never_served_y(verdicts: Verdicts) -> None:
-    for run in verdicts.while_stamped + verdicts.after:
+    for run, served in verdicts.while_stamped + verdicts.after:
         if run.returncode == 0:
-            assert verdicts.stored() == verdicts.x, (
+            assert served == verdicts.x, (
                 f"{run.args} accepted bytes that are not the pinned digest's\n{run}"
             )
         assert "Traceback" not in run.stderr, str(run)

@@ -21,10 +21,10 @@ def test_a_stamp_never_vouches_for_another_writers_bytes(
     tmp_path: Path, caching_nodes: TwoNodes
 ) -> None:
     dest = caching_nodes.backing / "k" / "model.gguf"
-    verdicts = run_stamp_race(tmp_path, caching_nodes.node1, caching_nodes.node2, dest.read_bytes)
+    verdicts = run_stamp_race(tmp_path, caching_nodes.node1, caching_nodes.node2)
     assert dest.read_bytes() == verdicts.y, "B published last"
     assert_never_served_y(verdicts)
-    for verify, stage in (verdicts.while_stamped, verdicts.after):
+    for (verify, _), (stage, _) in (verdicts.while_stamped, verdicts.after):
         verify.failed("ModelTransferChecksumMismatch")
         # A serving pod on FUSE writes nothing: it refuses what it cannot fix.
         assert stage.returncode != 0, str(stage)
