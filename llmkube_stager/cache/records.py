@@ -145,7 +145,9 @@ def _stamp(small: Small) -> tuple[str, int, int] | None:
 
 def stamp_status(dest: str, st: os.stat_result) -> str:
     """For `inspect`: absent, unreadable, legacy (present but not a valid
-    triple: hashed again and rewritten), matches or stale."""
+    triple: hashed again and rewritten), matches, stale, or contradicted
+    (it matches the file's size and mtime, but its evidence does not match
+    the bytes: never trusted, #21 item 2)."""
     small = read_small(stamp_path(dest), _STAMP_MAX_BYTES)
     if small.absent:
         return "absent"
@@ -154,7 +156,9 @@ def stamp_status(dest: str, st: os.stat_result) -> str:
     stamp = _stamp(small)
     if stamp is None:
         return "legacy"
-    return "matches" if stamp[1:] == (st.st_size, int(st.st_mtime)) else "stale"
+    if stamp[1:] != (st.st_size, int(st.st_mtime)):
+        return "stale"
+    return "matches" if stamp_matches(dest, stamp[0], st) else "contradicted"
 
 
 def _is_int(text: str) -> bool:

@@ -39,7 +39,7 @@ class ModelFile:
     size_bytes: int
     record_bytes: int | None
     record_matches: bool | None
-    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy"
+    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy", "contradicted"
     markers: list[str] = field(default_factory=list)
     # Why a record that exists gives no size: invalid (treated as absent) or
     # unreadable (the file is unusable), #11.

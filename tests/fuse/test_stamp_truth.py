@@ -12,7 +12,7 @@ import pytest
 from stamp_race import assert_never_served_y, run_stamp_race, sha256_of
 
 from llmkube_stager.cache import evidence
-from llmkube_stager.cache.records import stamp_matches
+from llmkube_stager.cache.records import stamp_matches, stamp_status
 from llmkube_stager.layout import EVIDENCE_SUFFIX
 from tests.harness.mounts import TwoNodes
 
@@ -71,3 +71,5 @@ def test_a_stamp_is_trusted_only_as_far_as_its_evidence_matches_the_bytes(
     vouched = {"same": x, "other": y, None: None}[evidence_of]
     dest, digest = _stamped(tmp_path, x, vouched)
     assert stamp_matches(str(dest), digest, dest.stat()) is trusted
+    # What `inspect` reports of it.
+    assert stamp_status(str(dest), dest.stat()) == ("matches" if trusted else "contradicted")
