@@ -1,5 +1,5 @@
 """The real FUSE object stores (#21 item 10): s3fs and rclone (VFS cache
-modes off and writes) mounts of ONE SeaweedFS bucket as two nodes.
+modes off, writes and full) mounts of ONE SeaweedFS bucket as two nodes.
 
 What the bindfs scenarios hold must hold on them too: a prefetch stager on
 one node, a serving pod on the other reading what it published; a restarted
@@ -24,13 +24,13 @@ from stamp_race import assert_never_served_y, run_stamp_race
 from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.disk import debris, names, record_of
 from tests.harness.features import missing_feature
-from tests.harness.objmounts import ObjectNodes, object_nodes, objstore_missing
+from tests.harness.objmounts import RCLONE_MODES, ObjectNodes, object_nodes, objstore_missing
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod, single_env
 from tests.harness.sample import payload
 from tests.harness.seaweed import SeaweedS3
 
-KINDS = ("s3fs", "rclone-off", "rclone-writes")
+KINDS = ("s3fs", *(f"rclone-{mode}" for mode in RCLONE_MODES))
 SIZE = 1024 * 1024
 SEEDED_PREFIX = 512 * 1024
 ONE_CONNECTION = {"LLMKUBE_CONNECTIONS": "1"}

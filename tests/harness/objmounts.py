@@ -27,9 +27,10 @@ from pathlib import Path
 from tests.harness.mounts import is_mounted, unmount
 from tests.harness.seaweed import ADMIN, REGION, SeaweedS3
 
-# rclone's VFS cache modes the suite runs (#21 item 10): "off" writes
-# through to the bucket on close, "writes" stages writes in a local cache.
-RCLONE_MODES = ("off", "writes")
+# rclone's VFS cache modes the suite runs (#21 items 8, 10): "off" streams
+# writes to the bucket, "writes" stages written files in a local cache,
+# "full" caches reads too.
+RCLONE_MODES = ("off", "writes", "full")
 _MOUNT_TIMEOUT_S = 20.0
 
 
@@ -49,7 +50,7 @@ def objstore_missing(tool: str) -> str | None:
 @dataclass
 class ObjectNodes:
     """Two mounts of one bucket: `node1`, `node2`; `kind` names the driver
-    (`s3fs`, `rclone-off`, `rclone-writes`)."""
+    (`s3fs`, or `rclone-<mode>` for a mode of RCLONE_MODES)."""
 
     kind: str
     bucket: str
@@ -168,8 +169,8 @@ def _command(kind: str, s3: SeaweedS3, bucket: str, mnt: Path, tmp: Path, name: 
 
 @contextlib.contextmanager
 def object_nodes(kind: str, s3: SeaweedS3, tmp: Path, bucket: str) -> Iterator[ObjectNodes]:
-    """Two `kind` mounts (`s3fs`, `rclone-off`, `rclone-writes`) of `bucket`
-    (created here): two nodes of one object-store cache volume."""
+    """Two `kind` mounts (`s3fs`, `rclone-<mode>`) of `bucket` (created
+    here): two nodes of one object-store cache volume."""
     s3.create_bucket(bucket)
     mnts = [tmp / f"{kind}-node1", tmp / f"{kind}-node2"]
     with contextlib.ExitStack() as stack:
