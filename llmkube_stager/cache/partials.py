@@ -373,7 +373,11 @@ def _take(partial: PartialFile, own: Claim) -> Claim | None:
     fd = _open_candidate(partial)
     if fd is None:
         return None
-    if not _writable_in_place(fd):
+    # Probed on sequential partials only: their last byte is written data
+    # (the same byte again is harmless beside a writer frozen and resumed);
+    # a parallel one's may be a hole, and a zero written into it could land
+    # after such a writer's real byte there.
+    if partial.sequential and not _writable_in_place(fd):
         # rclone --vfs-cache-mode off writes a file only front to back from
         # a fresh open: no partial can be resumed there (#21 item 10). Its
         # writer is gone (idle, and we hold its flock) and its bytes are of
