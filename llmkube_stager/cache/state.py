@@ -193,6 +193,11 @@ def hash_file(path: str, expected: os.stat_result | None = None) -> tuple[str, o
 
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
         after = os.fstat(fd)
-    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-        return digest, os.stat_result((0,) * 10)
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            return digest, os.stat_result((0,) * 10)
+        # What a stamp of these bytes will carry as evidence: read through
+        # the descriptor that was hashed (#21 item 2, cache/evidence.py).
+        from llmkube_stager.cache import evidence
+
+        evidence.remember(after, evidence.of_descriptor(fd, after.st_size))
     return digest, after

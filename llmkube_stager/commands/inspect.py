@@ -21,6 +21,7 @@ from llmkube_stager.cache.safeio import kind_of, walk_files
 from llmkube_stager.cache.sweep import DEBRIS_AGE_S, FUTURE_SLACK_S, is_atomic_debris
 from llmkube_stager.layout import (
     AGENT_PARTIAL_SUFFIXES,
+    EVIDENCE_SUFFIX,
     LOCK_NAME,
     MARKER_SUFFIX,
     SIZE_RECORD_SUFFIX,
@@ -38,7 +39,7 @@ class ModelFile:
     size_bytes: int
     record_bytes: int | None
     record_matches: bool | None
-    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy"
+    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy", "contradicted"
     markers: list[str] = field(default_factory=list)
     # Why a record that exists gives no size: invalid (treated as absent) or
     # unreadable (the file is unusable), #11.
@@ -92,7 +93,7 @@ def _leftover_kind(name: str) -> str | None:
 
 def _is_metadata(name: str) -> bool:
     return (
-        name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX))
+        name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX, EVIDENCE_SUFFIX))
         or bool(_MARKER_RE.match(name))
         or name == LOCK_NAME
     )
