@@ -39,7 +39,8 @@ FLOOR_STAMP := $(FLOOR_VENV)/.installed
 FLOOR_TESTS := tests/floors/check_floor_versions.py tests/sources/test_hf.py \
 	tests/sources/test_hf_mirror.py tests/sources/test_hf_retry_storm.py \
 	tests/sources/test_hfref.py tests/sources/test_hf_doc.py tests/sources/test_s3.py \
-	tests/sources/test_s3_credentials.py
+	tests/sources/test_s3_credentials.py tests/sources/test_client_proxies.py \
+	tests/sources/test_sts_trust.py tests/sources/test_hf_wire.py
 
 $(FLOOR_STAMP): pyproject.toml tests/floors/constraints.txt
 	rm -rf $(FLOOR_VENV)

@@ -81,6 +81,17 @@ class Boundary:
                 self._fail(err)
             except KeyboardInterrupt:
                 self._fail(Cancelled("interrupted"))
+            except OSError as exc:
+                # A fault of the volume that no inner layer translated (EIO,
+                # a dead mount, no inode left: #21 item 7) is its reason,
+                # not a bug; any other OSError is one.
+                from llmkube_stager.cache.disk import storage_fault
+
+                where = exc.filename if isinstance(exc.filename, str) else ""
+                fault = storage_fault(exc, f"using {where}" if where else "using the cache")
+                if fault is None:
+                    self._internal(exc)
+                self._fail(fault)
             except Exception as exc:
                 self._internal(exc)
             if doc is not None and self.terminate:

@@ -35,6 +35,9 @@ class Reason(StrEnum):
     CACHE_LOCK_UNSUPPORTED = "ModelCacheLockUnsupported"
     CACHE_LOCK_TIMEOUT = "ModelCacheLockTimeout"
     CACHE_UNWRITABLE = "ModelCacheUnwritable"
+    # #21 item 7: storage faults are the volume's, not bugs.
+    CACHE_FAILING = "ModelCacheFailing"
+    CACHE_DISCONNECTED = "ModelCacheDisconnected"
     CACHE_EMPTY = "ModelCacheEmpty"
     CACHE_INCOMPLETE = "ModelCacheIncomplete"
     INVALID_FILE_SET = "InvalidFileSet"
@@ -59,6 +62,9 @@ RETRYABLE: frozenset[Reason] = frozenset(
         Reason.CACHE_LOCK_TIMEOUT,
         # The copy is wrong and the origin could not repair it *now*.
         Reason.CACHE_TRUNCATED,
+        # A dead mount (its FUSE daemon died, a stale NFS handle): the next
+        # pod mounts the volume afresh (#21 item 7).
+        Reason.CACHE_DISCONNECTED,
     }
 )
 
@@ -97,6 +103,12 @@ REMEDY_OUT_OF_SPACE = (
     "raise spec.resources.ephemeralStorage (which also sizes the emptyDir) or give the model "
     "cache a larger volume"
 )
+# No free inode, bytes maybe to spare (#21 item 7): the bytes remedy misleads.
+REMEDY_OUT_OF_INODES = (
+    "the cache volume has no free inodes (files) left, whatever its free bytes; remove "
+    "unneeded files from the volume, or give the model cache a volume made with more inodes "
+    "(ext4: mkfs -N or a smaller -i bytes-per-inode)"
+)
 REMEDY_UNREACHABLE = (
     "check the endpoint address, cluster DNS, and any NetworkPolicy or egress restriction"
 )
@@ -119,6 +131,22 @@ REMEDY_UNAVAILABLE = (
     "or raise LLMKUBE_RETRIES"
 )
 REMEDY_REJECTED = "the origin refused the request; check spec.source and the endpoint's logs"
+# Cause-specific remedies of #22 (docs/operations.md, runbook).
+REMEDY_ENCODED = (
+    "the origin or a proxy in between sent the file with a Content-Encoding (compressed) although "
+    "the agent asked for identity; encoded bytes are never published as the model: turn off "
+    "compression for these files at the origin, CDN or proxy named (for S3, remove the object's "
+    "Content-Encoding metadata), or exclude the host from the proxy with NO_PROXY, then retry"
+)
+REMEDY_GATED = (
+    "the Hugging Face repository is gated: its terms must be accepted on the repository's page "
+    "(and access granted, where the owner reviews requests) by the account HF_TOKEN belongs to; "
+    "set HF_TOKEN in spec.sourceSecretRef to a token of that account"
+)
+REMEDY_REDIRECT_SCHEME = (
+    "the origin redirected to a URL the agent does not fetch (only http and https redirects are "
+    "followed); point spec.source at the final http(s) location or fix the origin's redirect"
+)
 # One constant per source kind: HF_TOKEN means nothing to S3 or a plain origin.
 REMEDY_RATE_LIMITED_HF = (
     "the origin is rate limiting this client; set HF_TOKEN (authenticated quotas are higher), "
@@ -164,6 +192,20 @@ REMEDY_UNWRITABLE = (
     "the cache must be written but is read-only or not permitted for this uid; check the "
     "volume's access mode, fsGroup and the model-cache-prep container"
 )
+# #21 item 7: EIO (an XFS shutdown, a failing disk or network block device):
+# nothing the failed transfer wrote was published; the volume must be repaired.
+REMEDY_CACHE_FAILING = (
+    "the cache volume failed an I/O (EIO): its disk or filesystem is failing or was shut down "
+    "(see the node's kernel log); nothing from the failed transfer was published; repair or "
+    "replace the volume, then restart"
+)
+# ENOTCONN, ESTALE: the mount is dead (a FUSE daemon that died, a stale NFS
+# handle); a new pod mounts the volume afresh, partials kept for resume.
+REMEDY_CACHE_DISCONNECTED = (
+    "the cache volume's mount is gone (a FUSE daemon such as s3fs, rclone or a CSI driver died, "
+    "or a stale NFS handle); check the storage driver's pod and logs; a new pod mounts it "
+    "afresh and resumes"
+)
 # A symlink (or a file where a directory belongs) inside the model directory
 # would make the agent write outside it (#11): refused before any write.
 REMEDY_LEADS_OUTSIDE = (
@@ -197,6 +239,13 @@ REMEDY_INVALID_FILE_SET = (
 REMEDY_NOT_ALLOWED = (
     "the model's local/hostPath source is not within the operator's --allowed-host-path-roots"
 )
+# #22 item 6: a forward proxy answered 407. Its credentials are not the
+# source's (spec.sourceSecretRef): they ride in the proxy URL.
+REMEDY_PROXY_UNAUTHORIZED = (
+    "the forward proxy refused the agent (HTTP 407 Proxy Authentication Required); check the "
+    "user and password in HTTPS_PROXY / HTTP_PROXY, or list the host in NO_PROXY if it must "
+    "not go through the proxy"
+)
 REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager stage --help"
 REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
 REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"
@@ -218,6 +267,8 @@ REMEDIES: dict[Reason, str] = {
     Reason.CACHE_LOCK_UNSUPPORTED: REMEDY_LOCK_UNSUPPORTED_PREFETCH,
     Reason.CACHE_LOCK_TIMEOUT: REMEDY_LOCK_TIMEOUT,
     Reason.CACHE_UNWRITABLE: REMEDY_UNWRITABLE,
+    Reason.CACHE_FAILING: REMEDY_CACHE_FAILING,
+    Reason.CACHE_DISCONNECTED: REMEDY_CACHE_DISCONNECTED,
     Reason.CACHE_EMPTY: REMEDY_EMPTY,
     Reason.CACHE_INCOMPLETE: REMEDY_INCOMPLETE,
     Reason.INVALID_FILE_SET: REMEDY_INVALID_FILE_SET,
@@ -361,13 +412,47 @@ class SourceError(StagerError):
         file: str | None = None,
         answered: bool = False,
         wire: Wire | None = None,
+        remedy: str | None = None,
     ) -> None:
-        super().__init__(detail, file=file, reason=reason, wire=wire)
+        super().__init__(detail, file=file, reason=reason, wire=wire, remedy=remedy)
         self.transient = transient
         self.retry_after_s = retry_after_s
         # True when the origin answered (an HTTP status), so the log never
         # calls an answering origin "unreachable" (scenario 51).
         self.answered = answered
+
+
+class ProxyUnauthorized(SourceError):
+    """A forward proxy answered 407, on CONNECT or to a plain request, on
+    any path (#22 item 6). Wrong proxy credentials do not fix themselves:
+    never retried, exit 4. Built by `proxy_unauthorized`; constructed like
+    any SourceError (callers copy errors by their type)."""
+
+    reason = Reason.SOURCE_UNAUTHORIZED
+
+    @property
+    def remedy(self) -> str:
+        return REMEDY_PROXY_UNAUTHORIZED
+
+
+def proxy_unauthorized(where: str, *, credentials_sent: bool | None) -> ProxyUnauthorized:
+    """`where` says what was asked and via which proxy (`host:port` only);
+    the credentials are named, never shown. `credentials_sent` None: not
+    known where the answer was read."""
+    if credentials_sent is None:
+        why = "check the proxy credentials (the user:password of HTTPS_PROXY / HTTP_PROXY)"
+    elif credentials_sent:
+        why = "it refused the proxy credentials (the user:password of HTTPS_PROXY / HTTP_PROXY)"
+    else:
+        why = (
+            "it wants credentials and no proxy credentials were sent (none in "
+            "HTTPS_PROXY / HTTP_PROXY)"
+        )
+    return ProxyUnauthorized(
+        f"{where}: the proxy answered 407 Proxy Authentication Required: {why}",
+        answered=True,
+        wire=Wire(http_status=407),
+    )
 
 
 class TransferError(StagerError):

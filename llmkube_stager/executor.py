@@ -20,6 +20,8 @@ validators that were verified are recorded (defect 12).
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import signal
 import threading
@@ -29,7 +31,13 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, encode_intent
+from llmkube_stager.cache.journal import (
+    COMMIT_KEY,
+    INTENT_KEY,
+    OVER_KEY,
+    REVISION_KEY,
+    encode_intent,
+)
 from llmkube_stager.cache.listrec import write_listing
 from llmkube_stager.cache.partials import IDLE_S
 from llmkube_stager.cache.records import write_marker, write_size_record, write_validators
@@ -114,6 +122,16 @@ class Session:
 
     def fetcher_if_open(self) -> Fetcher | None:
         return self._fetcher
+
+    def reopen(self, commit: str) -> None:
+        """Forget the fetcher and what it answered: the files come from
+        `commit` (a sharded Job's claim, #21 item 4), listed again."""
+        with self._opening:
+            if self._fetcher is not None:
+                self._fetcher.close()
+            self._fetcher = None
+            self.metas.clear()
+            self.commit = commit
 
     def transfer_effects(
         self,
@@ -212,6 +230,13 @@ def signals_held() -> Iterator[None]:
             signal.signal(sig, handler)
         for signum in pending:
             signal.raise_signal(signum)
+
+
+def _touch(path: str) -> None:
+    """A heartbeat by name: a name renamed into place (or adopted away) is
+    gone, and a private partial's name is never anyone else's."""
+    with contextlib.suppress(OSError):
+        os.utime(path, follow_symlinks=False)
 
 
 class Executor:
@@ -322,6 +347,10 @@ class Executor:
             if r.decision in moved or (r.decision is Decision.REUSE and r.rel in self._verified)
         ]
         updates = self._validators_of(rels)
+        if len(rels) == len(results) and self._session.config.refresh_policy == "OnChange":
+            # Every file was verified against, or fetched from, one commit:
+            # the set is of that commit, whatever the records said (#21 item 4).
+            updates.update(self._run_record())
         known = self._cache.validators
         if updates and any(known.get(k) != v for k, v in updates.items()):
             self._try(lambda: self._write_validators(updates), self._manifest.files[0])
@@ -335,7 +364,16 @@ class Executor:
         commit = fetcher.resolved_commit()
         if commit is None:
             return {}
-        return {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
+        record = {REVISION_KEY: fetcher.revision, COMMIT_KEY: commit}
+        if self._session.validators_name == VALIDATORS_NAME:
+            # A run over the whole model supersedes the shares' commits
+            # (cache/setstate.recorded_commits, #21 item 4).
+            from llmkube_stager.cache.setstate import share_commits
+
+            shares = share_commits(self._cache.validators)
+            if shares:  # a model never sharded keeps the record it had
+                record[OVER_KEY] = json.dumps(shares, sort_keys=True)
+        return record
 
     def _record_listing(self) -> None:
         """The set this run publishes from (#24 item 5, listed.py)."""
@@ -560,10 +598,19 @@ class Executor:
         self._record_listing()
         self._run_recorded = True
         self._try(lambda: self._write_validators(intent), self._manifest.files[0])
+        from llmkube_stager.transfer import KeepAlive
+
         results: dict[str, FileResult] = {}
         lost: list[_Staged] = []
         done = {INTENT_KEY: ""}
-        with signals_held():
+        with signals_held(), KeepAlive() as keep:
+            # The partials not renamed yet stay alive while the set is
+            # renamed (a slow FUSE rename is a copy): an unsharded writer
+            # rolls forward only a dead writer's publish (#21 item 5). By
+            # name, not descriptor: a published claim's descriptor is closed.
+            for one in staged:
+                assert one.done is not None
+                keep.add(functools.partial(_touch, one.done.partial))
             for one in staged:
                 assert one.done is not None
                 result = self._publish_once(one.action, one.done)

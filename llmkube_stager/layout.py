@@ -14,6 +14,9 @@ from llmkube_stager.errors import InvalidFileSet
 
 SIZE_RECORD_SUFFIX = ".llmkube-size"
 STAMP_SUFFIX = ".sha256"
+# `<file>.llmkube-evidence`: what the bytes behind a stamp looked like
+# (cache/evidence.py, #21 item 2); the stamp itself keeps its shared format.
+EVIDENCE_SUFFIX = ".llmkube-evidence"
 MARKER_SUFFIX = ".sha256-rejected"
 ATOMIC_TMP_INFIX = ".llmkube-tmp."
 # The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
@@ -67,6 +70,7 @@ KSERVE_PRIVATE_NAME = ".llmkube-stager"
 # (The old partial suffixes are substrings of the current ones.)
 _RESERVED_MARKERS = (
     SIZE_RECORD_SUFFIX,
+    EVIDENCE_SUFFIX,
     ATOMIC_TMP_INFIX,
     MARKER_SUFFIX,
     OLD_PART_SUFFIX,
@@ -173,6 +177,7 @@ def suffix_room_bytes(pinned: bool) -> int:
     if pinned:
         names += [
             atomic_tmp_path(stamp_path(dest), tmp),
+            atomic_tmp_path(evidence_path(dest), tmp),
             atomic_tmp_path(marker_path(dest, "0" * 64), tmp),
         ]
     return max(len(name.encode()) for name in names)
@@ -304,6 +309,12 @@ def stamp_path(dest: str) -> str:
     """`<file>.sha256`: `<digest> <size> <mtime-seconds>`, shared with the
     metal agent's writeSHA256Stamp (spec §4.2)."""
     return dest + STAMP_SUFFIX
+
+
+def evidence_path(dest: str) -> str:
+    """`<file>.llmkube-evidence`: `<scheme> <digest> <size> <mtime-seconds>
+    <evidence>`, beside the stamp it belongs to (cache/evidence.py)."""
+    return dest + EVIDENCE_SUFFIX
 
 
 def marker_path(dest: str, expected_digest: str) -> str:

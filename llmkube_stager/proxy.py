@@ -5,17 +5,22 @@ http ones (lowercase wins when both are set), `NO_PROXY`/`no_proxy` for the
 hosts that go direct. Clusters behind an egress proxy set these on every
 pod; the scripts' curl honoured them, so the agent must too, on every path:
 the HEAD probe (httpx), the data path (http.client: CONNECT tunnel for
-https, absolute-form requests for http) and the Hugging Face API client.
-boto3 reads the same variables itself for its own calls.
+https, absolute-form requests for http), the Hugging Face API client and
+botocore's S3 and STS clients. Each takes this module's decision for its
+URL (`ProxySettings.for_url`) and is kept from reading the variables itself
+(httpx `trust_env=False`; botocore an explicit `proxies`, empty when the
+answer is "direct"): their own NO_PROXY matching has no CIDR blocks, so a
+host the user excluded would go through the proxy (#22 item 2).
 
 Only `http://` proxies (the usual kind; curl's default scheme when none is
 given). Credentials in the proxy URL are secrets: the redactor knows them,
 and a proxy is only ever displayed as `host:port`.
 
 NO_PROXY entries: `*` (everything), a host name (that host and its
-subdomains; a leading `.` or `*.` is the same), `host:port`, or an IP address
-or CIDR block (`10.0.0.0/8`, as Kubernetes clusters list their pod and
-service ranges). Pure: the environment is read by config.py.
+subdomains; a leading `.` or `*.` is the same), `host:port`, an IP address
+(IPv6 bare or bracketed, `[::1]:8080` with a port) or CIDR block
+(`10.0.0.0/8`, as Kubernetes clusters list their pod and service ranges).
+Pure: the environment is read by config.py.
 """
 
 from __future__ import annotations
@@ -75,6 +80,22 @@ class ProxySettings:
             return None
         return proxy
 
+    @property
+    def any(self) -> bool:
+        return self.https is not None or self.http is not None
+
+    def for_full_url(self, url: str) -> Proxy | None:
+        """The decision for a whole URL (botocore's endpoints)."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            port = 443 if scheme == "https" else 80
+        return self.for_url(scheme, parts.hostname or "", port)
+
 
 def parse_proxy(text: str, name: str) -> Proxy | None:
     """A proxy variable's value; None when empty. Raises ProxyConfigError."""
@@ -117,7 +138,7 @@ def _check_cidr(entry: str) -> None:
     import ipaddress
 
     try:
-        ipaddress.ip_network(entry.strip("[]"), strict=False)
+        ipaddress.ip_network(entry.replace("[", "").replace("]", ""), strict=False)
     except ValueError:
         raise ProxyConfigError(f"NO_PROXY entry {entry[:100]!r} is not a valid CIDR") from None
 
@@ -130,6 +151,14 @@ def bypassed(host: str, port: int, entries: tuple[str, ...]) -> bool:
 def _matches(host: str, port: int, entry: str) -> bool:
     if entry == "*":
         return True
+    if entry.startswith("["):
+        # `[::1]`, `[::1]:8080` (#22 item 2: the port never matched before).
+        address, _, rest = entry[1:].partition("]")
+        if rest.startswith("/"):  # `[fd00::]/8`
+            return _ip_in(host, address + rest)
+        if rest and not (rest.startswith(":") and rest[1:] == str(port)):
+            return False
+        return _ip_in(host, address)
     if "/" in entry or _is_ip(entry.strip("[]")):
         return _ip_in(host, entry.strip("[]"))
     name, _, entry_port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")

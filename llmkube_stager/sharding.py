@@ -15,14 +15,22 @@ the other shares recorded. A share that differs (the origin changed between
 the listings, or a hub revision moved to another commit) fails the pod with
 ModelSourceChanged instead of reporting success for a model that may miss a
 file: the Job then fails, and running it again lists anew.
+
+A Hugging Face revision is resolved once for the whole Job (#21 item 4):
+the first share to resolve it claims the commit (cache/shardrec.py), every
+other share lists at the claimed commit, a share that had resolved another
+lists again, and a retried share takes the claim too. The claim goes when
+every share is whole under it; the next Job resolves the revision anew.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from llmkube_stager.cache.journal import COMMIT_KEY, REVISION_KEY, intent_of
+from llmkube_stager.cache.journal import CLAIM_KEY, COMPLETE_KEY, intent_of
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.executor import Revisioned, Session
@@ -30,6 +38,9 @@ from llmkube_stager.inflight import run_in_flight
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.shards import shard_id, share_of, view_digest
 from llmkube_stager.sources.base import Source
+
+if TYPE_CHECKING:
+    from llmkube_stager.cache.shardrec import JobCommit
 
 VIEW_KEY = "/view"
 
@@ -85,14 +96,15 @@ def list_sizes(
     return {f.rel: o.value for f, o in zip(files, (*first, *rest), strict=True)}
 
 
-def record_share(root: str, share: Share, session: Session) -> None:
+def record_share(root: str, share: Share, session: Session, claim: JobCommit | None) -> None:
     """Before this share writes anything else: how many shares there are,
-    and the listing this one assigned from."""
+    the listing this one assigned from and the Job's claim it listed at."""
     from llmkube_stager.cache.records import write_validators
     from llmkube_stager.cache.shardrec import write_shard_count
 
     write_shard_count(root, share.shards)
-    write_validators(root, {VIEW_KEY: share.digest}, session.validators_name)
+    record = {VIEW_KEY: share.digest, CLAIM_KEY: claim.id if claim is not None else ""}
+    write_validators(root, record, session.validators_name)
 
 
 def check_views(validators: dict[str, str], share: Share) -> None:
@@ -100,10 +112,15 @@ def check_views(validators: dict[str, str], share: Share) -> None:
     mine = validators.get(share.key(VIEW_KEY))
     if mine is None:
         return  # nothing recorded here (a volume this pod may not write)
+    claim = validators.get(share.key(CLAIM_KEY), "")
     others = {
-        key.rsplit("/", 1)[1]: value
+        sid: value
         for key, value in validators.items()
-        if key.startswith(VIEW_KEY + "/") and key.endswith(f"-of-{share.shards}")
+        if key.startswith(VIEW_KEY + "/")
+        and (sid := key.rsplit("/", 1)[1]).endswith(f"-of-{share.shards}")
+        # A share that listed under another claim ran in an earlier Job
+        # (#21 item 4): this Job's shares all list at this claim's commit.
+        and (not claim or validators.get(f"{CLAIM_KEY}/{sid}") == claim)
     }
     differ = sorted(sid for sid, digest in others.items() if digest != mine)
     if differ:
@@ -139,20 +156,67 @@ def _partial_left(entry: dict[str, object], root: str) -> bool:
     return os.path.lexists(os.path.join(directory, str(entry["partial"])))
 
 
-def shared_commit(validators: dict[str, str], share: Share, revision: str) -> str | None:
-    """The commit this share's files come from: its own record (a retried
-    pod), else the one the lowest share recorded for the same revision, so
-    the shares of one Job do not mix two commits."""
-    own = validators.get(share.key(COMMIT_KEY))
-    if own:
-        return own
-    for index in range(share.shards):
-        other = shard_id(index, share.shards)
-        if validators.get(f"{REVISION_KEY}/{other}") == revision:
-            commit = validators.get(f"{COMMIT_KEY}/{other}")
-            if commit:
-                return commit
-    return None
+def agree_share(
+    config: Config,
+    source: Source,
+    manifest: Manifest,
+    session: Session,
+    candidate: str | None,
+    clock: tuple[Callable[[float], None], Callable[[], float]],
+) -> tuple[Share, JobCommit | None]:
+    """This pod's share, listed at the one commit the Job agreed on (#21
+    item 4; cache/shardrec.py): the claim another share made, else the
+    commit this share resolved (or `candidate`: the commit the model's
+    files already come from, IfNotPresent), claimed for the Job. A share
+    that resolved another commit than the claim's lists again at it."""
+    from llmkube_stager.cache.shardrec import (
+        JobCommit,
+        claim_job_commit,
+        drop_job_commit,
+        new_claim_id,
+        read_job_commit,
+    )
+
+    root, revision = manifest.root, source.revision or ""
+    held = read_job_commit(root, *clock)
+    if held is not None and held.revision != revision:
+        drop_job_commit(root, held)  # a Job of another revision: not this one's
+        held = None
+    if held is not None:
+        session.commit = held.commit
+        return take_share(config, source, manifest, session), held
+    session.commit = candidate
+    share = take_share(config, source, manifest, session)
+    fetcher = session.fetcher_if_open()
+    resolved = fetcher.resolved_commit() if isinstance(fetcher, Revisioned) else None
+    if resolved is None:
+        return share, None  # a mirror without the hub API: no commit to agree on
+    claim = claim_job_commit(root, JobCommit(revision, resolved, new_claim_id()), *clock)
+    if claim.commit != resolved:
+        session.log.info(
+            "share_commit",
+            f"another share of the Job claimed commit {claim.commit[:12]} of {revision}; "
+            "listing it instead",
+            commit=claim.commit,
+        )
+        session.reopen(claim.commit)
+        share = take_share(config, source, manifest, session)
+    return share, claim
+
+
+def finish_share(root: str, share: Share, claim: JobCommit | None, session: Session) -> None:
+    """This share is whole under the Job's claim; when every share is, the
+    Job is done and its claim goes (the next Job resolves anew)."""
+    from llmkube_stager.cache.records import write_validators
+    from llmkube_stager.cache.shardrec import drop_job_commit, read_merged
+
+    if claim is None:
+        return
+    write_validators(root, {COMPLETE_KEY: claim.id}, session.validators_name)
+    merged = read_merged(root)
+    ids = [merged.get(f"{COMPLETE_KEY}/{shard_id(i, share.shards)}") for i in range(share.shards)]
+    if all(found == claim.id for found in ids):
+        drop_job_commit(root, claim)
 
 
 def narrowed(manifest: Manifest, share: Share | None) -> Manifest:

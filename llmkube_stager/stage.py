@@ -15,11 +15,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from llmkube_stager import messages
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.journal import COMMIT_KEY, INTENT_KEY, REVISION_KEY, intent_of
+from llmkube_stager.cache.journal import INTENT_KEY, REVISION_KEY
+from llmkube_stager.cache.setstate import Pending
 from llmkube_stager.cache.state import read_cache_state
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -49,15 +51,19 @@ from llmkube_stager.model import (
 from llmkube_stager.plan import failed, make_plan, probes_needed, strategy_for
 from llmkube_stager.sharding import (
     Share,
+    agree_share,
     check_views,
+    finish_share,
     narrowed,
     own_intents,
     record_share,
-    shared_commit,
     take_share,
 )
 from llmkube_stager.sources import check_libraries, open_source
 from llmkube_stager.sources.base import ListingSource, RemoteMeta, Source
+
+if TYPE_CHECKING:
+    from llmkube_stager.cache.shardrec import JobCommit
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,10 @@ class Prepared:
     # OnChange: the validators present files were verified to have (or
     # "unverified"), in place of a missing record (defect 12).
     checked: Mapping[str, str] = field(default_factory=dict)
-    # A sharded prefetch: the files this pod stages (sharding.py).
+    # A sharded prefetch: the files this pod stages (sharding.py), and the
+    # commit its Job agreed on (Hugging Face, #21 item 4).
     share: Share | None = None
+    claim: JobCommit | None = None
 
 
 def role_of(config: Config) -> Role:
@@ -152,12 +160,14 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
     )
     try:
         if config.shards > 1:
-            prepared = _take_share(config, prepared, session)
+            prepared = _take_share(config, effects, prepared, session)
+        elif prepared.strategy.may_write:
+            prepared = _wait_for_live_publishes(config, effects, prepared)
         pending = bool(
             own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
         )
-        if pending and not prepared.strategy.may_write:
-            _refuse_half_published(prepared)
+        if not prepared.strategy.may_write:
+            _refuse_unwhole(prepared)
         if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
             # Before the first probe or mkdir: a missing library is a
             # configuration error with nothing on disk (#13.1), and so is
@@ -170,32 +180,66 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             prepared = _revalidate(config, prepared, session)
         _check_plan(prepared, effects.log)
         if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
-            # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3).
+            # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
+            # set a reader would refuse is not served either (#21 items 3, 4).
+            if prepared.share is None:
+                _refuse_unwhole(prepared, commits=not _all_verified(config, prepared))
             results = _executor(session, prepared).run(prepared.plan)
         else:
             results = _write(config, effects, prepared, session)
         if prepared.share is not None:
             check_views(read_cache_state(prepared.manifest).validators, prepared.share)
+            if prepared.strategy.may_write:
+                finish_share(prepared.manifest.root, prepared.share, prepared.claim, session)
     finally:
         session.close()
     return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
 
 
-def _take_share(config: Config, prepared: Prepared, session: Session) -> Prepared:
+def _take_share(config: Config, effects: Effects, prepared: Prepared, session: Session) -> Prepared:
     """List the model, take this pod's share, record it (sharding.py). A
-    retried pod finishes from the commit its share (or a lower one) used."""
+    Hugging Face share lists at the one commit its Job agreed on (#21 item
+    4): a retried pod too."""
     from llmkube_stager.cache.shardrec import validators_name
 
     session.validators_name = validators_name(config.shard_index, config.shards)
-    asked = prepared.source.revision
-    if prepared.manifest.kind == "hf" and asked:
-        probe = Share(config.shard_index, config.shards, frozenset(), "")
-        session.commit = shared_commit(prepared.cache.validators, probe, asked)
-    share = take_share(config, prepared.source, prepared.manifest, session)
+    claim = None
+    if prepared.manifest.kind == "hf" and prepared.strategy.may_write:
+        ensure_dir(prepared.manifest.root, prepared.manifest.root, "")  # the claim's directory
+        clock = (effects.sleep, effects.monotonic)
+        share, claim = agree_share(
+            config,
+            prepared.source,
+            prepared.manifest,
+            session,
+            _kept_commit(config, prepared),
+            clock,
+        )
+    else:
+        share = take_share(config, prepared.source, prepared.manifest, session)
     if prepared.strategy.may_write:
         ensure_dir(prepared.manifest.root, prepared.manifest.root, "")
-        record_share(prepared.manifest.root, share, session)
-    return _replan(config, replace(prepared, share=share))
+        record_share(prepared.manifest.root, share, session, claim)
+    return _replan(config, replace(prepared, share=share, claim=claim))
+
+
+def _kept_commit(config: Config, prepared: Prepared) -> str | None:
+    """IfNotPresent keeps the files present: the Job stages the commit they
+    come from (defect 11), when the records name one for this revision."""
+    from llmkube_stager.cache.setstate import recorded_commits
+
+    if config.refresh_policy != "IfNotPresent":
+        return None
+    record = prepared.cache.validators
+    commits = set(recorded_commits(record).values())
+    revisions = {
+        v
+        for k, v in record.items()
+        if v and (k == REVISION_KEY or k.startswith(REVISION_KEY + "/"))
+    }
+    if len(commits) == 1 and revisions == {prepared.source.revision}:
+        return commits.pop()
+    return None
 
 
 def _write(
@@ -222,12 +266,26 @@ def _write(
 
 
 def _executor(session: Session, prepared: Prepared) -> Executor:
-    verified = frozenset(
+    verified = _verified(prepared)
+    return Executor(session, prepared.manifest, prepared.source, prepared.cache, verified)
+
+
+def _verified(prepared: Prepared) -> frozenset[str]:
+    """OnChange: the present files whose validator the origin confirmed."""
+    return frozenset(
         rel
         for rel, remote in prepared.remote.items()
         if remote.validator and prepared.cache.files[rel].validator == remote.validator
     )
-    return Executor(session, prepared.manifest, prepared.source, prepared.cache, verified)
+
+
+def _all_verified(config: Config, prepared: Prepared) -> bool:
+    """Every file of the plan was just verified against one commit: the set
+    is that commit's whatever the records say, and the run records it."""
+    verified = _verified(prepared)
+    return config.refresh_policy == "OnChange" and all(
+        a.rel in verified for a in prepared.plan.actions
+    )
 
 
 def _recorded_commit(prepared: Prepared) -> str | None:
@@ -235,10 +293,20 @@ def _recorded_commit(prepared: Prepared) -> str | None:
     its files came from (defect 11: one manifest, one commit); when the
     revision asked for is not the one recorded, the files present are of
     another revision: fail closed rather than mix."""
+    from llmkube_stager.cache.setstate import judge_set, recorded_commits
+
     record = prepared.cache.validators
-    commit, revision = record.get(COMMIT_KEY), record.get(REVISION_KEY)
-    if prepared.manifest.kind != "hf" or not commit or not prepared.plan.needs_network:
+    commits = recorded_commits(record)
+    if prepared.manifest.kind != "hf" or not commits or not prepared.plan.needs_network:
         return None
+    if len(set(commits.values())) > 1:
+        # Files of two commits (a sharded Job's, #21 item 4): finishing
+        # from either would serve the mix.
+        refusal = judge_set(record, prepared.manifest.root, prepared.manifest.kind)
+        if refusal is not None:
+            raise refusal
+    writer, commit = sorted(commits.items())[0]
+    revision = record.get(f"{REVISION_KEY}/{writer}" if writer else REVISION_KEY)
     present = [a for a in prepared.plan.actions if not a.transfers]
     if not present:
         return None
@@ -258,21 +326,62 @@ def _intents(prepared: Prepared) -> list[dict[str, object]]:
     return own_intents(prepared.cache.validators, prepared.share, prepared.manifest.root)
 
 
-def _refuse_half_published(prepared: Prepared) -> None:
-    """A reader that finds a publish interrupted halfway (its partials still
-    there) does not serve the mixed set as whole (defect 13)."""
-    root = prepared.manifest.root
-    for entry in intent_of(prepared.cache.validators):
-        rel = str(entry["rel"])
-        partial = os.path.join(os.path.dirname(os.path.join(root, rel)), str(entry["partial"]))
-        if os.path.lexists(partial):
+_PUBLISH_POLL_S = 0.5
+
+
+def _wait_for_live_publishes(config: Config, effects: Effects, prepared: Prepared) -> Prepared:
+    """An unsharded writer rolls forward only a dead writer's publish (#21
+    item 5): a share takes no lock, so its partials' flocks and heartbeats
+    say whether it lives (cache/setstate.py). A live publish is waited for,
+    as a held lock is (LLMKUBE_LOCK_TIMEOUT), then the cache read again."""
+    started = effects.monotonic()
+    announced = False
+    while live := _live_publishes(prepared):
+        waited_s = effects.monotonic() - started
+        if waited_s >= config.timeouts.lock_s:
             raise CacheError(
-                f"a publish of the model was interrupted after some of its files were "
-                f"replaced ({rel} is not in place yet): a writer must finish it",
-                reason=Reason.CACHE_INCOMPLETE,
-                file=rel,
-                source_kind=prepared.manifest.kind,
+                f"another writer ({live[0].key}) was still publishing {len(live[0].entries)} "
+                f"file(s) of the model after {config.timeouts.lock_s:g}s",
+                reason=Reason.CACHE_LOCK_TIMEOUT,
+                file=str(live[0].entries[0]["rel"]),
             )
+        if not announced:
+            announced = True
+            effects.log.info(
+                "publish_wait",
+                f"another writer is publishing {len(live[0].entries)} file(s) of the model; "
+                "waiting for it to finish",
+                writer=live[0].key,
+            )
+        effects.sleep(_PUBLISH_POLL_S)
+        prepared = _replan(config, prepared)
+    return prepared
+
+
+def _live_publishes(prepared: Prepared) -> list[Pending]:
+    from llmkube_stager.cache.partials import IDLE_S, fs_now
+    from llmkube_stager.cache.setstate import pending_publishes, publish_alive
+
+    root = prepared.manifest.root
+    pending = pending_publishes(prepared.cache.validators, root)
+    if not pending:
+        return []
+    # Where flock excludes, a free flock is proof of death (as for adoption).
+    idle_s = 0.0 if prepared.strategy.lock_excludes else IDLE_S
+    now_s = fs_now(root) if idle_s > 0 else 0.0
+    return [p for p in pending if publish_alive(p, root, now_s, idle_s)]
+
+
+def _refuse_unwhole(prepared: Prepared, *, commits: bool = True) -> None:
+    """A reader that finds a publish interrupted halfway (its partials still
+    there: defect 13) or files of two commits (#21 item 4) does not serve
+    them as one set: the judgement of every read-only command (setstate)."""
+    from llmkube_stager.cache.setstate import judge_set
+
+    validators, root = prepared.cache.validators, prepared.manifest.root
+    refusal = judge_set(validators, root, prepared.manifest.kind, commits=commits)
+    if refusal is not None:
+        raise refusal
 
 
 def _roll_forward(prepared: Prepared, log: Log, name: str) -> None:

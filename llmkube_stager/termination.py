@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -71,6 +72,11 @@ def failure_doc(err: StagerError, source: str, redact: Callable[[str], str]) -> 
         "retryable": err.retryable,
         "remedy": err.remedy,
     }
+    window_s = getattr(err, "retry_after_s", None)
+    if err.reason is Reason.SOURCE_RATE_LIMITED and window_s is not None:
+        # #22 item 5: how long the origin's rate-limit window still is, so
+        # that a controller can requeue after it rather than into it.
+        doc["retryAfterSeconds"] = math.ceil(window_s)
     if err.file:
         doc["file"] = redact(err.file)
     if source:

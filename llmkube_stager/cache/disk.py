@@ -1,5 +1,14 @@
 """Cache-side OS errors and directories, shared by everything that writes
-the cache (publish, the transfer engine, the executor)."""
+the cache (publish, the transfer engine, the executor).
+
+`disk_error` is the one translation of a cache-side OSError into the
+contract's reasons; `storage_fault` its part for faults of the volume itself
+(#21 item 7), which the boundary also applies to an OSError that reached it
+untranslated: EIO (an XFS shutdown, a failing disk) is `ModelCacheFailing`,
+ENOTCONN/ESTALE (a FUSE daemon that died, a stale NFS handle) is
+`ModelCacheDisconnected`, ENOSPC with no free inode left is
+`ModelTransferOutOfSpace` with the inode remedy: never an internal error
+with a traceback, nor the fsGroup remedy of an unwritable volume."""
 
 from __future__ import annotations
 
@@ -9,6 +18,7 @@ import os
 
 from llmkube_stager.errors import (
     REMEDY_LEADS_OUTSIDE,
+    REMEDY_OUT_OF_INODES,
     CacheError,
     Reason,
     StagerError,
@@ -16,6 +26,20 @@ from llmkube_stager.errors import (
 )
 
 _OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+# The volume failed the I/O (EUCLEAN: XFS's EFSCORRUPTED).
+_FAILING = frozenset({errno.EIO, errno.EUCLEAN})
+# The mount is dead: FUSE without its daemon (ENOTCONN; ECONNABORTED once the
+# connection was aborted), NFS's stale handle.
+_DISCONNECTED = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.ESTALE})
+
+
+def is_volume_fault(exc: OSError) -> bool:
+    """EIO or a dead mount: the volume failed, not a file or a permission.
+    The readers of the cache (safeio, state) raise such an error as it is,
+    never judge a file "unreadable" by it (#21 item 7)."""
+    return exc.errno in _FAILING or exc.errno in _DISCONNECTED
+
+
 _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 # A name the agent writes through turned out to be a symlink (O_NOFOLLOW) or a
 # file where a directory belongs: it would lead outside the cache (#11).
@@ -25,12 +49,67 @@ _TAKEN_BY_A_DIRECTORY = frozenset({errno.EISDIR, errno.ENOTEMPTY})
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def disk_error(exc: OSError, what: str, rel: str) -> Exception:
-    """Translate a cache-side OSError into the contract's reasons."""
+def storage_fault(
+    exc: OSError, what: str, rel: str | None = None, where: str | None = None
+) -> StagerError | None:
+    """The reason of a fault of the volume itself, or None for any other
+    errno. `where` (a path on the volume, else the error's own filename)
+    tells an inode shortage from a byte shortage."""
+    shown = f"{what} {rel}" if rel else what
+    why = os.strerror(exc.errno or 0)
     if exc.errno in _OUT_OF_SPACE:
+        if _out_of_inodes(where or _filename(exc)):
+            return TransferError(
+                f"no free inode left on the cache volume while {shown}",
+                reason=Reason.OUT_OF_SPACE,
+                file=rel,
+                remedy=REMEDY_OUT_OF_INODES,
+            )
         return TransferError(
-            f"no space left on device while {what} {rel}", reason=Reason.OUT_OF_SPACE, file=rel
+            f"no space left on device while {shown}", reason=Reason.OUT_OF_SPACE, file=rel
         )
+    if exc.errno in _FAILING:
+        return CacheError(
+            f"the cache volume failed an I/O while {shown}: {why}",
+            reason=Reason.CACHE_FAILING,
+            file=rel,
+        )
+    if exc.errno in _DISCONNECTED:
+        return CacheError(
+            f"the cache volume's mount is gone while {shown}: {why}",
+            reason=Reason.CACHE_DISCONNECTED,
+            file=rel,
+        )
+    return None
+
+
+def _filename(exc: OSError) -> str | None:
+    name = exc.filename
+    return name if isinstance(name, str) and name else None
+
+
+def _out_of_inodes(where: str | None) -> bool:
+    """The filesystem of `where` (or of its nearest existing parent) counts
+    inodes and has none left for us. A filesystem that does not count them
+    (f_files 0: btrfs, many FUSE mounts) never is."""
+    path = where
+    while path:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            parent = os.path.dirname(path)
+            path = None if parent == path else parent
+            continue
+        return st.f_files > 0 and st.f_favail == 0
+    return False
+
+
+def disk_error(exc: OSError, what: str, rel: str, where: str | None = None) -> Exception:
+    """Translate a cache-side OSError into the contract's reasons; an errno
+    it does not know stays the OSError (a bug, with its traceback)."""
+    fault = storage_fault(exc, what, rel, where)
+    if fault is not None:
+        return fault
     if exc.errno in _UNWRITABLE:
         return CacheError(
             f"cannot write the cache while {what} {rel}: {os.strerror(exc.errno or 0)}",
@@ -110,8 +189,8 @@ def _refusal(exc: OSError, path: str, shown: str | None) -> StagerError:
             file=shown,
             remedy=REMEDY_LEADS_OUTSIDE,
         )
-    if exc.errno in _OUT_OF_SPACE:
-        return TransferError(
-            f"no space left on device creating {path}", reason=Reason.OUT_OF_SPACE, file=shown
-        )
+    fault = storage_fault(exc, f"creating {path}", None, path)
+    if fault is not None:
+        fault.file = shown
+        return fault
     return CacheError(f"cannot create {path}: {reason}", file=shown)

@@ -72,6 +72,14 @@ def write_journal(path: str, validator: str, size: int, done: Spans) -> None:
 COMMIT_KEY = "/commit"
 REVISION_KEY = "/revision"
 INTENT_KEY = "/publishing"
+# #21 item 4, the commit a sharded prefetch Job agreed on (shardrec.JobCommit):
+# a share records the id of the agreement it staged under, and, once its
+# share is whole, that id again as complete; an unsharded writer that staged
+# the whole model records which shares' commits its run superseded
+# (JSON {share id: commit}), so readers no longer count those.
+CLAIM_KEY = "/claim"
+COMPLETE_KEY = "/complete"
+OVER_KEY = "/over"
 
 
 def intent_of(validators: dict[str, str], key: str | None = None) -> list[dict[str, object]]:
@@ -80,6 +88,11 @@ def intent_of(validators: dict[str, str], key: str | None = None) -> list[dict[s
     `/publishing/<share>`: cache/shardrec.py), or of the one `key`."""
     keys = [key] if key is not None else [k for k in validators if _is_intent_key(k)]
     return [entry for k in sorted(keys) for entry in _entries(validators.get(k, ""))]
+
+
+def intent_keys(validators: dict[str, str]) -> list[str]:
+    """The keys of every writer's publish intent, in order."""
+    return sorted(k for k in validators if _is_intent_key(k))
 
 
 def _is_intent_key(key: str) -> bool:

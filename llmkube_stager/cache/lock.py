@@ -24,7 +24,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, CacheError, Reason
+from llmkube_stager.cache.disk import storage_fault
+from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, CacheError, Reason, StagerError
 from llmkube_stager.layout import LOCK_NAME
 from llmkube_stager.logs import Log
 
@@ -115,7 +116,7 @@ class CacheLock:
         if not os.path.samestat(entry, held):
             raise _NotOurLockFile(errno.EINVAL, "replaced while it was locked", self.path)
 
-    def _refusal(self, exc: OSError) -> CacheError:
+    def _refusal(self, exc: OSError) -> StagerError:
         why = exc.strerror or os.strerror(exc.errno or 0)
         if isinstance(exc, _NotOurLockFile) or exc.errno in (errno.ELOOP, errno.EISDIR):
             return CacheError(
@@ -133,6 +134,10 @@ class CacheLock:
                 f"cannot create the lock file {self.path}: {why}",
                 reason=Reason.CACHE_UNWRITABLE,
             )
+        # No inode left, EIO, a dead mount: the volume's reason (#21 item 7).
+        fault = storage_fault(exc, f"creating the lock file {self.path}", None, self.directory)
+        if fault is not None:
+            return fault
         return CacheError(f"flock on {self.path} failed: {why}")
 
     def release(self) -> None:

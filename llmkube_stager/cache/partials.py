@@ -37,6 +37,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from llmkube_stager.cache.evidence import is_local
 from llmkube_stager.layout import (
     ATOMIC_TMP_INFIX,
     JOURNAL_SUFFIX,
@@ -64,6 +65,8 @@ IDLE_S = 30.0
 FUTURE_TOLERANCE_S = HEARTBEAT_S
 FILE_MODE = 0o664
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# same_file: mtimes of one file seen through two inode numbers (rclone).
+_SAME_MTIME_NS = 1_000_000_000
 
 
 def new_writer_id() -> str:
@@ -90,6 +93,23 @@ class Claim:
         _lock(fd)
         return cls(path, fd)
 
+    def recreate(self) -> None:
+        """Our name again, a fresh empty file (after `discard`)."""
+        fresh = Claim.create(self.path)
+        self.fd = fresh.fd
+
+    def reclaim(self) -> None:
+        """Hold what our name names now: a file a rename of ours put there
+        from a candidate's name (a partial of the same version by its name)
+        that was swapped after we opened the candidate. Checked as any
+        candidate is; OSError when it cannot be held."""
+        fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS)
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and _lock(fd)):
+            os.close(fd)
+            raise OSError(errno.EBUSY, "a partial renamed onto our name is not ours", self.path)
+        self.fd = fd
+
     @property
     def closed(self) -> bool:
         return self.fd < 0
@@ -115,7 +135,7 @@ class Claim:
             held = os.fstat(self.fd)
         except OSError:
             return False
-        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+        return same_file(named, held)
 
     def rename_to(self, path: str) -> bool:
         """Move our partial to another of our names; False when it was
@@ -127,13 +147,50 @@ class Claim:
         except FileNotFoundError:
             return False
         self.path = path
+        self.follow_rename()
         self.beat()
         return True
+
+    def follow_rename(self) -> None:
+        """After a rename of ours, hold the file through its new name:
+        rclone (--vfs-cache-mode writes) dropped what was written through a
+        descriptor opened under the old name (#21 item 8), and its inode
+        numbers, which follow the path, cannot say when that is the case
+        (the descriptor's fstat shows the new number once the old name's
+        file is closed). So everywhere but on a local filesystem (a rename
+        of ours is rare: an adoption, a widening): reopened, checked to be
+        the same file (same_file), locked; else we keep the descriptor we
+        had (`owned` judges it)."""
+        try:
+            held = os.fstat(self.fd)
+            named = os.lstat(self.path)
+            if _same_inode(named, held) and is_local(os.path.dirname(self.path) or "."):
+                return  # one kernel's inode numbers: the descriptor is the file
+            fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS)
+        except OSError:
+            return
+        try:
+            fresh = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return
+        if not (same_file(fresh, held) and fresh.st_nlink == 1):
+            os.close(fd)
+            return
+        # One inode to the kernel's locks: ours is released before the new
+        # descriptor takes it (a flock is per open file). A racer taking it
+        # in between gains nothing: adopting needs a rename of our name,
+        # which `owned` notices.
+        old, self.fd = self.fd, fd
+        _close(old)
+        _lock(fd)
 
     def discard(self) -> None:
         """Remove our name (if it is still ours) and let go of the inode."""
         if self.fd >= 0 and self.owned():
-            with contextlib.suppress(FileNotFoundError):
+            # Gone already, or the volume fails (EIO, ENOTCONN: #21 item 7):
+            # the error being handled is the one to report.
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
         self.close()
 
@@ -142,6 +199,34 @@ class Claim:
             fd, self.fd = self.fd, -1
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def same_file(named: os.stat_result, held: os.stat_result) -> bool:
+    """Whether the stat of a name (`named`) and the fstat of a descriptor
+    (`held`) describe one file. The inode number says so where it is stable;
+    rclone's inode numbers follow the path (#21 item 8): after a rename the
+    descriptor keeps the old number and the new name gets another one, so
+    an inode-only check took our own adopted partial for another writer's
+    and threw it away (a whole download again, a full-size partial left).
+    There, one file still shows one size and about one mtime through both
+    (rclone --vfs-cache-mode off moves it by microseconds after a rename).
+    Good enough for what asks: our names carry our random writer id and
+    only a rename of ours ever puts a file there; a size record vouches
+    for a size only; a stamp's truth rests on evidence read from the bytes
+    (records.py, #21 item 2), never on this."""
+    if _same_inode(named, held):
+        return True
+    return (
+        named.st_dev == held.st_dev
+        and stat.S_ISREG(named.st_mode)
+        and stat.S_ISREG(held.st_mode)
+        and named.st_size == held.st_size
+        and abs(named.st_mtime_ns - held.st_mtime_ns) < _SAME_MTIME_NS
+    )
+
+
+def _same_inode(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _lock(fd: int) -> bool:
@@ -165,7 +250,7 @@ def fs_now(directory: str) -> float:
     try:
         return os.fstat(fd).st_mtime
     finally:
-        os.close(fd)
+        _close(fd)  # rclone (--vfs-cache-mode off) may fail the close: still removed
         with contextlib.suppress(OSError):
             os.unlink(path)
 
@@ -290,18 +375,60 @@ def _take(partial: PartialFile, own: Claim) -> Claim | None:
     fd = _open_candidate(partial)
     if fd is None:
         return None
+    # Probed on sequential partials only: their last byte is written data
+    # (the same byte again is harmless beside a writer frozen and resumed);
+    # a parallel one's may be a hole, and a zero written into it could land
+    # after such a writer's real byte there.
+    if partial.sequential and not _writable_in_place(fd):
+        # rclone --vfs-cache-mode off writes a file only front to back from
+        # a fresh open: no partial can be resumed there (#21 item 10). Its
+        # writer is gone (idle, and we hold its flock) and its bytes are of
+        # no use on this storage: removed, not left as debris.
+        with contextlib.suppress(OSError):
+            if same_file(os.lstat(partial.path), os.fstat(fd)):
+                os.unlink(partial.path)
+        _close(fd)  # rclone reports the refused write again at close (EPERM)
+        return None
+    # Our empty file goes first: rclone (--vfs-cache-mode writes) renaming a
+    # file onto a name that is open showed the open, empty file under the
+    # name, and the adopted bytes were gone (#21 item 8). Our name is ours
+    # alone (our writer id), so nothing else appears there meanwhile.
+    own.discard()
     try:
         os.rename(partial.path, own.path)
     except OSError:
         os.close(fd)
+        own.recreate()
         return None
-    own.close()  # its empty inode was replaced by the rename
     taken = Claim(own.path, fd)
     if not taken.owned():
-        taken.close()  # renamed something else onto our name: never ours
+        # Renamed something else onto our name: never ours; its name no
+        # longer names `own`, so that is never published either.
+        taken.close()
+        own.reclaim()
         return None
+    taken.follow_rename()
     taken.beat()  # a rename keeps the old mtime: refresh it at once
     return taken
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _writable_in_place(fd: int) -> bool:
+    """Whether the file takes a write inside it: its last byte written
+    again (the same byte at the same offset: harmless to any writer of it,
+    layer c above)."""
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return True
+        last = os.pread(fd, 1, size - 1)
+        return os.pwrite(fd, last, size - 1) == len(last)
+    except OSError:
+        return False
 
 
 def _copy(partial: PartialFile, own: Claim) -> Claim | None:

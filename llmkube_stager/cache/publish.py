@@ -13,11 +13,13 @@ destination still names what we published.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 
+from llmkube_stager.cache import evidence
 from llmkube_stager.cache.disk import disk_error
-from llmkube_stager.cache.partials import Claim
+from llmkube_stager.cache.partials import Claim, same_file
 from llmkube_stager.cache.records import fsync_dir, write_size_record
 from llmkube_stager.errors import Reason, TransferError
 
@@ -28,11 +30,13 @@ class PartialLost(Exception):
 
 
 def names_inode(path: str, st: os.stat_result) -> bool:
+    """`path` names the file `st` (a descriptor's fstat) describes; where
+    inode numbers follow the path (rclone), by size and mtime (#21 item 8)."""
     try:
         named = os.lstat(path)
     except OSError:
         return False
-    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
+    return same_file(named, st)
 
 
 def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os.stat_result:
@@ -42,6 +46,10 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         os.fsync(claim.fd)
         st = os.fstat(claim.fd)
     except OSError as exc:
+        # The bytes are not on the disk, and Linux reports a write-back
+        # error once per open file: a later fsync would return 0 over them
+        # (#21 item 1). The partial goes; nothing is published.
+        claim.discard()
         raise disk_error(exc, "publishing", rel) from exc
     if expected_bytes is not None and st.st_size != expected_bytes:
         claim.discard()
@@ -60,6 +68,19 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         raise PartialLost(claim.path) from exc
     except OSError as exc:
         raise disk_error(exc, "publishing", rel) from exc
+    try:
+        # What we published, as it is now: rclone (--vfs-cache-mode off)
+        # moves an open file's mtime at its rename (#21 item 10), and the
+        # identity below compares size and mtime where inode numbers
+        # follow the path.
+        st = os.fstat(claim.fd)
+    except OSError as exc:
+        claim.close()
+        raise disk_error(exc, "publishing", rel) from exc
+    with contextlib.suppress(OSError):
+        # The bytes a stamp of this file may vouch for, read through our
+        # own descriptor, never the name (#21 item 2, cache/evidence.py).
+        evidence.remember(st, evidence.of_descriptor(claim.fd, st.st_size))
     try:
         # Another writer may already have renamed its own file over ours:
         # its record is its own to write.
@@ -83,17 +104,25 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
 
 def stamp_published(dest: str, digest: str, st: os.stat_result) -> None:
     """Stamp `digest` for the inode described by `st` (the descriptor that
-    was hashed or written), and only while `dest` still names it: a stamp
-    never vouches for bytes it did not see (#10 defect 3). Written, then
-    checked again: a writer that replaced the file meanwhile loses our stamp
-    (no stamp means a re-hash, never a wrong file)."""
+    was hashed or written), with the evidence of its bytes taken through
+    that descriptor, and only while `dest` still names it: a stamp never
+    vouches for bytes it did not see (#10 defect 3). Written, then checked
+    again against the bytes an open of `dest` reads now: on FUSE a name's
+    cached identity may be another writer's file (#21 item 2), so the check
+    by name alone passes; a stamp whose evidence the bytes do not bear out
+    is taken back (no stamp means a re-hash, never a wrong file). Readers
+    check the evidence too (records.stamp_matches): a writer frozen between
+    its stamp and this check, or killed there, fools nobody."""
     from llmkube_stager.cache.records import read_stamp, write_stamp
     from llmkube_stager.layout import stamp_path
 
-    if not names_inode(dest, st):
+    seen = evidence.recall(st)
+    if seen is None or not names_inode(dest, st):
         return
-    write_stamp(dest, digest, st)
-    if not names_inode(dest, st) and read_stamp(dest) == (digest, st.st_size, int(st.st_mtime)):
+    write_stamp(dest, digest, st, seen)
+    if names_inode(dest, st) and evidence.of_name(dest, st.st_size) == seen:
+        return
+    if read_stamp(dest) == (digest, st.st_size, int(st.st_mtime)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stamp_path(dest))
 
@@ -102,15 +131,17 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool:
     """Finish one entry of an interrupted publish (journal.intent_of): the
     listed partial, still whole, is renamed into place; a partial already
     renamed shows as a destination of its size. False when neither holds
-    (the entry cannot be vouched for)."""
+    (the entry cannot be vouched for). The partial's data is fsynced before
+    its rename (#21 item 1: its writer died before its own publish fsync,
+    so its pages may still be dirty); a failing fsync raises the storage
+    reason and renames nothing."""
     partial = os.path.join(os.path.dirname(dest), partial_name)
     try:
-        st = os.lstat(partial)
-        if stat.S_ISREG(st.st_mode) and st.st_size == size:
+        if _synced_whole(partial, size):
             os.replace(partial, dest)
             fsync_dir(os.path.dirname(dest))
-    except FileNotFoundError:
-        pass
+    except OSError as exc:
+        raise disk_error(exc, "finishing the publish of", os.path.basename(dest)) from exc
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
@@ -120,3 +151,24 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool:
     if names_inode(dest, st):
         write_size_record(dest, size)
     return True
+
+
+def _synced_whole(partial: str, size: int) -> bool:
+    """The partial is a regular file of `size` bytes, now on the disk;
+    False when it is missing or not that (raises the fsync's error)."""
+    try:
+        fd = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EACCES, errno.EPERM):
+            return False  # a symlink, or bytes this uid cannot vouch for
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        os.fsync(fd)
+        return names_inode(partial, st)
+    finally:
+        os.close(fd)

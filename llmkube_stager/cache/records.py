@@ -9,10 +9,12 @@ import errno
 import os
 from dataclasses import dataclass
 
+from llmkube_stager.cache import evidence
 from llmkube_stager.cache.safeio import Small, read_small
 from llmkube_stager.layout import (
     VALIDATORS_NAME,
     atomic_tmp_path,
+    evidence_path,
     marker_path,
     parse_size_record,
     record_path,
@@ -24,6 +26,8 @@ FILE_MODE = 0o664
 _RECORD_MAX_BYTES = 64
 # `<64 hex> <size> <mtime>` fits easily; a larger file is not a stamp.
 _STAMP_MAX_BYTES = 256
+# `<scheme> <64 hex> <size> <mtime> <64 hex>`, likewise.
+_EVIDENCE_MAX_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,9 @@ def _stamp(small: Small) -> tuple[str, int, int] | None:
 
 def stamp_status(dest: str, st: os.stat_result) -> str:
     """For `inspect`: absent, unreadable, legacy (present but not a valid
-    triple: hashed again and rewritten), matches or stale."""
+    triple: hashed again and rewritten), matches, stale, or contradicted
+    (it matches the file's size and mtime, but its evidence does not match
+    the bytes: never trusted, #21 item 2)."""
     small = read_small(stamp_path(dest), _STAMP_MAX_BYTES)
     if small.absent:
         return "absent"
@@ -150,7 +156,9 @@ def stamp_status(dest: str, st: os.stat_result) -> str:
     stamp = _stamp(small)
     if stamp is None:
         return "legacy"
-    return "matches" if stamp[1:] == (st.st_size, int(st.st_mtime)) else "stale"
+    if stamp[1:] != (st.st_size, int(st.st_mtime)):
+        return "stale"
+    return "matches" if stamp_matches(dest, stamp[0], st) else "contradicted"
 
 
 def _is_int(text: str) -> bool:
@@ -160,12 +168,41 @@ def _is_int(text: str) -> bool:
 
 def stamp_matches(dest: str, digest: str, st: os.stat_result) -> bool:
     """Trust semantics of the scripts: a file whose stamp still matches its
-    size and mtime is accepted without being read (`stamp hit`)."""
-    return read_stamp(dest) == (digest, st.st_size, int(st.st_mtime))
+    size and mtime is accepted without being hashed (`stamp hit`), and
+    since #21 item 2 only if its evidence (when there is any) matches what
+    an open of the file reads now: size and mtime come from a name, which
+    a FUSE node's cache may still attribute to another writer's file. A
+    stamp without evidence was written by the scripts, the metal agent or
+    an older agent (spec §4.2): trusted as they trust it."""
+    triple = (digest, st.st_size, int(st.st_mtime))
+    if read_stamp(dest) != triple:
+        return False
+    small = read_small(evidence_path(dest), _EVIDENCE_MAX_BYTES)
+    if small.absent:
+        return True
+    recorded = _evidence(small)
+    if recorded is None or recorded[0] != triple:
+        return False
+    return evidence.of_name(dest, st.st_size) == recorded[1]
 
 
-def write_stamp(dest: str, digest: str, st: os.stat_result) -> None:
-    write_atomic(stamp_path(dest), f"{digest} {st.st_size} {int(st.st_mtime)}".encode("ascii"))
+def _evidence(small: Small) -> tuple[tuple[str, int, int], str] | None:
+    """((digest, size, mtime) of the stamp it belongs to, evidence)."""
+    if small.data is None:
+        return None
+    parts = small.data.decode("ascii", errors="replace").split()
+    if len(parts) != 5 or parts[0] != evidence.SCHEME or not all(_is_int(p) for p in parts[2:4]):
+        return None
+    return (parts[1].lower(), int(parts[2]), int(parts[3])), parts[4].lower()
+
+
+def write_stamp(dest: str, digest: str, st: os.stat_result, seen: str) -> None:
+    """The evidence `seen` first, then the stamp (its format shared, spec
+    §4.2): a stamp of ours never stands without the evidence it belongs to
+    (a crash between the two leaves evidence for another triple: a re-hash)."""
+    triple = f"{digest} {st.st_size} {int(st.st_mtime)}"
+    write_atomic(evidence_path(dest), f"{evidence.SCHEME} {triple} {seen}".encode("ascii"))
+    write_atomic(stamp_path(dest), triple.encode("ascii"))
 
 
 def has_marker(dest: str, expected_digest: str) -> bool:

@@ -18,11 +18,15 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from llmkube_stager.cache.disk import is_volume_fault
+
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# Errors that say "something is there, but not for this uid" (or the disk
-# failed): never the same as absent (#11 item 5).
-_UNREADABLE = frozenset({errno.EACCES, errno.EPERM, errno.EIO})
+# Errors that say "something is there, but not for this uid": never the
+# same as absent (#11 item 5). A failing volume (EIO) or a dead mount is
+# raised instead (disk.is_volume_fault, #21 item 7): its reason is the
+# volume's, not the fsGroup remedy of an unreadable file.
+_UNREADABLE = frozenset({errno.EACCES, errno.EPERM})
 
 
 class NotRegularFile(OSError):
@@ -106,6 +110,8 @@ def read_small(path: str, limit_bytes: int, dir_fd: int | None = None) -> Small:
 
 
 def _unreadable(exc: OSError) -> Small:
+    if is_volume_fault(exc):
+        raise exc
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     if exc.errno in _UNREADABLE:
         return Small(unreadable=True, problem=f"it is not readable ({reason})")
@@ -133,6 +139,8 @@ def check_parents(root: str, rel: str) -> PathCheck:
     except (FileNotFoundError, NotADirectoryError):
         return PathCheck(ok=False, missing=True)
     except OSError as exc:
+        if is_volume_fault(exc):
+            raise
         why = os.strerror(exc.errno or 0)
         return PathCheck(ok=False, unreadable=True, problem=f"{root}: {why}")
     try:
@@ -152,6 +160,8 @@ def check_parents(root: str, rel: str) -> PathCheck:
 
 
 def _bad_component(exc: OSError, shown: str) -> PathCheck:
+    if is_volume_fault(exc):
+        raise exc
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return PathCheck(ok=False, problem=f"{shown} is a symlink or not a directory")
     if exc.errno in _UNREADABLE:

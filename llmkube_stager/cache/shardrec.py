@@ -17,13 +17,26 @@ share's).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from llmkube_stager.cache.records import read_validators, write_atomic
+from llmkube_stager.cache.records import FILE_MODE, read_validators, write_atomic
+from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.config import MAX_SHARDS
 from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME
 from llmkube_stager.shards import shard_id
 
 _MAX_SHARDS_BYTES = 32
+# The commit a sharded prefetch Job agreed on (#21 item 4). A reserved name
+# (`.llmkube-validators.` + anything is never a model file: layout.py).
+JOB_COMMIT_NAME = VALIDATORS_NAME + ".job-commit"
+_MAX_JOB_COMMIT_BYTES = 512
+# A claim is created, then written: a reader that finds it empty waits for
+# its bytes this long before it takes it for a crashed writer's debris.
+_CLAIM_WRITE_S = 2.0
+_CLAIM_POLL_S = 0.05
 
 
 def validators_name(index: int, shards: int) -> str:
@@ -38,12 +51,20 @@ def write_shard_count(root: str, shards: int) -> None:
 
 
 def shard_count(root: str) -> int:
-    try:
-        with open(os.path.join(root, SHARDS_NAME), "rb") as handle:
-            text = handle.read(_MAX_SHARDS_BYTES).decode("ascii", "replace").strip()
-    except OSError:
+    """The count, read as every other record is (#21 item 6): a regular
+    file only (a FIFO there hung every stage, warm starts included), never
+    through a symlink, whole and small (a prefix of a larger file is not
+    its content), and at most the shard limit (a count of 3,000,000 made a
+    warm start look for three million share records). Anything else: not
+    sharded (the main record alone is read)."""
+    small = read_small(os.path.join(root, SHARDS_NAME), _MAX_SHARDS_BYTES)
+    if small.data is None:
         return 0
-    return int(text) if text.isascii() and text.isdigit() else 0
+    text = small.data.decode("ascii", "replace").strip()
+    if not (text.isascii() and text.isdigit()):
+        return 0
+    count = int(text)
+    return count if count <= MAX_SHARDS else 0
 
 
 def read_merged(root: str) -> dict[str, str]:
@@ -62,5 +83,111 @@ def read_merged(root: str) -> dict[str, str]:
 
 def _mtime(root: str, name: str) -> float:
     with contextlib.suppress(OSError):
-        return os.stat(os.path.join(root, name)).st_mtime
+        return os.lstat(os.path.join(root, name)).st_mtime
     return 0.0
+
+
+# -- one commit per sharded Hugging Face model (#21 item 4) ------------------------
+#
+# The shares of a Job have no coordinator, and a branch may move between two
+# shares' listings: then share 0 staged commit 1 and share 1 commit 2, the set
+# mixed. So the first share to resolve the revision creates the Job's claim
+# (O_CREAT|O_EXCL: one creator wins, where the filesystem makes exclusive
+# creation atomic) and every share stages the claimed commit, listing again
+# if it had resolved another. The claim lasts until every share recorded its
+# share whole under it (`settle`); the next Job then resolves anew. Where
+# exclusive creation is not atomic across nodes (an object store's FUSE
+# driver), two first shares may both believe they won: their listings
+# differ, the last to finish fails ModelSourceChanged as before, and its
+# retry reads the one claim that remains: the Job converges.
+
+
+@dataclass(frozen=True)
+class JobCommit:
+    revision: str
+    commit: str
+    id: str
+
+    def encode(self) -> bytes:
+        doc = {"revision": self.revision, "commit": self.commit, "id": self.id}
+        return json.dumps(doc, sort_keys=True).encode()
+
+
+def read_job_commit(
+    root: str, sleep: Callable[[float], None], monotonic: Callable[[], float]
+) -> JobCommit | None:
+    """The Job's claim; None when there is none. One being written (empty
+    or cut short) is waited for a moment; one still unreadable then is a
+    crashed creator's and is removed (a new claim is made)."""
+    path = os.path.join(root, JOB_COMMIT_NAME)
+    deadline = monotonic() + _CLAIM_WRITE_S
+    while True:
+        small = read_small(path, _MAX_JOB_COMMIT_BYTES)
+        if small.absent:
+            return None
+        claim = _parse_claim(small.data)
+        if claim is not None:
+            return claim
+        if monotonic() >= deadline:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+        sleep(_CLAIM_POLL_S)
+
+
+def _parse_claim(data: bytes | None) -> JobCommit | None:
+    if not data:
+        return None
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    fields = [doc.get(k) for k in ("revision", "commit", "id")]
+    if not all(isinstance(f, str) and f for f in fields):
+        return None
+    return JobCommit(*(str(f) for f in fields))
+
+
+def claim_job_commit(
+    root: str,
+    wanted: JobCommit,
+    sleep: Callable[[float], None],
+    monotonic: Callable[[], float],
+) -> JobCommit:
+    """Make `wanted` the Job's claim unless another share made one first:
+    the claim that holds (ours or the winner's)."""
+    path = os.path.join(root, JOB_COMMIT_NAME)
+    for _attempt in range(3):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        except FileExistsError:
+            held = read_job_commit(root, sleep, monotonic)
+            if held is not None:
+                return held
+            continue  # debris removed: try again
+        try:
+            data = wanted.encode()
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return wanted
+    return wanted
+
+
+def drop_job_commit(root: str, claim: JobCommit) -> None:
+    """The Job is done: the next one resolves the revision anew. Only the
+    claim of this Job is removed (a later Job may have made its own)."""
+    small = read_small(os.path.join(root, JOB_COMMIT_NAME), _MAX_JOB_COMMIT_BYTES)
+    if _parse_claim(small.data) == claim:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, JOB_COMMIT_NAME))
+
+
+def new_claim_id() -> str:
+    import secrets
+
+    return secrets.token_hex(8)

@@ -17,6 +17,7 @@ import posixpath
 import stat
 from collections.abc import Callable
 
+from llmkube_stager.cache.disk import is_volume_fault
 from llmkube_stager.cache.records import (
     has_marker,
     read_record,
@@ -55,6 +56,8 @@ def read_local_file(
     except (FileNotFoundError, NotADirectoryError):
         return _without_file(rel, dest, absent, marker)
     except OSError as exc:
+        if is_volume_fault(exc):
+            raise  # the volume's reason, not this file's (#21 item 7)
         detail = f"{rel}: {os.strerror(exc.errno or 0)}"
         return LocalFile(rel, LocalState.UNREADABLE, pin=absent, marker=marker, detail=detail)
     if not stat.S_ISREG(st.st_mode):
@@ -190,6 +193,11 @@ def hash_file(path: str, expected: os.stat_result | None = None) -> tuple[str, o
 
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
         after = os.fstat(fd)
-    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-        return digest, os.stat_result((0,) * 10)
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            return digest, os.stat_result((0,) * 10)
+        # What a stamp of these bytes will carry as evidence: read through
+        # the descriptor that was hashed (#21 item 2, cache/evidence.py).
+        from llmkube_stager.cache import evidence
+
+        evidence.remember(after, evidence.of_descriptor(fd, after.st_size))
     return digest, after

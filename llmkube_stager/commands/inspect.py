@@ -21,6 +21,7 @@ from llmkube_stager.cache.safeio import kind_of, walk_files
 from llmkube_stager.cache.sweep import DEBRIS_AGE_S, FUTURE_SLACK_S, is_atomic_debris
 from llmkube_stager.layout import (
     AGENT_PARTIAL_SUFFIXES,
+    EVIDENCE_SUFFIX,
     LOCK_NAME,
     MARKER_SUFFIX,
     SIZE_RECORD_SUFFIX,
@@ -38,7 +39,7 @@ class ModelFile:
     size_bytes: int
     record_bytes: int | None
     record_matches: bool | None
-    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy"
+    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy", "contradicted"
     markers: list[str] = field(default_factory=list)
     # Why a record that exists gives no size: invalid (treated as absent) or
     # unreadable (the file is unusable), #11.
@@ -72,6 +73,10 @@ class Report:
     leftovers: list[Leftover] = field(default_factory=list)
     lock_file: bool = False
     odd: list[Odd] = field(default_factory=list)
+    # Publishes in progress (writer key -> files not in place yet) and what
+    # a reader (`stage` read-only, `verify`) says of the set: #21 item 3.
+    publishing: dict[str, list[str]] = field(default_factory=dict)
+    refusal: dict[str, str] | None = None
 
 
 def _leftover_kind(name: str) -> str | None:
@@ -88,7 +93,7 @@ def _leftover_kind(name: str) -> str | None:
 
 def _is_metadata(name: str) -> bool:
     return (
-        name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX))
+        name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX, EVIDENCE_SUFFIX))
         or bool(_MARKER_RE.match(name))
         or name == LOCK_NAME
     )
@@ -127,7 +132,21 @@ def inspect_dir(root: str, now_s: float) -> Report:
             entries.append((path, os.path.relpath(path, root), st))
     for path, rel, st in entries:
         _classify(report, path, rel, st, markers, now_s)
+    _judge_set(report, root)
     return report
+
+
+def _judge_set(report: Report, root: str) -> None:
+    """The judgement every reader makes (cache/setstate.py)."""
+    from llmkube_stager.cache.setstate import judge_set, pending_publishes
+    from llmkube_stager.cache.shardrec import read_merged
+
+    validators = read_merged(root)
+    for pending in pending_publishes(validators, root):
+        report.publishing[pending.key] = [str(e["rel"]) for e in pending.entries]
+    err = judge_set(validators, root)
+    if err is not None:
+        report.refusal = {"reason": err.reason.value, "detail": err.detail}
 
 
 def _classify(
@@ -186,6 +205,10 @@ def render(report: Report, as_json: bool) -> str:
     if report.odd:
         lines.append("NOT REGULAR FILES (never followed nor opened)")
     lines.extend(f"  {item.path}  {item.kind}" for item in report.odd)
+    for key, rels in report.publishing.items():
+        lines.append(f"PUBLISH IN PROGRESS ({key}): {len(rels)} file(s) not in place yet")
+    if report.refusal is not None:
+        lines.append(f"READERS REFUSE: {report.refusal['reason']}: {report.refusal['detail']}")
     return "\n".join(lines)
 
 

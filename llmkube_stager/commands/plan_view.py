@@ -50,11 +50,29 @@ def _probe_rows(prepared: Prepared, rows: list[dict[str, Any]], log: Log) -> Non
         fetcher.close()
 
 
+def _set_verdict(prepared: Prepared) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The publishes in progress and what `stage` refuses, by the judgement
+    every reader makes (cache/setstate.py, #21 item 3): a writer rolls an
+    interrupted publish forward, a reader refuses it."""
+    from llmkube_stager.cache.setstate import judge_set, pending_publishes
+
+    validators, root = prepared.cache.validators, prepared.manifest.root
+    pending = pending_publishes(validators, root)
+    publishing = [{"writer": p.key, "files": [str(e["rel"]) for e in p.entries]} for p in pending]
+    refusal = None
+    if not (pending and prepared.strategy.may_write):
+        err = judge_set(validators, root, prepared.manifest.kind)
+        if err is not None:
+            refusal = {"reason": err.reason.value, "detail": err.detail}
+    return publishing, refusal
+
+
 def plan_document(config: Config, prepared: Prepared, *, probe: bool, log: Log) -> dict[str, Any]:
     rows = [_row(a, prepared.cache.files[a.rel]) for a in prepared.plan.actions]
     if probe:
         _probe_rows(prepared, rows, log)
     fs = prepared.fs
+    publishing, refusal = _set_verdict(prepared)
     return {
         "source": prepared.manifest.display_source,
         "kind": prepared.manifest.kind,
@@ -73,6 +91,8 @@ def plan_document(config: Config, prepared: Prepared, *, probe: bool, log: Log) 
         "may_write": prepared.plan.may_write,
         "needs_network": prepared.plan.needs_network,
         "warnings": list(prepared.plan.warnings),
+        "publishing": publishing,
+        "refusal": refusal,
         "files": rows,
     }
 
@@ -101,6 +121,13 @@ def _table(doc: dict[str, Any]) -> str:
         padded = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=True)]
         lines.append("  ".join([*padded, cells[-1]]).rstrip())
     lines.extend(f"warning: {w}" for w in doc["warnings"])
+    for pending in doc["publishing"]:
+        lines.append(
+            f"publish in progress ({pending['writer']}): {len(pending['files'])} file(s) "
+            "not in place yet" + ("; this writer finishes it" if doc["may_write"] else "")
+        )
+    if doc["refusal"] is not None:
+        lines.append(f"refused: {doc['refusal']['reason']}: {doc['refusal']['detail']}")
     return "\n".join(lines)
 
 

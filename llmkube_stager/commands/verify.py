@@ -2,7 +2,9 @@
 
 "The mount succeeded" is no evidence (seed-003: a reader bound a new, empty
 volume and nothing alerted). Every expected file must exist, be a regular
-file, match its size record, and match its sha256 pin where there is one.
+file, match its size record, and match its sha256 pin where there is one; and
+the files must be one set, as `stage` judges it (cache/setstate.py: no
+publish in progress, one commit; #21 items 3, 4).
 Writes nothing (not even a stamp), opens no connection.
 """
 
@@ -11,6 +13,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from llmkube_stager.cache.disk import is_volume_fault
+from llmkube_stager.cache.setstate import judge_set
+from llmkube_stager.cache.shardrec import read_merged
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -40,6 +45,9 @@ class VerifyReport:
     # inside the model directory (#11 item 1): never "missing".
     unreadable: list[str] = field(default_factory=list)
     not_files: list[str] = field(default_factory=list)
+    # Why the files, each fine on its own, are not one set: a publish in
+    # progress, two commits (#21 items 3, 4; the judgement `stage` makes).
+    refusal: CacheError | None = None
 
 
 def _expected(config: Config) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -66,6 +74,8 @@ def _is_empty_dir(root: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError as exc:
+        if is_volume_fault(exc):
+            raise  # the volume's reason (the boundary's translation, #21 item 7)
         raise CacheError(
             f"the model directory {root} cannot be listed: {os.strerror(exc.errno or 0)}",
             reason=Reason.CACHE_INCOMPLETE,
@@ -98,12 +108,15 @@ def check_files(config: Config) -> VerifyReport:
             if local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED:
                 report.unrecorded.append(rel)
             report.checked.append(rel)
+    report.refusal = judge_set(read_merged(root), root)
     return report
 
 
 def judge(report: VerifyReport, strict: bool, log: Log) -> None:
     """Raise the most telling failure; warn about what cannot be proven."""
     _judge_unusable(report)
+    if report.refusal is not None:
+        raise report.refusal
     if report.missing and not (report.checked or report.short or report.mismatched):
         raise CacheError(
             f"none of the model's files are in {report.root}: {_names(report.missing)}",

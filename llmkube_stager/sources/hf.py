@@ -177,6 +177,7 @@ def _again(err: SourceError) -> SourceError:
     file and a prefix) do not touch."""
     copy = type(err)(err.detail, reason=err.reason, answered=err.answered)
     copy.retry_after_s = err.retry_after_s
+    copy._remedy = err._remedy  # a gated repo's remedy stays the gated one (#22 item 7)
     return copy
 
 

@@ -15,8 +15,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.errors import (
+    REMEDY_GATED,
+    ConfigError,
+    Reason,
+    SourceError,
+    proxy_unauthorized,
+)
 from llmkube_stager.logs import display_url
+from llmkube_stager.proxy import Proxy
 from llmkube_stager.sources.deps import HF_HUB, release, require
 from llmkube_stager.sources.hfref import HfRef
 from llmkube_stager.sources.http_status import rate_limit_wait_s, status_error
@@ -68,10 +75,13 @@ def resolve_revision(
     huggingface_hub.set_client_factory(lambda: _hub_client(config, context, version))
     token = config.secrets.hf_token
     api = huggingface_hub.HfApi(endpoint=ref.endpoint, token=token or False)
+    proxy = config.proxy.for_full_url(ref.endpoint)
     try:
         info = api.model_info(ref.repo, revision=ref.revision, files_metadata=True)
+    except SourceError:
+        raise  # already ours: the transport's (a 407 from the proxy, #22 item 6)
     except Exception as exc:
-        raise translate_hub_error(exc, ref, token_sent=bool(token)) from exc
+        raise translate_hub_error(exc, ref, token_sent=bool(token), proxy=proxy) from exc
     return Resolution(commit=info.sha or ref.revision, files=_hub_files(info.siblings or []))
 
 
@@ -88,9 +98,12 @@ def close_hub_session() -> None:
 
 
 def _hub_client(config: Config, context: ssl.SSLContext | None, version: str) -> Any:
-    """The hub's HTTP client with our trust store and timeouts, from the
-    library that release speaks: httpx2 from 2.0 on, httpx in 1.x (both
-    may be installed; handing 1.x an httpx2 client breaks its error types)."""
+    """The hub's HTTP client with our trust store, proxy decision and
+    timeouts, from the library that release speaks: httpx2 from 2.0 on,
+    httpx in 1.x (both may be installed; handing 1.x an httpx2 client
+    breaks its error types). The transport enforces the timeouts per
+    request: huggingface_hub passes `timeout=None`, which would override
+    the client's (#22 item 4)."""
     hx: Any = importlib.import_module("httpx2" if release(version) >= ((2,), 0) else "httpx")
     from llmkube_stager.sources.hx_proxy import routing_transport
 
@@ -98,7 +111,9 @@ def _hub_client(config: Config, context: ssl.SSLContext | None, version: str) ->
     verify = context if context is not None else True
     return hx.Client(
         verify=verify,
-        transport=routing_transport(hx, config.proxy, verify),
+        transport=routing_transport(
+            hx, config.proxy, verify, timeouts=(timeouts.connect_s, timeouts.stall_s)
+        ),
         timeout=hx.Timeout(timeouts.stall_s, connect=timeouts.connect_s),
         follow_redirects=True,
         trust_env=False,
@@ -123,17 +138,23 @@ def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
     return files
 
 
-def translate_hub_error(exc: Exception, ref: HfRef, *, token_sent: bool) -> SourceError:
+def translate_hub_error(
+    exc: Exception, ref: HfRef, *, token_sent: bool, proxy: Proxy | None = None
+) -> SourceError:
     """By type first (huggingface_hub's own classes), then by HTTP status and
-    the hub's X-Error-Code header."""
+    the hub's X-Error-Code header. `proxy`: the one the API call went
+    through, named in the error."""
     from huggingface_hub import errors
 
     where = f"{ref.repo}@{ref.revision} on {display_url(ref.endpoint)}"
+    if proxy is not None:
+        where += f" via the proxy {proxy.display}"
     if isinstance(exc, errors.GatedRepoError):
         return SourceError(
             f"{where} is gated: accept its terms on the hub with the account of HF_TOKEN",
             reason=Reason.SOURCE_UNAUTHORIZED,
             answered=True,
+            remedy=REMEDY_GATED,  # #22 item 7: not "check the token"
         )
     if isinstance(exc, errors.HfHubHTTPError):
         return _status_based(exc, where, token_sent)
@@ -158,6 +179,10 @@ def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:
     headers = getattr(response, "headers", {})
     code = headers.get("x-error-code")
     text = f"{where} returned HTTP {status}" + (f" ({code})" if code else "")
+    if status == 407:
+        # No proxy of ours in the way (the transport answers for those): one
+        # the cluster put there wants credentials (#22 item 6).
+        return proxy_unauthorized(where, credentials_sent=False)
     if status in _NO_API_STATUSES and not code:
         return HubApiAbsent(text, reason=Reason.SOURCE_NOT_FOUND, answered=True)
     if status == 401 and not token_sent:

@@ -110,7 +110,8 @@ class HttpFetcher:
         # directly, auth is judged against where this request starts.
         auth = self._auth_from(file.url, meta.url)
         url, _ = split_userinfo(meta.url)  # a GET without a probe starts at file.url
-        return open_get(self._pool, url, headers, auth, offset, end)
+        asked, _ = split_userinfo(file.url)
+        return open_get(self._pool, url, headers, auth, offset, end, asked_url=asked)
 
     def _auth_from(self, first_url: str, url: str) -> AuthPolicy:
         if Origin.of(first_url) != Origin.of(url):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from llmkube_stager.config import Timeouts
 from llmkube_stager.errors import Reason, SourceError
@@ -21,7 +21,7 @@ from llmkube_stager.sources.http_status import (
     AuthPolicy,
     Origin,
     content_length,
-    split_userinfo,
+    next_hop,
     status_error,
 )
 from llmkube_stager.sources.http_wire import (
@@ -81,7 +81,7 @@ def probe_head(
         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
             # httpx would send a Location's own userinfo: credentials come
             # from AuthPolicy only (#11.13).
-            url, _ = split_userinfo(urljoin(url, response.headers["location"]))
+            url = next_hop(url, response.headers["location"])
             continue
         return _meta_from(response, url)
     raise SourceError(

@@ -5,16 +5,29 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
-from llmkube_stager.errors import Reason, SourceError, Wire
+from llmkube_stager.errors import (
+    REMEDY_GATED,
+    REMEDY_REDIRECT_SCHEME,
+    Reason,
+    SourceError,
+    Wire,
+    proxy_unauthorized,
+)
+from llmkube_stager.logs import display_url
+from llmkube_stager.sources.http_ratelimit import rate_limit_wait_s, retry_after_s
+
+__all__ = ["rate_limit_wait_s", "retry_after_s"]  # the header math's home is http_ratelimit
 
 USER_AGENT = "llmkube-stager/0.1"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
+# The only schemes a redirect is followed to (#22 item 8): http.client would
+# speak cleartext HTTP to an ftp://, gopher:// or ftps:// host and port.
+_FOLLOWED_SCHEMES = frozenset({"http", "https"})
 _CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED_RANGE_RE = re.compile(r"bytes\s+\*/(\d+)")
 
@@ -104,6 +117,30 @@ class AuthPolicy:
         return {}
 
 
+def next_hop(url: str, location: str) -> str:
+    """Where a redirect from `url` to `location` leads, without userinfo
+    (credentials come from AuthPolicy only, #11.13). Only http and https are
+    followed; anything else (ftp, ftps, gopher, file, data, ...) is refused
+    before any connection (#22 item 8)."""
+    target = urljoin(url, location.strip())
+    parts = urlsplit(target)
+    scheme = parts.scheme.lower()
+    if scheme not in _FOLLOWED_SCHEMES:
+        # Scheme and host only: a foreign URL's path, query or payload
+        # (file:///var/run/secrets/..., data:...) may be anything.
+        host = parts.netloc.rpartition("@")[2]
+        shown = f"{scheme}://{host}/..." if host else f"{scheme}:..."
+        raise SourceError(
+            f"{display_url(url)} redirected to {shown[:120]}: only http and https redirects are "
+            "followed, nothing was fetched from it",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+            remedy=REMEDY_REDIRECT_SCHEME,
+        )
+    bare, _ = split_userinfo(target)
+    return bare
+
+
 def parse_digits(value: str | None) -> int | None:
     """A decimal header value; anything else (ASCII digits only: a latin-1
     '²' passes str.isdigit) is None."""
@@ -131,49 +168,29 @@ def parse_unsatisfied_range(value: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:
-    """Retry-After as seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
-    text = (value or "").strip()
-    if not text:
-        return None
-    seconds = parse_digits(text)
-    if seconds is not None:
-        return float(seconds)
-    import email.utils  # only for an HTTP-date Retry-After; costs ~9 ms to import
-
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    now = time.time() if now_s is None else now_s
-    return max(0.0, when.timestamp() - now)
-
-
-def rate_limit_wait_s(get: HeaderGet) -> float | None:
-    """Retry-After, else the IETF RateLimit reset hint HF sends."""
-    wait = retry_after_s(get("retry-after"))
-    if wait is not None:
-        return wait
-    reset = parse_digits(get("ratelimit-reset") or get("x-ratelimit-reset"))
-    return None if reset is None else float(reset)
-
-
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     """Map an HTTP error status to a contract reason; 429/5xx are transient.
     The status rides along as a fact (`Wire`), for the operator's matcher."""
     text = f"{where} returned HTTP {status}"
     wire = Wire(http_status=status)
+    if status in (401, 403) and (get("x-error-code") or "").strip() == "GatedRepo":
+        # #22 item 7: the Hub's /resolve/ of a gated repo; a token is not
+        # the fix, the account's access is.
+        return SourceError(
+            f"{text} (GatedRepo): the repository is gated and the token's account has not "
+            "been granted access",
+            reason=Reason.SOURCE_UNAUTHORIZED,
+            answered=True,
+            wire=wire,
+            remedy=REMEDY_GATED,
+        )
     if status in (401, 403):
         return SourceError(text, reason=Reason.SOURCE_UNAUTHORIZED, answered=True, wire=wire)
     if status in (404, 410):
         return SourceError(text, reason=Reason.SOURCE_NOT_FOUND, answered=True, wire=wire)
     if status == 407:
-        # A proxy in the way wants (other) credentials: HTTP(S)_PROXY.
-        return SourceError(
-            f"{text} (Proxy Authentication Required: check the credentials in the proxy URL)",
-            reason=Reason.SOURCE_UNREACHABLE,
-            wire=wire,
-        )
+        # A proxy in the way wants (other) credentials: exit 4 (#22 item 6).
+        return proxy_unauthorized(text, credentials_sent=None)
     if status == 412:
         # If-Match failed: the object changed under a pinned transfer.
         return SourceError(text, reason=Reason.SOURCE_CHANGED, answered=True, wire=wire)

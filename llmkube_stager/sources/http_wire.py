@@ -15,21 +15,22 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
-from llmkube_stager.errors import Network, Reason, SourceError, Wire
+from llmkube_stager.errors import Network, Reason, SourceError, Wire, proxy_unauthorized
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.base import RangeUnusable
+from llmkube_stager.sources.http_coding import HeaderGet, encoded_error, encoding_header, hop_words
 from llmkube_stager.sources.http_status import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
     AuthPolicy,
     Origin,
+    next_hop,
     parse_content_range,
     parse_digits,
     parse_unsatisfied_range,
-    split_userinfo,
     status_error,
 )
 from llmkube_stager.sources.tls import cert_error
@@ -140,6 +141,8 @@ def proxy_refused(status_line: str, where: str, phase: str) -> SourceError:
     """A proxy answered its own error (CONNECT refused, 407, 502). Wrong
     proxy credentials do not fix themselves: no retries for a 407."""
     status_line = status_line.strip()
+    if status_line.startswith("407"):  # #22 item 6: exit 4, the credentials named
+        return proxy_unauthorized(f"{phase} failed for {where}", credentials_sent=None)
     return SourceError(
         f"{phase} failed for {where}: the proxy answered {status_line}",
         reason=Reason.SOURCE_UNREACHABLE,
@@ -186,10 +189,11 @@ class ConnectionPool:
             return f"http://{host}{target}", {"Proxy-Authorization": auth} if auth else {}
         return target, {}
 
-    def take(self, origin: Origin) -> tuple[http.client.HTTPConnection, bool]:
-        """A connected connection and whether it was reused."""
+    def take(self, origin: Origin, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        """A connected connection and whether it was reused; `fresh`: never
+        an idle one (the retry after a dead kept-alive connection)."""
         with self._lock:
-            idle = self._idle.get(origin, [])
+            idle = [] if fresh else self._idle.get(origin, [])
             while idle:
                 conn = idle.pop()
                 if conn.sock is not None:
@@ -317,8 +321,10 @@ def _request(
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     origin = Origin.of(url)
     target, proxy_headers = pool.request_form(url)
-    for _ in range(2):
-        conn, reused = pool.take(origin)
+    for attempt in range(2):
+        # The retry takes a new connection: the next idle one may be dead
+        # too (a proxy that closes kept-alive connections; it flaked so).
+        conn, reused = pool.take(origin, fresh=attempt > 0)
         try:
             conn.request(method, target, headers={**headers, **proxy_headers})
             return conn, conn.getresponse()
@@ -356,9 +362,12 @@ def open_get(
     auth: AuthPolicy,
     offset: int,
     end: int | None = None,
+    asked_url: str | None = None,
 ) -> WireBody:
     """GET with redirects followed by hand (auth re-decided per hop) and the
-    response status turned into a body or a SourceError."""
+    response status turned into a body or a SourceError. `asked_url`: where
+    the file was first asked for (before a probe's redirects), to name the
+    hop of an encoded answer."""
     first_url = url
     for _ in range(MAX_REDIRECTS + 1):
         conn, resp = _request(pool, "GET", url, {**headers, **auth.headers_for(url, first_url)})
@@ -371,9 +380,9 @@ def open_get(
                     reason=Reason.SOURCE_REJECTED,
                     answered=True,
                 )
-            url, _ = split_userinfo(urljoin(url, location))
+            url = next_hop(url, location)
             continue
-        return _body_for(pool, url, conn, resp, offset, end)
+        return _body_for(pool, url, conn, resp, (offset, end), asked_url or first_url)
     raise SourceError(
         f"too many redirects from {display_url(first_url)}",
         reason=Reason.SOURCE_REJECTED,
@@ -395,8 +404,11 @@ def head(
         _drain_and_release(pool, url, conn, resp)  # a HEAD has no body
         location = answer.get("location")
         if resp.status in REDIRECT_STATUSES and location:
-            url, _ = split_userinfo(urljoin(url, location))
+            url = next_hop(url, location)
             continue
+        if 200 <= resp.status < 300:
+            # HEAD and GET agree on an encoded answer: refused before any GET.
+            _refuse_encoded(pool, first_url, url, answer.get)
         return url, resp.status, answer
     raise SourceError(
         f"too many redirects from {display_url(first_url)}",
@@ -405,16 +417,33 @@ def head(
     )
 
 
+def _refuse_encoded(pool: ConnectionPool, asked_url: str, url: str, get: HeaderGet) -> None:
+    """#22 item 1: a body under a content coding is not the file."""
+    header = encoding_header(get)
+    if header is None:
+        return
+    proxy = pool.proxy_for(Origin.of(url))
+    who = hop_words(asked_url, url, proxy.display if proxy else None, get("via"))
+    raise encoded_error(display_url(url), header, who)
+
+
 def _body_for(
     pool: ConnectionPool,
     url: str,
     conn: http.client.HTTPConnection,
     resp: http.client.HTTPResponse,
-    offset: int,
-    end: int | None,
+    asked: tuple[int, int | None],
+    asked_url: str,
 ) -> WireBody:
     where = display_url(url)
+    offset, end = asked
     body = WireBody(pool, Origin.of(url), conn, resp, where)
+    if resp.status in (200, 206):
+        try:
+            _refuse_encoded(pool, asked_url, url, resp.getheader)
+        except SourceError:
+            body.close()  # unread: never reused
+            raise
     if resp.status == 206:
         span = parse_content_range(resp.getheader("content-range"))
         # Every returned range is checked (s3transfer's rule).

@@ -1,24 +1,45 @@
-"""Forward proxies for the httpx clients (the HEAD probe, and the Hugging
-Face API client, which speaks httpx2: the same API, passed in as `hx`).
+"""The transport of the httpx clients (the HEAD probe, and the Hugging Face
+API client, which speaks httpx2: the same API, passed in as `hx`).
 
 httpx's own environment handling is off (`trust_env=False`: config.py is
 the only reader of the environment, and httpx's NO_PROXY has no CIDR
-blocks), so a transport routes each request by `ProxySettings.for_url`, the
-same decision the data path makes (http_wire.py).
+blocks), so the transport routes each request by `ProxySettings.for_url`,
+the same decision the data path makes (http_wire.py).
+
+It also holds the two things no caller may undo (#22):
+- the timeouts: huggingface_hub passes `timeout=None` to its requests,
+  which overrides the client's timeouts and lets a silent hub, mirror or
+  proxy tunnel hang the pod (item 4); each request here is bounded by the
+  connect and stall timeouts whatever it asked for;
+- a 407 from the proxy, on CONNECT or to a plain request, is
+  `ProxyUnauthorized` at once (item 6), never a retried "ProxyError".
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from llmkube_stager.errors import Reason, SourceError, proxy_unauthorized
+from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# httpcore reports a refused CONNECT as ProxyError("<status> <reason>"): the
+# status is in no attribute, so this is the one place that reads it.
+_CONNECT_STATUS_RE = re.compile(r"\s*(\d{3})\b")
 
 
-def routing_transport(hx: Any, proxies: ProxySettings, verify: Any) -> Any | None:
-    """A transport for `hx.Client(transport=...)`; None without proxies."""
-    if proxies.https is None and proxies.http is None:
+def routing_transport(
+    hx: Any,
+    proxies: ProxySettings,
+    verify: Any,
+    *,
+    timeouts: tuple[float, float] | None = None,
+) -> Any | None:
+    """A transport for `hx.Client(transport=...)`; None without proxies and
+    without `timeouts` ((connect_s, stall_s): the bound of every request)."""
+    if not proxies.any and timeouts is None:
         return None
     direct = hx.HTTPTransport(verify=verify, trust_env=False)
     proxied: dict[Proxy, Any] = {
@@ -32,8 +53,31 @@ def routing_transport(hx: Any, proxies: ProxySettings, verify: Any) -> Any | Non
             url = request.url
             port = url.port or _DEFAULT_PORTS.get(url.scheme, 80)
             proxy = proxies.for_url(url.scheme, url.host, port)
-            transport = proxied[proxy] if proxy is not None else direct
-            return transport.handle_request(request)
+            if timeouts is not None:
+                request.extensions["timeout"] = _bounded(request.extensions, timeouts)
+            if proxy is None:
+                return direct.handle_request(request)
+            where = f"{display_url(str(url))} via the proxy {proxy.display}"
+            sent = proxy.authorization() is not None
+            try:
+                response = proxied[proxy].handle_request(request)
+            except hx.ProxyError as exc:
+                match = _CONNECT_STATUS_RE.match(str(exc))
+                if match is None:
+                    raise
+                if match.group(1) == "407":
+                    raise proxy_unauthorized(where, credentials_sent=sent) from None
+                # A 502/503 of the proxy: what it said, retried like an
+                # unreachable origin (never a bare "ProxyError").
+                raise SourceError(
+                    f"{where}: the proxy answered {str(exc).strip()[:80]} to CONNECT",
+                    reason=Reason.SOURCE_UNREACHABLE,
+                    transient=True,
+                ) from None
+            if response.status_code == 407:  # a plain http request, answered by the proxy
+                response.close()
+                raise proxy_unauthorized(where, credentials_sent=sent)
+            return response
 
         def close(self) -> None:
             direct.close()
@@ -41,3 +85,14 @@ def routing_transport(hx: Any, proxies: ProxySettings, verify: Any) -> Any | Non
                 transport.close()
 
     return _Routing()
+
+
+def _bounded(extensions: dict[str, Any], timeouts: tuple[float, float]) -> dict[str, float]:
+    """The request's own timeouts, none longer than ours and none unset."""
+    connect_s, stall_s = timeouts
+    ours = {"connect": connect_s, "read": stall_s, "write": stall_s, "pool": connect_s}
+    given = extensions.get("timeout") or {}
+    return {
+        key: limit if given.get(key) is None else min(float(given[key]), limit)
+        for key, limit in ours.items()
+    }

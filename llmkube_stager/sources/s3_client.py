@@ -1,5 +1,6 @@
 """The boto3 clients of one S3 source: which credentials, which region,
-which addressing style, through which proxy and CA bundle.
+which addressing style; every request goes out through `s3_session.Sender`
+(the agent's proxy decision, CA bundle and timeouts).
 
 One client per region: a bucket that lives in another region answers the
 first HEAD with a redirect (`301 PermanentRedirect`, `x-amz-bucket-region`);
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 class S3Clients:
     def __init__(self, config: Config, settings: S3Settings, bucket: str) -> None:
-        from llmkube_stager.sources.s3_session import botocore_env, make_session
+        from llmkube_stager.sources.s3_session import Sender, botocore_env, make_session
         from llmkube_stager.sources.tls import check_ca_bundle
 
         self._config = config
@@ -45,7 +46,9 @@ class S3Clients:
         self.log: Log | None = None
         env = botocore_env(config.aws_env)
         _check_files(env)
-        self._session = make_session(env, settings.sts_endpoint_url)
+        timeouts = config.timeouts
+        self._sender = Sender(config.proxy, self._bundle, timeouts.connect_s, timeouts.stall_s)
+        self._session = make_session(env, settings.sts_endpoint_url, self._sender)
         profile = _profile(self._session, env)
         profile_style = (profile.get("s3") or {}).get("addressing_style")
         if settings.addressing is None and isinstance(profile_style, str):
@@ -56,6 +59,8 @@ class S3Clients:
         self.region = settings.region or profile.get("region") or DEFAULT_REGION
         check_ca_bundle(config.ca_dir)
         self._ca_bundle: str | None = None  # written with the first client
+        self._bundle_written = False
+        self._bundle_lock = threading.Lock()
         self._signed: bool | None = None
         self._clients: dict[str, Any] = {}
         # Parallel range workers presign at once; one client per region.
@@ -94,11 +99,24 @@ class S3Clients:
         for client in self._clients.values():
             with contextlib.suppress(Exception):
                 client.close()
+        with contextlib.suppress(Exception):
+            self._sender.close()
         if self._ca_bundle is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._ca_bundle)
 
     # -- clients -----------------------------------------------------------------------
+
+    def _bundle(self) -> str | None:
+        """The CA bundle file, written on first use: every client's (S3's and
+        STS's, #22 item 3)."""
+        from llmkube_stager.sources.tls import write_ca_bundle
+
+        with self._bundle_lock:
+            if not self._bundle_written:
+                self._ca_bundle = write_ca_bundle(self._config.ca_dir)
+                self._bundle_written = True
+        return self._ca_bundle
 
     def _client(self) -> Any:
         with self._lock:
@@ -142,13 +160,8 @@ class S3Clients:
         from botocore import UNSIGNED
         from botocore.config import Config as BotoConfig
 
-        from llmkube_stager.sources.tls import write_ca_bundle
-
-        if self._ca_bundle is None:
-            self._ca_bundle = write_ca_bundle(self._config.ca_dir)
         endpoint = self._settings.endpoint_url
         options: dict[str, Any] = {
-            **_proxy_options(self._config, endpoint, region),
             "connect_timeout": self._config.timeouts.connect_s,
             "read_timeout": self._config.timeouts.stall_s,
             # The first attempt counts: botocore never retries, RetryBudget does.
@@ -161,7 +174,7 @@ class S3Clients:
             region_name=region,
             endpoint_url=endpoint,
             config=BotoConfig(**options),
-            verify=self._ca_bundle,
+            verify=self._bundle(),
         )
         client.meta.events.register("needs-retry.s3", self._learn_region)
         return client
@@ -192,13 +205,3 @@ def _profile(session: Any, env: Mapping[str, str]) -> dict[str, Any]:
     except BotoCoreError as exc:  # an unparseable file
         raise ConfigError(f"the AWS shared files cannot be read: {type(exc).__name__}") from None
     return profile
-
-
-def _proxy_options(config: Config, endpoint: str | None, region: str) -> dict[str, Any]:
-    """The same proxy decision as the data path (proxy.py) for boto3's own
-    calls; without a proxy for this endpoint boto3 is left to its defaults."""
-    from llmkube_stager.sources.http_status import Origin
-
-    origin = Origin.of(endpoint or f"https://s3.{region}.amazonaws.com")
-    proxy = config.proxy.for_url(origin.scheme, origin.host, origin.port)
-    return {"proxies": {origin.scheme: proxy.url()}} if proxy is not None else {}

@@ -70,9 +70,14 @@ def status_error(code: str, status: int, text: str) -> SourceError:
 
 
 def translate_s3_error(exc: Exception, where: str) -> SourceError:
-    """A botocore exception of the control path (HEAD, presign, credentials)."""
+    """A botocore exception of the control path (HEAD, presign, credentials).
+    A failed request names the service and endpoint it went to (the STS
+    endpoint for credentials, #22 item 3) and the proxy it went through."""
     from botocore import exceptions as bex
 
+    if isinstance(exc, SourceError):
+        return exc  # ours already: Sender's (a 407 from the proxy, #22 item 6)
+    where = _hop_where(exc, where)
     if isinstance(exc, bex.ClientError):
         return _client_error(exc.response, where, str(getattr(exc, "operation_name", "")))
     if isinstance(exc, bex.SSLError):
@@ -81,11 +86,20 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             reason=Reason.SOURCE_UNTRUSTED,
             wire=_network_wire(exc, Network.TLS_UNTRUSTED),
         )
+    if isinstance(exc, bex.ProxyConnectionError):
+        # `where` names the proxy (Hop); botocore's text holds its URL.
+        return SourceError(
+            f"cannot reach the proxy for {where}",
+            reason=Reason.SOURCE_UNREACHABLE,
+            transient=True,
+            wire=_network_wire(exc, _network_kind(exc)),
+        )
     if isinstance(
         exc, bex.ConnectTimeoutError | bex.EndpointConnectionError | bex.ReadTimeoutError
     ):
+        target = where if where.startswith("the ") else f"the S3 endpoint for {where}"
         return SourceError(
-            f"cannot reach the S3 endpoint for {where}: {type(exc).__name__}",
+            f"cannot reach {target}: {_network_words(exc)}",
             reason=Reason.SOURCE_UNREACHABLE,
             transient=True,
             wire=_network_wire(exc, _network_kind(exc)),
@@ -111,7 +125,42 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
             reason=Reason.SOURCE_UNREACHABLE,
             transient=True,
         )
+    if _is_parse_error(exc):
+        # An answer that is not S3's or STS's (a proxy's or gateway's page).
+        return SourceError(
+            f"{where} answered something that is not an S3 or STS response",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        )
     raise exc
+
+
+def _is_parse_error(exc: Exception) -> bool:
+    from botocore.parsers import ResponseParserError
+
+    return isinstance(exc, ResponseParserError)
+
+
+def _hop_where(exc: Exception, where: str) -> str:
+    """`where` (the s3:// object), or the STS endpoint when the failed
+    request was STS's, with the proxy it went through (s3_session.Hop)."""
+    from llmkube_stager.sources.s3_session import HOP_ATTRIBUTE, Hop
+
+    hop = getattr(exc, HOP_ATTRIBUTE, None)
+    if not isinstance(hop, Hop):
+        return where
+    text = where if hop.service == "S3" else f"the {hop.service} endpoint {hop.endpoint}"
+    return text + (f" via the proxy {hop.proxy}" if hop.proxy else "")
+
+
+def _network_words(exc: Exception) -> str:
+    from botocore import exceptions as bex
+
+    if isinstance(exc, bex.ConnectTimeoutError):
+        return "connect timed out"
+    if isinstance(exc, bex.ReadTimeoutError):
+        return "timed out waiting for an answer (LLMKUBE_STALL_TIMEOUT)"
+    return "could not connect"
 
 
 def _network_kind(exc: Exception) -> Network | None:
@@ -146,7 +195,9 @@ def _network_wire(exc: Exception, kind: Network | None) -> Wire:
 
     from llmkube_stager.sources.tls import cert_error
 
-    url = str(getattr(exc, "kwargs", {}).get("endpoint_url") or "")
+    kwargs = getattr(exc, "kwargs", {})
+    # A proxy that cannot be reached is the peer (its URL comes masked).
+    url = str(kwargs.get("endpoint_url") or kwargs.get("proxy_url") or "")
     parts = urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80 if parts.scheme else None)

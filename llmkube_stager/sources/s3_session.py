@@ -11,13 +11,155 @@ the environment), which also keeps in-process tests hermetic.
 `AWS_ENDPOINT_URL` is the *S3* endpoint in this contract (the operator sets
 it for S3 alone), so it is never handed to botocore as its global endpoint:
 STS goes to `AWS_ENDPOINT_URL_STS`, or to AWS's regional STS.
+
+Every request of every client of the session (S3, and the STS clients the
+credential providers make for IRSA and assumed roles) is sent by `Sender`,
+from botocore's documented `before-send` event (#22 items 2, 3, 6):
+- through the proxy the agent decided for that request's URL
+  (`ProxySettings.for_url`, CIDR and all), or direct: botocore would read
+  HTTP(S)_PROXY/NO_PROXY from the process environment itself, without CIDR
+  support, and send the web identity token and signed requests through a
+  proxy the user excluded;
+- trusting the system roots plus LLMKUBE_CA_DIR (the bundle file), STS
+  included, with the connect and stall timeouts;
+- a 407 from the proxy is `ProxyUnauthorized` at once, and every failure
+  carries which service and endpoint it was (`Hop`), so an STS failure
+  names the STS endpoint, not the s3:// object.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
+
+from llmkube_stager.errors import Reason, SourceError, proxy_unauthorized
+from llmkube_stager.proxy import Proxy, ProxySettings
+
+HOP_ATTRIBUTE = "llmkube_hop"
+
+
+@dataclass(frozen=True)
+class Hop:
+    """Which request failed: set on a botocore exception by `Sender`."""
+
+    service: str  # "S3", "STS"
+    endpoint: str  # scheme://host[:port], no userinfo, path or query
+    proxy: str  # "host:port" of the proxy it went through, or ""
+
+
+class Sender:
+    """Sends botocore's requests: one decision per URL, one trust, one set of
+    timeouts, for every client (#22 items 2, 3)."""
+
+    def __init__(
+        self,
+        proxies: ProxySettings,
+        ca_bundle: Callable[[], str | None],
+        connect_s: float,
+        stall_s: float,
+    ) -> None:
+        self._proxies = proxies
+        self._ca_bundle = ca_bundle
+        self._timeout = (connect_s, stall_s)
+        self._lock = threading.Lock()
+        self._sessions: dict[Proxy | None, Any] = {}
+
+    def attach(self, client: Any) -> None:
+        service = client.meta.service_model.service_id.hyphenize()
+        label = service.upper()
+
+        def send(request: Any, **_: Any) -> Any:
+            return self.send(request, label)
+
+        client.meta.events.register(f"before-send.{service}", send)
+
+    def send(self, request: Any, label: str) -> Any:
+        parts = urlsplit(request.url)
+        endpoint = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+        proxy = self._proxies.for_full_url(request.url)
+        hop = Hop(label, endpoint, proxy.display if proxy is not None else "")
+        try:
+            response = self._session(proxy).send(request)
+        except Exception as exc:
+            status = _connect_status(exc) if proxy is not None else None
+            if proxy is not None and status == 407:
+                raise self._refused(hop, proxy) from None
+            if proxy is not None and status is not None:
+                raise SourceError(
+                    f"the {hop.service} endpoint {hop.endpoint} via the proxy {proxy.display}: "
+                    f"the proxy answered {status} to CONNECT",
+                    reason=Reason.SOURCE_UNREACHABLE,
+                    transient=True,
+                ) from None
+            setattr(exc, HOP_ATTRIBUTE, hop)
+            raise
+        if proxy is not None and response.status_code == 407:
+            raise self._refused(hop, proxy)  # a plain http request, answered by the proxy
+        return response
+
+    def metadata_session(self, url: str, timeout_s: float) -> Any:
+        """A session of its own (instance metadata keeps its short timeout)
+        through the proxy decided for `url`, never the environment's."""
+        from botocore.httpsession import URLLib3Session
+
+        proxy = self._proxies.for_full_url(url)
+        proxies = {"http": proxy.url(), "https": proxy.url()} if proxy is not None else {}
+        return URLLib3Session(timeout=timeout_s, proxies=proxies)
+
+    def close(self) -> None:
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            session.close()
+
+    def _refused(self, hop: Hop, proxy: Proxy) -> Exception:
+        where = f"the {hop.service} endpoint {hop.endpoint} via the proxy {proxy.display}"
+        return proxy_unauthorized(where, credentials_sent=proxy.authorization() is not None)
+
+    def _session(self, proxy: Proxy | None) -> Any:
+        from botocore.httpsession import URLLib3Session
+
+        with self._lock:
+            session = self._sessions.get(proxy)
+            if session is None:
+                bundle = self._ca_bundle()
+                session = URLLib3Session(
+                    verify=bundle if bundle is not None else True,
+                    # The agent's decision (botocore's EndpointCreator would
+                    # take the environment's when a client has none).
+                    proxies={"http": proxy.url(), "https": proxy.url()} if proxy else {},
+                    timeout=self._timeout,
+                    socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+                )
+                self._sessions[proxy] = session
+        return session
+
+
+def _connect_status(exc: BaseException) -> int | None:
+    """The status of a CONNECT the proxy refused. urllib3 (http.client's
+    tunnel) says it only in an OSError's text, "Tunnel connection failed:
+    <status> <reason>": the one place that reads it."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        text = str(seen)
+        marker = "Tunnel connection failed: "
+        if isinstance(seen, OSError) and marker in text:
+            digits = text.split(marker, 1)[1][:3]
+            return int(digits) if digits.isdigit() else None
+        nested = getattr(seen, "kwargs", {}).get("error")  # botocore keeps urllib3's here
+        if isinstance(nested, BaseException):
+            seen = nested
+        else:
+            seen = getattr(seen, "original_error", None) or seen.__cause__ or seen.__context__
+    return None
+
 
 # The profile name under which the IRSA variables are handed to botocore's
 # web identity provider (a synthetic profile: it never reads os.environ).
@@ -39,17 +181,20 @@ def botocore_env(aws_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def make_session(env: Mapping[str, str], sts_endpoint: str | None) -> Any:
-    """A botocore session whose configuration and credentials come from `env`."""
+def make_session(env: Mapping[str, str], sts_endpoint: str | None, sender: Sender) -> Any:
+    """A botocore session whose configuration and credentials come from
+    `env`, and whose clients' requests `sender` sends."""
     import botocore.session
     from botocore import configprovider as cp
 
     class _Session(botocore.session.Session):  # type: ignore[misc]
         def create_client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
             # Credential providers create their STS clients through here.
-            return super().create_client(
+            client = super().create_client(
                 service_name, *args, **_client_kwargs(service_name, sts_endpoint, kwargs)
             )
+            sender.attach(client)
+            return client
 
     session = _Session()
     chain = cp.ConfigChainFactory(session=session, environ=dict(env))
@@ -61,7 +206,7 @@ def make_session(env: Mapping[str, str], sts_endpoint: str | None) -> Any:
     # Built on first use: the caller reads the profile first (a missing one
     # is a configuration error, which the resolver would only hit midway).
     session.lazy_register_component(
-        "credential_provider", lambda: _credential_resolver(session, env)
+        "credential_provider", lambda: _credential_resolver(session, env, sender)
     )
     return session
 
@@ -90,13 +235,22 @@ def _client_kwargs(
     merged = dict(kwargs)
     if service_name == "sts" and sts_endpoint and not merged.get("endpoint_url"):
         merged["endpoint_url"] = sts_endpoint
-    ignore = BotoConfig(ignore_configured_endpoint_urls=True)
+    # proxies={}: the client's own session is never used (Sender sends),
+    # and never reads the environment either.
+    ignore = BotoConfig(ignore_configured_endpoint_urls=True, proxies={})
     given = merged.get("config")
-    merged["config"] = ignore if given is None else given.merge(ignore)
+    if given is None or given.retries is None:
+        # The credential providers' STS clients too: botocore never retries,
+        # the agent's RetryBudget does (#12.4); stacked, a silent STS took
+        # 3 x 3 stalls (#22 item 4).
+        given = BotoConfig(retries={"total_max_attempts": 1, "mode": "standard"}).merge(
+            given or BotoConfig()
+        )
+    merged["config"] = given.merge(ignore)
     return merged
 
 
-def _credential_resolver(session: Any, env: Mapping[str, str]) -> Any:
+def _credential_resolver(session: Any, env: Mapping[str, str], sender: Sender) -> Any:
     """botocore's default chain (credentials.create_credential_resolver),
     every provider reading `env`."""
     from botocore import credentials as bc
@@ -105,7 +259,7 @@ def _credential_resolver(session: Any, env: Mapping[str, str]) -> Any:
     cache: dict[str, Any] = {}
     env_keys = bc.EnvProvider(environ=env)
     container = bc.ContainerProvider(environ=env)
-    metadata = _instance_metadata(session, env)
+    metadata = _instance_metadata(session, env, sender)
     builder = bc.ProfileProviderBuilder(session, cache=cache)
     assume_role = bc.AssumeRoleProvider(
         load_config=lambda: session.full_config,
@@ -136,7 +290,7 @@ def _web_identity_settings(env: Mapping[str, str]) -> dict[str, str]:
     return {key: env[name] for key, name in names.items() if env.get(name)}
 
 
-def _instance_metadata(session: Any, env: Mapping[str, str]) -> Any:
+def _instance_metadata(session: Any, env: Mapping[str, str], sender: Sender) -> Any:
     from botocore import credentials as bc
     from botocore.utils import InstanceMetadataFetcher, resolve_imds_endpoint_mode
 
@@ -147,11 +301,17 @@ def _instance_metadata(session: Any, env: Mapping[str, str]) -> Any:
         "ec2_metadata_service_endpoint_mode": resolve_imds_endpoint_mode(session),
         "ec2_metadata_v1_disabled": session.get_config_variable("ec2_metadata_v1_disabled"),
     }
+    timeout_s = session.get_config_variable("metadata_service_timeout")
     fetcher = InstanceMetadataFetcher(
-        timeout=session.get_config_variable("metadata_service_timeout"),
+        timeout=timeout_s,
         num_attempts=session.get_config_variable("metadata_service_num_attempts"),
         user_agent=session.user_agent(),
         config=config,
         env=dict(env),
     )
+    # botocore built its session with the proxies of os.environ (its NO_PROXY
+    # has no CIDR blocks): the agent's decision instead (#22 item 2). The
+    # attribute is botocore's own (IMDSFetcher, 1.32 to today); the fetcher
+    # takes no session argument.
+    fetcher._session = sender.metadata_session(fetcher.get_base_url(), float(timeout_s))
     return bc.InstanceMetadataProvider(iam_role_fetcher=fetcher)

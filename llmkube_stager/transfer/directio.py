@@ -27,6 +27,8 @@ import errno
 import mmap
 import os
 
+from llmkube_stager.transfer.writeback import sync_data
+
 ALIGN_BYTES = 4096
 
 
@@ -84,7 +86,7 @@ class PartialWriter:
                     # A buffered piece before direct writes that extend the
                     # file: on disk first, or a crash could leave a hole
                     # inside a partial whose size says it is there.
-                    os.fdatasync(self.fd)
+                    sync_data(self.fd)
                     self._dirty_head = False
                 done = self._write_direct(data[:aligned], offset)
                 data, offset = data[done:], offset + done

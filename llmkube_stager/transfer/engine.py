@@ -21,7 +21,7 @@ import os
 
 from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
 from llmkube_stager.cache.publish import publish
-from llmkube_stager.errors import OriginChecksumMismatch, Reason, TransferError
+from llmkube_stager.errors import OriginChecksumMismatch, Reason, StagerError, TransferError
 from llmkube_stager.layout import partial_key
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
@@ -250,7 +250,12 @@ def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
 def publish_completed(done: Completed) -> os.stat_result:
     """Publish by rename; raises PartialLost when another writer adopted it.
     Returns the published inode's fstat (what a stamp may vouch for)."""
-    st = publish(done.claim, done.dest, done.expected_bytes, done.rel)
+    try:
+        st = publish(done.claim, done.dest, done.expected_bytes, done.rel)
+    except StagerError:
+        if done.claim.closed:
+            _remove(done.journal)  # its data file is gone (a failed fsync, #21 item 1)
+        raise
     _remove(done.journal)
     return st
 

@@ -7,12 +7,13 @@ ends the attempts at once rather than sleeping past the budget.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from typing import TypeVar
 
 from llmkube_stager.config import Timeouts
-from llmkube_stager.errors import SourceError
+from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import Log
 
 T = TypeVar("T")
@@ -50,14 +51,17 @@ class RetryBudget:
 
     def spend(self, error: SourceError, what: str) -> None:
         """Sleep before the next attempt, or re-raise when none is left."""
-        if not error.transient or self._used >= self._retries:
+        if not error.transient:
+            raise error
+        if self._used >= self._retries:
+            _say_window(error, f"after {self._used} retries")
             raise error
         wait = self.wait_s(error)
         if wait > self._max_wait_s:
-            error.detail += (
-                f" (asked to wait {wait:.0f}s, more than LLMKUBE_MAX_RETRY_WAIT="
-                f"{self._max_wait_s:g}s)"
-            )
+            # #22 item 5: no request inside a window longer than the agent
+            # may wait; the message says how long it is (a controller can
+            # requeue after it: the termination message's retryAfterSeconds).
+            _say_window(error, f"more than LLMKUBE_MAX_RETRY_WAIT={self._max_wait_s:g}s")
             raise error
         self._used += 1
         self._log.warning(
@@ -74,3 +78,14 @@ class RetryBudget:
                 return fn()
             except SourceError as error:
                 self.spend(error, what)
+
+
+def _say_window(error: SourceError, why: str) -> None:
+    """How long the origin asked to be left alone, in the final message."""
+    if error.retry_after_s is None:
+        return
+    seconds = math.ceil(error.retry_after_s)
+    if error.reason is Reason.SOURCE_RATE_LIMITED:
+        error.detail += f" (rate limited: the origin's window reopens in {seconds} s; {why})"
+    else:
+        error.detail += f" (the origin asked to wait {seconds} s; {why})"

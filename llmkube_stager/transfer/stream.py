@@ -66,7 +66,7 @@ from llmkube_stager.transfer.target import (
 )
 from llmkube_stager.transfer.types import Handover, TransferEffects
 from llmkube_stager.transfer.widen import WidenRule
-from llmkube_stager.transfer.writeback import Writeback
+from llmkube_stager.transfer.writeback import Writeback, WritebackError, sync_file
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -252,11 +252,15 @@ def _restart(state: _State, *, ranges: bool) -> None:
 
 
 def _check_space(state: _State, effects: TransferEffects, rel: str) -> None:
+    """The space preflight; a refusal leaves no empty partial behind (#21
+    item 7), one that holds bytes stays for the next start."""
     free = effects.free_bytes()
     if state.expected_bytes is None or free is None:
         return
     needed = state.expected_bytes - state.offset
     if needed > free:
+        if state.offset == 0:
+            state.claim.discard()
         raise TransferError(
             f"no space left on device for {rel}: it needs {needed} more bytes, the cache has "
             f"{free} free",
@@ -377,7 +381,12 @@ def _receive(
         else:
             _receive_pipelined(fd, body, state, ticker, widen)
         _check_no_more(body, state, rel)
-        os.fsync(fd)
+        sync_file(fd)
+    except WritebackError as exc:
+        # Pages of the partial never reached the disk, and the kernel says so
+        # once (#21 item 1): its bytes cannot be resumed from nor published.
+        state.claim.discard()
+        raise disk_error(exc, "writing back", rel) from exc
     except OSError as exc:
         raise disk_error(exc, "writing", rel) from exc
 

@@ -342,8 +342,11 @@ EVERY_REASON = [
 # Not produced here for real, see tests/unit/test_termination.py (built directly):
 # ModelCacheLockUnsupported (a FUSE mount: tests/fuse), ModelTransferSizeMismatch
 # (an origin whose body outgrows what it announced between HEAD and GET),
-# ModelStagerInternalError (a bug).
+# ModelStagerInternalError (a bug); ModelCacheFailing and ModelCacheDisconnected
+# need a loop device or a FUSE mount (tests/storage/test_storage_faults.py).
 NOT_PRODUCED_HERE = {
+    "ModelCacheFailing",
+    "ModelCacheDisconnected",
     "ModelCacheLockUnsupported",
     "ModelTransferSizeMismatch",
     "ModelStagerInternalError",

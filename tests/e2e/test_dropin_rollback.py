@@ -95,10 +95,12 @@ def _kill_during_ranges(pod: Pod, origin: Origin, rel: str) -> None:
 
 def _stop_sequential(pod: Pod, origin: Origin, rel: str) -> None:
     """A one-connection transfer of `rel`, stopped by SIGTERM: a partial."""
-    origin.put("/r/" + rel, gguf_like(4 << 20, seed=8), rate_bytes_per_s=512 << 10)
+    # Larger than one pipeline buffer, stopped once the partial holds bytes
+    # (a SIGTERM before the first byte leaves no partial: it flaked so).
+    origin.put("/r/" + rel, gguf_like(10 << 20, seed=8), rate_bytes_per_s=2 << 20)
     cache = pod.multi(origin.url + "/r/", [rel])
     proc = pod.popen("stage", env={"LLMKUBE_CONNECTIONS": "1"})
-    wait_for(lambda: "part" in kinds_of(cache / rel), 20, "a partial", proc)
+    wait_for(lambda: _partial_bytes(cache / rel) > 0, 20, "a partial with bytes", proc)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
 

@@ -235,7 +235,8 @@ def _proxy_invalid(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
 
 SCENARIOS: dict[str, Setup] = {
     "proxy-success": _proxy(PROXY_PASSWORD, "ModelTransferSucceeded", exit_code=0),
-    "proxy-407": _proxy("another-password", "ModelSourceUnreachable"),
+    # #22 item 6: a 407 is the proxy credentials, exit 4.
+    "proxy-407": _proxy("another-password", "ModelSourceUnauthorized"),
     "proxy-down": _proxy_down,
     "proxy-invalid": _proxy_invalid,
     "success": _success,

@@ -23,6 +23,7 @@ REASONS: dict[str, tuple[bool, int]] = {
     "ModelTransferCancelled": (True, EXIT_RETRYABLE),
     "ModelCacheLockTimeout": (True, EXIT_RETRYABLE),
     "ModelCacheTruncated": (True, EXIT_RETRYABLE),
+    "ModelCacheDisconnected": (True, EXIT_RETRYABLE),
     # Retrying as is cannot help: someone must change something.
     "ModelSourceUnauthorized": (False, EXIT_PERMANENT),
     "ModelSourceNotFound": (False, EXIT_PERMANENT),
@@ -33,6 +34,7 @@ REASONS: dict[str, tuple[bool, int]] = {
     "ModelTransferChecksumMismatch": (False, EXIT_PERMANENT),
     "ModelCacheLockUnsupported": (False, EXIT_PERMANENT),
     "ModelCacheUnwritable": (False, EXIT_PERMANENT),
+    "ModelCacheFailing": (False, EXIT_PERMANENT),
     "ModelCacheEmpty": (False, EXIT_PERMANENT),
     "ModelCacheIncomplete": (False, EXIT_PERMANENT),
     "SourceNotAllowed": (False, EXIT_PERMANENT),

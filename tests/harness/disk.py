@@ -111,3 +111,40 @@ def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
     st = root.lstat()
     result["."] = (st.st_mode, st.st_mtime_ns)
     return result
+
+
+def remove_tree(root: Path) -> None:
+    """`rm -rf root` without recursion, bottom-up (#21 item 11): Python
+    3.11's shutil.rmtree and os.walk recurse, so a 1,100-deep tree left in
+    pytest's basetemp crashed a later session's cleanup of old basetemps.
+    Symlinks are removed, never followed."""
+    stack = [str(root)]
+    while stack:
+        top = stack[-1]
+        try:
+            entries = list(os.scandir(top))
+        except FileNotFoundError:
+            stack.pop()
+            continue
+        subdirs = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.path)
+            else:
+                os.unlink(entry.path)
+        if subdirs:
+            stack.extend(subdirs)
+            continue
+        os.rmdir(top)
+        stack.pop()
+
+
+def depth_of(root: Path) -> int:
+    """How many directory levels lie below `root` (iteratively)."""
+    deepest, stack = 0, [(str(root), 0)]
+    while stack:
+        top, level = stack.pop()
+        deepest = max(deepest, level)
+        with os.scandir(top) as entries:
+            stack.extend((e.path, level + 1) for e in entries if e.is_dir(follow_symlinks=False))
+    return deepest

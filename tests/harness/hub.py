@@ -48,7 +48,7 @@ from typing import Any, Literal
 from urllib.parse import SplitResult, parse_qs, quote, unquote, urlsplit
 
 from tests.harness.loopback import Clients, LoopbackHTTP, Request, TrackedHandler
-from tests.harness.origin import Origin
+from tests.harness.origin import Origin, encoded
 
 _RANGE_RE = re.compile(r"\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*", re.ASCII)
 # Git files the hub stores without LFS when `lfs=True` (configs, tokenizers' JSON, docs).
@@ -132,6 +132,9 @@ class HubFault:
     error_message: str | None = None
     # Sent instead of the JSON error body (an HTML page, a truncated answer).
     body: bytes | None = None
+    # More headers of the answer: the Hub's `RateLimit: "api";r=0;t=55` and
+    # `RateLimit-Policy` on a 429 (#22 item 5).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class _State(Clients):
         self.faults: dict[RequestKind, tuple[HubFault, list[int]]] = {}
         self.log: list[HubRequest] = []
         self.on_api: Callable[[], None] | None = None
+        self.encoding: str | None = None
 
     def take_fault(self, kind: RequestKind) -> HubFault | None:
         with self.lock:
@@ -242,6 +246,7 @@ class _Handler(TrackedHandler):
             return _Answer(fault.status, [("Content-Type", "text/html")], fault.body)
         if fault is not None:
             extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
+            extra.extend(fault.headers)
             return _error(
                 fault.status, fault.error_message or "injected fault", fault.error_code, extra
             )
@@ -338,6 +343,11 @@ class _Handler(TrackedHandler):
             ]
             return _Answer(302, common, f"Found. Redirecting to {location}".encode())
         common += [("ETag", f'"{hub_file.blob_id}"'), ("Content-Type", "application/octet-stream")]
+        coding = self.server.state.encoding
+        if coding is not None:
+            # A mirror (or a proxy in front of it) that compresses (#22 item 1).
+            common.append(("Content-Encoding", coding))
+            return _ranged(encoded(hub_file.data, coding), headers.get("range"), common)
         return _ranged(hub_file.data, headers.get("range"), common)
 
 
@@ -475,6 +485,12 @@ class FakeHub(LoopbackHTTP):
                 self._state.faults.pop(kind, None)
             else:
                 self._state.faults[kind] = (fault, [0])
+
+    def set_encoding(self, coding: str | None) -> None:
+        """Serve the files the hub answers itself (not the CDN's) with this
+        Content-Encoding, encoded; None: identity again."""
+        with self._state.lock:
+            self._state.encoding = coding
 
     def on_api(self, hook: Callable[[], None] | None) -> None:
         """Run `hook` after each model-info answer is computed, before it is sent."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import email.utils
+import gzip
 import hashlib
 import os
 import re
@@ -21,8 +22,9 @@ import ssl
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Literal, Self
 from urllib.parse import unquote, urlsplit
@@ -67,6 +69,27 @@ class Fault:
     redirect_to: str | None = None
     rate_bytes_per_s: int | None = None
     delay_s: float = 0.0
+    # A transforming origin or proxy (#22 item 1): the body is sent encoded
+    # ("gzip" and "deflate" really compressed, any other name sent as is
+    # with the header), its Content-Length and ranges those of the encoded
+    # bytes on HEAD and GET alike; the ETag stays (a proxy keeps it).
+    content_encoding: str | None = None
+    # The body goes out with Transfer-Encoding: chunked (no Content-Length).
+    chunked: bool = False
+    # Sent with every answer this fault makes (RateLimit, Via, X-Error-Code).
+    headers: tuple[tuple[str, str], ...] = ()
+    # HEAD alone answers this status (405: a server that refuses HEAD); GET
+    # goes on as the other fields say.
+    head_status: int | None = None
+
+
+def encoded(data: bytes, coding: str) -> bytes:
+    """`data` as an origin that applies `coding` sends it."""
+    if coding == "gzip":
+        return gzip.compress(data, mtime=0)
+    if coding == "deflate":
+        return zlib.compress(data)
+    return data
 
 
 @dataclass
@@ -255,17 +278,23 @@ class _Handler(TrackedHandler):
         if fault.delay_s > 0 and state.stop.wait(fault.delay_s):
             self.close_connection = True  # shutting down mid-delay: answer nothing
             return
+        if method == "HEAD" and fault.head_status is not None:
+            self._send_simple(method, fault.head_status, _FAULT_BODY, [])
+            return
         if fault.redirect_to is not None:
-            self._send_simple(method, 302, b"", [("Location", fault.redirect_to)])
+            self._send_simple(method, 302, b"", [("Location", fault.redirect_to), *fault.headers])
             return
         if fault.status is not None:
             extra = [] if fault.retry_after is None else [("Retry-After", fault.retry_after)]
-            self._send_simple(method, fault.status, _FAULT_BODY, extra)
+            self._send_simple(method, fault.status, _FAULT_BODY, [*extra, *fault.headers])
             return
         resource = state.lookup(route)
         if resource is None:
             self._send_simple(method, 404, _NOT_FOUND_BODY, [])
             return
+        if fault.content_encoding is not None and resource.data is not None:
+            body = encoded(resource.data, fault.content_encoding)
+            resource = replace(resource, size=len(body), data=body)
         self._send_resource(method, resource, fault)
 
     def _send_simple(
@@ -300,7 +329,9 @@ class _Handler(TrackedHandler):
             # and only a client that checks the start offset notices.
             first = plan.start + (1 if fault.wrong_content_range else 0)
             self.send_header("Content-Range", f"bytes {first}-{first + length - 1}/{res.size}")
-        if fault.no_content_length:
+        if fault.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        elif fault.no_content_length:
             # Close-delimited body: the connection closing is the only framing left.
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -314,6 +345,10 @@ class _Handler(TrackedHandler):
             self.send_header("Accept-Ranges", "bytes")
         self.send_header("Last-Modified", email.utils.formatdate(res.last_modified, usegmt=True))
         self.send_header("Content-Type", "application/octet-stream")
+        if fault.content_encoding is not None:
+            self.send_header("Content-Encoding", fault.content_encoding)
+        for name, value in fault.headers:
+            self.send_header(name, value)
 
     def _send_body(self, res: _Resource, plan: _Plan, fault: Fault) -> None:
         stop = self.server.state.stop
@@ -328,14 +363,24 @@ class _Handler(TrackedHandler):
         for piece in res.chunks(plan.start, plan.start + limit, chunk):
             if stop.is_set():
                 break
-            self._write(piece)
+            self._write_piece(piece, fault.chunked)
             if rate is not None:
                 self._pace(started, rate)
+        if fault.chunked and self._entry.body_bytes == plan.end - plan.start:
+            self.wfile.write(b"0\r\n\r\n")
         if self._entry.body_bytes < plan.end - plan.start:
             if fault.stall_after is not None:
                 stop.wait()  # hold the socket open, silent, until the origin closes
             # The promised length was not delivered; the only honest end is a hang-up.
             self.close_connection = True
+
+    def _write_piece(self, piece: bytes | memoryview, chunked: bool) -> None:
+        if not chunked:
+            self._write(piece)
+            return
+        self.wfile.write(b"%x\r\n" % len(piece))
+        self._write(piece)
+        self.wfile.write(b"\r\n")
 
     def _pace(self, started: float, rate: int) -> None:
         ahead = self._entry.body_bytes / rate - (time.monotonic() - started)
@@ -351,6 +396,10 @@ class Origin(LoopbackHTTP):
 
     def __init__(self, *, tls: ssl.SSLContext | None = None, port: int = 0) -> None:
         super().__init__(_State(), _Handler, tls=tls, port=port)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def put(
         self,

@@ -4,7 +4,9 @@ credentials (407 without them), and a log of what it was asked.
 
 Upstream connections go to loopback only (the tests' origins); a request for
 anything else is answered 403, so a test can never reach the internet
-through it.
+through it. A plain request's body (an STS POST) is forwarded with it.
+`silent_tunnels=True` answers CONNECT with 200 and then never moves a byte
+(an egress proxy whose upstream hangs: #22 item 4).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ class ProxyRecord:
 
 
 class _State:
-    def __init__(self, credentials: tuple[str, str] | None) -> None:
+    def __init__(self, credentials: tuple[str, str] | None, silent_tunnels: bool) -> None:
         self.lock = threading.Lock()
+        self.silent_tunnels = silent_tunnels
+        self.stop = threading.Event()
         self.log: list[ProxyRecord] = []
         self.expected = (
             "Basic " + base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
@@ -76,8 +80,16 @@ class _Handler(socketserver.StreamRequestHandler):
         if not authorized:
             # Recorded before the reply: a client that has its answer finds it in the log.
             state.record(ProxyRecord(method, target, False, 407))
+            if method != "CONNECT":  # the connection stays usable for the next request
+                self.rfile.read(int(headers.get("content-length") or 0))
             self._reply(407, 'Proxy-Authenticate: Basic realm="test"\r\n')
             return method != "CONNECT"
+        if method == "CONNECT" and state.silent_tunnels:
+            state.record(ProxyRecord(method, target, True, 200))
+            self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            self.wfile.flush()
+            state.stop.wait()  # hold the tunnel open, silent, until the proxy closes
+            return False
         if not _is_loopback(host):
             state.record(ProxyRecord(method, target, True, 403))
             self._reply(403)
@@ -94,9 +106,11 @@ class _Handler(socketserver.StreamRequestHandler):
                 self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 self.wfile.flush()
             else:
-                upstream.sendall(_origin_form(method, target, headers))
-            # Nothing is left in rfile's buffer: clients send no body with
-            # GET/HEAD and nothing after CONNECT before the 200.
+                # The body may already sit in rfile's buffer: read it from there.
+                body = self.rfile.read(int(headers.get("content-length") or 0))
+                upstream.sendall(_origin_form(method, target, headers) + body)
+            # Nothing else is left in rfile's buffer: clients send nothing
+            # after CONNECT before the 200, nor after a request's body.
             _pipe(self.connection, upstream)
         return False  # the upstream closed (Connection: close) or the tunnel ended
 
@@ -174,8 +188,10 @@ def _pipe(client: socket.socket, upstream: socket.socket) -> None:
 class ForwardProxy(Lifecycle):
     """`with ForwardProxy() as proxy:`; `proxy.url` for HTTPS_PROXY/HTTP_PROXY."""
 
-    def __init__(self, credentials: tuple[str, str] | None = None) -> None:
-        self._state = _State(credentials)
+    def __init__(
+        self, credentials: tuple[str, str] | None = None, *, silent_tunnels: bool = False
+    ) -> None:
+        self._state = _State(credentials, silent_tunnels)
         self._credentials = credentials
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -189,6 +205,7 @@ class ForwardProxy(Lifecycle):
         return self
 
     def close(self) -> None:
+        self._state.stop.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

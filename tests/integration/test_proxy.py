@@ -129,8 +129,10 @@ def test_a_proxy_refusing_the_credentials_fails_with_a_reason_and_no_secret(
         assert len(proxy.requests()) == 1, "a 407 is not retried"
         where = f"127.0.0.1:{proxy.port}"
 
-    assert run.reason == "ModelSourceUnreachable"
+    # #22 item 6: wrong proxy credentials do not fix themselves (exit 4).
+    assert run.reason == "ModelSourceUnauthorized" and run.returncode == 4
     assert "407" in str(run.error) and f"via the proxy {where}" in str(run.error)
+    assert "proxy credentials" in str(run.error) and "HTTPS_PROXY" in run.term["remedy"]
     assert CANARY not in run.stderr and CANARY not in str(run.error)
     assert origin.requests() == []
     assert not pod.dest().exists()
@@ -159,8 +161,8 @@ def test_an_http_origin_behind_a_proxy_wanting_credentials_fails_once(origin, po
         ).failed()
         statuses = [r.status for r in proxy.requests()]
 
-    assert run.reason == "ModelSourceUnreachable"
-    assert "407" in str(run.error)
+    assert run.reason == "ModelSourceUnauthorized" and run.returncode == 4
+    assert "407" in str(run.error) and "proxy credentials" in str(run.error)
     assert statuses == [407] and run.sleeps == []
     assert origin.requests() == []
 
@@ -186,4 +188,5 @@ def test_the_data_path_reports_a_refused_tunnel_without_retrying(tls_origin) -> 
     error = caught.value
     assert "407" in str(error) and where in str(error)
     assert not error.transient and CANARY not in str(error)
+    assert error.exit_code == 4 and "proxy credentials" in str(error)
     assert origin.requests() == []

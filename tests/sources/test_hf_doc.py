@@ -14,7 +14,7 @@ import pytest
 from sources.support import BUDGET
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import INVALID_CREDENTIALS, FakeHub, HubFault
-from tests.harness.origin import Origin, closed_port_url
+from tests.harness.origin import Fault, Origin, closed_port_url
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
 
@@ -87,6 +87,11 @@ def _refused(hub: FakeHub, cdn: Origin) -> dict[str, str]:
     return {"HF_ENDPOINT": closed_port_url()}
 
 
+def _cdn_encodes(hub: FakeHub, cdn: Origin) -> dict[str, str]:
+    cdn.set_fault(hub.cdn_path_of(REPO, FILE), Fault(content_encoding="gzip"))
+    return {}
+
+
 def _corrupt(hub: FakeHub, cdn: Origin) -> dict[str, str]:
     hub.corrupt(REPO, FILE)
     return {}
@@ -112,6 +117,14 @@ REPLAYS: dict[tuple[str, str], Setup] = {
     ("resolve", "503"): resolve(HubFault(503)),
     ("connect", "connection refused"): _refused,
     ("bytes", "LFS sha256 mismatch, no pin"): _corrupt,
+    # #22 items 1 and 5.
+    ("API", "429 RateLimit r=0 t=55"): api(
+        HubFault(429, headers=(("RateLimit", '"api";r=0;t=55'),))
+    ),
+    ("resolve", "429 RateLimit r=0 t=55"): resolve(
+        HubFault(429, headers=(("RateLimit", '"resolvers";r=0;t=55'),))
+    ),
+    ("bytes", "CDN answers Content-Encoding gzip"): _cdn_encodes,
 }
 
 

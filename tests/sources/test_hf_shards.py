@@ -65,3 +65,168 @@ def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path:
     after = Pod(tmp_path).run(env=env(hub, cache, rels, LLMKUBE_REFRESH_POLICY="OnChange"))
     after.ok(files=len(rels), fetched=0, reused=len(rels))
     assert hub.cdn.requests(method="GET") == []
+
+
+# -- #21 item 4: one commit per model ---------------------------------------------------
+
+
+def moved_files() -> dict[str, bytes]:
+    """The next commit of main: every file changed (same names)."""
+    files = {f"tokenizer/vocab-{i:02d}.json": b'{"i": %d, "v": 2}' % i for i in range(12)}
+    files.update(
+        {f"unet/shard-{k}.safetensors": payload(64 * KIB + k, seed=50 + k) for k in range(6)}
+    )
+    return files
+
+
+def share_env(hub: FakeHub, cache: Path, rels: list[str], index: int, **extra: str) -> dict:
+    return env(
+        hub,
+        cache,
+        rels,
+        LLMKUBE_SHARDS="2",
+        JOB_COMPLETION_INDEX=str(index),
+        LLMKUBE_PREFETCH_STAGER="true",
+        **extra,
+    )
+
+
+def on_disk_commit(cache: Path, one: dict[str, bytes], two: dict[str, bytes]) -> set[str]:
+    """Which commit each file on disk is of: {"1"}, {"2"} or both."""
+    seen = set()
+    for rel in one:
+        data = (cache / rel).read_bytes()
+        seen.add("1" if data == one[rel] else "2" if data == two[rel] else "?")
+    return seen
+
+
+def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """Share 0's listing resolves main to commit 1; main then moves and
+    share 1's resolves it to commit 2, before either publishes. Before the
+    fix each share staged its own commit, both failed ModelSourceChanged,
+    and the model on disk was half commit 1, half commit 2."""
+    import threading
+
+    one, two = repo_files(), moved_files()
+    first = hub.add_repo(REPO, one)
+    first_listed, second_listed = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def move_between_listings() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            hub.move_branch(REPO, "main", two)
+            first_listed.set()
+            second_listed.wait(20)  # the other share lists before this one goes on
+        elif len(calls) == 2:
+            second_listed.set()
+
+    hub.on_api(move_between_listings)
+    cache = tmp_path / "models" / "m"
+    rels = sorted(one)
+    pods = [Pod(tmp_path, stager=True) for _ in range(2)]
+    # Patient clients: a share whose listing waits in the hook must not
+    # time out and ask again (at the moved branch), however slow the other
+    # share's start is on a loaded machine.
+    patient = {"LLMKUBE_STALL_TIMEOUT": "30", "LLMKUBE_CONNECT_TIMEOUT": "5"}
+    # Share 0 starts; share 1 only once share 0's listing (commit 1) is
+    # computed and main has moved, so share 1's is of commit 2.
+    procs = [pods[0].popen(env=share_env(hub, cache, rels, 0, **patient))]
+    assert first_listed.wait(30), "share 0 never listed"
+    procs.append(pods[1].popen(env=share_env(hub, cache, rels, 1, **patient)))
+    runs = [pod.finish(proc, timeout=120) for pod, proc in zip(pods, procs, strict=True)]
+    hub.on_api(None)
+    assert second_listed.is_set(), "the shares did not list on both sides of the move"
+
+    seen = on_disk_commit(cache, one, two)
+    assert len(seen) == 1 and "?" not in seen, f"the model on disk mixes commits: {seen}"
+    for run in runs:
+        run.ok()
+    relisted = [run for run in runs if run.has_line("another share of the Job claimed commit")]
+    assert len(relisted) == 1, "the share that lost the claim did not list again\n" + "\n".join(
+        [str(r) for r in hub.requests("api")] + [run.stderr[-3000:] for run in runs]
+    )
+    assert len(hub.requests("api")) == 3, "two listings and one listing again"
+    merged = read_merged(str(cache))
+    assert {merged["/commit/0-of-2"], merged["/commit/1-of-2"]} == {
+        first if seen == {"1"} else hub.commit_of(REPO)
+    }
+    reader = Pod(tmp_path)
+    reader.run("verify", env=env(hub, cache, rels)).ok()
+    assert not (cache / ".llmkube-validators.job-commit").exists(), "the claim outlived the Job"
+
+
+def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """A Job stages commit 1; main moves; the next Job's share 0 refreshes
+    its files to commit 2 and share 1 has not run yet: the set on disk is
+    mixed for real. `verify` and a serving pod's warm start exited 0 on it
+    before the fix; now both refuse it, and share 1 (the Job retried) ends
+    it in commit 2."""
+    one, two = repo_files(), moved_files()
+    hub.add_repo(REPO, one)
+    cache = tmp_path / "models" / "m"
+    rels = sorted(one)
+    stager = Pod(tmp_path, stager=True)
+    for index in range(2):
+        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    second = hub.move_branch(REPO, "main", two)
+
+    onchange = {"LLMKUBE_REFRESH_POLICY": "OnChange"}
+    stager.run(env=share_env(hub, cache, rels, 0, **onchange)).ok()
+    assert on_disk_commit(cache, one, two) == {"1", "2"}, "not the mixed set this test needs"
+
+    reader = Pod(tmp_path)
+    hub.cdn.clear_log()
+    verify = reader.run("verify", env=env(hub, cache, rels))
+    verify.failed("ModelCacheIncomplete")
+    assert "more than one commit" in verify.term["message"], verify.term
+    warm = reader.run(env=env(hub, cache, rels))
+    warm.failed("ModelCacheIncomplete")
+    assert hub.cdn.requests(method="GET") == [], "a refused warm start fetched files"
+
+    stager.run(env=share_env(hub, cache, rels, 1, **onchange)).ok()
+    assert on_disk_commit(cache, one, two) == {"2"}
+    merged = read_merged(str(cache))
+    assert {merged["/commit/0-of-2"], merged["/commit/1-of-2"]} == {second}
+    reader.run("verify", env=env(hub, cache, rels)).ok()
+    reader.run(env=env(hub, cache, rels)).ok(files=len(rels), fetched=0, reused=len(rels))
+
+
+def test_a_serving_pod_that_refreshes_a_sharded_model_leaves_one_commit(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """A Job staged commit 1; main moved; an unsharded OnChange pod refreshed
+    the whole model to commit 2. The shares' records still say commit 1:
+    the pod's own record says which share commits its run superseded, so
+    readers see one commit (a judgement that counted every record would
+    refuse this model for ever)."""
+    one, two = repo_files(), moved_files()
+    hub.add_repo(REPO, one)
+    cache = tmp_path / "models" / "m"
+    rels = sorted(one)
+    stager = Pod(tmp_path, stager=True)
+    for index in range(2):
+        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    hub.move_branch(REPO, "main", two)
+    serving = Pod(tmp_path)
+    serving.run(env=env(hub, cache, rels, LLMKUBE_REFRESH_POLICY="OnChange")).ok()
+    assert on_disk_commit(cache, one, two) == {"2"}
+    serving.run("verify", env=env(hub, cache, rels)).ok()
+    serving.run(env=env(hub, cache, rels)).ok(files=len(rels), fetched=0, reused=len(rels))
+    # A file lost later is fetched again from the commit the others are of.
+    lost = "unet/shard-3.safetensors"
+    (cache / lost).unlink()
+    hub.move_branch(REPO, "main", one)  # main moves on again: no matter
+    serving.run(env=env(hub, cache, rels)).ok(files=len(rels), fetched=1, reused=len(rels) - 1)
+    assert (cache / lost).read_bytes() == two[lost], "finished from another commit"
+    hub.move_branch(REPO, "main", two)
+
+    # The next Job (main unchanged) verifies its shares at commit 2 and
+    # records it: readers still see one commit.
+    for index in range(2):
+        stager.run(env=share_env(hub, cache, rels, index, LLMKUBE_REFRESH_POLICY="OnChange")).ok()
+    serving.run("verify", env=env(hub, cache, rels)).ok()

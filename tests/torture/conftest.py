@@ -135,7 +135,14 @@ def stats() -> Stats:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _STATS.counts:
         return
-    doc = {"scale": "full" if FULL else "quick", **dict(sorted(_STATS.counts.items()))}
+    doc: dict[str, Any] = {
+        "scale": "full" if FULL else "quick",
+        **dict(sorted(_STATS.counts.items())),
+    }
+    if _STATS.counts.get("kill_loop_bytes_file"):
+        # #21 item 9: bytes served over the file's size, over the kill loop.
+        served = _STATS.counts.get("kill_loop_bytes_served", 0)
+        doc["kill_loop_ratio"] = round(served / _STATS.counts["kill_loop_bytes_file"], 3)
     terminalreporter.write_line("torture figures: " + json.dumps(doc))
     target = os.environ.get("LLMKUBE_TORTURE_STATS")
     if target:

@@ -25,6 +25,7 @@ from hostile_support import (
     snapshot,
 )
 
+from tests.harness.disk import depth_of, remove_tree
 from tests.harness.origin import Origin
 from tests.harness.pod import Run
 
@@ -364,14 +365,20 @@ def test_a_1100_deep_tree_neither_breaks_the_sweep_nor_inspect(
     sandbox.single(origin.url + "/m/model.gguf")
     sandbox.cache.mkdir(parents=True)
     _deep_tree(sandbox.cache, 1100)
+    try:
+        args = (command, str(sandbox.cache)) if command == "inspect" else (command,)
+        run = sandbox.run(*args).ended_with_a_reason()
 
-    args = (command, str(sandbox.cache)) if command == "inspect" else (command,)
-    run = sandbox.run(*args).ended_with_a_reason()
-
-    if command == "verify":
-        run.failed("ModelCacheEmpty")  # nothing staged yet: a reason, not a crash
-    else:
-        run.ok()
+        if command == "verify":
+            run.failed("ModelCacheEmpty")  # nothing staged yet: a reason, not a crash
+        else:
+            run.ok()
+    finally:
+        # Removed here, bottom-up and without recursion (#21 item 11): a
+        # tree this deep left behind breaks whatever recursive cleanup
+        # meets it later (Python 3.11's shutil.rmtree, pytest's basetemp).
+        remove_tree(sandbox.cache / "d")
+    assert depth_of(sandbox.volume) <= 2, "the deep tree was left behind"
 
 
 @pytest.mark.slow

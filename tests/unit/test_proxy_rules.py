@@ -90,3 +90,34 @@ def test_the_scheme_picks_the_proxy() -> None:
     assert settings.for_url("http", "mirror.example", 80) is plain
     assert settings.for_url("https", "minio.internal", 443) is None
     assert ProxySettings(https=https).for_url("http", "mirror.example", 80) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "no_proxy", "direct"),
+    [
+        # #22 item 2: an IPv6 literal with a port never matched before.
+        ("::1", 8080, "[::1]:8080", True),
+        ("[::1]", 8080, "[::1]:8080", True),
+        ("::1", 8081, "[::1]:8080", False),
+        ("::1", 8080, "[::1]", True),
+        ("::2", 8080, "[::1]:8080", False),
+        ("fd00::5", 443, "[fd00::]/8", True),
+        ("127.0.0.1", 8080, "[::1]:8080", False),
+    ],
+)
+def test_ipv6_literals_with_a_port(host: str, port: int, no_proxy: str, direct: bool) -> None:
+    assert bypassed(host, port, parse_no_proxy(no_proxy)) is direct
+
+
+def test_a_whole_url_gets_the_same_decision() -> None:
+    proxy = parse_proxy("http://egress:3128", "HTTPS_PROXY")
+    settings = ProxySettings(https=proxy, http=proxy, no_proxy=parse_no_proxy("127.0.0.0/8"))
+    assert settings.for_full_url("https://127.0.0.1:9000/bucket") is None
+    assert settings.for_full_url("http://[::1]:9000/") is proxy
+    assert settings.for_full_url("https://sts.us-east-1.amazonaws.com") is proxy
+    assert (
+        ProxySettings(https=proxy, no_proxy=parse_no_proxy("[::1]:9000")).for_full_url(
+            "https://[::1]:9000/"
+        )
+        is None
+    )

@@ -1,0 +1,86 @@
+"""Content codings: encoded bytes are never the model (#22 item 1).
+
+Every request asks for `Accept-Encoding: identity`. An origin, CDN or proxy
+that answers with a `Content-Encoding` other than `identity` (gzip, br,
+deflate, zstd, ...) sends other bytes than the file: published, they would
+be a wrong file with the encoded length as its size record, and a resume
+would splice ranges of the encoded bytes into it. A `Transfer-Encoding`
+coding other than `chunked` (which http.client removes) is the same. So
+such an answer is refused before a byte of it is written, with a reason
+that names the header and the hop that sent it.
+
+Why refuse rather than decode: the sizes the agent knows (the HEAD's
+Content-Length, S3's ContentLength) are then the encoded length, ranges
+(resume, parallel connections) are ranges of the encoded bytes, and the
+coding is the symptom of a misconfigured origin or proxy that a person
+should fix once; refusing is the one answer that is right in every case.
+Pure functions; the data path (http_wire.py) supplies what it knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
+from llmkube_stager.sources.http_status import Origin
+
+HeaderGet = Callable[[str], str | None]
+
+_NOT_CODINGS = frozenset({"", "identity"})
+_FRAMING = frozenset({"", "identity", "chunked"})
+_SHOWN_CHARS = 80
+
+
+def _codings(value: str | None, harmless: frozenset[str]) -> bool:
+    return any(part.strip().lower() not in harmless for part in (value or "").split(","))
+
+
+def encoding_header(get: HeaderGet) -> tuple[str, str] | None:
+    """(header name, value) of an answer whose body is encoded, or None."""
+    for name, harmless in (("Content-Encoding", _NOT_CODINGS), ("Transfer-Encoding", _FRAMING)):
+        value = get(name.lower())
+        if value is not None and _codings(value, harmless):
+            return name, value
+    return None
+
+
+def _shown(text: str) -> str:
+    printable = "".join(c if c.isprintable() else "?" for c in text.strip())
+    return printable[:_SHOWN_CHARS]
+
+
+def _hostport(origin: Origin) -> str:
+    host = f"[{origin.host}]" if ":" in origin.host else origin.host
+    return f"{host}:{origin.port}"
+
+
+def hop_words(asked_url: str, url: str, proxy: str | None, via: str | None) -> str:
+    """Which hop sent the answer, as far as the client can tell: the origin
+    asked or the redirect target (a CDN), the forward proxy a plain-http
+    request went through (it may rewrite the body; through a CONNECT tunnel
+    only a TLS-intercepting proxy could), and any `Via` a proxy added."""
+    here, first = Origin.of(url), Origin.of(asked_url)
+    if here == first:
+        who = f"the origin {_hostport(here)}"
+    else:
+        who = f"the redirect target {_hostport(here)} (redirected from {_hostport(first)})"
+    if proxy is not None and here.scheme == "http":
+        who += f" or the proxy {proxy} the request went through"
+    elif proxy is not None:
+        who += f", through the proxy {proxy}'s tunnel (only a TLS-intercepting proxy changes it)"
+    if via:
+        who += f"; a proxy on the way says Via: {_shown(via)}"
+    return who
+
+
+def encoded_error(where: str, header: tuple[str, str], who: str) -> SourceError:
+    """The refusal of an encoded answer: ModelSourceRejected, exit 4 (the
+    same hop answers the same way until someone changes its setup)."""
+    name, value = header
+    return SourceError(
+        f"{where} answered with {name}: {_shown(value)}, sent by {who}; the agent asked for "
+        "identity and never writes encoded bytes as the model",
+        reason=Reason.SOURCE_REJECTED,
+        answered=True,
+        remedy=REMEDY_ENCODED,
+    )

@@ -1,0 +1,126 @@
+"""How long an origin that answered 429 asks to be left alone (#22 item 5).
+
+Every form the Hub and common CDNs send, read from one answer's headers:
+
+- `RateLimit: "api";r=0;t=55` (the IETF structured field of
+  draft-ietf-httpapi-ratelimit-headers-08 and later: a list of quota
+  policies, each with its remaining quota `r` and seconds to reset `t`),
+  which the Hub sends and huggingface_hub reads first; only a policy with
+  nothing remaining closes the window. The older draft's dictionary form
+  `RateLimit: limit=100, remaining=0, reset=55` too.
+- `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an HTTP date.
+- `RateLimit-Reset` and `X-RateLimit-Reset`: seconds, or, as GitHub and
+  others send it, a Unix time (a number that large is no sane delay).
+
+Where several are present the structured field wins, as in huggingface_hub
+(a shorter Retry-After next to it would be a request inside the window).
+Pure functions of the header getter and the wall clock.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+
+HeaderGet = Callable[[str], str | None]
+
+# A reset value above this is a Unix time, not a delay (2001-09-09; no
+# origin asks to wait 31 years).
+_EPOCH_FLOOR_S = 1_000_000_000
+_PARAM_RE = re.compile(r"^\s*([a-z][a-z0-9_.*-]*)\s*=\s*([^;,\s]*)\s*$", re.ASCII)
+
+
+def _digits(text: str | None) -> int | None:
+    """A decimal value (ASCII digits only: a latin-1 '²' passes isdigit)."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    seconds = _digits(text)
+    if seconds is not None:
+        return float(seconds)
+    import email.utils  # only for an HTTP-date Retry-After; costs ~9 ms to import
+
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    now = time.time() if now_s is None else now_s
+    return max(0.0, when.timestamp() - now)
+
+
+def reset_s(value: str | None, now_s: float | None = None) -> float | None:
+    """A `*RateLimit-Reset` value: seconds, or a Unix time."""
+    seconds = _digits(value)
+    if seconds is None:
+        return None
+    if seconds < _EPOCH_FLOOR_S:
+        return float(seconds)
+    now = time.time() if now_s is None else now_s
+    return max(0.0, seconds - now)
+
+
+def _members(value: str | None) -> dict[str, dict[str, str]]:
+    """`"api";r=0;t=55, "burst";r=3;t=1` -> {"api": {"r": "0", "t": "55"}, ...}."""
+    found: dict[str, dict[str, str]] = {}
+    for member in (value or "").split(","):
+        name, *parts = member.split(";")
+        params = {}
+        for part in parts:
+            match = _PARAM_RE.match(part.lower())
+            if match:
+                params[match.group(1)] = match.group(2)
+        found[name.strip().strip('"')] = params
+    return found
+
+
+def structured_window_s(value: str | None, policy: str | None = None) -> float | None:
+    """The longest reset among the exhausted policies of a `RateLimit` field
+    (structured list or the older dictionary), or None. An exhausted policy
+    without `t` waits its whole window, `w` of its `RateLimit-Policy`."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    if ";" not in text:
+        # Draft-07 dictionary: `limit=100, remaining=0, reset=55`.
+        pairs = dict(_split_pair(p) for p in text.split(","))
+        remaining = _digits(pairs.get("remaining"))
+        reset = _digits(pairs.get("reset"))
+        return float(reset) if reset is not None and remaining in (0, None) else None
+    windows = _members(policy)
+    waits = []
+    for name, params in _members(text).items():
+        if _digits(params.get("r")) not in (0, None):
+            continue  # quota left in this policy: not the one that refused
+        reset = _digits(params.get("t"))
+        if reset is None:
+            reset = _digits(windows.get(name, {}).get("w"))
+        if reset is not None:
+            waits.append(float(reset))
+    return max(waits) if waits else None
+
+
+def _split_pair(part: str) -> tuple[str, str]:
+    name, _, value = part.partition("=")
+    return name.strip().lower(), value.strip()
+
+
+def rate_limit_wait_s(get: HeaderGet, now_s: float | None = None) -> float | None:
+    """Seconds until the origin takes requests again, by the first form
+    present: the structured `RateLimit` field, Retry-After, then the reset
+    headers."""
+    for wait in (
+        structured_window_s(get("ratelimit"), get("ratelimit-policy")),
+        retry_after_s(get("retry-after"), now_s),
+        reset_s(get("ratelimit-reset"), now_s),
+        reset_s(get("x-ratelimit-reset"), now_s),
+    ):
+        if wait is not None:
+            return wait
+    return None
