@@ -128,7 +128,7 @@ LIES = {
     "long-close": "ModelTransferSizeMismatch",
     "short-length": None,  # resumed: the rest comes from the next attempts
     "etag-changes-on-resume": "ModelSourceChanged",
-    "gzip-on-binary": "ModelTransferSizeMismatch",
+    "gzip-on-binary": "ModelSourceRejected",  # an encoded body is refused (#22 item 1)
 }
 
 
