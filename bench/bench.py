@@ -30,13 +30,14 @@ import tempfile
 
 import benchlib
 import cases
+import kserve
 import manyfile
 import shards
 from benchlib import HEADER, RUNS, Context, Row, Servers
 
 
 def all_cases() -> list[benchlib.Case]:
-    return [*cases.CASES, *manyfile.CASES, *shards.CASES]
+    return [*cases.CASES, *manyfile.CASES, *shards.CASES, *kserve.CASES]
 
 
 def main() -> int:

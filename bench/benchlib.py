@@ -297,6 +297,10 @@ class Servers:
             f"    location /{name}/ {{ alias {self.www}/; limit_rate {mbps}m; }}"
             for name, mbps in CAPS_MBPS.items()
         )
+        # KServe's initializer refuses a model file served as anything but
+        # application/octet-stream (its _download_from_uri; #24 item 6).
+        octet = "default_type application/octet-stream;"
+        capped += f"\n    location /octet/ {{ alias {self.www}/; {octet} }}"
         with open(conf, "w") as handle:
             handle.write(
                 NGINX_CONF.format(work=self.work, port=self.http_port, www=self.www, capped=capped)
