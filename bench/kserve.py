@@ -126,6 +126,9 @@ def checked(
     def before() -> None:
         fresh(dest)
         os.makedirs(dest)  # KServe's emptyDir at /mnt/models exists, empty
+        # A pod's HF_HOME is new too: huggingface_hub keeps refs/main and an
+        # API answer (.agent_harnesses.json) there.
+        fresh(env["HF_HOME"])
 
     return make, before
 
