@@ -44,6 +44,8 @@ PROBE = Path(__file__).resolve().parent / "probe.py"
 UID = GID = 65532
 TERMINATION_DIR = "/termination"
 MODELS_DIR = "/models"
+# Where KServe's webhook mounts the storage initializer's emptyDir (#24 item 6).
+KSERVE_MODELS_DIR = "/mnt/models"
 PROBE_DIR = "/probe"
 # Files buildah bind-mounts into every container: on a read-only root their
 # mount points must exist before the run (the image has none of them). It
@@ -134,7 +136,7 @@ class Container:
     def __init__(
         self,
         config: ImageConfig,
-        mount_points: Iterable[str] = (MODELS_DIR, TERMINATION_DIR, PROBE_DIR),
+        mount_points: Iterable[str] = (MODELS_DIR, KSERVE_MODELS_DIR, TERMINATION_DIR, PROBE_DIR),
     ) -> None:
         self.config = config
         self.name = f"llmkube-image-test-{os.getpid()}-{secrets.token_hex(3)}"
@@ -207,9 +209,10 @@ class ImagePod:
     volume and an optional /tmp volume (host directories under one tmp dir),
     and the environment the operator would set."""
 
-    def __init__(self, container: Container, tmp: Path) -> None:
+    def __init__(self, container: Container, tmp: Path, models_at: str = MODELS_DIR) -> None:
         self.container = container
         self.models = _volume_dir(tmp / "models", 0o755)
+        self.models_at = models_at  # where the model volume is mounted in the container
         self.term_dir = _volume_dir(tmp / "termination", 0o755)
         self.tmp = _volume_dir(tmp / "tmp", 0o1777, owner=0)
         self.term_path = self.term_dir / "log"
@@ -233,7 +236,7 @@ class ImagePod:
 
     def volumes(self, *, tmp_writable: bool, models_read_only: bool) -> list[Volume]:
         volumes = [
-            Volume(self.models, MODELS_DIR, read_only=models_read_only),
+            Volume(self.models, self.models_at, read_only=models_read_only),
             Volume(self.term_dir, TERMINATION_DIR),
         ]
         if tmp_writable:

@@ -1,8 +1,8 @@
 """#24 item 6: the image run exactly as KServe's webhook runs its storage
 initializer: the entrypoint with `args: [<storageUri>, <emptyDir>]`, the
 credential variables, uid 65532, a read-only root filesystem and no /tmp,
-the model volume the only writable place (here /models, image_support's
-volume, stands for /mnt/models). One case per URI form: an http(s) file,
+the model volume, an emptyDir-like host directory at /mnt/models, the only
+writable place. One case per URI form: an http(s) file,
 an s3:// prefix, an hf:// repo, an archive.
 
 `make image-test` selects these (-m image); they need the built image."""
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -19,12 +20,18 @@ from tests.harness.origin import Origin
 from tests.harness.pod import Run
 from tests.harness.sample import payload
 from tests.harness.seaweed import READER, SeaweedS3
-from tests.image.image_support import UID, ImagePod
+from tests.image.image_support import KSERVE_MODELS_DIR, UID, Container, ImagePod
 
 pytestmark = pytest.mark.image
 
-DEST = "/models"
+DEST = KSERVE_MODELS_DIR
 PRIVATE = ".llmkube-stager"
+
+
+@pytest.fixture
+def pod(container: Container, tmp_path: Path) -> ImagePod:
+    """The image's pod with its model volume where KServe mounts it."""
+    return ImagePod(container, tmp_path, models_at=KSERVE_MODELS_DIR)
 
 
 def shown(pod: ImagePod) -> dict[str, bytes]:
