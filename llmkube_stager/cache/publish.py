@@ -36,7 +36,7 @@ def names_inode(path: str, st: os.stat_result) -> bool:
         named = os.lstat(path)
     except OSError:
         return False
-    return same_file(named, st)
+    return same_file(named, st, path)
 
 
 def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os.stat_result:
