@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
+
+import pytest
 
 from llmkube_stager.cache import evidence
 from llmkube_stager.cache.partials import Claim
 from llmkube_stager.cache.publish import publish, stamp_published
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.model import PinState
+from tests.harness.hub import FakeHub
+from tests.harness.pod import Pod
 
 SIZE_BYTES = 16 * evidence.BLOCK_BYTES
 
@@ -58,3 +63,51 @@ def test_a_stamp_never_vouches_for_another_writers_file_of_one_size_on_a_local_f
     seen = read_local_file("model.bin", dest, pin=pin_x, root=root)
     assert seen.pin is PinState.MISMATCH, seen
     assert read_local_file("model.bin", dest, pin=pin_y, root=root).pin is not PinState.MISMATCH
+
+
+# -- a roll-forward must not vouch for an old file of the new size (#21 item 5 review) --
+
+
+def test_a_roll_forward_never_records_the_new_validator_for_an_old_file_of_one_size(
+    pod: Pod, tmp_path: Path, hub: FakeHub
+) -> None:
+    """An OnChange publish of a commit whose files keep their sizes is
+    killed after its first rename; one of its remaining partials is then
+    taken by another writer (adopted: renamed to that writer's name) that
+    dies in turn. The writer that rolls the publish forward finds that
+    partial gone and the destination "of its size" (the old file): it took
+    it for renamed into place and recorded the new commit's blob id for the
+    old bytes, and every later OnChange start kept the old file as new."""
+    from tests.integration.test_never_wrong_sets import (
+        REPO,
+        SHARDS,
+        SimulatedKill,
+        _interrupt_after_first_publish,
+        commit_files,
+        hf_env,
+    )
+
+    def kill() -> None:
+        raise SimulatedKill
+
+    cache = tmp_path / "cache"
+    old, new = commit_files(1), commit_files(2)
+    assert {r: len(d) for r, d in old.items()} == {r: len(d) for r, d in new.items()}
+    hub.add_repo(REPO, old)
+    env = hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY="OnChange")
+    first = pod.stage(env)
+    assert first.error is None, first.stderr
+    hub.move_branch(REPO, "main", new)
+    with pytest.raises(SimulatedKill):
+        pod.stage(env, on_line=_interrupt_after_first_publish(kill))
+    left = sorted(p for p in os.listdir(cache) if p.endswith(".llmkube-part.tmp"))
+    assert left, "no partial left by the killed publish"
+    rel = next(r for r in SHARDS if left[0].startswith(r + "."))
+    key = left[0][len(rel) + 1 :].split(".")[0]
+    os.rename(cache / left[0], cache / f"{rel}.{key}.0badc0de.llmkube-part.tmp")
+    assert (cache / rel).read_bytes() == old[rel]
+
+    for _ in range(2):
+        run = pod.stage(env)
+        assert run.error is None, run.stderr
+    assert {r: (cache / r).read_bytes() for r in SHARDS} == new, "an old file kept as new"
