@@ -52,3 +52,24 @@ def test_a_claim_that_is_a_directory_does_not_let_each_share_take_its_own_commit
     assert CLAIM in run.term["message"], run.term
     assert not any((cache / rel).exists() for rel in rels), "a share staged without a claim"
     assert os.path.isdir(cache / CLAIM)
+
+
+def test_a_file_missing_at_a_claimed_commit_the_hub_has_keeps_the_claim(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """The other side of dropping a gone commit's claim: a listed file the
+    repo lacks is the file's reason, and the Job's claim (live shares may
+    be staging at it) is left alone."""
+    one = repo_files()
+    commit = hub.add_repo(REPO, one)
+    cache = tmp_path / "models" / "m"
+    cache.mkdir(parents=True)
+    held = {"revision": "main", "commit": commit, "id": "0123456789abcdef"}
+    (cache / CLAIM).write_text(json.dumps(held))
+    rels = [*sorted(one), "unet/not-there.safetensors"]
+    runs = [Pod(tmp_path, stager=True).run(env=share_env(hub, cache, rels, i)) for i in range(2)]
+    assert any(run.returncode != 0 for run in runs)
+    for run in runs:
+        if run.returncode != 0:
+            run.failed("ModelSourceNotFound")
+    assert json.loads((cache / CLAIM).read_text()) == held
