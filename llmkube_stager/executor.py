@@ -123,7 +123,7 @@ class Session:
     def fetcher_if_open(self) -> Fetcher | None:
         return self._fetcher
 
-    def reopen(self, commit: str) -> None:
+    def reopen(self, commit: str | None) -> None:
         """Forget the fetcher and what it answered: the files come from
         `commit` (a sharded Job's claim, #21 item 4), listed again."""
         with self._opening:

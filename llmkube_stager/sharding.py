@@ -184,7 +184,19 @@ def agree_share(
         held = None
     if held is not None:
         session.commit = held.commit
-        return take_share(config, source, manifest, session), held
+        try:
+            return take_share(config, source, manifest, session), held
+        except SourceError as exc:
+            gone = session.fetcher_if_open()
+            if exc.reason is not Reason.SOURCE_NOT_FOUND or not (
+                isinstance(gone, Revisioned) and gone.resolved_commit() is None
+            ):
+                raise  # a file missing at a commit the hub has: the claim stands
+            # The claimed commit is gone from the hub (force-pushed away
+            # after its Job died): no share can finish at it, and every
+            # later Job failed at it forever (#21 review). Resolved anew.
+            drop_job_commit(root, held)
+            session.reopen(None)
     session.commit = candidate
     share = take_share(config, source, manifest, session)
     fetcher = session.fetcher_if_open()

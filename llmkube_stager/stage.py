@@ -398,8 +398,9 @@ def _roll_forward(prepared: Prepared, log: Log, name: str) -> None:
             continue
         done = roll_forward(listed[rel].dest, str(entry["partial"]), int(str(entry["size"])))
         # A file that cannot be vouched for loses its validator: OnChange
-        # then verifies it against the origin instead of trusting it.
-        updates[rel] = str(entry.get("validator") or "") if done else ""
+        # then verifies it against the origin instead of trusting it (a
+        # destination found of its size, None, may be the old file).
+        updates[rel] = str(entry.get("validator") or "") if done is True else ""
     write_validators(manifest.root, updates, name)
     log.warning(
         "rolled_forward",

@@ -135,7 +135,7 @@ class Claim:
             held = os.fstat(self.fd)
         except OSError:
             return False
-        return same_file(named, held)
+        return same_file(named, held, self.path)
 
     def rename_to(self, path: str) -> bool:
         """Move our partial to another of our names; False when it was
@@ -174,7 +174,7 @@ class Claim:
         except OSError:
             os.close(fd)
             return
-        if not (same_file(fresh, held) and fresh.st_nlink == 1):
+        if not (same_file(fresh, held, self.path) and fresh.st_nlink == 1):
             os.close(fd)
             return
         # One inode to the kernel's locks: ours is released before the new
@@ -201,7 +201,7 @@ class Claim:
                 os.close(fd)
 
 
-def same_file(named: os.stat_result, held: os.stat_result) -> bool:
+def same_file(named: os.stat_result, held: os.stat_result, path: str) -> bool:
     """Whether the stat of a name (`named`) and the fstat of a descriptor
     (`held`) describe one file. The inode number says so where it is stable;
     rclone's inode numbers follow the path (#21 item 8): after a rename the
@@ -213,9 +213,15 @@ def same_file(named: os.stat_result, held: os.stat_result) -> bool:
     Good enough for what asks: our names carry our random writer id and
     only a rename of ours ever puts a file there; a size record vouches
     for a size only; a stamp's truth rests on evidence read from the bytes
-    (records.py, #21 item 2), never on this."""
+    (records.py, #21 item 2), never on this. `path`: the name stat'ed; on
+    a local filesystem its inode number is the truth, and the fallback
+    there let another writer's file of one size published within the same
+    second count as ours: a stamp of ours stood on its bytes wherever they
+    differ outside the sampled blocks (#21 review)."""
     if _same_inode(named, held):
         return True
+    if is_local(os.path.dirname(path) or "."):
+        return False
     return (
         named.st_dev == held.st_dev
         and stat.S_ISREG(named.st_mode)
@@ -385,7 +391,7 @@ def _take(partial: PartialFile, own: Claim) -> Claim | None:
         # writer is gone (idle, and we hold its flock) and its bytes are of
         # no use on this storage: removed, not left as debris.
         with contextlib.suppress(OSError):
-            if same_file(os.lstat(partial.path), os.fstat(fd)):
+            if same_file(os.lstat(partial.path), os.fstat(fd), partial.path):
                 os.unlink(partial.path)
         _close(fd)  # rclone reports the refused write again at close (EPERM)
         return None

@@ -36,7 +36,7 @@ def names_inode(path: str, st: os.stat_result) -> bool:
         named = os.lstat(path)
     except OSError:
         return False
-    return same_file(named, st)
+    return same_file(named, st, path)
 
 
 def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os.stat_result:
@@ -127,19 +127,25 @@ def stamp_published(dest: str, digest: str, st: os.stat_result) -> None:
             os.unlink(stamp_path(dest))
 
 
-def roll_forward(dest: str, partial_name: str, size: int) -> bool:
+def roll_forward(dest: str, partial_name: str, size: int) -> bool | None:
     """Finish one entry of an interrupted publish (journal.intent_of): the
-    listed partial, still whole, is renamed into place; a partial already
-    renamed shows as a destination of its size. False when neither holds
-    (the entry cannot be vouched for). The partial's data is fsynced before
-    its rename (#21 item 1: its writer died before its own publish fsync,
-    so its pages may still be dirty); a failing fsync raises the storage
-    reason and renames nothing."""
+    listed partial, still whole, is renamed into place (True). A partial no
+    longer there may have been renamed into place by its writer, or taken
+    by another writer (adopted) while the destination is still the old
+    file: a destination of its size is kept and recorded by size, but it is
+    not vouched for as the entry's version (None; #21 review: the old file
+    of one size got the new version's validator, and OnChange kept it).
+    False when the entry cannot be vouched for at all. The partial's data is
+    fsynced before its rename (#21 item 1: its writer died before its own
+    publish fsync, so its pages may still be dirty); a failing fsync raises
+    the storage reason and renames nothing."""
     partial = os.path.join(os.path.dirname(dest), partial_name)
+    renamed = False
     try:
         if _synced_whole(partial, size):
             os.replace(partial, dest)
             fsync_dir(os.path.dirname(dest))
+            renamed = True
     except OSError as exc:
         raise disk_error(exc, "finishing the publish of", os.path.basename(dest)) from exc
     try:
@@ -150,7 +156,7 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool:
         return False
     if names_inode(dest, st):
         write_size_record(dest, size)
-    return True
+    return True if renamed else None
 
 
 def _synced_whole(partial: str, size: int) -> bool:

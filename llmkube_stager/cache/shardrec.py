@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from llmkube_stager.cache.records import FILE_MODE, read_validators, write_atomic
 from llmkube_stager.cache.safeio import read_small
 from llmkube_stager.config import MAX_SHARDS
+from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, CacheError, Reason
 from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME
 from llmkube_stager.shards import shard_id
 
@@ -175,7 +176,14 @@ def claim_job_commit(
         finally:
             os.close(fd)
         return wanted
-    return wanted
+    # Something that is no claim and cannot be removed holds the name (a
+    # directory): returning `wanted` here let every share take its own
+    # commit, the two-commit set the claim exists to prevent (#21 review).
+    raise CacheError(
+        f"{path} is not a claim of a sharded Job's commit and cannot be replaced",
+        reason=Reason.CACHE_UNWRITABLE,
+        remedy=REMEDY_LEADS_OUTSIDE,
+    )
 
 
 def drop_job_commit(root: str, claim: JobCommit) -> None:
