@@ -86,6 +86,15 @@ def parse_pairs(args: list[str], cwd: str) -> tuple[Pair, ...]:
     dests = [p.dest for p in pairs]
     if len(set(dests)) != len(dests):
         raise ConfigError("two SRC_URIs name the same DEST_DIR: give each its own directory")
+    for outer in dests:
+        for inner in dests:
+            if inner.startswith(outer.rstrip("/") + "/"):
+                # One pair's files would replace the other's of the same
+                # name, or land in its private directory (#24 review).
+                raise ConfigError(
+                    f"the DEST_DIR {inner[:200]!r} is inside the DEST_DIR {outer[:200]!r}: "
+                    "give each SRC_URI a directory of its own, side by side"
+                )
     return pairs
 
 
