@@ -1,5 +1,6 @@
 """#24 review: the KServe drop-in mode against hostile input. Each test
-here failed against the code before its fix (the commit says how)."""
+here either failed against the code before its fix (the commit says how)
+or holds a hostile case the code already refused (the review report lists them)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import bz2
 import io
 import lzma
 import tarfile
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -161,3 +163,194 @@ def test_s3_endpoint_with_userinfo_never_shows_the_password(pod: Pod, tmp_path: 
 
     assert run.returncode != 0, str(run)
     assert_no_leak(outputs_of(run, pod.tmp), {"S3_ENDPOINT password": secret})
+
+
+def _tar_raw(build: Callable[[tarfile.TarFile], None]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        build(tar)
+    return buffer.getvalue()
+
+
+def _member(
+    tar: tarfile.TarFile, name: str, kind: bytes, link: str = "", data: bytes = b""
+) -> None:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data) if data else None)
+
+
+HOSTILE: dict[str, Callable[[tarfile.TarFile], None]] = {
+    # A hard link to a symlink (the link's target would be followed).
+    "hardlink-to-symlink": lambda t: (
+        _member(t, "s", tarfile.SYMTYPE, "w.bin"),
+        _member(t, "h", tarfile.LNKTYPE, "s"),
+    ),
+    # A symlinked directory made earlier, then a hard link through it.
+    "hardlink-through-link": lambda t: (
+        _member(t, "d", tarfile.SYMTYPE, "."),
+        _member(t, "h", tarfile.LNKTYPE, "d/w.bin"),
+    ),
+    # A symlink named like the private directory, then a file through it.
+    "private-symlink": lambda t: _member(t, ".llmkube-stager", tarfile.SYMTYPE, "w.bin"),
+    "dot-symlink": lambda t: _member(t, ".", tarfile.SYMTYPE, "w.bin"),
+    "dot-file": lambda t: _member(t, "./", tarfile.REGTYPE, data=b"x"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_more_hostile_tars_are_refused(pod: Pod, origin: Origin, kind: str) -> None:
+    def build(tar: tarfile.TarFile) -> None:
+        _member(tar, "w.bin", tarfile.REGTYPE, data=WEIGHTS_A)
+        HOSTILE[kind](tar)
+
+    origin.put("/h/m.tgz", _tar_raw(build))
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/h/m.tgz", str(dest))
+
+    assert run.returncode == 4, str(run)
+    assert run.compact_term()["reason"] == "ModelSourceRejected"
+    assert not (dest / "w.bin").exists()
+
+
+def test_a_tar_of_dot_as_tar_c_makes_it_is_unpacked(pod: Pod, origin: Origin) -> None:
+    """`tar czf m.tgz -C dir .`: members `./` and `./w.bin`."""
+    origin.put(
+        "/t/m.tgz",
+        _tar_raw(
+            lambda t: (
+                _member(t, "./", tarfile.DIRTYPE),
+                _member(t, "./w.bin", tarfile.REGTYPE, data=WEIGHTS_A),
+            )
+        ),
+    )
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/t/m.tgz", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "w.bin").read_bytes() == WEIGHTS_A
+
+
+def _zip_symlink() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zipped:
+        info = zipfile.ZipInfo("link")
+        info.external_attr = 0o120777 << 16
+        zipped.writestr(info, "/etc/passwd")
+    return buffer.getvalue()
+
+
+def _zip_named(name: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zipped:
+        zipped.writestr("ok.txt", b"ok")
+        zipped.writestr(name, b"x")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_zip_symlink, lambda: _zip_named("..\\..\\evil.txt"), lambda: _zip_named("\\evil.txt")],
+    ids=["symlink", "backslash-dotdot", "backslash-absolute"],
+)
+def test_more_hostile_zips_are_refused(pod: Pod, origin: Origin, build: object) -> None:
+    assert callable(build)
+    origin.put("/z/m.zip", build())
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/z/m.zip", str(dest))
+
+    assert run.returncode == 4, str(run)
+    assert not (dest / "ok.txt").exists()
+    assert not (pod.tmp / "evil.txt").exists()
+
+
+def test_a_symlink_in_dest_where_a_file_goes_is_replaced_not_followed(
+    pod: Pod, origin: Origin
+) -> None:
+    origin.put("/m/w.bin", WEIGHTS_A)
+    outside = pod.tmp / "outside.bin"
+    outside.write_bytes(b"keep me")
+    dest = pod.tmp / "mnt" / "models"
+    dest.mkdir(parents=True)
+    (dest / "w.bin").symlink_to(outside)
+
+    run = pod.run(f"{origin.url}/m/w.bin", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert outside.read_bytes() == b"keep me"
+    assert not (dest / "w.bin").is_symlink()
+    assert (dest / "w.bin").read_bytes() == WEIGHTS_A
+
+
+def test_a_symlinked_directory_in_dest_is_not_followed_by_an_unpack(
+    pod: Pod, origin: Origin
+) -> None:
+    origin.put("/a/m.tgz", _tar_of({"sub/w.bin": WEIGHTS_A}))
+    outside = pod.tmp / "outside"
+    outside.mkdir()
+    dest = pod.tmp / "mnt" / "models"
+    dest.mkdir(parents=True)
+    (dest / "sub").symlink_to(outside)
+
+    run = pod.run(f"{origin.url}/a/m.tgz", str(dest))
+
+    assert run.returncode != 0, str(run)
+    assert list(outside.iterdir()) == []
+
+
+def test_dest_dir_itself_a_symlink_writes_nothing_through_it(pod: Pod, origin: Origin) -> None:
+    origin.put("/m/w.bin", WEIGHTS_A)
+    outside = pod.tmp / "outside"
+    outside.mkdir()
+    (pod.tmp / "mnt").mkdir()
+    dest = pod.tmp / "mnt" / "models"
+    dest.symlink_to(outside)
+
+    run = pod.run(f"{origin.url}/m/w.bin", str(dest))
+
+    # Refused (the model root must not be a symlink, cache/disk.py), exit 4.
+    assert run.returncode == 4, str(run)
+    assert run.compact_term()["reason"] == "ModelCacheUnwritable"
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("when", ["unpacking", "publishing"])
+def test_a_kill_while_unpacking_then_a_restart_converges(
+    pod: Pod, origin: Origin, when: str
+) -> None:
+    """SIGKILL while members are written into the private work directory,
+    or while they are renamed into DEST_DIR: the restart unpacks again from
+    the staged archive and ends with every file whole, no work left."""
+    files = {f"d{i % 7}/f{i:04d}.bin": payload(16 << 10, seed=1000 + i) for i in range(600)}
+    origin.put("/k/m.tar", _tar_of(files))
+    dest = pod.tmp / "mnt" / "models"
+    private = dest / ".llmkube-stager"
+    uri = f"{origin.url}/k/m.tar"
+
+    def progressed() -> bool:
+        if when == "unpacking":
+            return any(sum(1 for _ in w.rglob("*.bin")) > 50 for w in private.glob("unpack.*"))
+        return any(dest.glob("d*/f*.bin"))
+
+    proc = pod.popen(uri, str(dest))
+    deadline = time.monotonic() + 30
+    while not progressed():
+        if proc.poll() is not None:
+            pytest.fail(f"the stager ended before it was killed: {proc.returncode}")
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(9)
+    pod.finish(proc)
+
+    run = pod.run(uri, str(dest))
+
+    assert run.returncode == 0, str(run)
+    got = {str(p.relative_to(dest)): p.read_bytes() for p in dest.glob("d*/f*.bin")}
+    assert got == files
+    assert not list(private.glob("unpack.*"))
+    assert not list(private.rglob("m.tar*"))
