@@ -105,9 +105,12 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
 
 def _is_archive_set(pair: Pair, files: list[tuple[str, str]]) -> bool:
     """KServe unpacks an archive it fetched alone (a URL, or the one object
-    of an s3:// prefix)."""
+    of an s3:// prefix); never a Hugging Face repo's file (its _download_hf
+    does not unpack, #24 review)."""
     from llmkube_stager.kserve.archive import is_archive
 
+    if pair.uri.lower().startswith("hf://"):
+        return False
     return len(files) == 1 and is_archive(files[0][0])
 
 

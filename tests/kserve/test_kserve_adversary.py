@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.canary import assert_no_leak, canary, outputs_of
+from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -354,3 +355,23 @@ def test_a_kill_while_unpacking_then_a_restart_converges(
     assert got == files
     assert not list(private.glob("unpack.*"))
     assert not list(private.rglob("m.tar*"))
+
+
+def test_an_hf_repo_of_one_archive_is_served_as_it_is(pod: Pod, hub: FakeHub, cdn: Origin) -> None:
+    """KServe's _download_hf (kserve-storage 0.21.0) never unpacks: a repo
+    whose one file is `weights.tar.gz` gives the server that file, whole,
+    as KServe's initializer would (the s3:// and http(s) forms unpack)."""
+    archive = _tar_of({"inner.bin": WEIGHTS_A})
+    hub.add_repo("org/packed", {"weights.tar.gz": archive})
+    dest = pod.tmp / "mnt" / "models"
+    env = {"HF_ENDPOINT": hub.url}
+
+    run = pod.run("hf://org/packed", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "weights.tar.gz").read_bytes() == archive
+    assert not (dest / "inner.bin").exists()
+
+    warm = pod.run("hf://org/packed", str(dest), env=env)
+    assert warm.returncode == 0, str(warm)
+    assert (dest / "weights.tar.gz").read_bytes() == archive
