@@ -17,6 +17,7 @@ import pytest
 
 from tests.harness.canary import assert_no_leak, canary, outputs_of
 from tests.harness.hub import FakeHub
+from tests.harness.mounts import tmpfs
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -375,3 +376,40 @@ def test_an_hf_repo_of_one_archive_is_served_as_it_is(pod: Pod, hub: FakeHub, cd
     warm = pod.run("hf://org/packed", str(dest), env=env)
     assert warm.returncode == 0, str(warm)
     assert (dest / "weights.tar.gz").read_bytes() == archive
+
+
+def test_a_zip_bomb_on_a_small_volume_is_out_of_space_and_leaves_no_work(
+    pod: Pod, origin: Origin
+) -> None:
+    """A 48 MiB member compressed to a few KiB on an 8 MiB emptyDir, under
+    the default (1 TiB) bound: ENOSPC while unpacking is the volume's
+    failure, named, with the half-written work removed and no model file."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
+        zipped.writestr("bomb.bin", b"\0" * (48 << 20))
+    origin.put("/z/m.zip", buffer.getvalue())
+    volume = pod.tmp / "mnt"
+    volume.mkdir()
+    with tmpfs(volume, "size=8m"):
+        dest = volume / "models"
+
+        run = pod.run(f"{origin.url}/z/m.zip", str(dest))
+
+        assert run.returncode in (1, 4), str(run)
+        assert run.compact_term()["reason"] == "ModelTransferOutOfSpace", str(run)
+        assert not (dest / "bomb.bin").exists()
+        assert not list((dest / ".llmkube-stager").glob("unpack.*"))
+        assert {p.name for p in dest.iterdir()} == {".llmkube-stager"}
+
+
+def test_sibling_dest_dirs_sharing_a_name_prefix_are_not_nested(pod: Pod, origin: Origin) -> None:
+    """`/mnt/models` and `/mnt/models-2` are side by side, not nested."""
+    origin.put("/a/w.bin", WEIGHTS_A)
+    origin.put("/b/w.bin", WEIGHTS_B)
+    first, second = pod.tmp / "mnt" / "models", pod.tmp / "mnt" / "models-2"
+
+    run = pod.run(f"{origin.url}/a/w.bin", str(first), f"{origin.url}/b/w.bin", str(second))
+
+    assert run.returncode == 0, str(run)
+    assert (first / "w.bin").read_bytes() == WEIGHTS_A
+    assert (second / "w.bin").read_bytes() == WEIGHTS_B
