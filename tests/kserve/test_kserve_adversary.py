@@ -21,6 +21,7 @@ from tests.harness.mounts import tmpfs
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
+from tests.harness.seaweed import SeaweedS3, s3_env
 
 pytestmark = pytest.mark.e2e
 
@@ -413,3 +414,54 @@ def test_sibling_dest_dirs_sharing_a_name_prefix_are_not_nested(pod: Pod, origin
     assert run.returncode == 0, str(run)
     assert (first / "w.bin").read_bytes() == WEIGHTS_A
     assert (second / "w.bin").read_bytes() == WEIGHTS_B
+
+
+def test_onchange_drops_a_file_the_source_no_longer_has_from_dest(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """OnChange lists again and the object b.bin is gone: DEST_DIR must not
+    keep showing the old set's b.bin beside the new a.bin (a mixed model for
+    the server); what the agent never exposed stays."""
+    s3.put(bucket, "m/a.bin", b"a" * 100)
+    s3.put(bucket, "m/b.bin", b"b" * 100)
+    dest = pod.tmp / "mnt" / "models"
+    env = {**s3_env(s3), "LLMKUBE_REFRESH_POLICY": "OnChange"}
+    first = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+    assert first.returncode == 0, str(first)
+    (dest / "mine.txt").write_bytes(b"not the agent's")
+    s3.admin().delete_object(Bucket=bucket, Key="m/b.bin")
+    s3.put(bucket, "m/a.bin", b"A" * 100)
+
+    run = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "a.bin").read_bytes() == b"A" * 100
+    assert not (dest / "b.bin").exists()
+    assert (dest / "mine.txt").read_bytes() == b"not the agent's"
+
+
+def test_onchange_dropping_a_stale_name_never_follows_a_symlink_out(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """The stale `sub/b.bin`'s directory in DEST_DIR was replaced by a
+    symlink to a directory outside holding a hard link of the staged copy
+    (the same inode): nothing outside is unlinked."""
+    s3.put(bucket, "m/a.bin", b"a" * 100)
+    s3.put(bucket, "m/sub/b.bin", b"b" * 100)
+    dest = pod.tmp / "mnt" / "models"
+    env = {**s3_env(s3), "LLMKUBE_REFRESH_POLICY": "OnChange"}
+    first = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+    assert first.returncode == 0, str(first)
+    outside = pod.tmp / "outside"
+    outside.mkdir()
+    (outside / "b.bin").hardlink_to(dest / ".llmkube-stager" / "model" / "sub" / "b.bin")
+    (dest / "sub" / "b.bin").unlink()
+    (dest / "sub").rmdir()
+    (dest / "sub").symlink_to(outside)
+    s3.admin().delete_object(Bucket=bucket, Key="m/sub/b.bin")
+    s3.put(bucket, "m/a.bin", b"A" * 100)
+
+    run = pod.run(f"s3://{bucket}/m", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert (outside / "b.bin").read_bytes() == b"b" * 100
