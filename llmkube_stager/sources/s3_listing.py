@@ -80,5 +80,10 @@ def check_listed(source: str, files: tuple[ListedFile, ...]) -> None:
             raise InvalidFileSet("a key holds a newline")
         parse_file_list("\n".join(rels))
     except InvalidFileSet as err:
-        detail = err.detail.replace("MODEL_FILES entry", "key")
+        # The user set no MODEL_FILES: the message names the keys (#24 review).
+        detail = (
+            err.detail.replace("MODEL_FILES entry", "key")
+            .replace("MODEL_FILES lists", "it lists the key")
+            .replace("MODEL_FILES has", "it has")
+        )
         raise InvalidFileSet(f"the listing of {source} cannot be staged: {detail}") from None

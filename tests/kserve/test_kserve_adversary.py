@@ -465,3 +465,29 @@ def test_onchange_dropping_a_stale_name_never_follows_a_symlink_out(
 
     assert run.returncode == 0, str(run)
     assert (outside / "b.bin").read_bytes() == b"b" * 100
+
+
+def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_files() -> None:
+    """A listing that changed between pages (or a server that repeats a
+    key): InvalidFileSet naming the key and the listing, not MODEL_FILES,
+    which the user never set (the page function is the listing's injected
+    dependency, as in test_listing_rules.py)."""
+    from llmkube_stager.errors import InvalidFileSet
+    from llmkube_stager.sources.s3_listing import list_objects
+
+    answers = [["m/a.bin", "m/b.bin"], ["m/b.bin", "m/c.bin"]]
+
+    def page(prefix: str, token: str | None) -> dict[str, object]:
+        i = int(token or 0)
+        return {
+            "Contents": [{"Key": k, "Size": 1, "ETag": '"e"'} for k in answers[i]],
+            "IsTruncated": i + 1 < len(answers),
+            "NextContinuationToken": str(i + 1),
+        }
+
+    with pytest.raises(InvalidFileSet) as caught:
+        list_objects("s3://b/m", "b", "m", page)
+
+    assert "MODEL_FILES" not in caught.value.detail, caught.value.detail
+    assert "'b.bin' twice" in caught.value.detail
+    assert "s3://b/m" in caught.value.detail
