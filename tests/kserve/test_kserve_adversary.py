@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import io
+import json
 import lzma
 import tarfile
 import time
@@ -491,3 +492,29 @@ def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_f
     assert "MODEL_FILES" not in caught.value.detail, caught.value.detail
     assert "'b.bin' twice" in caught.value.detail
     assert "s3://b/m" in caught.value.detail
+
+
+def test_a_recorded_listing_with_a_climbing_name_is_no_record(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """A `.llmkube-listing` (corrupted, or written by something else on the
+    volume) naming `../../outside.bin` is not a listing of this directory:
+    the source is listed again, and nothing outside the model root is
+    looked at, written or removed."""
+    s3.put(bucket, "m/a.bin", b"a" * 100)
+    cache = pod.tmp / "models" / "m"
+    env = {**s3_env(s3), "MODEL_SOURCE": f"s3://{bucket}/m", "CACHE_DIR": str(cache)}
+    pod.run(env=env).ok(files=1, fetched=1)
+    outside = pod.tmp / "outside.bin"
+    outside.write_bytes(b"keep")
+    (pod.tmp / "outside.bin.llmkube-size").write_text("999")
+    record = cache / ".llmkube-listing"
+    doc = json.loads(record.read_text())
+    doc["files"].append(["../../outside.bin", 100, '"e"'])
+    record.write_text(json.dumps(doc))
+
+    run = pod.run(env=env)
+
+    run.ok(files=1, fetched=0, reused=1, nbytes=0)
+    assert outside.read_bytes() == b"keep"
+    assert (pod.tmp / "outside.bin.llmkube-size").read_text() == "999"
