@@ -518,3 +518,26 @@ def test_a_recorded_listing_with_a_climbing_name_is_no_record(
     run.ok(files=1, fetched=0, reused=1, nbytes=0)
     assert outside.read_bytes() == b"keep"
     assert (pod.tmp / "outside.bin.llmkube-size").read_text() == "999"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [".llmkube.lock", ".llmkube-validators", "w.bin.llmkube-size", "w.bin.llmkube-tmp.abcdef"],
+)
+def test_a_url_named_like_the_agents_own_records_is_refused_before_any_io(
+    pod: Pod, origin: Origin, name: str
+) -> None:
+    """The file's name comes from the URL: `.llmkube.lock` was staged onto
+    the engine's own lock file and DEST_DIR showed it empty (exit 0, a
+    truncated file served); other record names the sweep may take for its
+    own. They are refused as MODEL_FILES entries are."""
+    origin.put(f"/p/{name}", b"z" * 10)
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/p/{name}", str(dest))
+
+    assert run.returncode == 2, str(run)
+    assert run.compact_term()["reason"] == "InvalidConfiguration"
+    assert "reserved" in run.compact_term()["message"]
+    assert origin.requests() == []
+    assert not (dest / name).exists()
