@@ -40,6 +40,9 @@ def list_objects(source: str, bucket: str, key: str, page: ListPage) -> Listing:
         elif name.startswith(stem + "/" if stem else "") and not name.endswith("/"):
             below.append((name[len(stem) + 1 :] if stem else name, item))
     if exact is not None:
+        # Its name is checked as a prefix's keys are (#24 review: a key
+        # `.llmkube.lock` was staged onto the engine's lock file).
+        check_listed(source, (exact,))
         return Listing(source, posixpath.dirname(stem), (exact,))
     if not below:
         raise SourceError(

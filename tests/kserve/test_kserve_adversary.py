@@ -541,3 +541,18 @@ def test_a_url_named_like_the_agents_own_records_is_refused_before_any_io(
     assert "reserved" in run.compact_term()["message"]
     assert origin.requests() == []
     assert not (dest / name).exists()
+
+
+def test_an_s3_key_named_like_the_agents_own_records_is_an_invalid_file_set(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """`s3://bucket/dir/.llmkube.lock` is the one object of its URI: its
+    name is checked as a prefix's keys are, not staged onto the lock."""
+    s3.put(bucket, "dir/.llmkube.lock", b"z" * 10)
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"s3://{bucket}/dir/.llmkube.lock", str(dest), env=s3_env(s3))
+
+    assert run.returncode == 2, str(run)
+    assert run.compact_term()["reason"] == "InvalidFileSet"
+    assert not (dest / ".llmkube.lock").exists()
