@@ -9,7 +9,8 @@ import os
 
 from llmkube_stager.cache.journal import read_regular
 from llmkube_stager.cache.records import write_atomic
-from llmkube_stager.layout import LISTING_NAME
+from llmkube_stager.errors import InvalidFileSet
+from llmkube_stager.layout import LISTING_NAME, parse_file_list
 from llmkube_stager.listing import Listing, decode_listing, encode_listing
 
 # 100,000 files of long names and ETags.
@@ -18,7 +19,19 @@ _MAX_BYTES = 64 << 20
 
 def read_listing(root: str) -> Listing | None:
     raw = read_regular(os.path.join(root, LISTING_NAME), _MAX_BYTES)
-    return None if raw is None else decode_listing(raw)
+    listing = None if raw is None else decode_listing(raw)
+    if listing is None:
+        return None
+    # The record's names are checked as the listing's were (#24 review): a
+    # corrupted record naming '../x' is no record, never a path to look at.
+    rels = [f.rel for f in listing.files]
+    try:
+        if any("\n" in rel for rel in rels):
+            return None
+        parse_file_list("\n".join(rels))
+    except InvalidFileSet:
+        return None
+    return listing
 
 
 def write_listing(root: str, listing: Listing) -> None:

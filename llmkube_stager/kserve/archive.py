@@ -291,6 +291,7 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 
 
 def _unzip(archive: str, name: str, writer: _Writer) -> None:
+    import lzma
     import zipfile
     import zlib
 
@@ -314,8 +315,19 @@ def _unzip(archive: str, name: str, writer: _Writer) -> None:
         zipfile.LargeZipFile,
         EOFError,
         NotImplementedError,
+        # An encrypted member (zipfile asks for a password), a bad bzip2 or
+        # lzma stream: the bytes, not a bug (#24 review).
+        RuntimeError,
+        lzma.LZMAError,
         zlib.error,
     ) as exc:
+        raise ArchiveRefused(
+            name, f"it is not a valid zip archive ({type(exc).__name__})"
+        ) from None
+    except OSError as exc:
+        if exc.errno is not None:  # the volume's own failure (ENOSPC, EROFS...)
+            raise
+        # bz2's "Invalid data stream" carries no errno: the bytes are bad.
         raise ArchiveRefused(
             name, f"it is not a valid zip archive ({type(exc).__name__})"
         ) from None

@@ -99,25 +99,38 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     if _is_archive_set(pair, files):
         _unpack(boundary, pair, config, files[0])
     else:
-        _expose(boundary, pair, files)
+        _expose(boundary, pair, files, drop=config.refresh_policy == "OnChange")
     return outcome, manifest.display_source
 
 
 def _is_archive_set(pair: Pair, files: list[tuple[str, str]]) -> bool:
     """KServe unpacks an archive it fetched alone (a URL, or the one object
-    of an s3:// prefix)."""
+    of an s3:// prefix); never a Hugging Face repo's file (its _download_hf
+    does not unpack, #24 review)."""
     from llmkube_stager.kserve.archive import is_archive
 
+    if pair.uri.lower().startswith("hf://"):
+        return False
     return len(files) == 1 and is_archive(files[0][0])
 
 
-def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]]) -> None:
-    from llmkube_stager.kserve.expose import expose
+def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: bool) -> None:
+    from llmkube_stager.kserve.expose import drop_stale, expose
 
     linked = expose(pair.dest, pair.private, files)
     if linked:
         boundary.log.info(
             "exposed", f"Linked {linked} file(s) into {pair.dest}", path=pair.dest, files=linked
+        )
+    # Only OnChange can change a pair's set in place (IfNotPresent keeps its
+    # recorded listing or commit): a warm start walks nothing (#16).
+    dropped = drop_stale(pair.dest, pair.root, (rel for rel, _ in files)) if drop else 0
+    if dropped:
+        boundary.log.info(
+            "unexposed",
+            f"Removed {dropped} file(s) the source no longer has from {pair.dest}",
+            path=pair.dest,
+            files=dropped,
         )
 
 

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import posixpath
+import stat
 from collections.abc import Iterable
 
 from llmkube_stager.cache.disk import disk_error, ensure_dir
@@ -28,6 +29,7 @@ from llmkube_stager.kserve.uris import PRIVATE_DIR
 
 # A hard link is refused (filesystem, quota of links, FUSE): a symlink then.
 _NO_HARD_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def expose(dest: str, private: str, files: Iterable[tuple[str, str]]) -> int:
@@ -83,3 +85,48 @@ def _expose_one(dest: str, private: str, rel: str, staged: str) -> int:
             os.unlink(temp)
         raise
     return 1
+
+
+def drop_stale(dest: str, root: str, keep: Iterable[str]) -> int:
+    """#24 review: after an OnChange refresh the engine keeps the staged
+    copy of a file the source no longer has; the name this agent exposed
+    for it (the same inode, or the fallback symlink to it) is unlinked from
+    DEST_DIR, so the server never sees the old set's file beside the new
+    set. Any other name is left as it is; no symlink is followed."""
+    kept = set(keep)
+    dropped = 0
+    for dirpath, _, filenames in os.walk(root):
+        below = posixpath.relpath(dirpath, root)
+        for name in filenames:
+            rel = name if below == "." else f"{below}/{name}"
+            if rel not in kept:
+                dropped += _drop_if_ours(dest, rel, posixpath.join(dirpath, name))
+    return dropped
+
+
+def _drop_if_ours(dest: str, rel: str, staged: str) -> int:
+    *parents, name = rel.split("/")
+    try:
+        source = os.stat(staged, follow_symlinks=False)
+        fd = os.open(dest, _DIR_FLAGS)
+    except OSError:
+        return 0
+    try:
+        for part in parents:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        current = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        ours = (current.st_dev, current.st_ino) == (source.st_dev, source.st_ino) or (
+            stat.S_ISLNK(current.st_mode)
+            and os.readlink(name, dir_fd=fd)
+            == posixpath.relpath(staged, posixpath.dirname(posixpath.join(dest, rel)))
+        )
+        if not ours:
+            return 0
+        os.unlink(name, dir_fd=fd)
+        return 1
+    except OSError:
+        return 0  # missing, or a way through a symlink: not ours to touch
+    finally:
+        os.close(fd)

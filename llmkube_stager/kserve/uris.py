@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from llmkube_stager.errors import ConfigError
-from llmkube_stager.layout import KSERVE_PRIVATE_NAME
+from llmkube_stager.errors import ConfigError, InvalidFileSet
+from llmkube_stager.layout import KSERVE_PRIVATE_NAME, parse_file_list
 
 # Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4);
 # a reserved name for model files (layout.py).
@@ -86,6 +86,15 @@ def parse_pairs(args: list[str], cwd: str) -> tuple[Pair, ...]:
     dests = [p.dest for p in pairs]
     if len(set(dests)) != len(dests):
         raise ConfigError("two SRC_URIs name the same DEST_DIR: give each its own directory")
+    for outer in dests:
+        for inner in dests:
+            if inner.startswith(outer.rstrip("/") + "/"):
+                # One pair's files would replace the other's of the same
+                # name, or land in its private directory (#24 review).
+                raise ConfigError(
+                    f"the DEST_DIR {inner[:200]!r} is inside the DEST_DIR {outer[:200]!r}: "
+                    "give each SRC_URI a directory of its own, side by side"
+                )
     return pairs
 
 
@@ -194,6 +203,14 @@ def _plain_name(name: str, uri: str) -> str:
         raise ConfigError(f"the file name in {_shown(uri)} has a control character")
     if name.startswith(PRIVATE_DIR):
         raise ConfigError(f"the file name in {_shown(uri)} is the agent's own directory")
+    try:
+        # The engine's records live beside the staged file (#24 review: a
+        # URL's `.llmkube.lock` was staged onto the lock file).
+        parse_file_list(name)
+    except InvalidFileSet:
+        raise ConfigError(
+            f"the file name in {_shown(uri)} is a name reserved for the agent's cache records"
+        ) from None
     return name
 
 

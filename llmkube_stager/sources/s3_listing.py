@@ -40,6 +40,9 @@ def list_objects(source: str, bucket: str, key: str, page: ListPage) -> Listing:
         elif name.startswith(stem + "/" if stem else "") and not name.endswith("/"):
             below.append((name[len(stem) + 1 :] if stem else name, item))
     if exact is not None:
+        # Its name is checked as a prefix's keys are (#24 review: a key
+        # `.llmkube.lock` was staged onto the engine's lock file).
+        check_listed(source, (exact,))
         return Listing(source, posixpath.dirname(stem), (exact,))
     if not below:
         raise SourceError(
@@ -80,5 +83,10 @@ def check_listed(source: str, files: tuple[ListedFile, ...]) -> None:
             raise InvalidFileSet("a key holds a newline")
         parse_file_list("\n".join(rels))
     except InvalidFileSet as err:
-        detail = err.detail.replace("MODEL_FILES entry", "key")
+        # The user set no MODEL_FILES: the message names the keys (#24 review).
+        detail = (
+            err.detail.replace("MODEL_FILES entry", "key")
+            .replace("MODEL_FILES lists", "it lists the key")
+            .replace("MODEL_FILES has", "it has")
+        )
         raise InvalidFileSet(f"the listing of {source} cannot be staged: {detail}") from None
