@@ -29,6 +29,7 @@ from llmkube_stager.layout import (
     blank_entries,
     check_name_room,
     check_path_room,
+    is_reserved_name,
     parse_file_list,
 )
 from llmkube_stager.pins import file_pins, single_pin
@@ -582,6 +583,10 @@ def _layout_paths(read: _Reader, source: str, cwd: str | None) -> tuple[str, str
             _check_abs_path(name, path)
     if model_path and (model_path.endswith("/") or not posixpath.basename(model_path)):
         raise ConfigError(f"MODEL_PATH must name a file, got {repr(model_path)[:200]}")
+    if model_path and is_reserved_name(posixpath.basename(model_path)):
+        raise ConfigError(
+            f"MODEL_PATH {repr(model_path)[:200]} uses a name reserved for cache records"
+        )
     return cache_dir, model_path, files
 
 

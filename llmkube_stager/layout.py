@@ -113,6 +113,14 @@ def parse_file_list(text: str) -> tuple[str, ...]:
     return tuple(entries)
 
 
+def is_reserved_name(name: str) -> bool:
+    """Whether a file name is one the agent keeps its own records under
+    (MODEL_PATH's: staged onto `.llmkube.lock`, the empty lock file was kept
+    as the model, #24 review). A `.sha256` ending is left out: a single file
+    has no sibling model file whose stamp it could be."""
+    return any(m in name for m in _RESERVED_MARKERS) or name in _RESERVED_NAMES
+
+
 def blank_entries(text: str) -> int:
     """Empty lines between MODEL_FILES entries (leading and trailing ones are
     the operator's join and say nothing)."""

@@ -633,3 +633,21 @@ def test_direct_io_modes(value: str, direct_io: bool, auto: bool) -> None:
     """#16: auto (page cache while the model fits memory), on, off."""
     config = load({"LLMKUBE_DIRECT_IO": value}, base=SINGLE)
     assert (config.direct_io, config.direct_io_mode == "auto") == (direct_io, auto)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".llmkube.lock",
+        "m.gguf.llmkube-size",
+        "m.gguf.llmkube-evidence",
+        ".llmkube-validators",
+        ".llmkube-shards",
+    ],
+)
+def test_a_model_path_named_like_the_agents_records_is_refused(name: str) -> None:
+    """MODEL_PATH=<dir>/.llmkube.lock staged onto the agent's own (empty) lock
+    file, kept it as the model and exited 0: an empty file served (#24
+    review, found for KServe's URL names, true of MODEL_PATH too)."""
+    with pytest.raises(ConfigError, match="reserved for cache records"):
+        load({"MODEL_PATH": f"/models/k/{name}"})
