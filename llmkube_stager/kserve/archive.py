@@ -251,38 +251,43 @@ def _untar(archive: str, name: str, writer: _Writer) -> None:
     import tarfile
     import zlib
 
+    bad = (tarfile.TarError, EOFError, zlib.error)
+    with _bad_bytes(name, "tar", bad), tarfile.open(archive, "r:*") as tar:
+        for member in _members(tar):
+            writer.count()
+            rel = writer.rel_of(member.name)
+            if member.isdir():
+                writer.directory(rel)
+            elif member.isreg():
+                stream = tar.extractfile(member)
+                if stream is None:
+                    raise writer.refuse(f"the member {rel!r:.100} cannot be read")
+                with stream:
+                    writer.file(rel, stream)
+            elif member.issym():
+                writer.symlink(rel, member.linkname)
+            elif member.islnk():
+                writer.hardlink(rel, writer.rel_of(member.linkname))
+            else:
+                raise writer.refuse(
+                    f"the member {rel!r:.100} is a device, FIFO or other special file"
+                )
+
+
+@contextlib.contextmanager
+def _bad_bytes(name: str, kind: str, bad: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """The archive's own bytes are bad: ArchiveRefused. An OSError with an
+    errno is the volume's failure (ENOSPC, EROFS...) and passes; one without
+    (gzip.BadGzipFile, bz2's "Invalid data stream") is the bytes again."""
+    why = f"it is not a valid {kind} archive"
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            for member in _members(tar):
-                writer.count()
-                rel = writer.rel_of(member.name)
-                if member.isdir():
-                    writer.directory(rel)
-                elif member.isreg():
-                    stream = tar.extractfile(member)
-                    if stream is None:
-                        raise writer.refuse(f"the member {rel!r:.100} cannot be read")
-                    with stream:
-                        writer.file(rel, stream)
-                elif member.issym():
-                    writer.symlink(rel, member.linkname)
-                elif member.islnk():
-                    writer.hardlink(rel, writer.rel_of(member.linkname))
-                else:
-                    raise writer.refuse(
-                        f"the member {rel!r:.100} is a device, FIFO or other special file"
-                    )
-    except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise ArchiveRefused(
-            name, f"it is not a valid tar archive ({type(exc).__name__})"
-        ) from None
+        yield
+    except bad as exc:
+        raise ArchiveRefused(name, f"{why} ({type(exc).__name__})") from None
     except OSError as exc:
-        if exc.errno is not None:  # the volume's own failure (ENOSPC, EROFS...)
+        if exc.errno is not None:
             raise
-        # gzip.BadGzipFile and its kind carry no errno: the bytes are bad.
-        raise ArchiveRefused(
-            name, f"it is not a valid tar archive ({type(exc).__name__})"
-        ) from None
+        raise ArchiveRefused(name, f"{why} ({type(exc).__name__})") from None
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -295,42 +300,24 @@ def _unzip(archive: str, name: str, writer: _Writer) -> None:
     import zipfile
     import zlib
 
-    try:
-        with zipfile.ZipFile(archive) as zipped:
-            for info in zipped.infolist():
-                writer.count()
-                rel = writer.rel_of(info.filename)
-                mode = info.external_attr >> 16
-                kind = stat.S_IFMT(mode) if mode else 0
-                if info.is_dir():
-                    writer.directory(rel)
-                elif kind not in (0, stat.S_IFREG):
-                    # A zip symlink, device or FIFO (unix mode bits).
-                    raise writer.refuse(f"the member {rel!r:.100} is not a regular file")
-                else:
-                    with zipped.open(info) as stream:
-                        writer.file(rel, stream)
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        EOFError,
-        NotImplementedError,
-        # An encrypted member (zipfile asks for a password), a bad bzip2 or
-        # lzma stream: the bytes, not a bug (#24 review).
-        RuntimeError,
-        lzma.LZMAError,
-        zlib.error,
-    ) as exc:
-        raise ArchiveRefused(
-            name, f"it is not a valid zip archive ({type(exc).__name__})"
-        ) from None
-    except OSError as exc:
-        if exc.errno is not None:  # the volume's own failure (ENOSPC, EROFS...)
-            raise
-        # bz2's "Invalid data stream" carries no errno: the bytes are bad.
-        raise ArchiveRefused(
-            name, f"it is not a valid zip archive ({type(exc).__name__})"
-        ) from None
+    # An encrypted member (zipfile asks for a password: RuntimeError), a bad
+    # bzip2 or lzma stream: the bytes, not a bug (#24 review).
+    bad: tuple[type[BaseException], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError)
+    bad += (NotImplementedError, RuntimeError, lzma.LZMAError, zlib.error)
+    with _bad_bytes(name, "zip", bad), zipfile.ZipFile(archive) as zipped:
+        for info in zipped.infolist():
+            writer.count()
+            rel = writer.rel_of(info.filename)
+            mode = info.external_attr >> 16
+            kind = stat.S_IFMT(mode) if mode else 0
+            if info.is_dir():
+                writer.directory(rel)
+            elif kind not in (0, stat.S_IFREG):
+                # A zip symlink, device or FIFO (unix mode bits).
+                raise writer.refuse(f"the member {rel!r:.100} is not a regular file")
+            else:
+                with zipped.open(info) as stream:
+                    writer.file(rel, stream)
 
 
 def _publish(work: str, dest: str, order: list[str]) -> None:
