@@ -86,6 +86,13 @@ def parse_s3_ref(config: Config) -> S3Ref:
     key = given or source_key
     if not bucket:
         raise ConfigError("MODEL_SOURCE s3:// must name a bucket (or set S3_BUCKET)")
+    if "@" in bucket:
+        # `s3://user:password@bucket/...`: never echoed (a secret), and S3
+        # takes its credentials from the environment, not the URL.
+        raise ConfigError(
+            "an s3:// URL has no user info: set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+            "(or a role) instead of credentials before the bucket name"
+        )
     if not _BUCKET_RE.fullmatch(bucket):
         raise ConfigError(f"S3 bucket name {bucket[:70]!r} has characters S3 does not allow")
     if not config.multi_file and not key:

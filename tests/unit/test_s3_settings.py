@@ -159,3 +159,16 @@ def test_only_aws_variables_and_home_reach_the_s3_source() -> None:
         "HOME": "/h",
     }
     assert "aws_env" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    "source", ["s3://user:CanaryPassw0rd@bucket/m.gguf", "s3://CanaryPassw0rd@bucket/m.gguf"]
+)
+def test_user_info_in_an_s3_url_is_refused_without_echoing_it(source: str) -> None:
+    """`s3://user:password@bucket/key` was refused with the "bucket name"
+    echoed, the password in it, into the log and the termination message
+    (found in the #24 review's last look; the KServe form too)."""
+    with pytest.raises(ConfigError) as caught:
+        ref(source)
+    assert "CanaryPassw0rd" not in str(caught.value)
+    assert "user info" in str(caught.value)
