@@ -7,8 +7,6 @@ from (#10 defect 11), never mixing two (#21 item 4).
 
 from __future__ import annotations
 
-import os
-
 from llmkube_stager.cache.runrecord import MAIN, PublishEntry, RunRecord, Update, write_run
 from llmkube_stager.cache.setstate import Pending, judge_set, pending_publishes, publish_alive
 from llmkube_stager.config import Config
@@ -26,12 +24,8 @@ def own_intents(record: RunRecord, share: Share | None, root: str) -> list[Publi
     if share is not None:
         return list(record.run(share.id).intent)
     own = list(record.run(MAIN).intent)
-    others = [e for run in record.publishing() for e in run.intent if e not in own]
-    return own + [e for e in others if _partial_left(e, root)]
-
-
-def _partial_left(entry: PublishEntry, root: str) -> bool:
-    return os.path.lexists(entry.partial_path(root))
+    left = [e for p in pending_publishes(record, root) for e in p.entries if e not in own]
+    return own + left
 
 
 def roll_forward(prepared: Prepared, log: Log, writer: str) -> None:

@@ -92,7 +92,7 @@ def prepare(config: Config, effects: Effects) -> Prepared:
 
 
 def _manifest(config: Config, source: Source, effects: Effects) -> Manifest:
-    """A source without MODEL_FILES lists its files (#24 item 5, listed.py)."""
+    """A source without MODEL_FILES lists its files (#24 item 5, staging/listed.py)."""
     if isinstance(source, ListingSource) and source.lists:
         from llmkube_stager.staging.listed import listed_manifest
 
