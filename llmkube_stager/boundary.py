@@ -139,7 +139,7 @@ def stage_command(flags: Flags) -> NoReturn:
     def body() -> dict[str, Any]:
         # The warm path's probe: statfs magic and statvfs flags, no psutil.
         from llmkube_stager.cache.fs import probe_fs_quick
-        from llmkube_stager.stage import Effects, run_stage
+        from llmkube_stager.staging import Effects, run_stage
 
         config = boundary.config(flags)
         effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
@@ -158,7 +158,7 @@ def plan_command(flags: Flags, as_json: bool = False, probe: bool = False) -> No
     def body() -> None:
         from llmkube_stager.cache.fs import probe_fs
         from llmkube_stager.commands.plan_view import render_plan
-        from llmkube_stager.stage import Effects, prepare
+        from llmkube_stager.staging import Effects, prepare
 
         config = boundary.config(flags)
         prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))

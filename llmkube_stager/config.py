@@ -220,7 +220,7 @@ class Config:
     direct_io_mode: DirectIoMode = "auto"
     proxy: ProxySettings = field(default_factory=ProxySettings)
     # KServe's STORAGE_ALLOW_PATTERNS / STORAGE_IGNORE_PATTERNS: fnmatch
-    # filters of a listed source's relative paths (#24 item 3, listed.py).
+    # filters of a listed source's relative paths (#24 item 3, staging/listed.py).
     allow_patterns: tuple[str, ...] = ()
     ignore_patterns: tuple[str, ...] = ()
     archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES

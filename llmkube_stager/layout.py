@@ -58,7 +58,7 @@ LOCK_NAME = ".llmkube.lock"
 # each file was staged from, so OnChange sees a same-size change.
 VALIDATORS_NAME = ".llmkube-validators"
 # A sharded prefetch (#16): the share count, and each share's own
-# `.llmkube-validators.<i>-of-<n>` (cache/shardrec.py).
+# `.llmkube-validators.<i>-of-<n>` (cache/runrecord.py).
 SHARDS_NAME = ".llmkube-shards"
 # The listing of a model without MODEL_FILES (#24 item 5, cache/listrec.py).
 LISTING_NAME = ".llmkube-listing"

@@ -155,9 +155,6 @@ class LocalFile:
 class CacheState:
     root_exists: bool
     files: dict[str, LocalFile] = field(default_factory=dict)
-    # The model directory's `.llmkube-validators` as read (keys starting
-    # with "/" are the run record: commit, revision, publish intent).
-    validators: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

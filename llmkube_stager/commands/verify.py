@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 
 from llmkube_stager.cache.disk import is_volume_fault
+from llmkube_stager.cache.runrecord import read_run_record
 from llmkube_stager.cache.setstate import judge_set
-from llmkube_stager.cache.shardrec import read_merged
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -108,7 +108,7 @@ def check_files(config: Config) -> VerifyReport:
             if local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED:
                 report.unrecorded.append(rel)
             report.checked.append(rel)
-    report.refusal = judge_set(read_merged(root), root)
+    report.refusal = judge_set(read_run_record(root), root)
     return report
 
 

@@ -54,7 +54,7 @@ def _stage_all(
     from llmkube_stager.cache.fs import probe_fs_quick
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Outcome
-    from llmkube_stager.stage import Effects
+    from llmkube_stager.staging import Effects
     from llmkube_stager.termination import success_doc
 
     effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
@@ -80,7 +80,7 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     from llmkube_stager.kserve.uris import PRIVATE_DIR
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Decision, FileResult, Outcome
-    from llmkube_stager.stage import run_stage
+    from llmkube_stager.staging import run_stage
 
     done = unpacked_record(pair.private, pair.uri, pair.dest)
     if done is not None:

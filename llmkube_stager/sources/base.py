@@ -112,7 +112,7 @@ class Source(Protocol):
 @runtime_checkable
 class ListingSource(Protocol):
     """Capability: a source whose files can be listed (an s3:// prefix
-    without MODEL_FILES, #24 item 5: llmkube_stager/listed.py)."""
+    without MODEL_FILES, #24 item 5: staging/listed.py)."""
 
     lists: bool  # this configuration lists (no MODEL_FILES)
     listing: Listing | None  # the listing in use, once chosen
