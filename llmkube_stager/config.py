@@ -1,8 +1,8 @@
 """Environment and flags -> one frozen `Config` (CONTRACT §3).
 
-This module is the only reader of the process environment, and it reads it
-once, through the mapping the CLI passes in. Every variable also has a flag;
-a flag that was given wins over the environment. A bad value raises
+This module is the only reader of the process environment, through the
+mapping the commands hand to it (boundary.py). Every variable also has a
+flag; a flag that was given wins over the environment. A bad value raises
 `ConfigError` naming the variable (never echoing a secret's value) before any
 I/O, so the cache is left untouched.
 
@@ -11,7 +11,7 @@ the operator may send them, also through `envFrom` of the source Secret): a
 blank line inside MODEL_FILES, a PROGRESS_INTERVAL that is not a positive
 number, an unknown LLMKUBE_REFRESH_POLICY, any LLMKUBE_PREFETCH_STAGER other
 than exactly `true`. They are not errors but `Config.warnings`, which the
-CLI logs once its logger exists.
+boundary logs once its logger exists.
 """
 
 from __future__ import annotations
@@ -850,3 +850,9 @@ def early_settings(
     # A relative path would land in the working directory: none is written
     # (load_config refuses it; the log still says why).
     return ("json" if fmt == "json" else "text"), path if path.startswith("/") else ""
+
+
+def inspect_target(environ: Mapping[str, str], given: str | None) -> str:
+    """The directory `inspect` reports: its argument, else CACHE_DIR as set
+    (nothing else of the configuration needs to be valid for it)."""
+    return given or _Reader(environ, {}, kserve=False).raw("CACHE_DIR")
