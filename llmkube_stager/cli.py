@@ -23,7 +23,7 @@ from llmkube_stager.commands.run import (
     stage_command,
     verify_command,
 )
-from llmkube_stager.config import VARS, early_settings
+from llmkube_stager.config import VARS, Var, early_settings
 from llmkube_stager.errors import EXIT_OK, EXIT_RETRYABLE
 
 
@@ -35,9 +35,16 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Every contract variable as a flag (`--model-source` for MODEL_SOURCE)."""
     for var in reversed(VARS):
         func = click.option(
-            var.flag, _param(var.env), default=None, metavar="TEXT", help=f"{var.help} [{var.env}]"
+            var.flag, _param(var.env), default=None, metavar="TEXT", help=_help(var)
         )(func)
     return func
+
+
+def _help(var: Var) -> str:
+    # default=None above tells a flag not given from one given; the
+    # default the variable stands for is shown instead.
+    default = f"; default {var.default}" if var.default else ""
+    return f"{var.help} [{var.env}{default}]"
 
 
 def _flags(kwargs: Mapping[str, Any]) -> Flags:
