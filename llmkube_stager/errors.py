@@ -3,8 +3,8 @@
 Every failure the agent can report is a `StagerError` carrying a `Reason` (the
 CamelCase token a controller turns into a condition reason) and a remedy
 constant. Third-party exceptions are translated into these at the source
-adapters; `cli.py` is the only place that turns them into a termination
-message and an exit code.
+adapters; the boundary (boundary.py) is the only place that turns them into
+a termination message and an exit code.
 """
 
 from __future__ import annotations

@@ -14,18 +14,15 @@ Imports no click (entry.py dispatches here first): a warm start stays cheap.
 from __future__ import annotations
 
 import os
-import signal
 from typing import Any, NoReturn
 
-from llmkube_stager.boundary import Boundary, Flags, no_flags
+from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.kserve.uris import Pair, parse_pairs
 
 
 def kserve_command(args: list[str]) -> NoReturn:
-    from llmkube_stager.boundary import _on_sigterm
-
     pairs_or_error: tuple[Pair, ...] | ConfigError
     try:
         pairs_or_error = parse_pairs(args, os.getcwd())
@@ -33,7 +30,7 @@ def kserve_command(args: list[str]) -> NoReturn:
         pairs_or_error = err
     first = _flags(pairs_or_error[0]) if isinstance(pairs_or_error, tuple) else no_flags()
     boundary = Boundary(first, os.environ, terminate=True)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    cancel_on_sigterm()
 
     def body() -> dict[str, Any]:
         if isinstance(pairs_or_error, ConfigError):
