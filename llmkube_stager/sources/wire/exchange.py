@@ -44,16 +44,17 @@ class WireBody:
     def __init__(
         self,
         pool: ConnectionPool,
-        origin: Origin,
+        url: str,
         conn: http.client.HTTPConnection,
         resp: http.client.HTTPResponse,
-        where: str,
     ) -> None:
         self._pool = pool
-        self._origin = origin
         self._conn = conn
         self._resp = resp
-        self._where = where
+        # Where the bytes come from: the connection's origin, and its name
+        # in an error (the URL shown without its query or userinfo).
+        self._origin = Origin.of(url)
+        self._where = display_url(url)
         self.start = 0
         self.total_bytes: int | None = None
         self.complete = False
@@ -228,7 +229,7 @@ def _body_for(
 ) -> WireBody:
     where = display_url(url)
     offset, end = asked
-    body = WireBody(pool, Origin.of(url), conn, resp, where)
+    body = WireBody(pool, url, conn, resp)
     if resp.status in (200, 206):
         try:
             _refuse_encoded(pool, asked_url, url, resp.getheader)
