@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class HttpFetcher:
-    """HEAD through httpx (control path), GET through http.client (data path)."""
+    """HEAD and GET on the same http.client connections (the HEAD too since
+    #16; httpx is left to callers that hold an httpx client, probe.py)."""
 
     parallel_ranges = True
 
