@@ -90,7 +90,7 @@ def _probe_one(
         elif prepared.source.get_without_probe:
             # Answered without a usable size (5xx/429 on HEAD): the transfer
             # tries the GET without asking again (spec §8.1 "try GET").
-            from llmkube_stager.sources.http_probe import unknown_meta
+            from llmkube_stager.sources.wire.probe import unknown_meta
 
             session.metas[rel] = unknown_meta(url)
         return Remote(answered=err.answered, detail=err.detail)

@@ -14,8 +14,8 @@ import pytest
 
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
-from llmkube_stager.sources.hf import RunMemo
-from llmkube_stager.sources.hfapi import Resolution
+from llmkube_stager.sources.hf.api import Resolution
+from llmkube_stager.sources.hf.source import RunMemo
 from sources.support import BUDGET
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import HubFault

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.http_status import Origin, is_hf_auth_origin
+from llmkube_stager.sources.wire.status import Origin, is_hf_auth_origin
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 _FILE_KINDS = ("resolve", "blob")
