@@ -35,7 +35,7 @@ from llmkube_stager.sources.base import ListingSource, Source
 from llmkube_stager.staging.share import Share, narrowed
 
 if TYPE_CHECKING:
-    from llmkube_stager.cache.runrecord import JobCommit
+    from llmkube_stager.cache.jobclaim import JobCommit
 
 
 @dataclass(frozen=True)

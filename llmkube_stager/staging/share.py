@@ -17,7 +17,7 @@ ModelSourceChanged instead of reporting success for a model that may miss a
 file: the Job then fails, and running it again lists anew.
 
 A Hugging Face revision is resolved once for the whole Job (#21 item 4):
-the first share to resolve it claims the commit (cache/runrecord.py), every
+the first share to resolve it claims the commit (cache/jobclaim.py), every
 other share lists at the claimed commit, a share that had resolved another
 lists again, and a retried share takes the claim too. The claim goes when
 every share is whole under it; the next Job resolves the revision anew.
@@ -29,14 +29,16 @@ from dataclasses import dataclass, replace
 
 from llmkube_stager.acting.inflight import run_in_flight
 from llmkube_stager.acting.session import Session
-from llmkube_stager.cache.runrecord import (
+from llmkube_stager.cache.jobclaim import (
     JobCommit,
-    RunRecord,
-    Update,
     claim_job_commit,
     drop_job_commit,
     new_claim_id,
     read_job_commit,
+)
+from llmkube_stager.cache.runrecord import (
+    RunRecord,
+    Update,
     read_run_record,
     write_run,
     write_shard_count,
@@ -141,7 +143,7 @@ def agree_share(
     candidate: str | None,
 ) -> tuple[Share, JobCommit | None]:
     """This pod's share, listed at the one commit the Job agreed on (#21
-    item 4; cache/runrecord.py): the claim another share made, else the
+    item 4; cache/jobclaim.py): the claim another share made, else the
     commit this share resolved (or `candidate`: the commit the model's
     files already come from, IfNotPresent), claimed for the Job. A share
     that resolved another commit than the claim's lists again at it."""
