@@ -1,17 +1,17 @@
 """What an earlier run left in the model directory: a publish interrupted
-halfway (#10 defect 13), which a writer finishes, a reader refuses and an
-unsharded writer waits for while its writer lives (#21 item 5); and the
+halfway (#10 defect 13), which a writer finishes (staging/write.py), a
+reader refuses and an unsharded writer waits for while its writer lives
+(#21 item 5); and the
 commit the files present come from, which an IfNotPresent run finishes
 from (#10 defect 11), never mixing two (#21 item 4).
 """
 
 from __future__ import annotations
 
-from llmkube_stager.cache.runrecord import MAIN, PublishEntry, RunRecord, Update, write_run
+from llmkube_stager.cache.runrecord import MAIN, PublishEntry, RunRecord
 from llmkube_stager.cache.setstate import Pending, judge_set, pending_publishes, publish_alive
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason
-from llmkube_stager.logs import Log
 from llmkube_stager.staging.prepare import Effects, Prepared, replan
 from llmkube_stager.staging.share import Share
 
@@ -26,29 +26,6 @@ def own_intents(record: RunRecord, share: Share | None, root: str) -> list[Publi
     own = list(record.run(MAIN).intent)
     left = [e for p in pending_publishes(record, root) for e in p.entries if e not in own]
     return own + left
-
-
-def roll_forward(prepared: Prepared, log: Log, writer: str) -> None:
-    """Finish the publish a killed writer left halfway (#10 defect 13)."""
-    from llmkube_stager.cache.publish import roll_forward as finish
-
-    manifest = prepared.manifest
-    validators: dict[str, str] = {}
-    listed = {f.rel: f for f in manifest.files}
-    for entry in own_intents(prepared.record, prepared.share, manifest.root):
-        if entry.rel not in listed:
-            continue
-        done = finish(listed[entry.rel].dest, entry.partial, entry.size_bytes)
-        # A file that cannot be vouched for loses its validator: OnChange
-        # then verifies it against the origin instead of trusting it (a
-        # destination found of its size, None, may be the old file).
-        validators[entry.rel] = entry.validator if done is True else ""
-    write_run(manifest.root, writer, Update(validators=validators, intent=()))
-    log.warning(
-        "rolled_forward",
-        "finished a publish that an earlier writer left halfway",
-        path=manifest.root,
-    )
 
 
 _PUBLISH_POLL_S = 0.5
@@ -84,12 +61,12 @@ def wait_for_live_publishes(config: Config, effects: Effects, prepared: Prepared
 
 
 def _live_publishes(prepared: Prepared) -> list[Pending]:
-    from llmkube_stager.cache.partials import IDLE_S, fs_now
-
     root = prepared.manifest.root
     pending = pending_publishes(prepared.record, root)
     if not pending:
-        return []
+        return []  # every start but one after a killed publish: nothing more imported
+    from llmkube_stager.cache.partials import IDLE_S, fs_now
+
     # Where flock excludes, a free flock is proof of death (as for adoption).
     idle_s = 0.0 if prepared.strategy.lock_excludes else IDLE_S
     now_s = fs_now(root) if idle_s > 0 else 0.0

@@ -13,10 +13,13 @@ from llmkube_stager.acting.executor import execute
 from llmkube_stager.acting.session import Session
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.lock import CacheLock
+from llmkube_stager.cache.publish import roll_forward as finish
+from llmkube_stager.cache.runrecord import Update, write_run
 from llmkube_stager.cache.sweep import sweep
 from llmkube_stager.config import Config
+from llmkube_stager.logs import Log
 from llmkube_stager.model import FileResult
-from llmkube_stager.staging.interrupted import own_intents, recorded_commit, roll_forward
+from llmkube_stager.staging.interrupted import own_intents, recorded_commit
 from llmkube_stager.staging.prepare import Effects, Prepared, check_plan, replan, work_of
 
 
@@ -41,6 +44,27 @@ def write(
         if config.refresh_policy == "IfNotPresent" and prepared.share is None:
             session.fetch_at(recorded_commit(prepared))
         return execute(session, work_of(prepared), prepared.plan)
+
+
+def roll_forward(prepared: Prepared, log: Log, writer: str) -> None:
+    """Finish the publish a killed writer left halfway (#10 defect 13)."""
+    manifest = prepared.manifest
+    validators: dict[str, str] = {}
+    listed = {f.rel: f for f in manifest.files}
+    for entry in own_intents(prepared.record, prepared.share, manifest.root):
+        if entry.rel not in listed:
+            continue
+        done = finish(listed[entry.rel].dest, entry.partial, entry.size_bytes)
+        # A file that cannot be vouched for loses its validator: OnChange
+        # then verifies it against the origin instead of trusting it (a
+        # destination found of its size, None, may be the old file).
+        validators[entry.rel] = entry.validator if done is True else ""
+    write_run(manifest.root, writer, Update(validators=validators, intent=()))
+    log.warning(
+        "rolled_forward",
+        "finished a publish that an earlier writer left halfway",
+        path=manifest.root,
+    )
 
 
 def _writer_lock(
