@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llmkube_stager.cache.runrecord import MAIN
@@ -53,31 +53,23 @@ class Clock:
     wall_clock: Callable[[], float]
 
 
+@dataclass(eq=False)
 class Session:
     """Per-run network state: one fetcher, opened on first use, and the
     probe answers (so a transfer does not HEAD what revalidation or a
     share's listing asked already)."""
 
-    def __init__(
-        self,
-        config: Config,
-        log: Log,
-        clock: Clock,
-        fs: FsInfo,
-        strategy: Strategy,
-        writer: str = MAIN,
-    ) -> None:
-        self.config = config
-        self.log = log
-        self.writer = writer
-        self.clock = clock
-        self._fs = fs
-        self._strategy = strategy
-        self._fetcher: Fetcher | None = None
-        self._commit: str | None = None
-        self._opening = threading.Lock()
-        self.metas: dict[str, RemoteMeta] = {}
-        self._page_cache: PageCacheBudget | None = None
+    config: Config
+    log: Log
+    clock: Clock
+    fs: FsInfo
+    strategy: Strategy
+    writer: str = MAIN
+    metas: dict[str, RemoteMeta] = field(default_factory=dict, init=False)
+    _fetcher: Fetcher | None = field(default=None, init=False)
+    _commit: str | None = field(default=None, init=False)
+    _opening: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _page_cache: PageCacheBudget | None = field(default=None, init=False)
 
     def fetcher(self, source: Source) -> Fetcher:
         with self._opening:  # files in flight: one fetcher for all
@@ -124,13 +116,13 @@ class Session:
             wall_clock=self.clock.wall_clock,
             timeouts=self.config.timeouts,
             progress_interval_s=self.config.progress_interval_s,
-            free_bytes=lambda: _free_bytes(self._fs, root),
+            free_bytes=lambda: _free_bytes(self.fs, root),
             # Where flock is believed to exclude across nodes, a partial's own
             # flock is the proof of life: adopt a free one at once.
-            idle_s=0.0 if self._strategy.lock_excludes else IDLE_S,
+            idle_s=0.0 if self.strategy.lock_excludes else IDLE_S,
             connections=self.config.connections,
             listed=listed,
-            direct_io=self._strategy.direct_io,
+            direct_io=self.strategy.direct_io,
             no_partials=no_partials,
             page_cache=self._page_cache_budget(),
         )
@@ -138,7 +130,7 @@ class Session:
     def _page_cache_budget(self) -> PageCacheBudget | None:
         """LLMKUBE_DIRECT_IO=auto: one budget per run, its room read when
         the first transfer asks (never on a warm start)."""
-        if not (self.config.direct_io_mode == "auto" and self._strategy.direct_io):
+        if not (self.config.direct_io_mode == "auto" and self.strategy.direct_io):
             return None
         with self._opening:  # files in flight share one budget
             if self._page_cache is None:
