@@ -7,7 +7,7 @@ written once, in `VARS`. A bad value raises `ConfigError` naming the
 variable (never echoing a secret's value) before any I/O, so the cache is
 left untouched.
 
-Values the old scripts tolerated keep their old meaning instead (issue #14:
+Values the old scripts tolerated keep their old meaning instead (#14:
 the operator may send them, also through `envFrom` of the source Secret): a
 blank line inside MODEL_FILES, a PROGRESS_INTERVAL that is not a positive
 number, an unknown LLMKUBE_REFRESH_POLICY, any LLMKUBE_PREFETCH_STAGER other

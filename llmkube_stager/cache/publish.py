@@ -1,7 +1,7 @@
 """Publish a finished partial: check, rename, make it durable, record.
 
 Publish is a rename, so a reader sees either the old file or the whole new
-one, never a file being written (#1428, scenario 95). What is published is
+one, never a file being written (LLMKube #1428, scenario 95). What is published is
 the inode we hold (our claim), judged by its descriptor's fstat before the
 rename: a partial of the wrong size is never published (seed-001: an
 existence-only reader would accept it, scenario 17), and our name must

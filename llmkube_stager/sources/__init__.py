@@ -62,7 +62,7 @@ def open_source(config: Config, log: Log | None = None) -> Source:
 
 def check_libraries(source: Source) -> None:
     """InvalidConfiguration when a library the source will import is missing
-    or too old (#13.1). Metadata only; called before anything is written,
+    or too old (#13 item 1). Metadata only; called before anything is written,
     and only when the origin will be asked (never on a warm start)."""
     for requirement in _LIBRARIES.get(type(source).__module__, ()):
         require(requirement)

@@ -105,7 +105,7 @@ class Source(Protocol):
     def preflight(self) -> None:
         """What the source can only check by reading local files (an S3
         profile, a token file, a CA bundle): before the cache is touched,
-        raising ConfigError (#11.12)."""
+        raising ConfigError (#11 item 12)."""
         ...
 
 

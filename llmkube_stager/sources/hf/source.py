@@ -11,10 +11,10 @@ The hub redirects `resolve` to a CDN host; the token is sent to the hub
 origin only (AuthPolicy), never to the CDN.
 
 The API's answer, success or failure, is the run's answer: a failing hub
-costs one request's retries, not one per file (#12.4). A mirror under
+costs one request's retries, not one per file (#12 item 4). A mirror under
 HF_ENDPOINT that has no API at all (a static mirror, a caching proxy of
 `/resolve/` only) is fetched the scripts' way, plain `/resolve/<rev>/` GETs,
-without commit pinning or LFS digests, and the log says so (#14.3).
+without commit pinning or LFS digests, and the log says so (#14 item 3).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class HfSource:
 
 
 class RunMemo:
-    """The run's one answer to a question asked of the origin (#12.4).
+    """The run's one answer to a question asked of the origin (#12 item 4).
 
     A transient failure may be asked again, within one request's budget
     (1 + LLMKUBE_RETRIES attempts in all, the engine's RetryBudget does the

@@ -5,11 +5,11 @@ which addressing style; every request goes out through `session.Sender`
 One client per region: a bucket that lives in another region answers the
 first HEAD with a redirect (`301 PermanentRedirect`, `x-amz-bucket-region`);
 botocore follows it for the HEAD, and from then on this source signs every
-HEAD and every presigned GET for the bucket's region (#12.6): a URL presigned
+HEAD and every presigned GET for the bucket's region (#12 item 6): a URL presigned
 for the wrong region is refused by S3 with a redirect that has no Location.
 
 botocore never retries on its own (`total_max_attempts: 1`): the agent's
-RetryBudget does, so the two are never stacked (#12.4).
+RetryBudget does, so the two are never stacked (#12 item 4).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ object reference (bucket, key or prefix: `S3_BUCKET`/`S3_KEY`/`S3_PREFIX`, or
 `s3://bucket/key` read as the AWS CLI reads it), the endpoints, the region,
 the addressing style and the credential variables that must come in pairs.
 
-A bad value is InvalidConfiguration before the cache is touched (#11.12).
+A bad value is InvalidConfiguration before the cache is touched (#11 item 12).
 Pure: both the source (source.py) and its boto3 clients (clients.py) use
 these, and neither imports the other's module to get them.
 """
@@ -46,7 +46,7 @@ class S3Ref:
 def parse_s3_ref(config: Config) -> S3Ref:
     """S3_BUCKET/S3_KEY/S3_PREFIX win (taken literally); else the source,
     read as `s3://<bucket>/<key>` like the AWS CLI does: '#', '?' and spaces
-    are part of the key, never a URL fragment or query (#11.11)."""
+    are part of the key, never a URL fragment or query (#11 item 11)."""
     source = config.source
     path = source[5:] if source[:5].lower() == "s3://" else ""
     source_bucket, _, source_key = path.partition("/")
@@ -159,7 +159,7 @@ def addressing_style(
     chosen: AddressingStyle | None, endpoint: str | None, bucket: str
 ) -> AddressingStyle:
     """Virtual-host style where the endpoint needs it, path style where it
-    must (#12.6). `chosen`: AWS_S3_ADDRESSING_STYLE, else the profile's."""
+    must (#12 item 6). `chosen`: AWS_S3_ADDRESSING_STYLE, else the profile's."""
     if chosen is not None:
         return chosen
     host = (urlsplit(endpoint).hostname or "").lower() if endpoint else "s3.amazonaws.com"

@@ -13,11 +13,11 @@ A URL is presigned for each request, just before it is sent: presigning is
 a local computation, and a long transfer outlives both a presign's lifetime
 and the temporary credentials it was signed with (IRSA: one hour). A GET
 refused with 403 is presigned again once, at once, outside the retry
-budget: an expired signature is not the origin failing (#12.2).
+budget: an expired signature is not the origin failing (#12 item 2).
 
 The settings are checked before any I/O (`S3Source`, settings.py): a bad
 endpoint, region or addressing style, half a key pair, or a missing profile
-is InvalidConfiguration (#11.12). docs/sources.md tells what is sent where.
+is InvalidConfiguration (#11 item 12). docs/sources.md tells what is sent where.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ caller's reusable buffers.
 
 Why not httpx here: on this 2-core class of machine a plain httpx streaming
 loop moves ~264 MB/s against curl's ~795 MB/s, while `http.client.readinto`
-reaches ~580 MB/s before any tuning (issue #2 measurements); the per-chunk
+reaches ~580 MB/s before any tuning (#2's measurements); the per-chunk
 object churn of httpx is the cost. httpx stays on the control path (probe).
 Network exceptions are translated into `SourceError` as they happen
 (errors.py); redirects are followed by hand, auth re-decided per hop.

@@ -71,7 +71,7 @@ class HttpFetcher:
             headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
             if meta.if_range:
                 # The origin answers 200 (whole new body) instead of splicing
-                # when the object changed since the partial was written (#80).
+                # when the object changed since the partial was written (scenario 80).
                 headers["If-Range"] = meta.if_range
         if meta.if_match:
             headers["If-Match"] = meta.if_match

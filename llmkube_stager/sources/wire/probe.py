@@ -80,7 +80,7 @@ def probe_head(
         response = _head(client, url, auth.headers_for(url, first_url), proxies)
         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
             # httpx would send a Location's own userinfo: credentials come
-            # from AuthPolicy only (#11.13).
+            # from AuthPolicy only (#11 item 13).
             url = next_hop(url, response.headers["location"])
             continue
         return _meta_from(response, url)

@@ -81,7 +81,7 @@ def is_hf_auth_origin(origin: Origin, hf_endpoint: str) -> bool:
 
 @dataclass(frozen=True)
 class BasicCredentials:
-    """`user:pass@` of the source URL, bound to that URL's origin (#11.13)."""
+    """`user:pass@` of the source URL, bound to that URL's origin (#11 item 13)."""
 
     origin: Origin
     header: str = field(repr=False)
@@ -110,7 +110,7 @@ class AuthPolicy:
     """Bearer token only for the HF host / HF_ENDPOINT origin the request was
     first sent to; never across a redirect to another host (spec §3.2).
     Credentials from the source URL's userinfo go with every request to that
-    origin (probe, GET, each hop that stays there) and to no other (#11.13);
+    origin (probe, GET, each hop that stays there) and to no other (#11 item 13);
     where both apply the token wins, as `curl -H` did over the URL's."""
 
     token: str = field(repr=False)
@@ -132,7 +132,7 @@ class AuthPolicy:
 
 def next_hop(url: str, location: str) -> str:
     """Where a redirect from `url` to `location` leads, without userinfo
-    (credentials come from AuthPolicy only, #11.13). Only http and https are
+    (credentials come from AuthPolicy only, #11 item 13). Only http and https are
     followed; anything else (ftp, ftps, gopher, file, data, ...) is refused
     before any connection (#22 item 8)."""
     target = urljoin(url, location.strip())
