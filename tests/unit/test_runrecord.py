@@ -1,0 +1,83 @@
+"""The typed run record (cache/runrecord.py, #23 item 1) writes and reads
+the on-disk format the string protocol wrote before it: a run record left
+by an older agent is read, and one written now is what older readers read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llmkube_stager.cache.runrecord import (
+    MAIN,
+    PublishEntry,
+    RunRecord,
+    Update,
+    WriterRun,
+    read_run_record,
+    record_name,
+    write_run,
+    write_shard_count,
+)
+
+
+def _on_disk(root: Path, writer: str = MAIN) -> dict[str, str]:
+    doc: dict[str, str] = json.loads((root / record_name(writer)).read_bytes())
+    return doc
+
+
+def test_a_publish_intent_and_the_run_keys_are_the_old_strings(tmp_path: Path) -> None:
+    entry = PublishEntry("sub/a.bin", "a.bin.0123456789ab.w1.llmkube-part.tmp", 7, '"v"')
+    update = Update(validators={"b.bin": '"vb"'}, revision="main", commit="c0ffee")
+    write_run(str(tmp_path), MAIN, update | Update(intent=(entry,), over={"0-of-2": "beef"}))
+
+    assert _on_disk(tmp_path) == {
+        "b.bin": '"vb"',
+        "/revision": "main",
+        "/commit": "c0ffee",
+        "/publishing": '[{"partial":"a.bin.0123456789ab.w1.llmkube-part.tmp",'
+        '"rel":"sub/a.bin","size":7,"validator":"\\"v\\""}]',
+        "/over": '{"0-of-2": "beef"}',
+    }
+    write_run(str(tmp_path), MAIN, Update(intent=()))
+    assert _on_disk(tmp_path)["/publishing"] == "", "a publish over is an empty intent"
+    assert _on_disk(tmp_path)["/commit"] == "c0ffee", "a key the update does not set is kept"
+
+
+def test_keys_this_version_does_not_know_are_kept_by_a_write(tmp_path: Path) -> None:
+    (tmp_path / record_name(MAIN)).write_text(json.dumps({"/future": "x", "a": '"1"'}))
+    write_run(str(tmp_path), MAIN, Update(validators={"b": '"2"'}))
+    assert _on_disk(tmp_path) == {"/future": "x", "a": '"1"', "b": '"2"'}
+
+
+def test_a_share_writes_its_own_file_and_readers_see_every_writer(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    write_shard_count(root, 2)
+    write_run(root, MAIN, Update(commit="aaa"))
+    write_run(root, "1-of-2", Update(view="d1", claim="c", commit="bbb"))
+    assert _on_disk(tmp_path, "1-of-2") == {"/view": "d1", "/claim": "c", "/commit": "bbb"}
+
+    record = read_run_record(root)
+    assert record.run("1-of-2").view == "d1" and record.run("1-of-2").claim == "c"
+    assert record.commits() == {"": "aaa", "1-of-2": "bbb"}
+    assert record.run("0-of-2") == WriterRun("0-of-2"), "share 0 recorded nothing"
+
+
+def test_a_run_over_the_whole_model_supersedes_the_shares_commits(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    write_shard_count(root, 2)
+    for share in ("0-of-2", "1-of-2"):
+        write_run(root, share, Update(commit="old"))
+    assert set(read_run_record(root).commits().values()) == {"old"}
+    write_run(root, MAIN, Update(commit="new", over={"0-of-2": "old", "1-of-2": "old"}))
+    assert read_run_record(root).commits() == {"": "new"}
+
+
+def test_an_update_that_changes_nothing_is_not_a_change(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    write_run(root, MAIN, Update(validators={"a": '"1"'}, commit="c"))
+    record = read_run_record(root)
+    assert not Update(validators={"a": '"1"'}, commit="c").changes(record, MAIN)
+    assert Update(commit="d").changes(record, MAIN)
+    assert Update(commit="c").changes(record, "0-of-2"), "a share's record is its own"
+    assert not Update()
+    assert record == RunRecord({"a": '"1"'}, {MAIN: record.run()})
