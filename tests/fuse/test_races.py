@@ -18,12 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fuse_support import gets
 
 from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.disk import LOCK_NAME, debris, make_old, names, record_of, seed
 from tests.harness.mounts import TwoNodes
-from tests.harness.origin import Fault, Origin
+from tests.harness.origin import Fault, Origin, gets
 from tests.harness.pod import Pod, Run, single_env
 from tests.harness.sample import payload
 

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 
 import pytest
-from fuse_support import FuseCache, ReadOnlyCache
 
 from tests.harness.disk import LOCK_NAME, make_old, names, seed, snapshot
+from tests.harness.mounts import FuseCache, ReadOnlyCache
 from tests.harness.origin import Origin, closed_port_url
 from tests.harness.pod import Pod, multi_env, single_env
 from tests.harness.sample import payload

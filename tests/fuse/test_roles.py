@@ -15,12 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fuse_support import FUSE_MAGIC_HEX, REMEDY_HTTP, FuseCache, gets
 
 from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, MountEntry, classify, mount_for, probe_fs
+from tests.harness.contract import REMEDY_HTTP
 from tests.harness.disk import LOCK_NAME, names, record_of, seed, snapshot
-from tests.harness.mounts import TwoNodes
-from tests.harness.origin import Origin, closed_port_url
+from tests.harness.mounts import FUSE_MAGIC_HEX, FuseCache, TwoNodes
+from tests.harness.origin import Origin, closed_port_url, gets
 from tests.harness.pod import Pod, multi_env, single_env
 from tests.harness.sample import payload
 

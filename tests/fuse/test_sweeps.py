@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fuse_support import FuseCache
 
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.sweep import is_atomic_debris
@@ -25,7 +24,7 @@ from llmkube_stager.layout import (
     stamp_path,
 )
 from tests.harness.disk import names, record_of, seed, snapshot
-from tests.harness.mounts import TwoNodes
+from tests.harness.mounts import FuseCache, TwoNodes
 from tests.harness.origin import Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, multi_env, single_env
 from tests.harness.sample import payload

@@ -34,11 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Self
 
 from tests.harness.lifecycle import Lifecycle
 from tests.harness.s3front import S3Fault, S3Front, S3Request
-from tests.harness.sts import OidcIssuer, TemporaryCredentials, sts_iam_config
+from tests.harness.sts import ROLE_ARN, OidcIssuer, TemporaryCredentials, sts_iam_config
 
 _HOST = "127.0.0.1"
 ADMIN = ("AKIASEAWEEDADMIN0001", "seaweed-admin-secret-0001")
@@ -54,8 +56,11 @@ __all__ = [
     "S3Fault",
     "S3Request",
     "SeaweedS3",
+    "irsa_env",
     "s3_env",
+    "sts_calls",
     "weed_binary",
+    "without_keys",
 ]
 
 
@@ -351,3 +356,34 @@ def s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
         "AWS_EC2_METADATA_DISABLED": "true",
         **extra,
     }
+
+
+def without_keys(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without static keys or a session token: the credential chain
+    must find its credentials elsewhere."""
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    }
+
+
+def irsa_env(
+    s3: SeaweedS3, token_file: Path, *, sts_url: str | None = None, **extra: str
+) -> dict[str, str]:
+    """A pod's variables for IRSA: no static keys, a web identity token file
+    and the role; SeaweedFS is the STS (at `sts_url`, else through the S3
+    front, so its log shows the call)."""
+    return {
+        **without_keys(s3_env(s3)),
+        "AWS_ROLE_ARN": ROLE_ARN,
+        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
+        "AWS_ROLE_SESSION_NAME": "llmkube-test",
+        "AWS_ENDPOINT_URL_STS": sts_url or s3.endpoint_url,
+        **extra,
+    }
+
+
+def sts_calls(front: SeaweedS3 | S3Front) -> list[int]:
+    """The statuses of the STS calls (POST /) the front saw."""
+    return [r.status for r in front.requests("POST") if r.path == "/"]

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.harness.hub import FakeHub
+from tests.harness.image import KSERVE_MODELS_DIR, UID, Container, ImagePod
 from tests.harness.origin import Origin
 from tests.harness.pod import Run
 from tests.harness.sample import payload
 from tests.harness.seaweed import READER, SeaweedS3
-from tests.image.image_support import KSERVE_MODELS_DIR, UID, Container, ImagePod
 
 pytestmark = pytest.mark.image
 

@@ -2,7 +2,7 @@
 issue in-process (`pod.stage`) against real loopback origins and real files; each failed
 before its fix (see the commit messages).
 
-The lying origins are `tests/torture/rawhttp.RawOrigin` (full control of
+The lying origins are `tests/harness/rawhttp.RawOrigin` (full control of
 the wire) and the loopback `Origin` with faults.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from llmkube_stager.layout import private_partial_path, segmented_paths, validator_of
 from tests.harness.origin import Fault, Origin
 from tests.harness.pod import IMPATIENT, Pod, single_env
+from tests.harness.rawhttp import RawOrigin, Reply, Request, serve
 from tests.harness.sample import payload
-from tests.torture.rawhttp import RawOrigin, Reply, Request, serve
 
 MIB = 1 << 20
 PATH = "/models/model.gguf"

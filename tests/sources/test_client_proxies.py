@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from sources.s3_support import KIB, s3_env, without_keys
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Blackhole, Origin
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Front
-from tests.harness.sample import payload
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import irsa_env, s3_env, sts_calls, without_keys
 from tests.harness.sts import ROLE_ARN
 from tests.harness.tlsca import LocalCA, make_ca
 
@@ -52,20 +52,6 @@ def proxied(url: str, no_proxy: str | None = None) -> dict[str, str]:
     return env
 
 
-def irsa_env(s3, token_file: Path, sts_url: str | None = None) -> dict[str, str]:
-    return {
-        **without_keys(s3_env(s3)),
-        "AWS_ROLE_ARN": ROLE_ARN,
-        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
-        "AWS_ROLE_SESSION_NAME": "llmkube-test",
-        "AWS_ENDPOINT_URL_STS": sts_url or s3.endpoint_url,
-    }
-
-
-def sts_posts(front) -> list[int]:
-    return [r.status for r in front.requests("POST") if r.path == "/"]
-
-
 # -- item 2: one proxy decision for every client --------------------------------------------------
 
 
@@ -86,7 +72,7 @@ def test_s3_head_and_sts_post_go_direct_when_a_cidr_no_proxy_covers_them(
     run.ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
     assert proxy.requests() == []
-    assert sts_posts(s3) == [200]
+    assert sts_calls(s3) == [200]
     assert [r.method for r in s3.object_requests(bucket)] == ["HEAD", "GET"]
 
 
@@ -110,7 +96,7 @@ def test_every_s3_and_sts_call_goes_through_a_proxy_that_must_be_used(
         ("HEAD", f"{base}/{bucket}/m.gguf"),
         ("GET", f"{base}/{bucket}/m.gguf"),
     ]
-    assert sts_posts(s3) == [200]
+    assert sts_calls(s3) == [200]
 
 
 def test_an_https_s3_endpoint_is_tunnelled_or_direct_by_the_same_rules(

@@ -14,9 +14,8 @@ import pytest
 
 from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM, REMEDY_RATE_LIMITED_HF
 from llmkube_stager.model import Decision
-from sources.support import sha256
 from tests.harness.canary import HF_TOKEN, leaks
-from tests.harness.disk import debris, record_of, tree
+from tests.harness.disk import debris, record_of, sha256, tree
 from tests.harness.hub import FakeHub, HubFault
 from tests.harness.origin import Origin, closed_port_url
 from tests.harness.pod import Pod

@@ -9,29 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmkube_stager.cache.shardrec import read_merged, validators_name
-from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import FakeHub
-from tests.harness.pod import Pod, multi_env
-from tests.harness.sample import payload
+from tests.harness.pod import Pod
+from tests.harness.sharded_hub import (
+    REPO,
+    env,
+    moved_files,
+    on_disk_commit,
+    repo_files,
+    share_env,
+)
 
-REPO = "org/diffusion"
 SHARDS = 4
-KIB = 1024
-
-
-def repo_files() -> dict[str, bytes]:
-    files = {f"tokenizer/vocab-{i:02d}.json": b'{"i": %d}' % i for i in range(12)}
-    files.update({f"unet/shard-{k}.safetensors": payload(64 * KIB + k, seed=k) for k in range(6)})
-    return files
-
-
-def env(hub: FakeHub, cache: Path, files: list[str], **extra: str) -> dict[str, str]:
-    return {
-        **multi_env(f"hf://{REPO}@main", cache, files),
-        "HF_ENDPOINT": hub.url,
-        "HF_TOKEN": HF_TOKEN,
-        **extra,
-    }
 
 
 def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path: Path) -> None:
@@ -68,36 +57,6 @@ def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path:
 
 
 # -- #21 item 4: one commit per model ---------------------------------------------------
-
-
-def moved_files() -> dict[str, bytes]:
-    """The next commit of main: every file changed (same names)."""
-    files = {f"tokenizer/vocab-{i:02d}.json": b'{"i": %d, "v": 2}' % i for i in range(12)}
-    files.update(
-        {f"unet/shard-{k}.safetensors": payload(64 * KIB + k, seed=50 + k) for k in range(6)}
-    )
-    return files
-
-
-def share_env(hub: FakeHub, cache: Path, rels: list[str], index: int, **extra: str) -> dict:
-    return env(
-        hub,
-        cache,
-        rels,
-        LLMKUBE_SHARDS="2",
-        JOB_COMPLETION_INDEX=str(index),
-        LLMKUBE_PREFETCH_STAGER="true",
-        **extra,
-    )
-
-
-def on_disk_commit(cache: Path, one: dict[str, bytes], two: dict[str, bytes]) -> set[str]:
-    """Which commit each file on disk is of: {"1"}, {"2"} or both."""
-    seen = set()
-    for rel in one:
-        data = (cache / rel).read_bytes()
-        seen.add("1" if data == one[rel] else "2" if data == two[rel] else "?")
-    return seen
 
 
 def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(

@@ -9,29 +9,10 @@ botocore: the test process's own environment never does.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from sources.s3_support import KIB, s3_env, without_keys
 from tests.harness.canary import leaks
-from tests.harness.sample import payload
-from tests.harness.seaweed import PUBLIC_BUCKET, READER
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import PUBLIC_BUCKET, READER, irsa_env, s3_env, sts_calls, without_keys
 from tests.harness.sts import ROLE_ARN, ContainerCredentials, InstanceMetadata
-
-
-def irsa_env(s3, token_file: Path, **extra: str) -> dict[str, str]:
-    return {
-        **without_keys(s3_env(s3)),
-        "AWS_ROLE_ARN": ROLE_ARN,
-        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
-        "AWS_ROLE_SESSION_NAME": "llmkube-test",
-        # SeaweedFS is the STS; through the front, so its log shows the call.
-        "AWS_ENDPOINT_URL_STS": s3.endpoint_url,
-        **extra,
-    }
-
-
-def sts_calls(s3) -> list[int]:
-    return [r.status for r in s3.requests("POST") if r.path == "/"]
 
 
 def assert_signed_with_session(s3, bucket: str, key: str) -> str:
