@@ -27,6 +27,8 @@ from tests.harness.seaweed import irsa_env, s3_env, sts_calls, without_keys
 from tests.harness.sts import ROLE_ARN
 from tests.harness.tlsca import LocalCA, make_ca
 
+pytestmark = pytest.mark.floors
+
 REPO = "org/repo"
 PROXY_PASSWORD = "proxyCANARY-u7Hq2LmZ"
 # The whole of loopback, the way clusters list their pod and service ranges.

@@ -21,6 +21,8 @@ from tests.harness.origin import Origin, closed_port_url
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
 
+pytestmark = pytest.mark.floors
+
 REPO = "org/repo"
 SHARD1 = "model-00001-of-00002.safetensors"
 SHARD2 = "model-00002-of-00002.safetensors"

@@ -17,6 +17,8 @@ from tests.harness.origin import Fault, Origin, closed_port_url
 from tests.harness.pod import SOURCE_BUDGET, Pod
 from tests.harness.sample import payload
 
+pytestmark = pytest.mark.floors
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 HEADER = "| step | hub answer | HF_TOKEN | reason | retryable |"
 REPO = "org/repo"

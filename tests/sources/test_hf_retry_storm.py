@@ -21,6 +21,8 @@ from tests.harness.hub import HubFault
 from tests.harness.pod import SOURCE_BUDGET
 from tests.harness.sample import payload
 
+pytestmark = pytest.mark.floors
+
 REPO = "org/storm"
 FILES = [f"model-{i:05d}-of-00008.safetensors" for i in range(1, 9)]
 RETRIES = int(SOURCE_BUDGET["LLMKUBE_RETRIES"])

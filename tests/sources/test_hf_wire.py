@@ -22,6 +22,8 @@ from tests.harness.pod import Pod
 from tests.harness.sample import KIB, payload
 from tests.harness.seaweed import s3_env
 
+pytestmark = pytest.mark.floors
+
 REPO = "org/repo"
 MODEL = "model.safetensors"
 FILES = [f"model-{i:05d}-of-00008.safetensors" for i in range(1, 9)]

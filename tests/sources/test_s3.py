@@ -18,6 +18,8 @@ from tests.harness.sample import KIB, payload
 from tests.harness.seaweed import READER, S3Request, s3_env
 from tests.harness.sts import ROLE_ARN
 
+pytestmark = pytest.mark.floors
+
 # -- happy paths ------------------------------------------------------------------------------
 
 

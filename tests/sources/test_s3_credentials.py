@@ -9,10 +9,14 @@ botocore: the test process's own environment never does.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.harness.canary import leaks
 from tests.harness.sample import KIB, payload
 from tests.harness.seaweed import PUBLIC_BUCKET, READER, irsa_env, s3_env, sts_calls, without_keys
 from tests.harness.sts import ROLE_ARN, ContainerCredentials, InstanceMetadata
+
+pytestmark = pytest.mark.floors
 
 
 def assert_signed_with_session(s3, bucket: str, key: str) -> str:

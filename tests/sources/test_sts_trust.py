@@ -22,6 +22,8 @@ from tests.harness.seaweed import irsa_env, s3_env, without_keys
 from tests.harness.sts import ROLE_ARN
 from tests.harness.tlsca import LocalCA, make_ca
 
+pytestmark = pytest.mark.floors
+
 
 @pytest.fixture
 def ca(tmp_path: Path) -> LocalCA:
