@@ -130,30 +130,28 @@ def container_refused_file(world: World) -> S3Case:
     return _container(world, _canary("ctCANARY"), "the-agent-wants-another", as_file=True)
 
 
-def profile_with_a_wrong_secret(world: World) -> S3Case:
-    secret = _canary("pfCANARY", 40)
+def _profile(world: World, secret: str) -> dict[str, str | None]:
+    """A shared credentials file whose profile `models` has the reader's key
+    id and `secret`, chosen by AWS_PROFILE."""
     credentials = world.inputs / "credentials"
     credentials.write_text(
         f"[models]\naws_access_key_id = {READER[0]}\naws_secret_access_key = {secret}\n"
     )
-    env = {
+    return {
         **_base(world),
         "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
         "AWS_PROFILE": "models",
     }
+
+
+def profile_with_a_wrong_secret(world: World) -> S3Case:
+    secret = _canary("pfCANARY", 40)
+    env = _profile(world, secret)
     return S3Case(env, "ModelSourceUnauthorized", canaries={"profile-secret": secret})
 
 
 def profile_success(world: World) -> S3Case:
-    credentials = world.inputs / "credentials"
-    credentials.write_text(
-        f"[models]\naws_access_key_id = {READER[0]}\naws_secret_access_key = {READER[1]}\n"
-    )
-    env = {
-        **_base(world),
-        "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
-        "AWS_PROFILE": "models",
-    }
+    env = _profile(world, READER[1])
     return S3Case(env, "ModelTransferSucceeded", 0, {"profile-secret": READER[1]})
 
 

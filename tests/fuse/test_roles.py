@@ -72,24 +72,17 @@ def _assert_wrote_everything(root: Path, origin: Origin) -> None:
     assert len(gets(origin, "/repo/sub/model.safetensors")) == 1
 
 
-def test_row_serving_pod_off_fuse_mkdirs_locks_sweeps_stages_backfills(
-    tmp_path: Path, origin: Origin
+@pytest.mark.parametrize("stager", [False, True], ids=["serving-pod", "stager"])
+def test_row_off_fuse_mkdirs_locks_sweeps_stages_backfills(
+    tmp_path: Path, origin: Origin, stager: bool
 ) -> None:
+    """Off FUSE both rows are the same: a serving pod and a stager alike."""
     root = _matrix_cache(tmp_path / "models", origin)
-    run = _matrix_pod(tmp_path, origin, root, stager=False).run("stage")
+    run = _matrix_pod(tmp_path, origin, root, stager=stager).run("stage")
     run.ok()
     _assert_wrote_everything(root, origin)
-    assert (root / LOCK_NAME).is_file(), "off FUSE a writer takes the flock"
-
-
-def test_row_stager_off_fuse_mkdirs_locks_sweeps_stages_backfills(
-    tmp_path: Path, origin: Origin
-) -> None:
-    root = _matrix_cache(tmp_path / "models", origin)
-    run = _matrix_pod(tmp_path, origin, root, stager=True).run("stage")
-    run.ok()
-    _assert_wrote_everything(root, origin)
-    assert (root / LOCK_NAME).is_file(), "off FUSE a stager takes the flock too"
+    who = "a stager" if stager else "a writer"
+    assert (root / LOCK_NAME).is_file(), f"off FUSE {who} takes the flock"
 
 
 def test_row_stager_on_fuse_mkdirs_sweeps_stages_backfills_without_flock(

@@ -18,6 +18,11 @@ Every request of the agent goes through an `S3Front` (s3front.py): the
 request log tests assert on, and S3-like faults. `endpoint_url` is the
 front's; `admin()` talks to SeaweedFS directly, so setting up a test never
 shows up in its request log.
+
+A pod's variables for it: `s3_env` (the reader's static keys), `irsa_env`
+(a web identity token and the role; `sts_calls` are what STS was asked),
+`imds_env` (instance metadata),
+`kserve_s3_env` (what KServe's credential builder sets), `without_keys`.
 """
 
 from __future__ import annotations
@@ -56,7 +61,9 @@ __all__ = [
     "S3Fault",
     "S3Request",
     "SeaweedS3",
+    "imds_env",
     "irsa_env",
+    "kserve_s3_env",
     "s3_env",
     "sts_calls",
     "weed_binary",
@@ -368,6 +375,15 @@ def without_keys(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def imds_env(s3: SeaweedS3) -> dict[str, str]:
+    """A pod's variables for instance metadata credentials: no static keys,
+    and the metadata lookups `s3_env` turns off left on (the test points
+    AWS_EC2_METADATA_SERVICE_ENDPOINT at its own)."""
+    env = without_keys(s3_env(s3))
+    del env["AWS_EC2_METADATA_DISABLED"]
+    return env
+
+
 def irsa_env(
     s3: SeaweedS3, token_file: Path, *, sts_url: str | None = None, **extra: str
 ) -> dict[str, str]:
@@ -387,3 +403,16 @@ def irsa_env(
 def sts_calls(front: SeaweedS3 | S3Front) -> list[int]:
     """The statuses of the STS calls (POST /) the front saw."""
     return [r.status for r in front.requests("POST") if r.path == "/"]
+
+
+def kserve_s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
+    """What KServe's s3 credential builder sets for a MinIO-like endpoint."""
+    return {
+        "S3_ENDPOINT": s3.endpoint_url.removeprefix("http://"),
+        "S3_USE_HTTPS": "0",
+        "AWS_ACCESS_KEY_ID": READER[0],
+        "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **extra,
+    }

@@ -371,23 +371,25 @@ def test_8_2_fuse_reader_legacy_warns_and_never_backfills(remote: Remote) -> Non
 
 
 @pytest.mark.parametrize(
-    "remote", [UP_CHANGED, NO_SIZE, DOWN, None], ids=["changed", "no-size", "down", "not-probed"]
+    "remote",
+    [
+        UP_CHANGED,
+        NO_SIZE,
+        DOWN,
+        None,
+        # A reader cannot fix the stale record, so the origin's size alone does
+        # not make it servable (a writer reuses it and rewrites the record,
+        # §8.1 row 3).
+        Remote(answered=True, size_bytes=5),
+    ],
+    ids=["changed", "no-size", "down", "not-probed", "origin-confirms-local-size"],
 )
 def test_8_2_fuse_reader_failing_local_checks_is_refused(remote: Remote | None) -> None:
+    # §8.2 "present, fails local checks -> refusal exit 1", whatever the origin says.
     plan, action = one(MISMATCH, remote, fs=FUSE)
     assert action.decision is Decision.FAIL
     assert action.failure is Reason.CACHE_LOCK_UNSUPPORTED
     assert not plan.needs_network and not plan.writes
-
-
-def test_8_2_fuse_reader_truncated_but_origin_confirms_local_size_is_refused() -> None:
-    # §8.2 "present, fails local checks -> refusal exit 1": a reader cannot fix
-    # the stale record, so the origin's size alone does not make it servable
-    # (a writer reuses it and rewrites the record, §8.1 row 3).
-    plan, action = one(MISMATCH, Remote(answered=True, size_bytes=5), fs=FUSE)
-    assert action.decision is Decision.FAIL
-    assert action.failure is Reason.CACHE_LOCK_UNSUPPORTED
-    assert not plan.writes
 
 
 @pytest.mark.parametrize("remote", [UP_SAME, UP_CHANGED, DOWN], ids=["same", "changed", "down"])
@@ -603,9 +605,9 @@ def test_pin_single_file_marker_names_spec_sha256() -> None:
     assert "spec.sha256 mismatch for model.gguf" in plan.actions[0].why
 
 
-def test_pin_missing_without_marker_is_fetched() -> None:
-    for policy in ("IfNotPresent", "OnChange"):
-        assert one(MISSING, None, pin=PinState.ABSENT, policy=policy)[1].decision is Decision.FETCH
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+def test_pin_missing_without_marker_is_fetched(policy: str) -> None:
+    assert one(MISSING, None, pin=PinState.ABSENT, policy=policy)[1].decision is Decision.FETCH
 
 
 def test_partially_pinned_set_plans_the_unpinned_file_like_the_unpinned_path() -> None:

@@ -12,7 +12,6 @@ hub behind the real huggingface_hub client.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from tests.harness.origin import Blackhole, Origin
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Front
 from tests.harness.sample import KIB, payload
-from tests.harness.seaweed import irsa_env, s3_env, sts_calls, without_keys
+from tests.harness.seaweed import imds_env, irsa_env, s3_env, sts_calls
 from tests.harness.sts import ROLE_ARN
 from tests.harness.tlsca import LocalCA, make_ca
 
@@ -33,12 +32,6 @@ REPO = "org/repo"
 PROXY_PASSWORD = "proxyCANARY-u7Hq2LmZ"
 # The whole of loopback, the way clusters list their pod and service ranges.
 CIDR = "127.0.0.0/8"
-
-
-@pytest.fixture
-def proxy() -> Iterator[ForwardProxy]:
-    with ForwardProxy() as server:
-        yield server
 
 
 @pytest.fixture
@@ -269,8 +262,7 @@ def test_instance_metadata_takes_the_same_decision(pod, s3, bucket, oidc_issuer,
     data = payload(8 * KIB)
     s3.put(bucket, "m.gguf", data)
     creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
-    env = without_keys(s3_env(s3))
-    del env["AWS_EC2_METADATA_DISABLED"]
+    env = imds_env(s3)
     with InstanceMetadata(creds) as imds:
         env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url
         source = f"s3://{bucket}/m.gguf"

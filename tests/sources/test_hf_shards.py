@@ -117,6 +117,20 @@ def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
     assert not (cache / ".llmkube-validators.job-commit").exists(), "the claim outlived the Job"
 
 
+def _staged_by_two_shares(
+    hub: FakeHub, tmp_path: Path, files: dict[str, bytes]
+) -> tuple[Path, list[str], Pod]:
+    """A Job of two shares staged `files` (commit 1 of main); returns the
+    cache, the model's files and the stager pod."""
+    hub.add_repo(REPO, files)
+    cache = tmp_path / "models" / "m"
+    rels = sorted(files)
+    stager = Pod(tmp_path, stager=True)
+    for index in range(2):
+        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    return cache, rels, stager
+
+
 def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
     hub: FakeHub, tmp_path: Path
 ) -> None:
@@ -126,12 +140,7 @@ def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
     before the fix; now both refuse it, and share 1 (the Job retried) ends
     it in commit 2."""
     one, two = repo_files(), moved_files()
-    hub.add_repo(REPO, one)
-    cache = tmp_path / "models" / "m"
-    rels = sorted(one)
-    stager = Pod(tmp_path, stager=True)
-    for index in range(2):
-        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    cache, rels, stager = _staged_by_two_shares(hub, tmp_path, one)
     second = hub.move_branch(REPO, "main", two)
 
     onchange = {"LLMKUBE_REFRESH_POLICY": "OnChange"}
@@ -164,12 +173,7 @@ def test_a_serving_pod_that_refreshes_a_sharded_model_leaves_one_commit(
     readers see one commit (a judgement that counted every record would
     refuse this model for ever)."""
     one, two = repo_files(), moved_files()
-    hub.add_repo(REPO, one)
-    cache = tmp_path / "models" / "m"
-    rels = sorted(one)
-    stager = Pod(tmp_path, stager=True)
-    for index in range(2):
-        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    cache, rels, stager = _staged_by_two_shares(hub, tmp_path, one)
     hub.move_branch(REPO, "main", two)
     serving = Pod(tmp_path)
     serving.run(env=env(hub, cache, rels, LLMKUBE_REFRESH_POLICY="OnChange")).ok()

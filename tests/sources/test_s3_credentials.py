@@ -13,7 +13,15 @@ import pytest
 
 from tests.harness.canary import leaks
 from tests.harness.sample import KIB, payload
-from tests.harness.seaweed import PUBLIC_BUCKET, READER, irsa_env, s3_env, sts_calls, without_keys
+from tests.harness.seaweed import (
+    PUBLIC_BUCKET,
+    READER,
+    imds_env,
+    irsa_env,
+    s3_env,
+    sts_calls,
+    without_keys,
+)
 from tests.harness.sts import ROLE_ARN, ContainerCredentials, InstanceMetadata
 
 pytestmark = pytest.mark.floors
@@ -127,8 +135,7 @@ def test_instance_metadata_credentials(pod, s3, bucket, oidc_issuer) -> None:
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
     creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
-    env = without_keys(s3_env(s3))
-    del env["AWS_EC2_METADATA_DISABLED"]
+    env = imds_env(s3)
 
     with InstanceMetadata(creds) as imds:
         run = pod.stage(
