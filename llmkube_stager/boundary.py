@@ -1,8 +1,8 @@
 """The boundary of every command: the ONLY place that turns errors into a
-termination message and an exit code (CONTRACT §2, §5), and the bodies of
-`stage`, `plan` and `verify`, which need no click: cli.py parses options
-into flags for them, and entry.py runs them bare (no option) without
-importing click at all (#16: click is a sixth of a warm start).
+termination message and an exit code (CONTRACT §2, §5). The commands
+(commands/run.py, kserve/command.py) run their bodies inside a `Boundary`;
+it needs no click, so entry.py can run a command bare (#16: click is a
+sixth of a warm start).
 
 0 success; 1 a failure restarting may fix (`retryable`); 4 a failure retrying
 as is cannot fix; 2 usage or configuration error found before any I/O; 3
@@ -11,7 +11,6 @@ internal error (a bug: traceback in the log). `errors.exit_code_for` decides.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -28,13 +27,7 @@ from llmkube_stager.errors import (
     StagerError,
 )
 from llmkube_stager.logs import Log, Redactor, display_url
-from llmkube_stager.termination import (
-    encode,
-    failure_doc,
-    failure_message,
-    success_doc,
-    write_termination,
-)
+from llmkube_stager.termination import encode, failure_doc, failure_message, write_termination
 
 # Contract variable -> its command-line value (None: not given).
 Flags = dict[str, str | None]
@@ -45,10 +38,16 @@ def no_flags() -> Flags:
     return {var.env: None for var in VARS}
 
 
-def echo(text: str) -> None:
-    """A command's output on stdout (what click.echo does with text)."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+def cancel_on_sigterm() -> None:
+    """A SIGTERM (the kubelet stopping the pod) becomes `Cancelled`, which
+    the boundary reports like any failure."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Raised in the main thread between bytecodes (PEP 475 retries the
+    # interrupted recv only if the handler returns): partials stay for resume.
+    raise Cancelled("received SIGTERM during staging")
 
 
 class Boundary:
@@ -100,6 +99,12 @@ class Boundary:
         finally:
             self.log.flush()
 
+    def echo(self, text: str) -> None:
+        """A command's output on stdout, redacted (what click.echo does with
+        text)."""
+        sys.stdout.write(self.redact(text) + "\n")
+        sys.stdout.flush()
+
     def usage_error(self, text: str) -> NoReturn:
         self._fail(ConfigError(f"usage: {text}"))
 
@@ -123,76 +128,3 @@ class Boundary:
                 self.termination_path, encode(failure_doc(err, self.source, self.redact))
             )
         sys.exit(EXIT_INTERNAL)
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Raised in the main thread between bytecodes (PEP 475 retries the
-    # interrupted recv only if the handler returns): partials stay for resume.
-    raise Cancelled("received SIGTERM during staging")
-
-
-def stage_command(flags: Flags) -> NoReturn:
-    """Make the cache hold the model, then exit (init container / prefetch Job)."""
-    boundary = Boundary(flags, os.environ, terminate=True)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-
-    def body() -> dict[str, Any]:
-        # The warm path's probe: statfs magic and statvfs flags, no psutil.
-        from llmkube_stager.cache.fs import probe_fs_quick
-        from llmkube_stager.stage import Effects, run_stage
-
-        config = boundary.config(flags)
-        effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
-        prepared, outcome = run_stage(config, effects)
-        doc = success_doc(outcome, prepared.manifest.display_source)
-        boundary.log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
-        return doc
-
-    boundary.run(body)
-
-
-def plan_command(flags: Flags, as_json: bool = False, probe: bool = False) -> NoReturn:
-    """Print the per-file decisions of `stage` without writing anything."""
-    boundary = Boundary(flags, os.environ, terminate=False)
-
-    def body() -> None:
-        from llmkube_stager.cache.fs import probe_fs
-        from llmkube_stager.commands.plan_view import render_plan
-        from llmkube_stager.stage import Effects, prepare
-
-        config = boundary.config(flags)
-        prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
-        text = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
-        echo(boundary.redact(text))
-
-    boundary.run(body)
-
-
-def verify_command(flags: Flags, strict: bool = False) -> NoReturn:
-    """Read-only, offline check that the cache holds the whole model."""
-    boundary = Boundary(flags, os.environ, terminate=True)
-
-    def body() -> dict[str, Any]:
-        import time
-
-        from llmkube_stager.commands.verify import check_files, judge
-        from llmkube_stager.model import Decision, FileResult, Outcome
-
-        started = time.monotonic()
-        config = boundary.config(flags, require_source=False)
-        report = check_files(config)
-        judge(report, strict, boundary.log)
-        results = tuple(FileResult(rel, Decision.REUSE) for rel in report.checked)
-        doc = success_doc(Outcome(results, time.monotonic() - started), boundary.source, "verified")
-        boundary.log.info("verified", doc["message"])
-        return doc
-
-    boundary.run(body)
-
-
-# The commands entry.py runs without click when given no option.
-BARE_COMMANDS: Mapping[str, Callable[[Flags], NoReturn]] = {
-    "stage": stage_command,
-    "plan": plan_command,
-    "verify": verify_command,
-}

@@ -1,7 +1,8 @@
-"""The command line: click parses options into flags and hands them to the
-commands in boundary.py, which translates every error into a termination
-message and an exit code (CONTRACT §2, §5). entry.py runs `stage`, `plan`
-and `verify` without options before this module is imported.
+"""The command line: click parses options into flags and calls the command
+(commands/run.py), whose `Boundary` translates every error into a
+termination message and an exit code (CONTRACT §2, §5). entry.py runs
+`stage`, `plan` and `verify` without options before this module is
+imported.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from typing import Any, NoReturn
 import click
 
 from llmkube_stager import __version__
-from llmkube_stager.boundary import (
-    Boundary,
-    Flags,
-    echo,
+from llmkube_stager.boundary import Boundary, Flags
+from llmkube_stager.commands.run import (
+    diagnose_command,
+    inspect_command,
     plan_command,
     stage_command,
     verify_command,
 )
-from llmkube_stager.config import VARS, early_settings
-from llmkube_stager.errors import EXIT_OK, EXIT_RETRYABLE, ConfigError
+from llmkube_stager.config import VARS, Var, early_settings
+from llmkube_stager.errors import EXIT_OK, EXIT_RETRYABLE
 
 
 def _param(var_env: str) -> str:
@@ -34,9 +35,16 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Every contract variable as a flag (`--model-source` for MODEL_SOURCE)."""
     for var in reversed(VARS):
         func = click.option(
-            var.flag, _param(var.env), default=None, metavar="TEXT", help=f"{var.help} [{var.env}]"
+            var.flag, _param(var.env), default=None, metavar="TEXT", help=_help(var)
         )(func)
     return func
+
+
+def _help(var: Var) -> str:
+    # default=None above tells a flag not given from one given; the
+    # default the variable stands for is shown instead.
+    default = f"; default {var.default}" if var.default else ""
+    return f"{var.help} [{var.env}{default}]"
 
 
 def _flags(kwargs: Mapping[str, Any]) -> Flags:
@@ -98,19 +106,7 @@ def verify(strict: bool, **kwargs: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 def inspect(cache_dir: str | None, as_json: bool) -> None:
     """Report a cache directory: files, records, stamps, leftovers, filesystem."""
-    boundary = Boundary({}, os.environ, terminate=False)
-
-    def body() -> None:
-        import time
-
-        from llmkube_stager.commands.inspect import inspect_dir, render
-
-        target = cache_dir or os.environ.get("CACHE_DIR", "")
-        if not target or not os.path.isdir(target):
-            raise ConfigError(f"CACHE_DIR {target!r} is not a directory")
-        echo(boundary.redact(render(inspect_dir(target, time.time()), as_json)))
-
-    boundary.run(body)
+    inspect_command(cache_dir, as_json)
 
 
 @cli.command()
@@ -118,26 +114,7 @@ def inspect(cache_dir: str | None, as_json: bool) -> None:
 def diagnose(source: str) -> None:
     """Print the condition a controller should set for a termination message
     (or a log tail): FILE, or - for standard input."""
-    boundary = Boundary({}, os.environ, terminate=False)
-
-    def body() -> None:
-        import json
-
-        from llmkube_stager.commands.diagnose import condition_for
-
-        try:
-            text = sys.stdin.read() if source == "-" else _read_text(source)
-        except OSError as exc:
-            raise ConfigError(f"cannot read {source}: {exc.strerror}") from exc
-        condition = condition_for(text)
-        echo(boundary.redact(json.dumps(condition or {}, separators=(",", ":"))))
-
-    boundary.run(body)
-
-
-def _read_text(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
+    diagnose_command(source)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,17 +1,18 @@
 """Environment and flags -> one frozen `Config` (CONTRACT §3).
 
-This module is the only reader of the process environment, and it reads it
-once, through the mapping the CLI passes in. Every variable also has a flag;
-a flag that was given wins over the environment. A bad value raises
-`ConfigError` naming the variable (never echoing a secret's value) before any
-I/O, so the cache is left untouched.
+This module is the only reader of the process environment, through the
+mapping the commands hand to it (boundary.py). Every variable also has a
+flag; a flag that was given wins over the environment, and its default is
+written once, in `VARS`. A bad value raises `ConfigError` naming the
+variable (never echoing a secret's value) before any I/O, so the cache is
+left untouched.
 
-Values the old scripts tolerated keep their old meaning instead (issue #14:
+Values the old scripts tolerated keep their old meaning instead (#14:
 the operator may send them, also through `envFrom` of the source Secret): a
 blank line inside MODEL_FILES, a PROGRESS_INTERVAL that is not a positive
 number, an unknown LLMKUBE_REFRESH_POLICY, any LLMKUBE_PREFETCH_STAGER other
 than exactly `true`. They are not errors but `Config.warnings`, which the
-CLI logs once its logger exists.
+boundary logs once its logger exists.
 """
 
 from __future__ import annotations
@@ -36,25 +37,25 @@ from llmkube_stager.pins import file_pins, single_pin
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
-DEFAULT_CONNECTIONS = 8
+_POLICIES: dict[str, RefreshPolicy] = {"ifnotpresent": "IfNotPresent", "onchange": "OnChange"}
 MAX_CONNECTIONS = 32
-DEFAULT_FILES_IN_FLIGHT = 8
 MAX_FILES_IN_FLIGHT = 64
 MAX_SHARDS = 10_000
-DEFAULT_ARCHIVE_MAX_BYTES = 1 << 40  # 1 TiB
-DEFAULT_ARCHIVE_MAX_FILES = 100_000
 LogFormat = Literal["text", "json"]
+_LOG_FORMATS: dict[str, LogFormat] = {"text": "text", "json": "json"}
 DirectIoMode = Literal["auto", "on", "off"]
 _DIRECT_IO_MODES: dict[str, DirectIoMode] = {"auto": "auto", "on": "on", "off": "off"}
 
 
 @dataclass(frozen=True)
 class Var:
-    """One environment variable of the contract and its flag."""
+    """One environment variable of the contract, its flag, and its default
+    as it would be written in the environment ("": none)."""
 
     env: str
     help: str
     secret: bool = False
+    default: str = ""
 
     @property
     def flag(self) -> str:
@@ -71,8 +72,8 @@ VARS: tuple[Var, ...] = (
     Var("S3_PREFIX", "S3 prefix of a multi-file model"),
     Var("MODEL_SHA256", "single-file sha256 pin (64 hex)"),
     Var("MODEL_FILE_SHA256", "multi-file pins, lines '<digest> <rel>'"),
-    Var("LLMKUBE_REFRESH_POLICY", "IfNotPresent (default) or OnChange"),
-    Var("LLMKUBE_PREFETCH_STAGER", "true in prefetch Jobs (may stage on FUSE)"),
+    Var("LLMKUBE_REFRESH_POLICY", "IfNotPresent or OnChange", default="IfNotPresent"),
+    Var("LLMKUBE_PREFETCH_STAGER", "true in prefetch Jobs (may stage on FUSE)", default="false"),
     Var("HF_TOKEN", "Hugging Face token", secret=True),
     Var("HF_ENDPOINT", "Hugging Face mirror endpoint"),
     Var("AWS_ACCESS_KEY_ID", "S3 access key id", secret=True),
@@ -98,32 +99,69 @@ VARS: tuple[Var, ...] = (
     Var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "file holding the container credentials token"),
     Var("AWS_EC2_METADATA_DISABLED", "true: never ask the instance metadata service"),
     Var("AWS_EC2_METADATA_SERVICE_ENDPOINT", "instance metadata service endpoint"),
-    Var("LLMKUBE_CA_DIR", "extra CA certificates, added to the system roots"),
-    Var("LLMKUBE_HOST_MODEL", "host-path model file for local sources"),
+    Var(
+        "LLMKUBE_CA_DIR",
+        "extra CA certificates, added to the system roots",
+        default="/custom-certs",
+    ),
+    Var(
+        "LLMKUBE_HOST_MODEL",
+        "host-path model file for local sources",
+        default="/host-model/model.gguf",
+    ),
     Var(
         "LLMKUBE_ALLOWED_HOST_ROOTS",
         "colon-separated roots a local source must lie in (unset: no restriction)",
     ),
-    Var("LLMKUBE_TERMINATION_LOG", "termination message path"),
-    Var("PROGRESS_INTERVAL", "seconds between progress lines"),
-    Var("LLMKUBE_LOG_FORMAT", "text (default) or json"),
-    Var("LLMKUBE_CONNECT_TIMEOUT", "seconds to establish a connection"),
-    Var("LLMKUBE_STALL_TIMEOUT", "seconds without a received byte before an attempt is retried"),
-    Var("LLMKUBE_RETRIES", "attempts per request after the first, for transient failures"),
-    Var("LLMKUBE_MAX_RETRY_WAIT", "longest single wait between attempts, Retry-After included"),
-    Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock"),
-    Var("LLMKUBE_CONNECTIONS", "parallel ranged connections per large file (1 disables)"),
-    Var("LLMKUBE_FILES_IN_FLIGHT", "files of a multi-file model transferred at once (1: in turn)"),
-    Var("LLMKUBE_SHARDS", "prefetch Jobs: split the model's files into this many shares (#16)"),
+    Var("LLMKUBE_TERMINATION_LOG", "termination message path", default="/dev/termination-log"),
+    Var("PROGRESS_INTERVAL", "seconds between progress lines", default="10"),
+    Var("LLMKUBE_LOG_FORMAT", "text or json", default="text"),
+    Var("LLMKUBE_CONNECT_TIMEOUT", "seconds to establish a connection", default="10"),
+    Var(
+        "LLMKUBE_STALL_TIMEOUT",
+        "seconds without a received byte before an attempt is retried",
+        default="60",
+    ),
+    Var(
+        "LLMKUBE_RETRIES",
+        "attempts per request after the first, for transient failures",
+        default="5",
+    ),
+    Var(
+        "LLMKUBE_MAX_RETRY_WAIT",
+        "longest single wait between attempts, Retry-After included",
+        default="60",
+    ),
+    Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock", default="3600"),
+    Var(
+        "LLMKUBE_CONNECTIONS",
+        "parallel ranged connections per large file (1 disables)",
+        default="8",
+    ),
+    Var(
+        "LLMKUBE_FILES_IN_FLIGHT",
+        "files of a multi-file model transferred at once (1: in turn)",
+        default="8",
+    ),
+    Var(
+        "LLMKUBE_SHARDS",
+        "prefetch Jobs: split the model's files into this many shares (#16)",
+        default="1",
+    ),
     Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),
     Var(
         "LLMKUBE_DIRECT_IO",
-        "auto (default: the page cache while the model fits memory, then O_DIRECT on "
+        "auto (the page cache while the model fits memory, then O_DIRECT on "
         "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
+        default="auto",
     ),
     # KServe mode (#24 item 2): bounds of an unpacked archive (kserve/archive.py).
-    Var("LLMKUBE_ARCHIVE_MAX_BYTES", "bytes an archive may unpack to (KServe mode)"),
-    Var("LLMKUBE_ARCHIVE_MAX_FILES", "members an archive may hold (KServe mode)"),
+    Var(
+        "LLMKUBE_ARCHIVE_MAX_BYTES",
+        "bytes an archive may unpack to (KServe mode)",
+        default=str(1 << 40),  # 1 TiB
+    ),
+    Var("LLMKUBE_ARCHIVE_MAX_FILES", "members an archive may hold (KServe mode)", default="100000"),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
@@ -132,6 +170,9 @@ VARS: tuple[Var, ...] = (
 )
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
+# Written once, in VARS: the reader, `--help` and the defaults of Config and
+# Timeouts below all take them from here (#23 item 4).
+DEFAULTS: Mapping[str, str] = {v.env: v.default for v in VARS if v.default}
 
 # botocore settings honoured without a flag of their own (docs/sources.md).
 AWS_PASSTHROUGH_VARS: tuple[str, ...] = (
@@ -153,11 +194,11 @@ AWS_ENV_VARS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Timeouts:
-    connect_s: float = 10.0
-    stall_s: float = 60.0
-    retries: int = 5
-    max_retry_wait_s: float = 60.0
-    lock_s: float = 3600.0
+    connect_s: float = float(DEFAULTS["LLMKUBE_CONNECT_TIMEOUT"])
+    stall_s: float = float(DEFAULTS["LLMKUBE_STALL_TIMEOUT"])
+    retries: int = int(DEFAULTS["LLMKUBE_RETRIES"])
+    max_retry_wait_s: float = float(DEFAULTS["LLMKUBE_MAX_RETRY_WAIT"])
+    lock_s: float = float(DEFAULTS["LLMKUBE_LOCK_TIMEOUT"])
 
 
 @dataclass(frozen=True)
@@ -190,8 +231,8 @@ class Config:
     cache_dir: str
     model_path: str
     model_files: tuple[str, ...]
-    refresh_policy: RefreshPolicy = "IfNotPresent"
-    prefetch_stager: bool = False
+    refresh_policy: RefreshPolicy = _POLICIES[DEFAULTS["LLMKUBE_REFRESH_POLICY"].lower()]
+    prefetch_stager: bool = DEFAULTS["LLMKUBE_PREFETCH_STAGER"] == "true"
     # sha256 pins by relative path (single-file: the basename of MODEL_PATH).
     pins: Mapping[str, str] = field(default_factory=dict)
     s3_bucket: str = ""
@@ -203,29 +244,29 @@ class Config:
     # The AWS_* settings that were given (flag or environment) and HOME: the
     # only environment botocore sees (sources/s3_session.py).
     aws_env: Mapping[str, str] = field(default_factory=dict, repr=False)
-    ca_dir: str = "/custom-certs"
-    host_model: str = "/host-model/model.gguf"
+    ca_dir: str = DEFAULTS["LLMKUBE_CA_DIR"]
+    host_model: str = DEFAULTS["LLMKUBE_HOST_MODEL"]
     allowed_host_roots: tuple[str, ...] = ()
-    termination_log: str = "/dev/termination-log"
-    progress_interval_s: float = 10.0
-    connections: int = DEFAULT_CONNECTIONS
-    files_in_flight: int = DEFAULT_FILES_IN_FLIGHT
+    termination_log: str = DEFAULTS["LLMKUBE_TERMINATION_LOG"]
+    progress_interval_s: float = float(DEFAULTS["PROGRESS_INTERVAL"])
+    connections: int = int(DEFAULTS["LLMKUBE_CONNECTIONS"])
+    files_in_flight: int = int(DEFAULTS["LLMKUBE_FILES_IN_FLIGHT"])
     # Sharded prefetch (#16 item 4): this pod stages share `shard_index` of
     # `shards` (1: the whole model).
-    shards: int = 1
+    shards: int = int(DEFAULTS["LLMKUBE_SHARDS"])
     shard_index: int = 0
     # LLMKUBE_DIRECT_IO: "auto" keeps files that fit memory in the page cache
     # (transfer/writemode.py); "auto" and "on" write the rest with O_DIRECT,
     # still only where FsInfo.direct_io_ok; "off" never.
-    direct_io_mode: DirectIoMode = "auto"
+    direct_io_mode: DirectIoMode = _DIRECT_IO_MODES[DEFAULTS["LLMKUBE_DIRECT_IO"]]
     proxy: ProxySettings = field(default_factory=ProxySettings)
     # KServe's STORAGE_ALLOW_PATTERNS / STORAGE_IGNORE_PATTERNS: fnmatch
-    # filters of a listed source's relative paths (#24 item 3, listed.py).
+    # filters of a listed source's relative paths (#24 item 3, staging/listed.py).
     allow_patterns: tuple[str, ...] = ()
     ignore_patterns: tuple[str, ...] = ()
-    archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES
-    archive_max_files: int = DEFAULT_ARCHIVE_MAX_FILES
-    log_format: LogFormat = "text"
+    archive_max_bytes: int = int(DEFAULTS["LLMKUBE_ARCHIVE_MAX_BYTES"])
+    archive_max_files: int = int(DEFAULTS["LLMKUBE_ARCHIVE_MAX_FILES"])
+    log_format: LogFormat = _LOG_FORMATS[DEFAULTS["LLMKUBE_LOG_FORMAT"]]
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
     # Tolerated values, each with what was made of it (see the module docstring).
@@ -402,16 +443,20 @@ class _Reader:
         lower = self._environ.get(name.lower())
         return lower if lower is not None else self._environ.get(name, "")
 
-    def raw(self, name: str, default: str = "") -> str:
+    def raw(self, name: str) -> str:
+        """As given, else the default when neither flag nor variable is set
+        (a variable set to "" stays "")."""
         flagged = self._flags.get(name)
         if flagged is not None:
             return flagged
-        return self._environ.get(name, default)
+        return self._environ.get(name, DEFAULTS.get(name, ""))
 
-    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
-        text = self.raw(name).strip()
-        if not text:
-            return default
+    def text(self, name: str) -> str:
+        """Stripped; the default when unset or blank."""
+        return self.raw(name).strip() or DEFAULTS.get(name, "")
+
+    def number(self, name: str, *, minimum: float = 0.0) -> float:
+        text = self.text(name)
         try:
             value = float(text)
         except ValueError:
@@ -422,40 +467,37 @@ class _Reader:
             )
         return value
 
-    def count(self, name: str, default: int) -> int:
-        text = self.raw(name).strip()
-        if not text:
-            return default
+    def count(self, name: str) -> int:
+        text = self.text(name)
         if not (text.isascii() and text.isdigit()):
             raise ConfigError(f"{name} must be a whole number >= 0, got {_shown(text)}")
         return int(text)
 
-    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
-        text = self.raw(name).strip()
-        if not text:
-            return default
+    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+        text = self.text(name)
         for choice in choices:
             if text.lower() == choice.lower():
                 return choice
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {_shown(text)}")
 
-    def interval(self, name: str, default: float) -> float:
+    def interval(self, name: str) -> float:
         """Seconds where the scripts fell back to their default on anything
         that is not a positive number (`${PROGRESS_INTERVAL:-10}`)."""
         try:
-            return self.number(name, default)
+            return self.number(name)
         except ConfigError:
+            default = float(DEFAULTS[name])
             self.tolerated(name, self.raw(name), f"using the default {default:g} s")
             return default
 
 
 def load_timeouts(read: _Reader) -> Timeouts:
     return Timeouts(
-        connect_s=read.number("LLMKUBE_CONNECT_TIMEOUT", 10.0),
-        stall_s=read.number("LLMKUBE_STALL_TIMEOUT", 60.0),
-        retries=read.count("LLMKUBE_RETRIES", 5),
-        max_retry_wait_s=read.number("LLMKUBE_MAX_RETRY_WAIT", 60.0),
-        lock_s=read.number("LLMKUBE_LOCK_TIMEOUT", 3600.0),
+        connect_s=read.number("LLMKUBE_CONNECT_TIMEOUT"),
+        stall_s=read.number("LLMKUBE_STALL_TIMEOUT"),
+        retries=read.count("LLMKUBE_RETRIES"),
+        max_retry_wait_s=read.number("LLMKUBE_MAX_RETRY_WAIT"),
+        lock_s=read.number("LLMKUBE_LOCK_TIMEOUT"),
     )
 
 
@@ -694,11 +736,11 @@ def load_config(
         aws_region=read.raw("AWS_REGION").strip(),
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
         aws_env=load_aws_env(read),
-        ca_dir=read.raw("LLMKUBE_CA_DIR", "/custom-certs").strip(),
-        host_model=_abs_path(read, "LLMKUBE_HOST_MODEL", "/host-model/model.gguf"),
+        ca_dir=read.raw("LLMKUBE_CA_DIR").strip(),
+        host_model=_abs_path(read, "LLMKUBE_HOST_MODEL"),
         allowed_host_roots=_allowed_roots(read),
-        termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG", "/dev/termination-log"),
-        progress_interval_s=read.interval("PROGRESS_INTERVAL", 10.0),
+        termination_log=_abs_path(read, "LLMKUBE_TERMINATION_LOG"),
+        progress_interval_s=read.interval("PROGRESS_INTERVAL"),
         connections=_connections(read),
         files_in_flight=_files_in_flight(read),
         **_shards(read),
@@ -706,8 +748,8 @@ def load_config(
         proxy=load_proxy(read),
         allow_patterns=_patterns(read, "STORAGE_ALLOW_PATTERNS"),
         ignore_patterns=_patterns(read, "STORAGE_IGNORE_PATTERNS"),
-        archive_max_bytes=_positive(read, "LLMKUBE_ARCHIVE_MAX_BYTES", DEFAULT_ARCHIVE_MAX_BYTES),
-        archive_max_files=_positive(read, "LLMKUBE_ARCHIVE_MAX_FILES", DEFAULT_ARCHIVE_MAX_FILES),
+        archive_max_bytes=_positive(read, "LLMKUBE_ARCHIVE_MAX_BYTES"),
+        archive_max_files=_positive(read, "LLMKUBE_ARCHIVE_MAX_FILES"),
         log_format=_log_format(read),
         timeouts=load_timeouts(read),
         secrets=load_secrets(read),
@@ -715,8 +757,8 @@ def load_config(
     )
 
 
-def _abs_path(read: _Reader, name: str, default: str) -> str:
-    path = read.raw(name, default).strip()
+def _abs_path(read: _Reader, name: str) -> str:
+    path = read.raw(name).strip()
     if path:
         _check_abs_path(name, path)
     return path
@@ -770,22 +812,22 @@ def _patterns(read: _Reader, name: str) -> tuple[str, ...]:
     return tuple(str(p).strip() for p in items if str(p).strip())
 
 
-def _positive(read: _Reader, name: str, default: int) -> int:
-    value = read.count(name, default)
+def _positive(read: _Reader, name: str) -> int:
+    value = read.count(name)
     if value < 1:
         raise ConfigError(f"{name} must be at least 1")
     return value
 
 
 def _connections(read: _Reader) -> int:
-    value = read.count("LLMKUBE_CONNECTIONS", DEFAULT_CONNECTIONS)
+    value = read.count("LLMKUBE_CONNECTIONS")
     if not 1 <= value <= MAX_CONNECTIONS:
         raise ConfigError(f"LLMKUBE_CONNECTIONS must be between 1 and {MAX_CONNECTIONS}")
     return value
 
 
 def _files_in_flight(read: _Reader) -> int:
-    value = read.count("LLMKUBE_FILES_IN_FLIGHT", DEFAULT_FILES_IN_FLIGHT)
+    value = read.count("LLMKUBE_FILES_IN_FLIGHT")
     if not 1 <= value <= MAX_FILES_IN_FLIGHT:
         raise ConfigError(f"LLMKUBE_FILES_IN_FLIGHT must be between 1 and {MAX_FILES_IN_FLIGHT}")
     return value
@@ -796,7 +838,7 @@ def _shards(read: _Reader) -> dict[str, int]:
     LLMKUBE_SHARDS the index is ignored (an Indexed Job that does not shard).
     Only a prefetch stager shards: a serving pod that staged a share would
     start its server on part of a model."""
-    shards = read.count("LLMKUBE_SHARDS", 1)
+    shards = read.count("LLMKUBE_SHARDS")
     if not 1 <= shards <= MAX_SHARDS:
         raise ConfigError(f"LLMKUBE_SHARDS must be between 1 and {MAX_SHARDS}")
     if shards == 1:
@@ -805,7 +847,7 @@ def _shards(read: _Reader) -> dict[str, int]:
         raise ConfigError(
             "LLMKUBE_SHARDS needs JOB_COMPLETION_INDEX (set by a Job with completionMode: Indexed)"
         )
-    index = read.count("JOB_COMPLETION_INDEX", 0)
+    index = read.count("JOB_COMPLETION_INDEX")
     if index >= shards:
         raise ConfigError(
             f"JOB_COMPLETION_INDEX {index} is not a share of LLMKUBE_SHARDS={shards} "
@@ -820,23 +862,23 @@ def _shards(read: _Reader) -> dict[str, int]:
 
 
 def _policy(read: _Reader) -> RefreshPolicy:
-    """IfNotPresent for anything but OnChange, the CRD default (spec §5.2)."""
-    text = read.raw("LLMKUBE_REFRESH_POLICY").strip()
-    if text.lower() == "onchange":
-        return "OnChange"
-    if text and text.lower() != "ifnotpresent":
-        read.tolerated("LLMKUBE_REFRESH_POLICY", text, "using IfNotPresent (the CRD default)")
-    return "IfNotPresent"
+    """The default (IfNotPresent, the CRD's: spec §5.2) for anything but
+    OnChange."""
+    text = read.text("LLMKUBE_REFRESH_POLICY")
+    policy = _POLICIES.get(text.lower())
+    if policy is None:
+        default = DEFAULTS["LLMKUBE_REFRESH_POLICY"]
+        read.tolerated("LLMKUBE_REFRESH_POLICY", text, f"using {default} (the CRD default)")
+        return _POLICIES[default.lower()]
+    return policy
 
 
 def _direct_io_mode(read: _Reader) -> DirectIoMode:
-    return _DIRECT_IO_MODES[read.choice("LLMKUBE_DIRECT_IO", tuple(_DIRECT_IO_MODES), "auto")]
+    return _DIRECT_IO_MODES[read.choice("LLMKUBE_DIRECT_IO", tuple(_DIRECT_IO_MODES))]
 
 
 def _log_format(read: _Reader) -> LogFormat:
-    return (
-        "json" if read.choice("LLMKUBE_LOG_FORMAT", ("text", "json"), "text") == "json" else "text"
-    )
+    return _LOG_FORMATS[read.choice("LLMKUBE_LOG_FORMAT", tuple(_LOG_FORMATS))]
 
 
 def early_settings(
@@ -845,8 +887,15 @@ def early_settings(
     """Log format and termination path, read leniently so that even an invalid
     configuration is reported in the right format at the right place."""
     read = _Reader(environ, flags)
-    fmt = read.raw("LLMKUBE_LOG_FORMAT").strip().lower()
-    path = read.raw("LLMKUBE_TERMINATION_LOG", "/dev/termination-log").strip()
+    default = _LOG_FORMATS[DEFAULTS["LLMKUBE_LOG_FORMAT"]]
+    fmt = _LOG_FORMATS.get(read.text("LLMKUBE_LOG_FORMAT").lower(), default)
+    path = read.raw("LLMKUBE_TERMINATION_LOG").strip()
     # A relative path would land in the working directory: none is written
     # (load_config refuses it; the log still says why).
-    return ("json" if fmt == "json" else "text"), path if path.startswith("/") else ""
+    return fmt, path if path.startswith("/") else ""
+
+
+def inspect_target(environ: Mapping[str, str], given: str | None) -> str:
+    """The directory `inspect` reports: its argument, else CACHE_DIR as set
+    (nothing else of the configuration needs to be valid for it)."""
+    return given or _Reader(environ, {}, kserve=False).raw("CACHE_DIR")

@@ -2,10 +2,11 @@
 
 `stage`, `plan` and `verify` without options (how the operator's pods run
 the agent: configuration comes from the environment, CONTRACT §2) go
-straight to their command; so do KServe's storage-initializer arguments
-(`SRC_URI DEST_DIR ...`, kserve/command.py); anything else goes through click (cli.py). click
-and what it imports (inspect, uuid, datetime, gettext) were a sixth of a
-warm start, which a serving pod waits for on every start (#16)."""
+straight to their command (commands/run.py); so do KServe's
+storage-initializer arguments (`SRC_URI DEST_DIR ...`, kserve/command.py);
+anything else goes through click (cli.py). click and what it imports
+(inspect, uuid, datetime, gettext) were a sixth of a warm start, which a
+serving pod waits for on every start (#16)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import NoReturn
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 1:
-        from llmkube_stager.boundary import BARE_COMMANDS, no_flags
+        from llmkube_stager.boundary import no_flags
+        from llmkube_stager.commands.run import BARE_COMMANDS
 
         command = BARE_COMMANDS.get(args[0])
         if command is not None:

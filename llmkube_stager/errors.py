@@ -3,8 +3,8 @@
 Every failure the agent can report is a `StagerError` carrying a `Reason` (the
 CamelCase token a controller turns into a condition reason) and a remedy
 constant. Third-party exceptions are translated into these at the source
-adapters; `cli.py` is the only place that turns them into a termination
-message and an exit code.
+adapters; the boundary (boundary.py) is the only place that turns them into
+a termination message and an exit code.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ REMEDY_CHECKSUM = (
     "source, then delete the .sha256-rejected marker to retry"
 )
 # The origin's own digest (HF LFS sha256), not a user pin: no marker was
-# written, and a retry may well get good bytes (#12.5).
+# written, and a retry may well get good bytes (#12 item 5).
 REMEDY_ORIGIN_CHECKSUM = (
     "the bytes received do not match the sha256 the origin lists for the file; nothing was "
     "published and no marker written, so a restart fetches it again (a bad CDN edge or proxy "
@@ -382,7 +382,7 @@ class StagerError(Exception):
     def exit_code(self) -> int:
         """The reason's exit code, except that an error whose own verdict on
         retrying differs from its reason's (a checksum mismatch against the
-        origin's digest, #12.5) exits the way that verdict says."""
+        origin's digest, #12 item 5) exits the way that verdict says."""
         code = exit_code_for(self.reason)
         if code in (EXIT_RETRYABLE, EXIT_PERMANENT):
             return EXIT_RETRYABLE if self.retryable else EXIT_PERMANENT

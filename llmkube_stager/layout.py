@@ -22,9 +22,9 @@ ATOMIC_TMP_INFIX = ".llmkube-tmp."
 # The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
 LEGACY_PARTIAL_SUFFIX = ".tmp"
 # The agent's own partials: `<dest>.<key>.<writer>.llmkube-part.tmp`, one per
-# writer, so that two writers never share an inode (#2158, see partials.py).
+# writer, so that two writers never share an inode (LLMKube #2158, see partials.py).
 # Every partial name ends in `.tmp` so that the scripts' `*.tmp` sweeps
-# (spec §10) remove them after a rollback to the scripts (issue #14 item 7).
+# (spec §10) remove them after a rollback to the scripts (#14 item 7).
 PART_SUFFIX = ".llmkube-part.tmp"
 # Parallel ranged transfers write a sparse `<...>.llmkube-segs.tmp` file whose
 # progress lives in a sibling `<...>.llmkube-journal.tmp`: its size proves
@@ -58,7 +58,7 @@ LOCK_NAME = ".llmkube.lock"
 # each file was staged from, so OnChange sees a same-size change.
 VALIDATORS_NAME = ".llmkube-validators"
 # A sharded prefetch (#16): the share count, and each share's own
-# `.llmkube-validators.<i>-of-<n>` (cache/shardrec.py).
+# `.llmkube-validators.<i>-of-<n>` (cache/runrecord.py).
 SHARDS_NAME = ".llmkube-shards"
 # The listing of a model without MODEL_FILES (#24 item 5, cache/listrec.py).
 LISTING_NAME = ".llmkube-listing"

@@ -7,7 +7,7 @@ Hugging Face run records its commit (#10 defect 11): an IfNotPresent start
 builds its manifest from it (no request at all when every file is there),
 an interrupted run finishes the same set, each GET pinned to the listed
 validator, and OnChange lists anew and compares the validators of the whole
-set (executor.py records them per file).
+set (acting/recorder.py records them per file).
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ class Log:
         buffered: bool = False,
         _bound: tuple[BoundLoggerBase, _Sink] | None = None,
     ) -> None:
-        """`buffered` (the CLI's log) lets the lines of a burst wait for one
+        """`buffered` (the boundary's log) lets the lines of a burst wait for one
         write (see BURST_EVENTS); whoever makes such a log calls `flush` at
         the end of the command."""
         self._redact = redact or Redactor()

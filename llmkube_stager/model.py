@@ -62,7 +62,7 @@ class FsInfo:
     def lock_scope(self) -> LockScope:
         if self.is_fuse is None:
             return "unknown"
-        # flock does not exclude across nodes on FUSE (#2158, #2254).
+        # flock does not exclude across nodes on FUSE (LLMKube #2158, #2254).
         return "node-local" if self.is_fuse else "cross-node"
 
     @property
@@ -94,7 +94,7 @@ class LocalState(StrEnum):
     MISSING = "missing"
     COMPLETE = "complete"  # size equals its own valid size record
     MISMATCH = "mismatch"  # size differs from its own valid size record
-    LEGACY = "legacy"  # present, no valid record (cache from before #2185)
+    LEGACY = "legacy"  # present, no valid record (cache from before LLMKube PR #2185)
     # Not a regular file, or reached through a symlinked directory (#11).
     NOT_A_FILE = "not-a-file"
     # Its size record, or a directory on its path, is there but this uid
@@ -155,9 +155,6 @@ class LocalFile:
 class CacheState:
     root_exists: bool
     files: dict[str, LocalFile] = field(default_factory=dict)
-    # The model directory's `.llmkube-validators` as read (keys starting
-    # with "/" are the run record: commit, revision, publish intent).
-    validators: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def strategy_for(fs: FsInfo, role: Role, direct_io: bool = True) -> Strategy:
         )
     if fs.is_fuse and role == "serving":
         # A serving pod on FUSE writes nothing at all: flock does not exclude
-        # across nodes there (#2158, #2254; seed-000).
+        # across nodes there (LLMKube #2158, #2254; seed-000).
         return Strategy(
             False,
             Reason.CACHE_LOCK_UNSUPPORTED,

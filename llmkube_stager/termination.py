@@ -8,7 +8,7 @@ JSON, never over the limit, `v`/`outcome`/`reason`/`retryable` always present.
 `message` is the object's FIRST member: today's controller reads the file as
 text and shows the matched line (the whole one-line document) cut at 200
 bytes, so those bytes must be `{"message":"ERROR: <Reason>: <cause>...`, not
-JSON framing and the remedy (spec §11.1, issue #14).
+JSON framing and the remedy (spec §11.1, #14).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Cache-side OS errors and directories, shared by everything that writes
-the cache (publish, the transfer engine, the executor).
+the cache (publish, the transfer engine, the acting layer).
 
 `disk_error` is the one translation of a cache-side OSError into the
 contract's reasons; `storage_fault` its part for faults of the volume itself

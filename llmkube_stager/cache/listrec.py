@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from llmkube_stager.cache.journal import read_regular
 from llmkube_stager.cache.records import write_atomic
+from llmkube_stager.cache.safeio import read_regular
 from llmkube_stager.errors import InvalidFileSet
 from llmkube_stager.layout import LISTING_NAME, parse_file_list
 from llmkube_stager.listing import Listing, decode_listing, encode_listing

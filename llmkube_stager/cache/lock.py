@@ -21,7 +21,6 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from llmkube_stager.cache.disk import storage_fault
@@ -149,10 +148,5 @@ class CacheLock:
         self.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.release()

@@ -3,7 +3,7 @@ across restarts by rename.
 
 Why private: on FUSE, flock does not exclude across nodes, and two pods that
 resumed into one shared partial published a truncated file that every later
-pod accepted (#2158, #2254). Here a writer only ever creates a file whose
+pod accepted (LLMKube #2158, #2254). Here a writer only ever creates a file whose
 name carries its own random id, holds it open (`Claim`) with an exclusive
 flock, and heartbeats it through its descriptor. To resume, it adopts a
 partial whose writer is gone by renaming it to its own name; if two writers

@@ -1,7 +1,7 @@
 """Publish a finished partial: check, rename, make it durable, record.
 
 Publish is a rename, so a reader sees either the old file or the whole new
-one, never a file being written (#1428, scenario 95). What is published is
+one, never a file being written (LLMKube #1428, scenario 95). What is published is
 the inode we hold (our claim), judged by its descriptor's fstat before the
 rename: a partial of the wrong size is never published (seed-001: an
 existence-only reader would accept it, scenario 17), and our name must
@@ -128,17 +128,18 @@ def stamp_published(dest: str, digest: str, st: os.stat_result) -> None:
 
 
 def roll_forward(dest: str, partial_name: str, size: int) -> bool | None:
-    """Finish one entry of an interrupted publish (journal.intent_of): the
-    listed partial, still whole, is renamed into place (True). A partial no
-    longer there may have been renamed into place by its writer, or taken
-    by another writer (adopted) while the destination is still the old
-    file: a destination of its size is kept and recorded by size, but it is
-    not vouched for as the entry's version (None; #21 review: the old file
-    of one size got the new version's validator, and OnChange kept it).
-    False when the entry cannot be vouched for at all. The partial's data is
-    fsynced before its rename (#21 item 1: its writer died before its own
-    publish fsync, so its pages may still be dirty); a failing fsync raises
-    the storage reason and renames nothing."""
+    """Finish one entry of an interrupted publish (the run record's intent,
+    cache/runrecord.py): the listed partial, still whole, is renamed into
+    place (True). A partial no longer there may have been renamed into
+    place by its writer, or taken by another writer (adopted) while the
+    destination is still the old file: a destination of its size is kept
+    and recorded by size, but it is not vouched for as the entry's version
+    (None; #21 review: the old file of one size got the new version's
+    validator, and OnChange kept it). False when the entry cannot be
+    vouched for at all. The partial's data is fsynced before its rename
+    (#21 item 1: its writer died before its own publish fsync, so its
+    pages may still be dirty); a failing fsync raises the storage reason
+    and renames nothing."""
     partial = os.path.join(os.path.dirname(dest), partial_name)
     renamed = False
     try:

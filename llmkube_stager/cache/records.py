@@ -1,5 +1,12 @@
-"""The only owner of the small on-disk formats: size records, sha256 stamps
-and rejection markers, read and written atomically (CONTRACT §4).
+"""The per-file records beside a model's files: size records, sha256
+stamps with their evidence, rejection markers, read without trusting the
+cache and written atomically (`write_atomic`, CONTRACT §4).
+
+Every on-disk format has one owner in this package: these per-file records
+here, the run record (`.llmkube-validators*`, `.llmkube-shards`, the Job's
+commit claim) in runrecord.py, the parallel transfer's resume journal in
+journal.py, the listing record in listrec.py, the evidence's hash in
+evidence.py, and the names of them all in layout.py.
 """
 
 from __future__ import annotations
@@ -12,7 +19,6 @@ from dataclasses import dataclass
 from llmkube_stager.cache import evidence
 from llmkube_stager.cache.safeio import Small, read_small
 from llmkube_stager.layout import (
-    VALIDATORS_NAME,
     atomic_tmp_path,
     evidence_path,
     marker_path,
@@ -214,44 +220,3 @@ def has_marker(dest: str, expected_digest: str) -> bool:
 def write_marker(dest: str, expected_digest: str, actual_digest: str) -> None:
     """Durable: no publish ever clears it; delete by hand to retry (spec §7)."""
     write_atomic(marker_path(dest, expected_digest), actual_digest.encode("ascii"))
-
-
-_VALIDATORS_MAX_BYTES = 1 << 20
-
-
-def read_validators(root: str, name: str = VALIDATORS_NAME) -> dict[str, str]:
-    """rel -> origin validator of the staged copy; {} when absent or bad.
-    `name`: a share's own record in a sharded prefetch (cache/shardrec.py)."""
-    return _validators(root, name)[0]
-
-
-def _validators(root: str, name: str = VALIDATORS_NAME) -> tuple[dict[str, str], bool]:
-    """(validators, unreadable)."""
-    import json
-
-    small = read_small(os.path.join(root, name), _VALIDATORS_MAX_BYTES)
-    if small.data is None:
-        return {}, small.unreadable
-    try:
-        doc = json.loads(small.data)
-    except (ValueError, RecursionError):
-        return {}, False
-    if not isinstance(doc, dict):
-        return {}, False
-    return {str(k): str(v) for k, v in doc.items() if isinstance(v, str)}, False
-
-
-def write_validators(root: str, updates: dict[str, str], name: str = VALIDATORS_NAME) -> None:
-    """Merge and write atomically (a concurrent reader sees old or new); an
-    unreadable file is not ours to replace (OSError, a best-effort write).
-    Not a merge between writers: one file per writer of a sharded prefetch
-    (cache/shardrec.py), whose pods would otherwise lose each other's keys."""
-    import json
-
-    current, unreadable = _validators(root, name)
-    if unreadable:
-        path = os.path.join(root, name)
-        raise PermissionError(errno.EACCES, "not readable by this uid; not replaced", path)
-    merged = {**current, **updates}
-    data = json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
-    write_atomic(os.path.join(root, name), data)

@@ -72,6 +72,24 @@ def open_regular(path: str, dir_fd: int | None = None) -> int:
     return fd
 
 
+def read_regular(path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of a regular file, never following a symlink
+    nor blocking on a FIFO; None for anything else (a journal or listing
+    that cannot be read is none at all)."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Small:
     """What a small bookkeeping file held: its bytes, or why not.

@@ -2,12 +2,13 @@
 the one judgement every reader makes, `stage` (a read-only cache, a warm
 start), `verify`, `plan` and `inspect` alike.
 
-A set is not whole while a publish is in progress (its intent, journal.py,
-names a partial that is still there: some files were renamed into place,
-others not; #10 defect 13), nor when its writers recorded files of two
-commits of one revision (the shares of a sharded prefetch that resolved a
-moving branch at different moments, #21 item 4). Every file of such a set
-may match its own size record: only these run records tell.
+A set is not whole while a publish is in progress (its intent in the run
+record, cache/runrecord.py, names a partial that is still there: some
+files were renamed into place, others not; #10 defect 13), nor when its
+writers recorded files of two commits of one revision (the shares of a
+sharded prefetch that resolved a moving branch at different moments, #21
+item 4). Every file of such a set may match its own size record: only the
+run record tells.
 
 Whether the writer of a publish in progress is alive (#21 item 5) is told
 by its partials: a live writer holds each one's flock and heartbeats its
@@ -19,84 +20,41 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import stat
 from dataclasses import dataclass
 
-from llmkube_stager.cache.journal import COMMIT_KEY, OVER_KEY, intent_keys, intent_of
+from llmkube_stager.cache.runrecord import PublishEntry, RunRecord
 from llmkube_stager.errors import CacheError, Reason, SourceKind
 
 
 @dataclass(frozen=True)
 class Pending:
-    """One writer's publish in progress: its record key and the entries
-    whose partial is still beside its destination."""
+    """One writer's publish in progress: the writer ("" for the unsharded
+    one, else the share id) and the entries whose partial is still beside
+    its destination."""
 
-    key: str
-    entries: tuple[dict[str, object], ...]
+    writer: str
+    entries: tuple[PublishEntry, ...]
+
+    @property
+    def key(self) -> str:
+        """How reports name it (`plan`, `inspect`, the wait's log line)."""
+        return "/publishing" + (f"/{self.writer}" if self.writer else "")
 
 
-def partial_of(entry: dict[str, object], root: str) -> str:
-    directory = os.path.dirname(os.path.join(root, str(entry["rel"])))
-    return os.path.join(directory, str(entry["partial"]))
-
-
-def pending_publishes(validators: dict[str, str], root: str) -> list[Pending]:
+def pending_publishes(record: RunRecord, root: str) -> list[Pending]:
     """Every publish in progress in the directory, by writer."""
     found = []
-    for key in intent_keys(validators):
-        left = tuple(e for e in intent_of(validators, key) if os.path.lexists(partial_of(e, root)))
+    for run in record.publishing():
+        left = tuple(e for e in run.intent if os.path.lexists(e.partial_path(root)))
         if left:
-            found.append(Pending(key, left))
+            found.append(Pending(run.writer, left))
     return found
 
 
-def recorded_commits(validators: dict[str, str]) -> dict[str, str]:
-    """writer ("" for the unsharded one, else the share id) -> the commit
-    its files come from. A share's commit that an unsharded writer's run
-    over the whole model superseded (journal.OVER_KEY) no longer counts;
-    the unsharded writer's commit no longer counts once every share of the
-    count recorded a commit since (#21 item 4)."""
-    shares = share_commits(validators)
-    over = _over(validators.get(OVER_KEY, ""))
-    live = {sid: commit for sid, commit in shares.items() if over.get(sid) != commit}
-    main = validators.get(COMMIT_KEY, "")
-    if main and not _covers_all(live):
-        live[""] = main
-    return live
-
-
-def _over(raw: str) -> dict[str, str]:
-    try:
-        doc = json.loads(raw) if raw else {}
-    except (ValueError, RecursionError):
-        return {}
-    return (
-        {str(k): v for k, v in doc.items() if isinstance(v, str)} if isinstance(doc, dict) else {}
-    )
-
-
-def _covers_all(shares: dict[str, str]) -> bool:
-    """Every share of one count is there (`<i>-of-<n>` for each i < n)."""
-    counts = {sid.rsplit("-of-", 1)[-1] for sid in shares}
-    if len(counts) != 1:
-        return False
-    count = counts.pop()
-    return count.isdigit() and {f"{i}-of-{count}" for i in range(int(count))} <= set(shares)
-
-
-def share_commits(validators: dict[str, str]) -> dict[str, str]:
-    """The shares' recorded commits, for an unsharded writer's OVER_KEY."""
-    return {
-        key[len(COMMIT_KEY) + 1 :]: value
-        for key, value in validators.items()
-        if value and key.startswith(COMMIT_KEY + "/")
-    }
-
-
 def judge_set(
-    validators: dict[str, str],
+    record: RunRecord,
     root: str,
     source_kind: SourceKind | None = None,
     *,
@@ -105,8 +63,8 @@ def judge_set(
     """Why a reader must not take the directory's files for one whole set;
     None when nothing says so. `commits=False`: the caller verified every
     file against one commit just now (OnChange), the records aside."""
-    for pending in pending_publishes(validators, root):
-        rel = str(pending.entries[0]["rel"])
+    for pending in pending_publishes(record, root):
+        rel = pending.entries[0].rel
         return CacheError(
             f"a publish of the model was interrupted after some of its files were "
             f"replaced ({rel} and {len(pending.entries) - 1} more are not in place yet): "
@@ -115,7 +73,7 @@ def judge_set(
             file=rel,
             source_kind=source_kind,
         )
-    found = recorded_commits(validators) if commits else {}
+    found = record.commits() if commits else {}
     if len(set(found.values())) > 1:
         shown = ", ".join(f"{w or 'unsharded'}: {c[:12]}" for w, c in sorted(found.items()))
         return CacheError(
@@ -133,7 +91,7 @@ def publish_alive(pending: Pending, root: str, now_s: float, idle_s: float) -> b
     partials is flocked by another open file description, or (where flock
     may not exclude: `idle_s` > 0) was touched within `idle_s` by the
     filesystem's clock `now_s`."""
-    return any(_partial_alive(partial_of(e, root), now_s, idle_s) for e in pending.entries)
+    return any(_partial_alive(e.partial_path(root), now_s, idle_s) for e in pending.entries)
 
 
 def _partial_alive(path: str, now_s: float, idle_s: float) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from llmkube_stager.cache.disk import is_volume_fault
 from llmkube_stager.cache.records import (
@@ -23,6 +23,7 @@ from llmkube_stager.cache.records import (
     read_record,
     stamp_matches,
 )
+from llmkube_stager.cache.runrecord import read_run_record
 from llmkube_stager.cache.safeio import PathCheck, check_parents, kind_of, open_regular
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest, PinState
 
@@ -127,10 +128,13 @@ def _pin_state(
     return PinState.HASHED, (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime)
 
 
-def read_cache_state(manifest: Manifest) -> CacheState:
-    from llmkube_stager.cache.shardrec import read_merged
-
-    validators = read_merged(manifest.root)
+def read_cache_state(
+    manifest: Manifest, validators: Mapping[str, str] | None = None
+) -> CacheState:
+    """`validators`: the run record's (cache/runrecord.py), when the caller
+    read it already; else it is read here."""
+    if validators is None:
+        validators = read_run_record(manifest.root).validators
     follow = manifest.kind == "pvc"
     parents = _per_directory(check_parents)
     return CacheState(
@@ -141,7 +145,6 @@ def read_cache_state(manifest: Manifest) -> CacheState:
             )
             for f in manifest.files
         },
-        validators=validators,
     )
 
 

@@ -138,13 +138,13 @@ def inspect_dir(root: str, now_s: float) -> Report:
 
 def _judge_set(report: Report, root: str) -> None:
     """The judgement every reader makes (cache/setstate.py)."""
+    from llmkube_stager.cache.runrecord import read_run_record
     from llmkube_stager.cache.setstate import judge_set, pending_publishes
-    from llmkube_stager.cache.shardrec import read_merged
 
-    validators = read_merged(root)
-    for pending in pending_publishes(validators, root):
-        report.publishing[pending.key] = [str(e["rel"]) for e in pending.entries]
-    err = judge_set(validators, root)
+    record = read_run_record(root)
+    for pending in pending_publishes(record, root):
+        report.publishing[pending.key] = [e.rel for e in pending.entries]
+    err = judge_set(record, root)
     if err is not None:
         report.refusal = {"reason": err.reason.value, "detail": err.detail}
 

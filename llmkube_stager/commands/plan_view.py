@@ -14,7 +14,7 @@ from llmkube_stager.logs import Log
 from llmkube_stager.model import Action, LocalFile
 
 if TYPE_CHECKING:
-    from llmkube_stager.stage import Prepared
+    from llmkube_stager.staging import Prepared
 
 
 def _row(action: Action, local: LocalFile) -> dict[str, Any]:
@@ -56,12 +56,12 @@ def _set_verdict(prepared: Prepared) -> tuple[list[dict[str, Any]], dict[str, An
     interrupted publish forward, a reader refuses it."""
     from llmkube_stager.cache.setstate import judge_set, pending_publishes
 
-    validators, root = prepared.cache.validators, prepared.manifest.root
-    pending = pending_publishes(validators, root)
-    publishing = [{"writer": p.key, "files": [str(e["rel"]) for e in p.entries]} for p in pending]
+    record, root = prepared.record, prepared.manifest.root
+    pending = pending_publishes(record, root)
+    publishing = [{"writer": p.key, "files": [e.rel for e in p.entries]} for p in pending]
     refusal = None
     if not (pending and prepared.strategy.may_write):
-        err = judge_set(validators, root, prepared.manifest.kind)
+        err = judge_set(record, root, prepared.manifest.kind)
         if err is not None:
             refusal = {"reason": err.reason.value, "detail": err.detail}
     return publishing, refusal

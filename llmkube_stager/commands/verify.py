@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 
 from llmkube_stager.cache.disk import is_volume_fault
+from llmkube_stager.cache.runrecord import read_run_record
 from llmkube_stager.cache.setstate import judge_set
-from llmkube_stager.cache.shardrec import read_merged
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
@@ -108,7 +108,7 @@ def check_files(config: Config) -> VerifyReport:
             if local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED:
                 report.unrecorded.append(rel)
             report.checked.append(rel)
-    report.refusal = judge_set(read_merged(root), root)
+    report.refusal = judge_set(read_run_record(root), root)
     return report
 
 
@@ -149,20 +149,17 @@ def judge(report: VerifyReport, strict: bool, log: Log) -> None:
 
 def _judge_unusable(report: VerifyReport) -> None:
     """What is there but cannot be used says more than what is missing."""
-    if report.unreadable:
-        raise CacheError(
-            f"not readable by this uid: {_names(report.unreadable)}",
-            reason=Reason.CACHE_INCOMPLETE,
-            file=report.unreadable[0].split(" ")[0],
-            remedy=REMEDY_UNREADABLE,
-        )
-    if report.not_files:
-        raise CacheError(
-            f"not regular files inside the model directory: {_names(report.not_files)}",
-            reason=Reason.CACHE_INCOMPLETE,
-            file=report.not_files[0].split(" ")[0],
-            remedy=REMEDY_LEADS_OUTSIDE,
-        )
+    for found, what, remedy in (
+        (report.unreadable, "not readable by this uid", REMEDY_UNREADABLE),
+        (report.not_files, "not regular files inside the model directory", REMEDY_LEADS_OUTSIDE),
+    ):
+        if found:
+            raise CacheError(
+                f"{what}: {_names(found)}",
+                reason=Reason.CACHE_INCOMPLETE,
+                file=found[0].split(" ")[0],
+                remedy=remedy,
+            )
 
 
 def _names(items: list[str], limit: int = 20) -> str:

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.journal import read_regular
 from llmkube_stager.cache.records import write_atomic
+from llmkube_stager.cache.safeio import read_regular
 from llmkube_stager.errors import REMEDY_ARCHIVE_UNSAFE, CacheError, Reason, StagerError
 from llmkube_stager.kserve.uris import PRIVATE_DIR
 from llmkube_stager.layout import record_path, stamp_path

@@ -14,18 +14,15 @@ Imports no click (entry.py dispatches here first): a warm start stays cheap.
 from __future__ import annotations
 
 import os
-import signal
 from typing import Any, NoReturn
 
-from llmkube_stager.boundary import Boundary, Flags, no_flags
+from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.kserve.uris import Pair, parse_pairs
 
 
 def kserve_command(args: list[str]) -> NoReturn:
-    from llmkube_stager.boundary import _on_sigterm
-
     pairs_or_error: tuple[Pair, ...] | ConfigError
     try:
         pairs_or_error = parse_pairs(args, os.getcwd())
@@ -33,7 +30,7 @@ def kserve_command(args: list[str]) -> NoReturn:
         pairs_or_error = err
     first = _flags(pairs_or_error[0]) if isinstance(pairs_or_error, tuple) else no_flags()
     boundary = Boundary(first, os.environ, terminate=True)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    cancel_on_sigterm()
 
     def body() -> dict[str, Any]:
         if isinstance(pairs_or_error, ConfigError):
@@ -54,7 +51,7 @@ def _stage_all(
     from llmkube_stager.cache.fs import probe_fs_quick
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Outcome
-    from llmkube_stager.stage import Effects
+    from llmkube_stager.staging import Effects
     from llmkube_stager.termination import success_doc
 
     effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
@@ -80,7 +77,7 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     from llmkube_stager.kserve.uris import PRIVATE_DIR
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Decision, FileResult, Outcome
-    from llmkube_stager.stage import run_stage
+    from llmkube_stager.staging import run_stage
 
     done = unpacked_record(pair.private, pair.uri, pair.dest)
     if done is not None:

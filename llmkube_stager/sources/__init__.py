@@ -18,8 +18,8 @@ from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB, Requirement, re
 _REGISTRY: dict[str, str] = {
     "http": "llmkube_stager.sources.http:HttpSource",
     "https": "llmkube_stager.sources.http:HttpSource",
-    "hf": "llmkube_stager.sources.hf:HfSource",
-    "s3": "llmkube_stager.sources.s3:S3Source",
+    "hf": "llmkube_stager.sources.hf.source:HfSource",
+    "s3": "llmkube_stager.sources.s3.source:S3Source",
     "file": "llmkube_stager.sources.local:LocalSource",
     "pvc": "llmkube_stager.sources.local:PvcSource",
 }
@@ -28,8 +28,8 @@ _PLANNED: tuple[str, ...] = ()
 _TAKES_LOG = frozenset({"hf"})
 # The libraries each source module imports lazily; deps.py has the floors.
 _LIBRARIES: dict[str, tuple[Requirement, ...]] = {
-    "llmkube_stager.sources.hf": (HF_HUB,),
-    "llmkube_stager.sources.s3": (BOTO3, BOTOCORE),
+    "llmkube_stager.sources.hf.source": (HF_HUB,),
+    "llmkube_stager.sources.s3.source": (BOTO3, BOTOCORE),
 }
 
 
@@ -45,7 +45,7 @@ def scheme_of(source: str) -> str:
 def open_source(config: Config, log: Log | None = None) -> Source:
     scheme = scheme_of(config.source)
     if _may_be_hf(scheme, config.hf_endpoint):
-        from llmkube_stager.sources.hfref import is_hf_url
+        from llmkube_stager.sources.hf.ref import is_hf_url
 
         if is_hf_url(config.source, config.hf_endpoint):
             scheme = "hf"
@@ -62,7 +62,7 @@ def open_source(config: Config, log: Log | None = None) -> Source:
 
 def check_libraries(source: Source) -> None:
     """InvalidConfiguration when a library the source will import is missing
-    or too old (#13.1). Metadata only; called before anything is written,
+    or too old (#13 item 1). Metadata only; called before anything is written,
     and only when the origin will be asked (never on a warm start)."""
     for requirement in _LIBRARIES.get(type(source).__module__, ()):
         require(requirement)
@@ -71,6 +71,6 @@ def check_libraries(source: Source) -> None:
 def _may_be_hf(scheme: str, hf_endpoint: str) -> bool:
     """What is_hf_url can answer yes to: an https URL (huggingface.co), or
     any http(s) URL under an HF_ENDPOINT mirror. A plain http origin with
-    no mirror set never is: its start skips hfref and its header math
+    no mirror set never is: its start skips hf/ref.py and its header math
     (~5 ms, #16)."""
     return scheme == "https" or (scheme == "http" and bool(hf_endpoint.strip()))

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import SourceKind
-from llmkube_stager.layout import destinations
-from llmkube_stager.listing import Listing
+from llmkube_stager.errors import InvalidFileSet, SourceKind
+from llmkube_stager.layout import destinations, parse_file_list
+from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest, RemoteFile
 
@@ -105,14 +105,14 @@ class Source(Protocol):
     def preflight(self) -> None:
         """What the source can only check by reading local files (an S3
         profile, a token file, a CA bundle): before the cache is touched,
-        raising ConfigError (#11.12)."""
+        raising ConfigError (#11 item 12)."""
         ...
 
 
 @runtime_checkable
 class ListingSource(Protocol):
     """Capability: a source whose files can be listed (an s3:// prefix
-    without MODEL_FILES, #24 item 5: llmkube_stager/listed.py)."""
+    without MODEL_FILES, #24 item 5: staging/listed.py)."""
 
     lists: bool  # this configuration lists (no MODEL_FILES)
     listing: Listing | None  # the listing in use, once chosen
@@ -123,6 +123,24 @@ class ListingSource(Protocol):
     def use_listing(self, listing: Listing) -> None: ...
 
     def manifest(self) -> Manifest: ...
+
+
+def check_listed(source: str, files: tuple[ListedFile, ...]) -> None:
+    """The relative paths of a listing (an S3 prefix, a hub repo), checked as
+    MODEL_FILES entries are: a hostile listing writes nothing (#24)."""
+    rels = [f.rel for f in files]
+    try:
+        if any("\n" in rel for rel in rels):
+            raise InvalidFileSet("a key holds a newline")
+        parse_file_list("\n".join(rels))
+    except InvalidFileSet as err:
+        # The user set no MODEL_FILES: the message names the keys (#24 review).
+        detail = (
+            err.detail.replace("MODEL_FILES entry", "key")
+            .replace("MODEL_FILES lists", "it lists the key")
+            .replace("MODEL_FILES has", "it has")
+        )
+        raise InvalidFileSet(f"the listing of {source} cannot be staged: {detail}") from None
 
 
 class RangeUnusable(Exception):

@@ -17,7 +17,7 @@ the source tests against exactly these releases):
 - botocore 1.32.0 / boto3 1.29.0: EKS Pod Identity container credentials
   (`AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`, botocore 1.32.0) and
   `Config(ignore_configured_endpoint_urls=...)` (botocore 1.31.0: the S3
-  source passes its endpoints itself, s3_session.py); the credential
+  source passes its endpoints itself, s3/session.py); the credential
   providers and config chains built from an explicit environment, and
   everything else the S3 modules call, are older.
 """

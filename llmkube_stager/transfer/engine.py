@@ -213,7 +213,7 @@ def _fetch_parallel(
             )
 
         transfer.start_with(start_connections, WIDEN_BELOW_BYTES_PER_S, grew)
-    # A live writer that waits (Retry-After, a stall) still heartbeats (defect 10).
+    # A live writer that waits (Retry-After, a stall) still heartbeats (#10 defect 10).
     with ProgressTicker(
         effects.log, effects.progress_interval_s, file.rel, transfer.beat, HEARTBEAT_S
     ) as ticker:
@@ -233,8 +233,8 @@ def _fetch_parallel(
 def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
     """An origin-declared digest (HF LFS) must match before anything else.
     Bytes that miss it are the origin's fault (a bad CDN copy: retryable, no
-    marker, #12.5) unless the user pinned another digest: then the pin is
-    what fails, and the executor writes its marker (spec §7)."""
+    marker, #12 item 5) unless the user pinned another digest: then the pin is
+    what fails, and the acting layer writes its marker (acting/work.py, spec §7)."""
     digest = done.sha256
     pin_agrees = file.sha256 is None or file.sha256 == meta.sha256
     if meta.sha256 is not None and digest != meta.sha256 and pin_agrees:

@@ -1,4 +1,4 @@
-"""Parallel ranged connections into one file (issue #6).
+"""Parallel ranged connections into one file (#6).
 
 A CDN edge caps each connection (e.g. 50 MB/s); N ranged connections move N
 times as much. Workers take byte ranges from a queue, each on its own
@@ -333,7 +333,7 @@ class ParallelTransfer:
         """The ranges the data file holds. It is sized to the file, only
         ever grown (another writer sharing the inode keeps its bytes), and a
         file that should hold bytes is never created afresh: a new sparse
-        file would be zeros the journal vouches for (#2158)."""
+        file would be zeros the journal vouches for (LLMKube #2158)."""
         seed = self._seed
         if seed is not None:
             done = [(0, seed.offset)] if seed.offset else []
@@ -483,8 +483,8 @@ class ParallelTransfer:
         try:
             if body.start != start or body.complete:
                 raise RangeUnusable(f"the origin did not honour bytes={start}-{end - 1}")
-            # Every range must be of the partial's version (defect 5) and
-            # of the size the probe promised (defect 7).
+            # Every range must be of the partial's version (#10 defect 5) and
+            # of the size the probe promised (#10 defect 7).
             check_resumed(self._target.meta, body, self._file.rel)
             if body.total_bytes is not None and body.total_bytes != self._size:
                 raise TransferError(

@@ -279,7 +279,7 @@ def _short_body_error(rel: str, state: _State) -> SourceError:
 
 def _prepare(state: _State, rel: str) -> None:
     """Before a request: the partial must be ours and hold at least the
-    offset we continue from (defect 1: a partial adopted away between two
+    offset we continue from (#10 defect 1: a partial adopted away between two
     attempts is never rebuilt at the offset of a response meant for it).
     Otherwise, and for every restart from zero, a fresh private file."""
     claim = state.claim
@@ -351,7 +351,7 @@ def _adopt_body(target: Target, state: _State, body: Body, requested: int) -> No
 
 
 def _check_total(target: Target, state: _State, body: Body) -> None:
-    """Defect 7: the GET's length never replaces the size promised. With
+    """#10 defect 7: the GET's length never replaces the size promised. With
     other validators too it is another version: the next start gets it."""
     total, rel = body.total_bytes, target.file.rel
     if total is None or state.expected_bytes is None or total == state.expected_bytes:
@@ -393,7 +393,7 @@ def _receive(
 
 def _check_no_more(body: Body, state: _State, rel: str) -> None:
     """At the expected size, one more byte from the body means it is
-    longer than promised (defect 6): a size mismatch, nothing written."""
+    longer than promised (#10 defect 6): a size mismatch, nothing written."""
     if state.expected_bytes is None or state.offset < state.expected_bytes:
         return
     with memoryview(bytearray(1)) as probe:

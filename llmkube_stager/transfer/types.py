@@ -1,6 +1,7 @@
 """Value types shared by the transfer engine's modules (the bottom of the
-package: it imports none of them, so the engine, the stream and the parallel
-transfer can all use these without an import cycle)."""
+package: of its siblings it imports only writemode.py, which imports none,
+so the engine, the stream and the parallel transfer can all use these
+without an import cycle)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,6 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from types import TracebackType
 
 WRITEBACK_BYTES = 64 << 20
 _WAIT_BEFORE, _WRITE = 1, 2  # SYNC_FILE_RANGE_* (linux/fs.h)
@@ -162,16 +161,11 @@ class Writeback:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stop = True
         self._wake.set()
         self._thread.join()
-        if self.error is not None and exc is not self.error:
+        if self.error is not None and exc_info[1] is not self.error:
             # Outranks whatever else ends the transfer (a network error, a
             # hand-over to ranged connections): the partial must not be
             # resumed from (#21 item 1).

@@ -179,7 +179,7 @@ def test_upstream_matcher_classifies_the_agents_failure(
 
 
 # The S3 adapter puts what S3 said into the error it raises
-# (sources/s3_errors.py: Wire(http_status, s3_code)); a HEAD answer has no
+# (sources/s3/errors.py: Wire(http_status, s3_code)); a HEAD answer has no
 # body, so the status is what the matcher reads.
 @pytest.mark.parametrize("what", ["key", "bucket"])
 def test_upstream_matcher_classifies_a_missing_s3_object(

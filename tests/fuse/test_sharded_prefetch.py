@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from llmkube_stager.layout import PART_SUFFIX
-from llmkube_stager.shards import assign
+from llmkube_stager.share import assign
 from tests.harness.disk import debris, record_of
 from tests.harness.mounts import TwoNodes
 from tests.harness.origin import Origin

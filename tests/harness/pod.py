@@ -39,7 +39,7 @@ from llmkube_stager.config import load_config
 from llmkube_stager.errors import StagerError
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import Decision, FsInfo, Outcome
-from llmkube_stager.stage import Effects, run_stage
+from llmkube_stager.staging import Effects, run_stage
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
 from tests.harness.audit import AUDITED_CLI, parse_writes
 from tests.harness.contract import exit_code_of

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from llmkube_stager.config import load_config
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.sources.s3 import S3Fetcher, S3Source
+from llmkube_stager.sources.s3.source import S3Fetcher, S3Source
 
 
 def fetcher_for(

@@ -305,7 +305,7 @@ def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(tmp_path, o
 
     from llmkube_stager.config import load_config
     from llmkube_stager.logs import Log
-    from llmkube_stager.stage import Effects, run_stage
+    from llmkube_stager.staging import Effects, run_stage
 
     data = payload(64 * KIB)
     origin.put("/m.gguf", data)

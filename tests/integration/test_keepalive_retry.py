@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmkube_stager.sources.http_status import AuthPolicy, Origin
-from llmkube_stager.sources.http_wire import ConnectionPool, open_get
+from llmkube_stager.sources.wire.connection import ConnectionPool
+from llmkube_stager.sources.wire.exchange import open_get
+from llmkube_stager.sources.wire.status import AuthPolicy, Origin
 
 BODY = b"0123456789" * 100
 

@@ -154,12 +154,13 @@ def test_liveness_is_a_flock_or_where_flock_may_not_exclude_a_fresh_heartbeat(
     import fcntl
 
     from llmkube_stager.cache.partials import fs_now
+    from llmkube_stager.cache.runrecord import PublishEntry
     from llmkube_stager.cache.setstate import Pending, publish_alive
 
     root = str(tmp_path)
     partial = tmp_path / "a.bin.0123456789ab.w1.llmkube-part.tmp"
     partial.write_bytes(b"x" * 10)
-    pending = Pending("/publishing/0-of-2", ({"rel": "a.bin", "partial": partial.name},))
+    pending = Pending("0-of-2", (PublishEntry("a.bin", partial.name, 10),))
     now = fs_now(root)
     assert not publish_alive(pending, root, now, 0.0), "a free flock is death where flock excludes"
     assert publish_alive(pending, root, now, 30.0), "a fresh heartbeat is life"

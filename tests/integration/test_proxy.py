@@ -165,9 +165,10 @@ def test_the_data_path_reports_a_refused_tunnel_without_retrying(tls_origin) -> 
     """The GET's own CONNECT (http.client), refused by the proxy."""
     from llmkube_stager.errors import SourceError
     from llmkube_stager.proxy import ProxySettings, parse_proxy
-    from llmkube_stager.sources.http_status import AuthPolicy
-    from llmkube_stager.sources.http_wire import ConnectionPool, open_get
-    from llmkube_stager.sources.tls import make_ssl_context
+    from llmkube_stager.sources.wire.connection import ConnectionPool
+    from llmkube_stager.sources.wire.exchange import open_get
+    from llmkube_stager.sources.wire.status import AuthPolicy
+    from llmkube_stager.sources.wire.tls import make_ssl_context
 
     origin, ca_dir = tls_origin
     origin.put(PATH, b"x" * 1000)

@@ -53,7 +53,7 @@ def test_a_huge_shard_count_is_capped_at_the_shard_limit(origin: Origin, tmp_pat
 
 
 def test_a_symlinked_or_oversized_shard_count_is_no_count(origin: Origin, tmp_path: Path) -> None:
-    from llmkube_stager.cache.shardrec import shard_count
+    from llmkube_stager.cache.runrecord import shard_count
 
     pod, _env = _warm(origin, tmp_path)
     record = pod.cache_dir / ".llmkube-shards"

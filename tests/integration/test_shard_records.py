@@ -5,17 +5,21 @@ refuses the half-published set; the share's retried pod finishes it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from llmkube_stager.cache.fs import probe_fs
-from llmkube_stager.cache.journal import INTENT_KEY
-from llmkube_stager.cache.records import read_validators, write_validators
-from llmkube_stager.cache.shardrec import validators_name, write_shard_count
+from llmkube_stager.cache.runrecord import (
+    PublishEntry,
+    Update,
+    read_run_record,
+    write_run,
+    write_shard_count,
+    writer_of,
+)
 from llmkube_stager.layout import private_partial_path, validator_of
 from llmkube_stager.model import FsInfo
-from llmkube_stager.shards import assign
+from llmkube_stager.share import assign
 from tests.harness.disk import record_of
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
@@ -45,10 +49,10 @@ def test_a_shares_interrupted_publish_is_its_own_to_finish(origin: Origin, pod: 
     )
     partial.write_bytes(new)
     root = str(pod.cache_dir)
-    mine = validators_name(owner["b.bin"], SHARDS)
+    mine = writer_of(owner["b.bin"], SHARDS)
     write_shard_count(root, SHARDS)
-    intent = [{"rel": "b.bin", "partial": partial.name, "size": len(new), "validator": ""}]
-    write_validators(root, {INTENT_KEY: json.dumps(intent)}, mine)
+    intent = (PublishEntry("b.bin", partial.name, len(new), ""),)
+    write_run(root, mine, Update(intent=intent))
 
     def share(index: int) -> dict[str, str]:
         return pod.multi_env(
@@ -61,7 +65,7 @@ def test_a_shares_interrupted_publish_is_its_own_to_finish(origin: Origin, pod: 
 
     pod.stage(share(other)).ok()
     assert partial.read_bytes() == new, "another share touched the partial"
-    assert read_validators(root, mine)[INTENT_KEY], "another share cleared the intent"
+    assert read_run_record(root).run(mine).intent, "another share cleared the intent"
     assert pod.dest("b.bin").read_bytes() == files["b.bin"]
 
     refused = pod.stage(pod.multi_env(source, files), fs=read_only)
@@ -73,5 +77,5 @@ def test_a_shares_interrupted_publish_is_its_own_to_finish(origin: Origin, pod: 
     assert pod.dest("b.bin").read_bytes() == new
     assert record_of(pod.dest("b.bin")) == str(len(new))
     assert not partial.exists()
-    assert read_validators(root, mine)[INTENT_KEY] == ""
+    assert read_run_record(root).run(mine).intent == ()
     assert origin.requests(method="GET") == [], "rolled forward without fetching again"

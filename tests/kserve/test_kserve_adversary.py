@@ -468,7 +468,7 @@ def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_f
     which the user never set (the page function is the listing's injected
     dependency, as in test_listing_rules.py)."""
     from llmkube_stager.errors import InvalidFileSet
-    from llmkube_stager.sources.s3_listing import list_objects
+    from llmkube_stager.sources.s3.listing import list_objects
 
     answers = [["m/a.bin", "m/b.bin"], ["m/b.bin", "m/c.bin"]]
 

@@ -12,7 +12,7 @@ import pytest
 from llmkube_stager.config import load_config
 from llmkube_stager.errors import ConfigError, InvalidFileSet, SourceError
 from llmkube_stager.listing import ListedFile, Listing, decode_listing, encode_listing
-from llmkube_stager.sources.s3_listing import list_objects
+from llmkube_stager.sources.s3.listing import list_objects
 
 
 def pages(keys: list[str], per_page: int = 2) -> Any:

@@ -645,7 +645,7 @@ def test_the_probe_promises_the_listed_sizes_and_digests(pod, hub, cdn) -> None:
     a non-LFS file's size is its git blob's, an LFS file's its own, and only
     LFS files carry a sha256."""
     from llmkube_stager.config import load_config
-    from llmkube_stager.sources.hf import HfSource
+    from llmkube_stager.sources.hf.source import HfSource
 
     files = repo_files()
     hub.add_repo(REPO, files)

@@ -14,8 +14,8 @@ import pytest
 
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
-from llmkube_stager.sources.hf import RunMemo
-from llmkube_stager.sources.hfapi import Resolution
+from llmkube_stager.sources.hf.api import Resolution
+from llmkube_stager.sources.hf.source import RunMemo
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import HubFault
 from tests.harness.pod import SOURCE_BUDGET

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmkube_stager.cache.shardrec import read_merged, validators_name
+from llmkube_stager.cache.runrecord import read_run_record, record_name, writer_of
 from tests.harness.hub import FakeHub
 from tests.harness.pod import Pod
 from tests.harness.sharded_hub import (
@@ -40,13 +40,13 @@ def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path:
 
     for rel, data in files.items():
         assert (cache / rel).read_bytes() == data, rel
-    merged = read_merged(str(cache))
+    record = read_run_record(str(cache))
     for rel in rels:
-        assert merged.get(rel), f"the blob id of {rel} was lost"
-    recorded = {merged[f"/commit/{i}-of-{SHARDS}"] for i in range(SHARDS)}
+        assert record.validators.get(rel), f"the blob id of {rel} was lost"
+    recorded = {record.run(f"{i}-of-{SHARDS}").commit for i in range(SHARDS)}
     assert recorded == {commit}
     for index in range(SHARDS):
-        assert (cache / validators_name(index, SHARDS)).is_file()
+        assert (cache / record_name(writer_of(index, SHARDS))).is_file()
     # Sizes came from the hub's listing: no HEAD per file, one API call a pod.
     assert len(hub.requests("api")) == SHARDS
 
@@ -108,8 +108,8 @@ def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
         [str(r) for r in hub.requests("api")] + [run.stderr[-3000:] for run in runs]
     )
     assert len(hub.requests("api")) == 3, "two listings and one listing again"
-    merged = read_merged(str(cache))
-    assert {merged["/commit/0-of-2"], merged["/commit/1-of-2"]} == {
+    record = read_run_record(str(cache))
+    assert {record.run("0-of-2").commit, record.run("1-of-2").commit} == {
         first if seen == {"1"} else hub.commit_of(REPO)
     }
     reader = Pod(tmp_path)
@@ -158,8 +158,8 @@ def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
 
     stager.run(env=share_env(hub, cache, rels, 1, **onchange)).ok()
     assert on_disk_commit(cache, one, two) == {"2"}
-    merged = read_merged(str(cache))
-    assert {merged["/commit/0-of-2"], merged["/commit/1-of-2"]} == {second}
+    record = read_run_record(str(cache))
+    assert {record.run("0-of-2").commit, record.run("1-of-2").commit} == {second}
     reader.run("verify", env=env(hub, cache, rels)).ok()
     reader.run(env=env(hub, cache, rels)).ok(files=len(rels), fetched=0, reused=len(rels))
 

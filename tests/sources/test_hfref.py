@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.hfref import HfRef, is_hf_url, parse_hf_source
+from llmkube_stager.sources.hf.ref import HfRef, is_hf_url, parse_hf_source
 from tests.harness.canary import HF_TOKEN
 from tests.harness.sample import payload
 

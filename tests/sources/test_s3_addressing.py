@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from llmkube_stager.config import load_config
-from llmkube_stager.sources.s3 import S3Source, addressing_style
-from llmkube_stager.sources.s3_client import S3Clients
+from llmkube_stager.sources.s3.clients import S3Clients
+from llmkube_stager.sources.s3.settings import addressing_style
+from llmkube_stager.sources.s3.source import S3Source
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Fault
 from tests.harness.sample import KIB, MIB, payload

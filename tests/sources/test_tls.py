@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmkube_stager.sources.tls import make_ssl_context, write_ca_bundle
+from llmkube_stager.sources.wire.tls import make_ssl_context, write_ca_bundle
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.features import missing_feature
 from tests.harness.hub import FakeHub

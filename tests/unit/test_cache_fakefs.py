@@ -16,11 +16,11 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from llmkube_stager.cache.records import (
     read_record,
     read_stamp,
-    read_validators,
     stamp_status,
     write_atomic,
     write_size_record,
 )
+from llmkube_stager.cache.runrecord import RunRecord, read_run_record
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.cache.sweep import DEBRIS_AGE_S, debris, sweep
 from llmkube_stager.commands.inspect import inspect_dir
@@ -139,7 +139,7 @@ def test_stamp_status(fs: FakeFilesystem) -> None:
 )
 def test_garbage_validators_are_empty(fs: FakeFilesystem, content: bytes) -> None:
     fs.create_file(f"{ROOT}/.llmkube-validators", contents=content)
-    assert read_validators(ROOT) == {}
+    assert read_run_record(ROOT) == RunRecord()
 
 
 # --- the state of one file -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""sources.http_status: status classification, header math and the HF auth origin rule."""
+"""sources.wire.status: status classification, header math and the HF auth origin rule."""
 
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ from collections.abc import Callable
 import pytest
 
 from llmkube_stager.errors import Reason
-from llmkube_stager.sources.http_status import (
+from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s, retry_after_s
+from llmkube_stager.sources.wire.status import (
     AuthPolicy,
     Origin,
     content_length,
     is_hf_auth_origin,
     parse_content_range,
     parse_unsatisfied_range,
-    rate_limit_wait_s,
-    retry_after_s,
     status_error,
 )
 

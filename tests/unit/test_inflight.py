@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from llmkube_stager.inflight import ByteBudget, run_in_flight
+from llmkube_stager.acting.inflight import ByteBudget, run_in_flight
 
 
 def test_outcomes_come_back_in_the_items_order() -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from llmkube_stager.config import load_config
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.s3 import S3Ref, parse_s3_ref, s3_settings
-from llmkube_stager.sources.s3_session import botocore_env
+from llmkube_stager.sources.s3.session import botocore_env
+from llmkube_stager.sources.s3.settings import S3Ref, parse_s3_ref, s3_settings
 
 SINGLE = {"MODEL_PATH": "/models/k/m.gguf"}
 MULTI = {"CACHE_DIR": "/models/k", "MODEL_FILES": "a.json"}

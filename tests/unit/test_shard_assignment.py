@@ -1,4 +1,4 @@
-"""shards.py (the pure assignment), the share records (cache/shardrec.py)
+"""share.py (the pure assignment), the share records (cache/runrecord.py)
 and the sharding configuration (#16 item 4)."""
 
 from __future__ import annotations
@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from llmkube_stager.cache.journal import INTENT_KEY, intent_of
-from llmkube_stager.cache.records import write_validators
-from llmkube_stager.cache.shardrec import read_merged, validators_name, write_shard_count
+from llmkube_stager.cache.runrecord import (
+    RunRecord,
+    read_run_record,
+    record_name,
+    write_shard_count,
+    writer_of,
+)
 from llmkube_stager.config import load_config
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.shards import assign, share_of, view_digest
+from llmkube_stager.share import assign, share_of, view_digest
 
 MULTI = {
     "MODEL_SOURCE": "https://host.example/repo/",
@@ -79,27 +83,32 @@ def test_the_listing_digest_names_what_the_assignment_depends_on() -> None:
     assert view_digest(sizes, 2, "c0ffee") != digest
 
 
+def _write_record(root: Path, writer: str, doc: dict[str, str]) -> None:
+    """A writer's record as it is on disk (the format the scripts' readers share)."""
+    (root / record_name(writer)).write_text(json.dumps(doc))
+
+
 def test_readers_merge_every_share_and_keep_their_run_keys_apart(tmp_path: Path) -> None:
-    write_validators(str(tmp_path), {"config.json": '"v0"', "/commit": "aaa"})
+    _write_record(tmp_path, "", {"config.json": '"v0"', "/commit": "aaa"})
     write_shard_count(str(tmp_path), 2)
     intent = json.dumps([{"rel": "b.bin", "partial": "b.bin.x.part", "size": 3}])
-    write_validators(str(tmp_path), {"a.bin": '"va"', "/commit": "bbb"}, validators_name(0, 2))
-    write_validators(str(tmp_path), {"b.bin": '"vb"', INTENT_KEY: intent}, validators_name(1, 2))
+    _write_record(tmp_path, writer_of(0, 2), {"a.bin": '"va"', "/commit": "bbb"})
+    _write_record(tmp_path, writer_of(1, 2), {"b.bin": '"vb"', "/publishing": intent})
 
-    merged = read_merged(str(tmp_path))
+    record = read_run_record(str(tmp_path))
 
-    assert merged["config.json"] == '"v0"' and merged["a.bin"] == '"va"'
-    assert merged["b.bin"] == '"vb"'
-    assert merged["/commit"] == "aaa" and merged["/commit/0-of-2"] == "bbb"
-    assert [e["rel"] for e in intent_of(merged)] == ["b.bin"]
-    assert intent_of(merged, INTENT_KEY) == []  # the unsharded writer's own
-    assert [e["rel"] for e in intent_of(merged, INTENT_KEY + "/1-of-2")] == ["b.bin"]
+    assert record.validators["config.json"] == '"v0"' and record.validators["a.bin"] == '"va"'
+    assert record.validators["b.bin"] == '"vb"'
+    assert record.run().commit == "aaa" and record.run("0-of-2").commit == "bbb"
+    assert [e.rel for run in record.publishing() for e in run.intent] == ["b.bin"]
+    assert record.run().intent == ()  # the unsharded writer's own
+    assert [e.rel for e in record.run("1-of-2").intent] == ["b.bin"]
 
 
 def test_without_shards_the_reader_opens_one_more_name_only(tmp_path: Path) -> None:
-    write_validators(str(tmp_path), {"a": '"x"'})
-    write_validators(str(tmp_path), {"b": '"y"'}, validators_name(0, 2))  # no count: ignored
-    assert read_merged(str(tmp_path)) == {"a": '"x"'}
+    _write_record(tmp_path, "", {"a": '"x"'})
+    _write_record(tmp_path, writer_of(0, 2), {"b": '"y"'})  # no count: ignored
+    assert read_run_record(str(tmp_path)) == RunRecord({"a": '"x"'})
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """docs/sources.md cannot drift from the code: the S3 error mapping tables
-are the code's tables (sources/s3_errors.py), and every variable the S3
+are the code's tables (sources/s3/errors.py), and every variable the S3
 source hands to botocore is documented there."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from llmkube_stager.config import AWS_ENV_VARS
 from llmkube_stager.errors import Reason
-from llmkube_stager.sources.s3_errors import ERROR_CODES, STATUSES, reason_for
+from llmkube_stager.sources.s3.errors import ERROR_CODES, STATUSES, reason_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 _ROW_RE = re.compile(r"\|\s*`?([^|`]+?)`?\s*\|\s*`(\w+)`\s*\|")

@@ -15,9 +15,9 @@ from llmkube_stager.errors import (
     Reason,
     SourceError,
 )
-from llmkube_stager.sources.http_coding import encoded_error, encoding_header, hop_words
-from llmkube_stager.sources.http_ratelimit import rate_limit_wait_s, reset_s, structured_window_s
-from llmkube_stager.sources.http_status import next_hop
+from llmkube_stager.sources.wire.coding import encoded_error, encoding_header, hop_words
+from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s, reset_s, structured_window_s
+from llmkube_stager.sources.wire.status import next_hop
 
 NOW = 1_800_000_000.0
 

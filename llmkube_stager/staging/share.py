@@ -1,5 +1,5 @@
 """A share of a sharded prefetch (#16 item 4): list the model, take this
-pod's files, keep to them.
+pod's files (share.py, the pure assignment), keep to them.
 
 The listing is what every pod of the Indexed Job sees alike: each file's
 size from the source's probe (Hugging Face: the hub's listing at the
@@ -9,7 +9,7 @@ anything is written: a pod that assigned from a listing with a hole in it
 could skip a file no other pod takes. The probes are the transfers' own
 (Session.metas), so a file of this share is not asked twice.
 
-Each share records, in its own validators file (cache/shardrec.py), the
+Each share records, in its own run record (cache/runrecord.py), the
 digest of the listing it assigned from; at the end it compares the digests
 the other shares recorded. A share that differs (the origin changed between
 the listings, or a hub revision moved to another commit) fails the pod with
@@ -17,7 +17,7 @@ ModelSourceChanged instead of reporting success for a model that may miss a
 file: the Job then fails, and running it again lists anew.
 
 A Hugging Face revision is resolved once for the whole Job (#21 item 4):
-the first share to resolve it claims the commit (cache/shardrec.py), every
+the first share to resolve it claims the commit (cache/jobclaim.py), every
 other share lists at the claimed commit, a share that had resolved another
 lists again, and a retried share takes the claim too. The claim goes when
 every share is whole under it; the next Job resolves the revision anew.
@@ -25,24 +25,29 @@ every share is whole under it; the next Job resolves the revision anew.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
-from llmkube_stager.cache.journal import CLAIM_KEY, COMPLETE_KEY, intent_of
+from llmkube_stager.acting.inflight import run_in_flight
+from llmkube_stager.acting.session import Session
+from llmkube_stager.cache.jobclaim import (
+    JobCommit,
+    claim_job_commit,
+    drop_job_commit,
+    new_claim_id,
+    read_job_commit,
+)
+from llmkube_stager.cache.runrecord import (
+    RunRecord,
+    Update,
+    read_run_record,
+    write_run,
+    write_shard_count,
+)
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError
-from llmkube_stager.executor import Revisioned, Session
-from llmkube_stager.inflight import run_in_flight
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.shards import shard_id, share_of, view_digest
+from llmkube_stager.share import share_id, share_of, view_digest
 from llmkube_stager.sources.base import Source
-
-if TYPE_CHECKING:
-    from llmkube_stager.cache.shardrec import JobCommit
-
-VIEW_KEY = "/view"
 
 
 @dataclass(frozen=True)
@@ -54,17 +59,12 @@ class Share:
 
     @property
     def id(self) -> str:
-        return shard_id(self.index, self.shards)
-
-    def key(self, key: str) -> str:
-        """A run key of this share as the merged records show it."""
-        return f"{key}/{self.id}"
+        return share_id(self.index, self.shards)
 
 
 def take_share(config: Config, source: Source, manifest: Manifest, session: Session) -> Share:
     sizes = list_sizes(session, source, manifest, config.files_in_flight)
-    fetcher = session.fetcher_if_open()
-    commit = fetcher.resolved_commit() if isinstance(fetcher, Revisioned) else None
+    commit = _commit(session)
     rels = share_of(sizes, config.shards, config.shard_index)
     digest = view_digest(sizes, config.shards, commit or "")
     share = Share(config.shard_index, config.shards, rels, digest)
@@ -99,30 +99,26 @@ def list_sizes(
 def record_share(root: str, share: Share, session: Session, claim: JobCommit | None) -> None:
     """Before this share writes anything else: how many shares there are,
     the listing this one assigned from and the Job's claim it listed at."""
-    from llmkube_stager.cache.records import write_validators
-    from llmkube_stager.cache.shardrec import write_shard_count
-
     write_shard_count(root, share.shards)
-    record = {VIEW_KEY: share.digest, CLAIM_KEY: claim.id if claim is not None else ""}
-    write_validators(root, record, session.validators_name)
+    update = Update(view=share.digest, claim=claim.id if claim is not None else "")
+    write_run(root, session.writer, update)
 
 
-def check_views(validators: dict[str, str], share: Share) -> None:
+def check_views(record: RunRecord, share: Share) -> None:
     """Every share that recorded its listing saw the one this share saw."""
-    mine = validators.get(share.key(VIEW_KEY))
-    if mine is None:
+    mine = record.run(share.id)
+    if not mine.view:
         return  # nothing recorded here (a volume this pod may not write)
-    claim = validators.get(share.key(CLAIM_KEY), "")
     others = {
-        sid: value
-        for key, value in validators.items()
-        if key.startswith(VIEW_KEY + "/")
-        and (sid := key.rsplit("/", 1)[1]).endswith(f"-of-{share.shards}")
+        sid: run.view
+        for sid, run in record.runs.items()
+        if run.view
+        and sid.endswith(f"-of-{share.shards}")
         # A share that listed under another claim ran in an earlier Job
         # (#21 item 4): this Job's shares all list at this claim's commit.
-        and (not claim or validators.get(f"{CLAIM_KEY}/{sid}") == claim)
+        and (not mine.claim or run.claim == mine.claim)
     }
-    differ = sorted(sid for sid, digest in others.items() if digest != mine)
+    differ = sorted(sid for sid, digest in others.items() if digest != mine.view)
     if differ:
         raise SourceError(
             f"share {share.id} assigned files from another listing of the model than "
@@ -134,26 +130,9 @@ def check_views(validators: dict[str, str], share: Share) -> None:
         )
 
 
-def own_intents(
-    validators: dict[str, str], share: Share | None, root: str
-) -> list[dict[str, object]]:
-    """The publish intents this pod finishes: a share only its own; an
-    unsharded writer its own and those of shares whose partials are still
-    there (the whole model is its own; a share's intent it finished stays in
-    that share's record, which only the share rewrites)."""
-    from llmkube_stager.cache.journal import INTENT_KEY
-
-    if share is not None:
-        return intent_of(validators, share.key(INTENT_KEY))
-    own = intent_of(validators, INTENT_KEY)
-    others = [e for e in intent_of(validators) if e not in own]
-    return own + [e for e in others if _partial_left(e, root)]
-
-
-def _partial_left(entry: dict[str, object], root: str) -> bool:
-    rel = str(entry["rel"])
-    directory = os.path.dirname(os.path.join(root, rel))
-    return os.path.lexists(os.path.join(directory, str(entry["partial"])))
+def _commit(session: Session) -> str | None:
+    resolved = session.resolved()
+    return resolved.commit if resolved is not None else None
 
 
 def agree_share(
@@ -162,45 +141,34 @@ def agree_share(
     manifest: Manifest,
     session: Session,
     candidate: str | None,
-    clock: tuple[Callable[[float], None], Callable[[], float]],
 ) -> tuple[Share, JobCommit | None]:
     """This pod's share, listed at the one commit the Job agreed on (#21
-    item 4; cache/shardrec.py): the claim another share made, else the
+    item 4; cache/jobclaim.py): the claim another share made, else the
     commit this share resolved (or `candidate`: the commit the model's
     files already come from, IfNotPresent), claimed for the Job. A share
     that resolved another commit than the claim's lists again at it."""
-    from llmkube_stager.cache.shardrec import (
-        JobCommit,
-        claim_job_commit,
-        drop_job_commit,
-        new_claim_id,
-        read_job_commit,
-    )
-
     root, revision = manifest.root, source.revision or ""
+    clock = (session.clock.sleep, session.clock.monotonic)
     held = read_job_commit(root, *clock)
     if held is not None and held.revision != revision:
         drop_job_commit(root, held)  # a Job of another revision: not this one's
         held = None
     if held is not None:
-        session.commit = held.commit
+        session.fetch_at(held.commit)
         try:
             return take_share(config, source, manifest, session), held
         except SourceError as exc:
-            gone = session.fetcher_if_open()
-            if exc.reason is not Reason.SOURCE_NOT_FOUND or not (
-                isinstance(gone, Revisioned) and gone.resolved_commit() is None
-            ):
+            gone = session.resolved()
+            if exc.reason is not Reason.SOURCE_NOT_FOUND or gone is None or gone.commit:
                 raise  # a file missing at a commit the hub has: the claim stands
             # The claimed commit is gone from the hub (force-pushed away
             # after its Job died): no share can finish at it, and every
             # later Job failed at it forever (#21 review). Resolved anew.
             drop_job_commit(root, held)
-            session.reopen(None)
-    session.commit = candidate
+            session.fetch_at(None)
+    session.fetch_at(candidate)
     share = take_share(config, source, manifest, session)
-    fetcher = session.fetcher_if_open()
-    resolved = fetcher.resolved_commit() if isinstance(fetcher, Revisioned) else None
+    resolved = _commit(session)
     if resolved is None:
         return share, None  # a mirror without the hub API: no commit to agree on
     claim = claim_job_commit(root, JobCommit(revision, resolved, new_claim_id()), *clock)
@@ -211,7 +179,7 @@ def agree_share(
             "listing it instead",
             commit=claim.commit,
         )
-        session.reopen(claim.commit)
+        session.fetch_at(claim.commit)
         share = take_share(config, source, manifest, session)
     return share, claim
 
@@ -219,14 +187,11 @@ def agree_share(
 def finish_share(root: str, share: Share, claim: JobCommit | None, session: Session) -> None:
     """This share is whole under the Job's claim; when every share is, the
     Job is done and its claim goes (the next Job resolves anew)."""
-    from llmkube_stager.cache.records import write_validators
-    from llmkube_stager.cache.shardrec import drop_job_commit, read_merged
-
     if claim is None:
         return
-    write_validators(root, {COMPLETE_KEY: claim.id}, session.validators_name)
-    merged = read_merged(root)
-    ids = [merged.get(f"{COMPLETE_KEY}/{shard_id(i, share.shards)}") for i in range(share.shards)]
+    write_run(root, session.writer, Update(complete=claim.id))
+    record = read_run_record(root)
+    ids = [record.run(share_id(i, share.shards)).complete for i in range(share.shards)]
     if all(found == claim.id for found in ids):
         drop_job_commit(root, claim)
 
@@ -234,6 +199,4 @@ def finish_share(root: str, share: Share, claim: JobCommit | None, session: Sess
 def narrowed(manifest: Manifest, share: Share | None) -> Manifest:
     if share is None:
         return manifest
-    from dataclasses import replace
-
     return replace(manifest, files=tuple(f for f in manifest.files if f.rel in share.rels))

@@ -25,8 +25,9 @@ from llmkube_stager.errors import (
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy
 from llmkube_stager.sources.deps import HF_HUB, release, require
-from llmkube_stager.sources.hfref import HfRef
-from llmkube_stager.sources.http_status import rate_limit_wait_s, status_error
+from llmkube_stager.sources.hf.ref import HfRef
+from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s
+from llmkube_stager.sources.wire.status import status_error
 
 if TYPE_CHECKING:
     import ssl
@@ -105,7 +106,7 @@ def _hub_client(config: Config, context: ssl.SSLContext | None, version: str) ->
     request: huggingface_hub passes `timeout=None`, which would override
     the client's (#22 item 4)."""
     hx: Any = importlib.import_module("httpx2" if release(version) >= ((2,), 0) else "httpx")
-    from llmkube_stager.sources.hx_proxy import routing_transport
+    from llmkube_stager.sources.wire.httpx_proxy import routing_transport
 
     timeouts = config.timeouts
     verify = context if context is not None else True
@@ -207,7 +208,7 @@ def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:
 
 
 def _transport_error(exc: BaseException, where: str) -> SourceError:
-    from llmkube_stager.sources.http_probe import root_cause
-    from llmkube_stager.sources.http_wire import translate_network_error
+    from llmkube_stager.sources.wire.errors import translate_network_error
+    from llmkube_stager.sources.wire.probe import root_cause
 
     return translate_network_error(root_cause(exc), where, "hub API request")

@@ -14,7 +14,7 @@ Content-Length, S3's ContentLength) are then the encoded length, ranges
 (resume, parallel connections) are ranges of the encoded bytes, and the
 coding is the symptom of a misconfigured origin or proxy that a person
 should fix once; refusing is the one answer that is right in every case.
-Pure functions; the data path (http_wire.py) supplies what it knows.
+Pure functions; the data path (exchange.py) supplies what it knows.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
-from llmkube_stager.sources.http_status import Origin
+from llmkube_stager.sources.wire.status import Origin
 
 HeaderGet = Callable[[str], str | None]
 

@@ -77,7 +77,7 @@ def write_ca_bundle(ca_dir: str) -> str | None:
     """A PEM file holding the system roots plus LLMKUBE_CA_DIR, for clients
     that take a path (botocore); the caller removes it. None when there are
     no extra certificates: the client's defaults apply, and nothing is
-    written (a read-only root filesystem has no /tmp: #13.3). Falls back to
+    written (a read-only root filesystem has no /tmp: #13 item 3). Falls back to
     the custom certificates alone when no system bundle exists (spec §3.6)."""
     extra = ca_files(ca_dir)
     if not extra:

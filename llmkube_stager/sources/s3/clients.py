@@ -1,15 +1,15 @@
 """The boto3 clients of one S3 source: which credentials, which region,
-which addressing style; every request goes out through `s3_session.Sender`
+which addressing style; every request goes out through `session.Sender`
 (the agent's proxy decision, CA bundle and timeouts).
 
 One client per region: a bucket that lives in another region answers the
 first HEAD with a redirect (`301 PermanentRedirect`, `x-amz-bucket-region`);
 botocore follows it for the HEAD, and from then on this source signs every
-HEAD and every presigned GET for the bucket's region (#12.6): a URL presigned
+HEAD and every presigned GET for the bucket's region (#12 item 6): a URL presigned
 for the wrong region is refused by S3 with a redirect that has no Location.
 
 botocore never retries on its own (`total_max_attempts: 1`): the agent's
-RetryBudget does, so the two are never stacked (#12.4).
+RetryBudget does, so the two are never stacked (#12 item 4).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.s3 import (
+from llmkube_stager.sources.s3.errors import translate_s3_error
+from llmkube_stager.sources.s3.settings import (
     DEFAULT_REGION,
     S3Settings,
     addressing_style,
     is_region_name,
     parse_style,
 )
-from llmkube_stager.sources.s3_errors import translate_s3_error
 
 if TYPE_CHECKING:
     from llmkube_stager.logs import Log
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 class S3Clients:
     def __init__(self, config: Config, settings: S3Settings, bucket: str) -> None:
-        from llmkube_stager.sources.s3_session import Sender, botocore_env, make_session
-        from llmkube_stager.sources.tls import check_ca_bundle
+        from llmkube_stager.sources.s3.session import Sender, botocore_env, make_session
+        from llmkube_stager.sources.wire.tls import check_ca_bundle
 
         self._config = config
         self._settings = settings
@@ -76,7 +76,7 @@ class S3Clients:
         return answer
 
     def list_page(self, prefix: str, token: str | None, where: str) -> dict[str, Any]:
-        """One ListObjectsV2 page (#24 item 5, sources/s3_listing.py)."""
+        """One ListObjectsV2 page (#24 item 5, sources/s3/listing.py)."""
         params = {"Bucket": self._bucket, "Prefix": prefix}
         if token:
             params["ContinuationToken"] = token
@@ -110,7 +110,7 @@ class S3Clients:
     def _bundle(self) -> str | None:
         """The CA bundle file, written on first use: every client's (S3's and
         STS's, #22 item 3)."""
-        from llmkube_stager.sources.tls import write_ca_bundle
+        from llmkube_stager.sources.wire.tls import write_ca_bundle
 
         with self._bundle_lock:
             if not self._bundle_written:

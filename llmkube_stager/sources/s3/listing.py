@@ -17,9 +17,9 @@ import posixpath
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from llmkube_stager.errors import InvalidFileSet, Reason, SourceError
-from llmkube_stager.layout import parse_file_list
+from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.listing import ListedFile, Listing
+from llmkube_stager.sources.base import check_listed
 
 # One page of ListObjectsV2: (prefix, continuation token) -> the answer.
 ListPage = Callable[[str, str | None], Mapping[str, Any]]
@@ -73,20 +73,3 @@ def _pages(prefix: str, page: ListPage) -> Iterator[Mapping[str, Any]]:
 def _listed(rel: str, item: Mapping[str, Any]) -> ListedFile:
     size = item.get("Size")
     return ListedFile(rel, size if isinstance(size, int) else 0, str(item.get("ETag") or ""))
-
-
-def check_listed(source: str, files: tuple[ListedFile, ...]) -> None:
-    """The relative paths of a listing, checked as MODEL_FILES entries are."""
-    rels = [f.rel for f in files]
-    try:
-        if any("\n" in rel for rel in rels):
-            raise InvalidFileSet("a key holds a newline")
-        parse_file_list("\n".join(rels))
-    except InvalidFileSet as err:
-        # The user set no MODEL_FILES: the message names the keys (#24 review).
-        detail = (
-            err.detail.replace("MODEL_FILES entry", "key")
-            .replace("MODEL_FILES lists", "it lists the key")
-            .replace("MODEL_FILES has", "it has")
-        )
-        raise InvalidFileSet(f"the listing of {source} cannot be staged: {detail}") from None

@@ -7,9 +7,9 @@ interrupted run finishes the set it started, never a newer one (each GET
 carries the listed ETag as If-Match: an object changed since is
 ModelSourceChanged, not a mixed set). OnChange, and a directory without a
 record, list the source again; OnChange then compares every file's recorded
-ETag with the listed one (executor.py records them) and refreshes the set
+ETag with the listed one (acting/recorder.py records them) and refreshes the set
 as a whole. The new listing is recorded before the run's first publish
-(executor.py), as a Hugging Face run records its commit.
+(acting/recorder.py), as a Hugging Face run records its commit.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ HF_ENDPOINT mirror's origin. Host match is case-insensitive and tolerates
 `www.`; the repo path keeps its case. The revision defaults to `main`.
 
 The two forms are read differently, and what could mean two things is
-refused (#11.11: `hf://org/t/a#b.gguf` used to publish the repo file `a`):
+refused (#11 item 11: `hf://org/t/a#b.gguf` used to publish the repo file `a`):
 
 - `hf://` is a path, as in huggingface_hub's HfFileSystem: `#`, `?` and `%`
   in the file part are characters of the file name (percent-encoded when
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.http_status import Origin, is_hf_auth_origin
+from llmkube_stager.sources.wire.status import Origin, is_hf_auth_origin
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 _FILE_KINDS = ("resolve", "blob")
@@ -56,7 +56,7 @@ class HfRef:
 def check_endpoint(hf_endpoint: str) -> str:
     """HF_ENDPOINT as the base of every hub URL: `http(s)://host[:port][/path]`
     (trimmed, no trailing slash). Anything else is a configuration error, not
-    an unreachable origin to retry forever (#11.12)."""
+    an unreachable origin to retry forever (#11 item 12)."""
     endpoint = hf_endpoint.strip().rstrip("/")
     shown = endpoint[:80]
     try:

@@ -1,4 +1,4 @@
-"""Hugging Face sources: the hub API through `huggingface_hub` (hfapi.py),
+"""Hugging Face sources: the hub API through `huggingface_hub` (api.py),
 the bytes through the agent's own resumable transfer.
 
 Once per run, and only when something must be fetched or revalidated (a warm
@@ -11,10 +11,10 @@ The hub redirects `resolve` to a CDN host; the token is sent to the hub
 origin only (AuthPolicy), never to the CDN.
 
 The API's answer, success or failure, is the run's answer: a failing hub
-costs one request's retries, not one per file (#12.4). A mirror under
+costs one request's retries, not one per file (#12 item 4). A mirror under
 HF_ENDPOINT that has no API at all (a static mirror, a caching proxy of
 `/resolve/` only) is fetched the scripts' way, plain `/resolve/<rev>/` GETs,
-without commit pinning or LFS digests, and the log says so (#14.3).
+without commit pinning or LFS digests, and the log says so (#14 item 3).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from llmkube_stager.layout import dest_path
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
-from llmkube_stager.sources.hfref import HF_DEFAULT_ENDPOINT, HfRef, parse_hf_source
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest, check_listed
+from llmkube_stager.sources.hf.ref import HF_DEFAULT_ENDPOINT, HfRef, parse_hf_source
 
 if TYPE_CHECKING:
-    from llmkube_stager.sources.hfapi import Resolution
-    from llmkube_stager.sources.http import HttpFetcher
+    from llmkube_stager.sources.hf.api import Resolution
+    from llmkube_stager.sources.wire.fetcher import HttpFetcher
 
 
 def _rel_in_repo(ref: HfRef, rel: str, multi: bool) -> str:
@@ -76,8 +76,6 @@ class HfSource:
     def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
         """The repo's files at the commit the revision names now (one
         model-info call, the one the transfers use too)."""
-        from llmkube_stager.sources.s3_listing import check_listed
-
         fetcher = self._listing_fetcher = HfFetcher(self._config, self.ref, self._log)
         resolution = retry(fetcher.listed_resolution)
         folder = self.ref.path.strip("/")
@@ -140,7 +138,7 @@ class HfSource:
 
 
 class RunMemo:
-    """The run's one answer to a question asked of the origin (#12.4).
+    """The run's one answer to a question asked of the origin (#12 item 4).
 
     A transient failure may be asked again, within one request's budget
     (1 + LLMKUBE_RETRIES attempts in all, the engine's RetryBudget does the
@@ -185,7 +183,7 @@ class HfFetcher:
     parallel_ranges = True
 
     def __init__(self, config: Config, ref: HfRef, log: Log | None = None) -> None:
-        from llmkube_stager.sources.http import HttpFetcher
+        from llmkube_stager.sources.wire.fetcher import HttpFetcher
 
         self._config = config
         self._ref = ref
@@ -217,7 +215,7 @@ class HfFetcher:
         return self._resolution.commit if self._resolution is not None else None
 
     def _ask_hub(self) -> Resolution:
-        from llmkube_stager.sources.hfapi import resolve_revision
+        from llmkube_stager.sources.hf.api import resolve_revision
 
         self._asked = True
         ref = self._ref if self._at is None else replace(self._ref, revision=self._at)
@@ -225,7 +223,7 @@ class HfFetcher:
 
     def _resolve(self) -> Resolution | None:
         """The commit and listing, or None on a mirror that has no API."""
-        from llmkube_stager.sources.hfapi import HubApiAbsent
+        from llmkube_stager.sources.hf.api import HubApiAbsent
 
         if self._plain:
             return None
@@ -285,7 +283,7 @@ class HfFetcher:
     def close(self) -> None:
         self._http.close()
         if self._asked:
-            from llmkube_stager.sources.hfapi import close_hub_session
+            from llmkube_stager.sources.hf.api import close_hub_session
 
             close_hub_session()
 

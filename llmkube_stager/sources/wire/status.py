@@ -1,5 +1,7 @@
-"""HTTP status and header math shared by the probe (httpx) and the data path
-(http.client). Pure functions: classify by status code, never by message text.
+"""HTTP status, header and URL math shared by the probe (httpx), the data
+path (http.client) and every scheme: origins, who gets which credentials,
+redirects, ranges, status codes -> reasons. Pure functions: classify by
+status code, never by message text.
 """
 
 from __future__ import annotations
@@ -12,15 +14,14 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from llmkube_stager.errors import (
     REMEDY_GATED,
     REMEDY_REDIRECT_SCHEME,
+    ConfigError,
     Reason,
     SourceError,
     Wire,
     proxy_unauthorized,
 )
 from llmkube_stager.logs import display_url
-from llmkube_stager.sources.http_ratelimit import rate_limit_wait_s, retry_after_s
-
-__all__ = ["rate_limit_wait_s", "retry_after_s"]  # the header math's home is http_ratelimit
+from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s, retry_after_s
 
 USER_AGENT = "llmkube-stager/0.1"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -48,6 +49,18 @@ class Origin:
         return cls(scheme, (parts.hostname or "").lower(), port)
 
 
+def check_http_url(url: str, name: str = "MODEL_SOURCE") -> None:
+    """An http(s) URL with a host and a valid port (MODEL_SOURCE, an S3 or
+    STS endpoint), else ConfigError naming the variable."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{name} must be an http(s) URL with a host, got {display_url(url)!r}")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(f"{name} has an invalid port: {display_url(url)!r}") from None
+
+
 _HF_HOSTS = frozenset({"huggingface.co", "www.huggingface.co"})
 
 
@@ -62,13 +75,13 @@ def is_hf_auth_origin(origin: Origin, hf_endpoint: str) -> bool:
         return Origin.of(hf_endpoint.strip()) == origin
     except ValueError:
         # A malformed HF_ENDPOINT matches nothing here (a plain URL source
-        # gets no token); an hf source refuses it (hfref.check_endpoint).
+        # gets no token); an hf source refuses it (hf/ref.py check_endpoint).
         return False
 
 
 @dataclass(frozen=True)
 class BasicCredentials:
-    """`user:pass@` of the source URL, bound to that URL's origin (#11.13)."""
+    """`user:pass@` of the source URL, bound to that URL's origin (#11 item 13)."""
 
     origin: Origin
     header: str = field(repr=False)
@@ -97,7 +110,7 @@ class AuthPolicy:
     """Bearer token only for the HF host / HF_ENDPOINT origin the request was
     first sent to; never across a redirect to another host (spec §3.2).
     Credentials from the source URL's userinfo go with every request to that
-    origin (probe, GET, each hop that stays there) and to no other (#11.13);
+    origin (probe, GET, each hop that stays there) and to no other (#11 item 13);
     where both apply the token wins, as `curl -H` did over the URL's."""
 
     token: str = field(repr=False)
@@ -119,7 +132,7 @@ class AuthPolicy:
 
 def next_hop(url: str, location: str) -> str:
     """Where a redirect from `url` to `location` leads, without userinfo
-    (credentials come from AuthPolicy only, #11.13). Only http and https are
+    (credentials come from AuthPolicy only, #11 item 13). Only http and https are
     followed; anything else (ftp, ftps, gopher, file, data, ...) is refused
     before any connection (#22 item 8)."""
     target = urljoin(url, location.strip())

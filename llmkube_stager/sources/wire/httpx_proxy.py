@@ -4,7 +4,7 @@ API client, which speaks httpx2: the same API, passed in as `hx`).
 httpx's own environment handling is off (`trust_env=False`: config.py is
 the only reader of the environment, and httpx's NO_PROXY has no CIDR
 blocks), so the transport routes each request by `ProxySettings.for_url`,
-the same decision the data path makes (http_wire.py).
+the same decision the data path makes (connection.py).
 
 It also holds the two things no caller may undo (#22):
 - the timeouts: huggingface_hub passes `timeout=None` to its requests,

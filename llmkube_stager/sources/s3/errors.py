@@ -143,8 +143,8 @@ def _is_parse_error(exc: Exception) -> bool:
 
 def _hop_where(exc: Exception, where: str) -> str:
     """`where` (the s3:// object), or the STS endpoint when the failed
-    request was STS's, with the proxy it went through (s3_session.Hop)."""
-    from llmkube_stager.sources.s3_session import HOP_ATTRIBUTE, Hop
+    request was STS's, with the proxy it went through (session.Hop)."""
+    from llmkube_stager.sources.s3.session import HOP_ATTRIBUTE, Hop
 
     hop = getattr(exc, HOP_ATTRIBUTE, None)
     if not isinstance(hop, Hop):
@@ -193,7 +193,7 @@ def _network_kind(exc: Exception) -> Network | None:
 def _network_wire(exc: Exception, kind: Network | None) -> Wire:
     from urllib.parse import urlsplit
 
-    from llmkube_stager.sources.tls import cert_error
+    from llmkube_stager.sources.wire.tls import cert_error
 
     kwargs = getattr(exc, "kwargs", {})
     # A proxy that cannot be reached is the peer (its URL comes masked).

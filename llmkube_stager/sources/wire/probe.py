@@ -14,7 +14,12 @@ from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import ProxySettings
 from llmkube_stager.sources.base import RemoteMeta
-from llmkube_stager.sources.http_status import (
+from llmkube_stager.sources.wire.errors import (
+    proxy_refused,
+    timeout_error,
+    translate_network_error,
+)
+from llmkube_stager.sources.wire.status import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
     USER_AGENT,
@@ -23,11 +28,6 @@ from llmkube_stager.sources.http_status import (
     content_length,
     next_hop,
     status_error,
-)
-from llmkube_stager.sources.http_wire import (
-    proxy_refused,
-    timeout_error,
-    translate_network_error,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def make_client(
 ) -> httpx.Client:
     import httpx
 
-    from llmkube_stager.sources.hx_proxy import routing_transport
+    from llmkube_stager.sources.wire.httpx_proxy import routing_transport
 
     verify = ssl_context if ssl_context is not None else True
     return httpx.Client(
@@ -80,7 +80,7 @@ def probe_head(
         response = _head(client, url, auth.headers_for(url, first_url), proxies)
         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
             # httpx would send a Location's own userinfo: credentials come
-            # from AuthPolicy only (#11.13).
+            # from AuthPolicy only (#11 item 13).
             url = next_hop(url, response.headers["location"])
             continue
         return _meta_from(response, url)

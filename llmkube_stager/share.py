@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 
-def shard_id(index: int, shards: int) -> str:
+def share_id(index: int, shards: int) -> str:
     return f"{index}-of-{shards}"
 
 

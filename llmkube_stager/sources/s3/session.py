@@ -1,6 +1,6 @@
 """botocore for the S3 control path, fed only what config.py collected.
 
-boto3's default credential chain is what pods use (issue #12): static keys,
+boto3's default credential chain is what pods use (#12): static keys,
 IRSA (`AWS_ROLE_ARN` + `AWS_WEB_IDENTITY_TOKEN_FILE`), a profile of the shared
 credentials/config files (`AWS_PROFILE`), container credentials (EKS Pod
 Identity, ECS) and instance metadata, in botocore's order. botocore reads
@@ -241,7 +241,7 @@ def _client_kwargs(
     given = merged.get("config")
     if given is None or given.retries is None:
         # The credential providers' STS clients too: botocore never retries,
-        # the agent's RetryBudget does (#12.4); stacked, a silent STS took
+        # the agent's RetryBudget does (#12 item 4); stacked, a silent STS took
         # 3 x 3 stalls (#22 item 4).
         given = BotoConfig(retries={"total_max_attempts": 1, "mode": "standard"}).merge(
             given or BotoConfig()

@@ -1,0 +1,228 @@
+"""s3:// sources (AWS S3 and S3-compatible servers such as MinIO).
+
+boto3 does the control path: HEAD for size and ETag, and presigning. The
+bytes travel through the agent's own data path as a presigned GET pinned to
+the object with `If-Match: <ETag>`, so a changed object answers 412
+(ModelSourceChanged) instead of splicing, and ranged resume works like HTTP.
+That path moves bytes several times faster than botocore's StreamingBody
+(docs/performance.md).
+
+Credentials come from boto3's default chain (session.py); only when it
+finds none are requests sent unsigned (public buckets), and the log says so.
+A URL is presigned for each request, just before it is sent: presigning is
+a local computation, and a long transfer outlives both a presign's lifetime
+and the temporary credentials it was signed with (IRSA: one hour). A GET
+refused with 403 is presigned again once, at once, outside the retry
+budget: an expired signature is not the origin failing (#12 item 2).
+
+The settings are checked before any I/O (`S3Source`, settings.py): a bad
+endpoint, region or addressing style, half a key pair, or a missing profile
+is InvalidConfiguration (#11 item 12). docs/sources.md tells what is sent where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from llmkube_stager.config import Config
+from llmkube_stager.errors import Reason, SourceError, SourceKind
+from llmkube_stager.layout import dest_path
+from llmkube_stager.listing import Listing
+from llmkube_stager.model import Manifest, RemoteFile
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
+from llmkube_stager.sources.s3.settings import (
+    S3Ref,
+    S3Settings,
+    object_key,
+    parse_s3_ref,
+    s3_settings,
+)
+
+if TYPE_CHECKING:
+    from llmkube_stager.logs import Log
+    from llmkube_stager.sources.s3.clients import S3Clients
+    from llmkube_stager.sources.wire.fetcher import HttpFetcher
+
+# Each URL is presigned just before its request: minutes are plenty, and a
+# leaked URL (it is never logged) is useless soon.
+PRESIGN_EXPIRY_S = 900
+
+
+class S3Source:
+    kind: SourceKind = "s3"
+    revision: str | None = None
+    # The signed HEAD is also where the presigned GET comes from.
+    get_without_probe = False
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self.ref = parse_s3_ref(config)
+        self.settings = s3_settings(config)
+        self._clients: S3Clients | None = None
+        # A prefix without MODEL_FILES (#24 item 5): the files are listed.
+        self.lists = config.listed
+        self.listing: Listing | None = None
+
+    def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
+        """ListObjectsV2 of the prefix, each page asked through `retry`."""
+        from llmkube_stager.sources.s3.listing import list_objects
+
+        clients = self._open_clients()
+        key = self._listed_key()
+        where = self.listing_source
+        return list_objects(
+            where,
+            self.ref.bucket,
+            key,
+            lambda prefix, token: retry(lambda: clients.list_page(prefix, token, where)),
+        )
+
+    @property
+    def listing_source(self) -> str:
+        return f"s3://{self.ref.bucket}/{self._listed_key()}"
+
+    def _listed_key(self) -> str:
+        source = self._config.source
+        key = source[5:].partition("/")[2] if source[:5].lower() == "s3://" else ""
+        return self._config.s3_prefix or key
+
+    def use_listing(self, listing: Listing) -> None:
+        self.listing = listing
+        self.ref = S3Ref(self.ref.bucket, listing.base)
+
+    def preflight(self) -> None:
+        """What needs a file read (the profile, token files, the CA bundle),
+        checked before the model directory exists; stage calls it only when
+        the origin will be asked, never on a warm start."""
+        self._open_clients()
+
+    def _open_clients(self) -> S3Clients:
+        from llmkube_stager.sources.s3.clients import S3Clients
+
+        if self._clients is None:
+            self._clients = S3Clients(self._config, self.settings, self.ref.bucket)
+        return self._clients
+
+    def manifest(self) -> Manifest:
+        config, ref = self._config, self.ref
+        if self.listing is not None:
+            return _listed_manifest(config, ref, self.listing)
+        return build_manifest(
+            config,
+            "s3",
+            f"s3://{ref.bucket}/{ref.key}",
+            lambda rel: f"s3://{ref.bucket}/{object_key(ref, rel, config.multi_file)}",
+        )
+
+    def fetcher(self) -> S3Fetcher:
+        clients, self._clients = self._open_clients(), None  # the fetcher closes them
+        return S3Fetcher(
+            self._config, self.ref, self.settings, clients=clients, listing=self.listing
+        )
+
+
+def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
+    root = config.cache_dir
+    files = tuple(
+        RemoteFile(
+            rel=f.rel,
+            url=f"s3://{ref.bucket}/{object_key(ref, f.rel, True)}",
+            dest=dest_path(root, f.rel),
+            size_bytes=f.size_bytes,
+        )
+        for f in listing.files
+    )
+    return Manifest("s3", root, files, True, listing.source)
+
+
+class S3Fetcher:
+    parallel_ranges = True
+
+    def __init__(
+        self,
+        config: Config,
+        ref: S3Ref,
+        settings: S3Settings,
+        *,
+        presign_expiry_s: int = PRESIGN_EXPIRY_S,
+        clients: S3Clients | None = None,
+        listing: Listing | None = None,
+    ) -> None:
+        from llmkube_stager.sources.s3.clients import S3Clients
+        from llmkube_stager.sources.wire.fetcher import HttpFetcher
+
+        self._config = config
+        self._ref = ref
+        self._expiry_s = presign_expiry_s
+        self._log: Log | None = None
+        self._clients = clients or S3Clients(config, settings, ref.bucket)
+        self._http: HttpFetcher = HttpFetcher(config)
+        self._listed = listing.by_rel if listing is not None else {}
+
+    def bind_log(self, log: Log) -> None:
+        self._log = log
+        self._clients.log = log
+
+    def _where(self, file: RemoteFile) -> tuple[str, str]:
+        key = object_key(self._ref, file.rel, self._config.multi_file)
+        return key, f"s3://{self._ref.bucket}/{key}"
+
+    def probe(self, file: RemoteFile) -> RemoteMeta:
+        listed = self._listed.get(file.rel)
+        if listed is not None:
+            # The listing said it (#24 item 5): no HEAD per object; the GET's
+            # If-Match pins the bytes to the listed ETag.
+            etag = listed.validator or None
+            return RemoteMeta(file.url, listed.size_bytes, etag, True, if_match=etag)
+        key, where = self._where(file)
+        head = self._clients.head(key, where)
+        etag = head.get("ETag")
+        size = head.get("ContentLength")
+        return RemoteMeta(
+            url=file.url,  # never a presigned URL: those are made per request
+            size_bytes=size if isinstance(size, int) else None,
+            etag=etag,
+            accept_ranges=True,
+            if_match=etag,
+        )
+
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        key, where = self._where(file)
+        try:
+            return self._get(file, meta, key, where, offset, end)
+        except SourceError as err:
+            if _status_of(err) == 503:
+                # S3 throttles with 503 SlowDown: back off, as from a 429.
+                err.reason = Reason.SOURCE_RATE_LIMITED
+            raise
+
+    def _get(
+        self, file: RemoteFile, meta: RemoteMeta, key: str, where: str, offset: int, end: int | None
+    ) -> Body:
+        signed = replace(meta, url=self._clients.presign(key, where, self._expiry_s))
+        try:
+            return self._http.open(file, signed, offset, end)
+        except SourceError as err:
+            if _status_of(err) != 403:
+                raise
+        # The signature or its temporary credentials expired on the way:
+        # signing again is local, so it spends no retry budget.
+        if self._log is not None:
+            self._log.info(
+                "presign_again",
+                f"the presigned GET of {where} was refused (HTTP 403); signing it again",
+                file=file.rel,
+            )
+        signed = replace(meta, url=self._clients.presign(key, where, self._expiry_s))
+        return self._http.open(file, signed, offset, end)
+
+    def close(self) -> None:
+        self._http.close()
+        self._clients.close()
+
+
+def _status_of(err: SourceError) -> int | None:
+    """The HTTP status the data path got, if the origin answered."""
+    return None if err.wire is None else err.wire.http_status

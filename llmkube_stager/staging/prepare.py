@@ -1,0 +1,164 @@
+"""Everything up to the plan, with local reads only: the source and its
+manifest, the filesystem probed once, the cache and its run record read,
+the plan made. It is all `plan` does (its dry run), and the first half of
+`stage` (staging/run.py), which makes the plan again whenever what it was
+made from may have changed (under the writer lock, after revalidation),
+and checks it for a file that cannot be staged before anything is written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from llmkube_stager.acting.executor import Work
+from llmkube_stager.cache.runrecord import RunRecord, read_run_record
+from llmkube_stager.cache.state import read_cache_state
+from llmkube_stager.config import Config
+from llmkube_stager.errors import CacheError, Reason, StagerError, TransferError, from_source
+from llmkube_stager.logs import Log
+from llmkube_stager.model import (
+    Action,
+    CacheState,
+    FsInfo,
+    Manifest,
+    Plan,
+    Remote,
+    Role,
+    Strategy,
+)
+from llmkube_stager.plan import failed, make_plan, strategy_for
+from llmkube_stager.sources import open_source
+from llmkube_stager.sources.base import ListingSource, Source
+from llmkube_stager.staging.share import Share, narrowed
+
+if TYPE_CHECKING:
+    from llmkube_stager.cache.jobclaim import JobCommit
+
+
+@dataclass(frozen=True)
+class Effects:
+    log: Log
+    probe_fs: Callable[[str], FsInfo]
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+
+
+@dataclass(frozen=True)
+class Prepared:
+    source: Source
+    manifest: Manifest
+    fs: FsInfo
+    role: Role
+    cache: CacheState
+    plan: Plan
+    strategy: Strategy
+    started_s: float = field(default=0.0)
+    # What the writers of the model directory recorded (cache/runrecord.py).
+    record: RunRecord = field(default_factory=RunRecord)
+    remote: Mapping[str, Remote] = field(default_factory=dict)
+    # OnChange: the validators present files were verified to have (or
+    # "unverified"), in place of a missing record (#10 defect 12).
+    checked: Mapping[str, str] = field(default_factory=dict)
+    # A sharded prefetch: the files this pod stages (staging/share.py), and
+    # the commit its Job agreed on (Hugging Face, #21 item 4).
+    share: Share | None = None
+    claim: JobCommit | None = None
+
+
+def role_of(config: Config) -> Role:
+    return "stager" if config.prefetch_stager else "serving"
+
+
+def prepare(config: Config, effects: Effects) -> Prepared:
+    started = effects.monotonic()
+    source = open_source(config, effects.log)
+    with from_source(source.kind):
+        manifest = _manifest(config, source, effects)
+    fs = effects.probe_fs(manifest.root)
+    if fs.is_fuse is None:
+        effects.log.warning(
+            "fs_unknown",
+            "cannot determine the cache filesystem type; treating it as one where flock works",
+            path=fs.path,
+        )
+    role = role_of(config)
+    strategy = strategy_for(fs, role, config.direct_io)
+    prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
+    return replan(config, replace(prepared, started_s=started))
+
+
+def _manifest(config: Config, source: Source, effects: Effects) -> Manifest:
+    """A source without MODEL_FILES lists its files (#24 item 5, staging/listed.py)."""
+    if isinstance(source, ListingSource) and source.lists:
+        from llmkube_stager.staging.listed import listed_manifest
+
+        return listed_manifest(config, source, effects.log, effects.sleep)
+    return source.manifest()
+
+
+def replan(config: Config, prepared: Prepared) -> Prepared:
+    """The cache and its record read again, the plan made again."""
+    record = read_run_record(prepared.manifest.root)
+    cache = read_cache_state(prepared.manifest, record.validators)
+    if prepared.checked:
+        files = {
+            rel: replace(local, validator=prepared.checked.get(rel, local.validator))
+            for rel, local in cache.files.items()
+        }
+        cache = replace(cache, files=files)
+    plan = make_plan(
+        narrowed(prepared.manifest, prepared.share),
+        cache,
+        prepared.fs,
+        prepared.role,
+        config.refresh_policy,
+        prepared.remote,
+        cached=bool(config.cache_dir),
+    )
+    return replace(prepared, cache=cache, record=record, plan=plan)
+
+
+def verified(prepared: Prepared) -> frozenset[str]:
+    """OnChange: the present files whose validator the origin confirmed."""
+    return frozenset(
+        rel
+        for rel, remote in prepared.remote.items()
+        if remote.validator and prepared.cache.files[rel].validator == remote.validator
+    )
+
+
+def work_of(prepared: Prepared) -> Work:
+    """What the acting layer carries the plan out against."""
+    return Work(
+        prepared.manifest, prepared.source, prepared.cache, prepared.record, verified(prepared)
+    )
+
+
+def check_plan(prepared: Prepared, log: Log, *, warn: bool = True) -> None:
+    if warn:
+        for warning in prepared.plan.warnings:
+            log.warning("no_size_record", warning)
+    failure = failed(prepared.plan)
+    if failure is not None:
+        raise _failure_error(failure, prepared)
+
+
+def _failure_error(action: Action, prepared: Prepared) -> StagerError:
+    reason = action.failure or Reason.INTERNAL
+    if reason is Reason.CACHE_LOCK_UNSUPPORTED:
+        detail = f"FUSE cache cannot guarantee cross-node file locking for staging {action.rel}"
+    elif reason is Reason.CHECKSUM_MISMATCH:
+        return TransferError(action.why, reason=reason, file=action.rel)
+    else:
+        detail = f"cannot stage {action.rel}: {action.why}"
+    return CacheError(
+        detail,
+        reason=reason,
+        file=action.rel,
+        source_kind=prepared.manifest.kind,
+        remedy=action.remedy or None,
+    )

@@ -1,0 +1,148 @@
+"""A staging run: resolve -> probe fs -> inspect -> plan -> act -> Outcome.
+
+`prepare` (staging/prepare.py) does everything up to the plan with local
+reads only. `run_stage` takes this pod's share of a sharded prefetch
+(staging/share.py), revalidates (OnChange, staging/onchange.py), and then
+either serves what is there, a warm start: no lock, no mkdir, no sweep
+(spec §8.4, §9.3), or writes (staging/write.py, imported only then). A plan
+with nothing to write returns before any fetcher exists, so a warm
+IfNotPresent start opens no connection and imports no HTTP library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from llmkube_stager import messages
+from llmkube_stager.acting.executor import execute
+from llmkube_stager.acting.session import Clock, Session
+from llmkube_stager.cache.disk import ensure_dir
+from llmkube_stager.cache.runrecord import read_run_record, writer_of
+from llmkube_stager.config import Config
+from llmkube_stager.errors import Reason, TransferError, from_source
+from llmkube_stager.model import Decision, FileResult, Outcome, PinState
+from llmkube_stager.sources import check_libraries
+from llmkube_stager.staging.interrupted import (
+    kept_commit,
+    own_intents,
+    refuse_unwhole,
+    wait_for_live_publishes,
+)
+from llmkube_stager.staging.onchange import revalidate
+from llmkube_stager.staging.prepare import (
+    Effects,
+    Prepared,
+    check_plan,
+    prepare,
+    replan,
+    verified,
+    work_of,
+)
+from llmkube_stager.staging.share import (
+    agree_share,
+    check_views,
+    finish_share,
+    record_share,
+    take_share,
+)
+
+
+def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
+    prepared = prepare(config, effects)
+    with from_source(prepared.manifest.kind):
+        return _stage(config, effects, prepared)
+
+
+def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepared, Outcome]:
+    if prepared.manifest.kind == "pvc":
+        return prepared, _verify_pvc(prepared, effects)
+    clock = Clock(effects.sleep, effects.monotonic, effects.wall_clock)
+    writer = writer_of(config.shard_index, config.shards)
+    session = Session(config, effects.log, clock, prepared.fs, prepared.strategy, writer)
+    try:
+        if config.shards > 1:
+            prepared = _take_share(config, effects, prepared, session)
+        elif prepared.strategy.may_write:
+            prepared = wait_for_live_publishes(config, effects, prepared)
+        root = prepared.manifest.root
+        pending = bool(own_intents(prepared.record, prepared.share, root))
+        if not prepared.strategy.may_write:
+            refuse_unwhole(prepared)
+        if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
+            # Before the first probe or mkdir: a missing library is a
+            # configuration error with nothing on disk (#13 item 1), and so
+            # is what a source can only check by reading a file (an S3
+            # profile, a token file, the CA bundle: #11 item 12).
+            check_libraries(prepared.source)
+            prepared.source.preflight()
+        if config.refresh_policy == "OnChange":
+            effects.log.info("revalidate", messages.REVALIDATING)
+            prepared = revalidate(config, prepared, session)
+        check_plan(prepared, effects.log)
+        if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
+            # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
+            # set a reader would refuse is not served either (#21 items 3, 4).
+            if prepared.share is None:
+                refuse_unwhole(prepared, commits=not _all_verified(config, prepared))
+            results = execute(session, work_of(prepared), prepared.plan)
+        else:
+            from llmkube_stager.staging.write import write  # the write path begins
+
+            results = write(config, effects, prepared, session)
+        if prepared.share is not None:
+            check_views(read_run_record(root), prepared.share)
+            if prepared.strategy.may_write:
+                finish_share(root, prepared.share, prepared.claim, session)
+    finally:
+        session.close()
+    return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+
+
+def _take_share(config: Config, effects: Effects, prepared: Prepared, session: Session) -> Prepared:
+    """List the model, take this pod's share, record it (staging/share.py).
+    A Hugging Face share lists at the one commit its Job agreed on (#21
+    item 4): a retried pod too."""
+    claim = None
+    root = prepared.manifest.root
+    if prepared.manifest.kind == "hf" and prepared.strategy.may_write:
+        ensure_dir(root, root, "")  # the claim's directory
+        share, claim = agree_share(
+            config,
+            prepared.source,
+            prepared.manifest,
+            session,
+            kept_commit(config, prepared),
+        )
+    else:
+        share = take_share(config, prepared.source, prepared.manifest, session)
+    if prepared.strategy.may_write:
+        ensure_dir(root, root, "")
+        record_share(root, share, session, claim)
+    return replan(config, replace(prepared, share=share, claim=claim))
+
+
+def _all_verified(config: Config, prepared: Prepared) -> bool:
+    """Every file of the plan was just verified against one commit: the set
+    is that commit's whatever the records say, and the run records it."""
+    confirmed = verified(prepared)
+    return config.refresh_policy == "OnChange" and all(
+        a.rel in confirmed for a in prepared.plan.actions
+    )
+
+
+def _verify_pvc(prepared: Prepared, effects: Effects) -> Outcome:
+    """pvc:// never downloads: the mounted file must exist, be readable and
+    match its pin; no stamp is written on the read-only claim (spec §3.5)."""
+    from llmkube_stager.sources.local import stat_source
+
+    file = prepared.manifest.files[0]
+    stat_source(file.dest)
+    if prepared.cache.files[file.rel].pin is PinState.MISMATCH:
+        raise TransferError(
+            f"SHA256 mismatch for the pre-staged model {file.dest}",
+            reason=Reason.CHECKSUM_MISMATCH,
+            file=file.rel,
+        )
+    effects.log.info("pvc_verified", f"Pre-staged model {file.dest} verified", file=file.rel)
+    results = (FileResult(file.rel, Decision.REUSE),)
+    return Outcome(results, effects.monotonic() - prepared.started_s)
