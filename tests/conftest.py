@@ -7,9 +7,10 @@ in CI).
 
 Fixtures: `pod` (tests/harness/pod.py) with its budget `pod_budget`, which a
 directory's conftest may override; the loopback `origin`; the fake hub `hub`
-with its CDN `cdn`; SeaweedFS's S3 server with its STS (`seaweed`, one per
-session, started on first use; `s3` clears its front between tests) and a
-fresh `bucket`; the OIDC issuer of web identity tokens, `oidc_issuer`.
+with its CDN `cdn`; a forward `proxy`; SeaweedFS's S3 server with its STS
+(`seaweed`, one per session, started on first use; `s3` clears its front
+between tests) and a fresh `bucket`; the OIDC issuer of web identity
+tokens, `oidc_issuer`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.harness.features import missing_feature
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import SHORT_BUDGET, Pod
+from tests.harness.proxy import ForwardProxy
 from tests.harness.seaweed import SeaweedS3, weed_binary
 from tests.harness.sts import OidcIssuer
 
@@ -59,6 +61,12 @@ def pod(tmp_path: Path, pod_budget: Mapping[str, str]) -> Pod:
 def origin() -> Iterator[Origin]:
     with Origin() as srv:
         yield srv
+
+
+@pytest.fixture
+def proxy() -> Iterator[ForwardProxy]:
+    with ForwardProxy() as server:
+        yield server
 
 
 @pytest.fixture

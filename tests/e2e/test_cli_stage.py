@@ -12,21 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import (
-    CONTRACT_VARS,
-    flag_of,
-    import_lines,
-    partials_of,
-    tls_server_context,
-    wait_for,
-)
 
 from llmkube_stager.layout import ATOMIC_TMP_INFIX
-from tests.harness.disk import debris, record_of
+from tests.harness.contract import CONTRACT_VARS, flag_of
+from tests.harness.disk import debris, partials_of, record_of
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
-from tests.harness.pod import Pod
+from tests.harness.pod import Pod, import_lines, wait_for
 from tests.harness.sample import gguf_like, write_sample_tree
 from tests.harness.schema import validate_termination
+from tests.harness.tlsca import tls_server_context
 
 pytestmark = pytest.mark.e2e
 

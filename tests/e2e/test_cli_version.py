@@ -13,11 +13,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from e2e_support import import_lines
 
 import llmkube_stager
 from tests.harness.origin import Origin
-from tests.harness.pod import Pod
+from tests.harness.pod import Pod, import_lines
 
 pytestmark = pytest.mark.e2e
 

@@ -1,8 +1,8 @@
 """Issue #14 items 1-2: today's operator reads the agent's failures as it read
 curl's. Each failure is produced by the real CLI against loopback origins; the
-upstream matcher (upstream_matcher.py, a port of spec §11.2) runs over what
-the controller would get: the termination message, and the log tail when
-there is no termination message."""
+upstream matcher (tests/harness/upstream_matcher.py, a port of spec §11.2)
+runs over what the controller would get: the termination message, and the
+log tail when there is no termination message."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_support import tls_server_context
-from upstream_matcher import MAX_LINE_BYTES, controller_message, log_tail, match
 
 from llmkube_stager.commands.diagnose import condition_for
+from tests.harness.disk import partials_of
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
-from tests.harness.pod import Pod, Run
+from tests.harness.pod import Pod, Run, wait_for
 from tests.harness.seaweed import SeaweedS3, s3_env
+from tests.harness.tlsca import tls_server_context
+from tests.harness.upstream_matcher import MAX_LINE_BYTES, controller_message, log_tail, match
 
 pytestmark = pytest.mark.e2e
 
@@ -237,8 +238,6 @@ def _hold_lock(pod: Pod, origin: Origin, tmp: Path) -> Run:
 
 def _sigterm(pod: Pod, origin: Origin, tmp: Path) -> Run:
     import signal
-
-    from e2e_support import partials_of, wait_for
 
     origin.put(MODEL, DATA * 4)
     origin.set_fault(MODEL, Fault(rate_bytes_per_s=256 * 1024, methods=("GET",)))

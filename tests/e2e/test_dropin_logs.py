@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.origin import Fault, Origin, closed_port_url
-from tests.harness.pod import Pod, Run
+from tests.harness.pod import Pod, Run, import_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -116,8 +116,6 @@ def test_agent_lines_keep_their_fields_in_text(pod: Pod, tmp_path: Path, origin:
 def test_warm_start_does_not_pay_for_structlogs_package(pod: Pod, origin: Origin) -> None:
     """Issue #15 budget: structlog's bound logger only; none of the heavy
     libraries (asyncio comes with `import structlog`)."""
-    from e2e_support import import_lines
-
     origin.put(MODEL, DATA)
     pod.single(origin.url + MODEL)
     assert pod.run("stage").returncode == 0

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_support import wait_for
 
 from llmkube_stager.layout import (
     AGENT_PARTIAL_SUFFIXES,
@@ -23,7 +22,7 @@ from llmkube_stager.layout import (
     parse_partial,
 )
 from tests.harness.origin import Origin
-from tests.harness.pod import Pod
+from tests.harness.pod import Pod, wait_for
 from tests.harness.sample import gguf_like
 
 pytestmark = pytest.mark.e2e

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_no_s3_secret_leaks import runtime_canaries
 
-from tests.harness.canary import HF_TOKEN, assert_no_leak, canary, outputs_of
+from tests.harness.canary import HF_TOKEN, assert_no_leak, canary, outputs_of, runtime_canaries
 from tests.harness.contract import exit_code_of
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_no_secret_leaks import CANARIES, ENV_SECRETS
 
-from tests.harness.canary import assert_no_leak, outputs_of
+from tests.harness.canary import Secrets, assert_no_leak, outputs_of, runtime_canaries
 from tests.harness.contract import exit_code_of
 from tests.harness.pod import Pod
 from tests.harness.s3front import S3Fault
@@ -29,6 +28,9 @@ from tests.harness.sts import ROLE_ARN, ContainerCredentials, OidcIssuer
 
 pytestmark = pytest.mark.e2e
 
+SECRETS = Secrets.new("CANARY")
+ENV_SECRETS = SECRETS.env
+CANARIES = SECRETS.named
 DATA = gguf_like(200_000, seed=7)
 
 
@@ -128,30 +130,28 @@ def container_refused_file(world: World) -> S3Case:
     return _container(world, _canary("ctCANARY"), "the-agent-wants-another", as_file=True)
 
 
-def profile_with_a_wrong_secret(world: World) -> S3Case:
-    secret = _canary("pfCANARY", 40)
+def _profile(world: World, secret: str) -> dict[str, str | None]:
+    """A shared credentials file whose profile `models` has the reader's key
+    id and `secret`, chosen by AWS_PROFILE."""
     credentials = world.inputs / "credentials"
     credentials.write_text(
         f"[models]\naws_access_key_id = {READER[0]}\naws_secret_access_key = {secret}\n"
     )
-    env = {
+    return {
         **_base(world),
         "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
         "AWS_PROFILE": "models",
     }
+
+
+def profile_with_a_wrong_secret(world: World) -> S3Case:
+    secret = _canary("pfCANARY", 40)
+    env = _profile(world, secret)
     return S3Case(env, "ModelSourceUnauthorized", canaries={"profile-secret": secret})
 
 
 def profile_success(world: World) -> S3Case:
-    credentials = world.inputs / "credentials"
-    credentials.write_text(
-        f"[models]\naws_access_key_id = {READER[0]}\naws_secret_access_key = {READER[1]}\n"
-    )
-    env = {
-        **_base(world),
-        "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
-        "AWS_PROFILE": "models",
-    }
+    env = _profile(world, READER[1])
     return S3Case(env, "ModelTransferSucceeded", 0, {"profile-secret": READER[1]})
 
 
@@ -165,21 +165,6 @@ CASES: dict[str, Callable[[World], S3Case]] = {
     "profile-wrong-secret": profile_with_a_wrong_secret,
     "profile-success": profile_success,
 }
-
-
-def runtime_canaries(s3: SeaweedS3) -> dict[str, str]:
-    """What only the wire shows: session tokens and presigned signatures."""
-    found: dict[str, str] = {}
-    for i, request in enumerate(s3.requests()):
-        token = request.headers.get("x-amz-security-token") or "".join(
-            request.params.get("X-Amz-Security-Token", [])
-        )
-        if token:
-            found[f"session-token-{i}"] = token
-        for name in ("X-Amz-Signature",):
-            for value in request.params.get(name, []):
-                found[f"{name}-{i}"] = value
-    return found
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from e2e_support import tls_server_context
 
 from tests.harness.canary import Secrets, assert_no_leak, outputs_of
 from tests.harness.contract import exit_code_of
@@ -22,6 +21,7 @@ from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, Run
 from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import gguf_like
+from tests.harness.tlsca import tls_server_context
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from importlib import metadata
 
+import pytest
+
 from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB
+
+pytestmark = pytest.mark.floors
 
 
 def test_the_floor_venv_holds_the_floor_releases() -> None:

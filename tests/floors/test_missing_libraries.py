@@ -1,10 +1,10 @@
 """#13.1: a missing or too-old source library is InvalidConfiguration naming
 the package, exit 2, nothing on disk; never ModelStagerInternalError.
 
-Each case runs the CLI of this checkout under a real scratch venv (venvs.py,
-`pod.run(python=...)`) that lacks the library or holds a release older than
-the floor, against the fake hub or the S3 endpoint on loopback. A warm start
-needs neither library.
+Each case runs the CLI of this checkout under a real scratch venv
+(tests/harness/venvs.py, `pod.run(python=...)`) that lacks the library or
+holds a release older than the floor, against the fake hub or the S3
+endpoint on loopback. A warm start needs neither library.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import json
 import pytest
 
 from llmkube_stager.sources.deps import BOTO3, HF_HUB
-from tests.floors.venvs import CORE, scratch_venv
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import FakeHub
 from tests.harness.origin import closed_port_url
 from tests.harness.pod import Pod, Run
+from tests.harness.venvs import CORE, scratch_venv
 
 REPO = "org/repo"
 FILE = "model.safetensors"

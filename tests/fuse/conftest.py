@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuse_support import FuseCache, ReadOnlyCache
 
 from tests.harness.mounts import (
+    FuseCache,
+    ReadOnlyCache,
     TwoNodes,
     fuse_missing,
     mount_bindfs,

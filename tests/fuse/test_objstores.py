@@ -6,7 +6,7 @@ one node, a serving pod on the other reading what it published; a restarted
 stager on another node adopting an idle partial (#21 item 8: rclone's inode
 numbers follow the path, so an inode-only ownership check threw the
 adopted bytes away); and the stamp race of two writers with different pins
-(#21 item 2, stamp_race.py).
+(#21 item 2, tests/harness/stamp_race.py).
 """
 
 from __future__ import annotations
@@ -18,17 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuse_support import gets
-from stamp_race import assert_never_served_y, run_stamp_race
 
 from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.disk import debris, names, record_of
 from tests.harness.features import missing_feature
 from tests.harness.objmounts import RCLONE_MODES, ObjectNodes, object_nodes, objstore_missing
-from tests.harness.origin import Origin
+from tests.harness.origin import Origin, gets
 from tests.harness.pod import Pod, single_env
 from tests.harness.sample import payload
 from tests.harness.seaweed import SeaweedS3
+from tests.harness.stamp_race import assert_never_served_y, run_stamp_race
 
 KINDS = ("s3fs", *(f"rclone-{mode}" for mode in RCLONE_MODES))
 SIZE = 1024 * 1024

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fuse_support import gets
 
 from llmkube_stager.layout import private_partial_path, validator_of
 from tests.harness.disk import LOCK_NAME, debris, make_old, names, record_of, seed
 from tests.harness.mounts import TwoNodes
-from tests.harness.origin import Fault, Origin
-from tests.harness.pod import Pod, Run, single_env
+from tests.harness.origin import Fault, Origin, gets
+from tests.harness.pod import Pod, Run, single_env, wait_for
 from tests.harness.sample import payload
 
 SIZE = 256 * 1024
@@ -34,17 +31,6 @@ SEEDED_PREFIX = 128 * 1024
 # The seeded partial is the single-connection kind (`.llmkube-part`): pin
 # that transfer path, whatever the default number of connections becomes.
 ONE_CONNECTION = {"LLMKUBE_CONNECTIONS": "1"}
-
-
-def _wait_until(predicate: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
-    deadline = time.monotonic() + 15
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"the racer exited ({proc.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def _seed_idle_partial(dest: Path, data: bytes, etag: str) -> Path:
@@ -146,6 +132,35 @@ def test_scenario_43_racers_adopting_one_idle_partial_publish_the_exact_file(
         assert resumed, "the seeded partial was resumed by somebody"
 
 
+def _adopt_away(
+    tmp_path: Path, origin: Origin, nodes: TwoNodes, seed: int, *, first: str
+) -> tuple[Path, bytes, Run, Run]:
+    """The seeded race, deterministically: the racer on node `first` ("a":
+    node 1, "b": node 2) adopts the idle partial, then waits for its GET
+    (slow origin: first byte after 3 s); the racer on the other node sees
+    that freshly adopted partial, still 60 s old by mtime, adopts it in turn
+    and runs to the end; then the first one finishes. Returns the
+    destination, the origin's bytes and the runs of A and B."""
+    data = payload(4 * SEEDED_PREFIX, seed)
+    origin.put("/m.gguf", data, etag='"v1"')
+    origin.set_fault("/m.gguf", Fault(delay_s=3.0, methods=("GET",), times=1))
+    dest = nodes.backing / "k" / "model.gguf"
+    idle = _seed_idle_partial(dest, data, '"v1"')
+    pods = {
+        name: Pod(tmp_path, single_env(origin.url + "/m.gguf", node / "k"), stager=True)
+        for name, node in (("a", nodes.node1), ("b", nodes.node2))
+    }
+    for pod in pods.values():
+        pod.env.update(ONE_CONNECTION)
+    later = "b" if first == "a" else "a"
+    pods[first].env["LLMKUBE_STALL_TIMEOUT"] = "10"  # the first byte comes after 3 s, on purpose
+    proc = pods[first].popen("stage")
+    wait_for(lambda: not idle.exists(), 15, f"racer {first.upper()} adopted the idle partial", proc)
+    runs = {later: pods[later].run("stage")}
+    runs[first] = pods[first].finish(proc)
+    return dest, data, runs["a"], runs["b"]
+
+
 def test_adopted_partial_taken_away_never_publishes_zero_filled_bytes(
     tmp_path: Path, origin: Origin, two_nodes: TwoNodes
 ) -> None:
@@ -153,20 +168,7 @@ def test_adopted_partial_taken_away_never_publishes_zero_filled_bytes(
     partial, then waits for its GET (slow origin: first byte after 3 s);
     racer B on the other node sees A's freshly adopted partial, still 60 s
     old by mtime, and adopts it too. Both exit 0; A publishes last."""
-    data = payload(4 * SEEDED_PREFIX, 77)
-    origin.put("/m.gguf", data, etag='"v1"')
-    origin.set_fault("/m.gguf", Fault(delay_s=3.0, methods=("GET",), times=1))
-    dest = two_nodes.backing / "k" / "model.gguf"
-    idle = _seed_idle_partial(dest, data, '"v1"')
-    a = Pod(tmp_path, single_env(origin.url + "/m.gguf", two_nodes.node1 / "k"), stager=True)
-    b = Pod(tmp_path, single_env(origin.url + "/m.gguf", two_nodes.node2 / "k"), stager=True)
-    for pod in (a, b):
-        pod.env.update(ONE_CONNECTION)
-    a.env["LLMKUBE_STALL_TIMEOUT"] = "10"  # the first byte comes after 3 s, on purpose
-    proc_a = a.popen("stage")
-    _wait_until(lambda: not idle.exists(), proc_a, "racer A adopted the idle partial")
-    run_b = b.run("stage")
-    run_a = a.finish(proc_a)
+    dest, data, run_a, run_b = _adopt_away(tmp_path, origin, two_nodes, 77, first="a")
     assert run_b.returncode == 0, str(run_b)
     assert run_a.returncode == 0, str(run_a)
     got = dest.read_bytes()
@@ -180,20 +182,7 @@ def test_racer_whose_partial_was_adopted_away_recovers(
     """Same interleaving on mounts that cache directory entries (as real
     FUSE drivers do): B adopts the idle partial, A on the other node adopts
     it from B while B waits for its first byte."""
-    data = payload(4 * SEEDED_PREFIX, 78)
-    origin.put("/m.gguf", data, etag='"v1"')
-    origin.set_fault("/m.gguf", Fault(delay_s=3.0, methods=("GET",), times=1))
-    dest = caching_nodes.backing / "k" / "model.gguf"
-    idle = _seed_idle_partial(dest, data, '"v1"')
-    a = Pod(tmp_path, single_env(origin.url + "/m.gguf", caching_nodes.node1 / "k"), stager=True)
-    b = Pod(tmp_path, single_env(origin.url + "/m.gguf", caching_nodes.node2 / "k"), stager=True)
-    for pod in (a, b):
-        pod.env.update(ONE_CONNECTION)
-    b.env["LLMKUBE_STALL_TIMEOUT"] = "10"  # the first byte comes after 3 s, on purpose
-    proc_b = b.popen("stage")
-    _wait_until(lambda: not idle.exists(), proc_b, "racer B adopted the idle partial")
-    run_a = a.run("stage")
-    run_b = b.finish(proc_b)
+    dest, data, run_a, run_b = _adopt_away(tmp_path, origin, caching_nodes, 78, first="b")
     assert dest.read_bytes() == data
     assert run_a.returncode == 0, str(run_a)
     assert "Traceback" not in run_b.stderr, str(run_b)

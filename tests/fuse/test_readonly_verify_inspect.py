@@ -12,13 +12,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from fuse_support import FuseCache, ReadOnlyCache
 
 from tests.harness.disk import LOCK_NAME, make_old, names, seed, snapshot
+from tests.harness.mounts import FuseCache, ReadOnlyCache
 from tests.harness.origin import Origin, closed_port_url
-from tests.harness.pod import Pod, multi_env, single_env
+from tests.harness.pod import Pod, Run, multi_env, single_env
 from tests.harness.sample import payload
 
 CONFIG = b'{"architectures": ["LlamaForCausalLM"]}\n'
@@ -151,13 +152,20 @@ def test_verify_names_missing_and_short_files(tmp_path: Path) -> None:
     assert "not matching their size records: model.safetensors" in doc["message"]
 
 
-def test_verify_checksum_mismatch_multi_file(tmp_path: Path, origin: Origin) -> None:
+def _verify_pinned(tmp_path: Path, origin: Origin, weights: bytes) -> tuple[Path, Any, Run]:
+    """`verify` of the warm multi-file cache, config.json pinned to its
+    digest and model.safetensors to that of `weights`; returns the cache,
+    its snapshot before the run, and the run."""
     root = tmp_path / "models" / "k"
     _warm(root)
-    pins = f"{_sha(CONFIG)} config.json\n{_sha(b'other bytes')} model.safetensors"
+    pins = f"{_sha(CONFIG)} config.json\n{_sha(weights)} model.safetensors"
     env = {**multi_env(origin.url + "/repo/", root, FILES), "MODEL_FILE_SHA256": pins}
     before = snapshot(root)
-    run = Pod(tmp_path, env).run("verify")
+    return root, before, Pod(tmp_path, env).run("verify")
+
+
+def test_verify_checksum_mismatch_multi_file(tmp_path: Path, origin: Origin) -> None:
+    root, before, run = _verify_pinned(tmp_path, origin, b"other bytes")
     doc = run.failed("ModelTransferChecksumMismatch").term
     assert doc["file"] == "model.safetensors"
     assert "mismatch for model.safetensors" in doc["message"]
@@ -180,12 +188,7 @@ def test_verify_checksum_single_file_pin(tmp_path: Path, origin: Origin) -> None
 def test_verify_ok_only_when_everything_is_present_and_complete(
     tmp_path: Path, origin: Origin
 ) -> None:
-    root = tmp_path / "models" / "k"
-    _warm(root)
-    pins = f"{_sha(CONFIG)} config.json\n{_sha(WEIGHTS)} model.safetensors"
-    env = {**multi_env(origin.url + "/repo/", root, FILES), "MODEL_FILE_SHA256": pins}
-    before = snapshot(root)
-    run = Pod(tmp_path, env).run("verify")
+    root, before, run = _verify_pinned(tmp_path, origin, WEIGHTS)
     doc = run.ok().term
     assert doc["stats"]["files"] == 2
     assert "verified" in doc["message"]

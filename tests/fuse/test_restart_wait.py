@@ -13,10 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from fuse_support import FuseCache, gets
-
 from llmkube_stager.layout import private_partial_path, validator_of
-from tests.harness.origin import Origin
+from tests.harness.mounts import FuseCache
+from tests.harness.origin import Origin, gets
 from tests.harness.pod import Pod, single_env
 
 MIB = 1 << 20

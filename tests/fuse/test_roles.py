@@ -15,12 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fuse_support import FUSE_MAGIC_HEX, REMEDY_HTTP, FuseCache, gets
 
 from llmkube_stager.cache.fs import FUSE_SUPER_MAGIC, MountEntry, classify, mount_for, probe_fs
+from tests.harness.contract import REMEDY_HTTP
 from tests.harness.disk import LOCK_NAME, names, record_of, seed, snapshot
-from tests.harness.mounts import TwoNodes
-from tests.harness.origin import Origin, closed_port_url
+from tests.harness.mounts import FUSE_MAGIC_HEX, FuseCache, TwoNodes
+from tests.harness.origin import Origin, closed_port_url, gets
 from tests.harness.pod import Pod, multi_env, single_env
 from tests.harness.sample import payload
 
@@ -72,24 +72,17 @@ def _assert_wrote_everything(root: Path, origin: Origin) -> None:
     assert len(gets(origin, "/repo/sub/model.safetensors")) == 1
 
 
-def test_row_serving_pod_off_fuse_mkdirs_locks_sweeps_stages_backfills(
-    tmp_path: Path, origin: Origin
+@pytest.mark.parametrize("stager", [False, True], ids=["serving-pod", "stager"])
+def test_row_off_fuse_mkdirs_locks_sweeps_stages_backfills(
+    tmp_path: Path, origin: Origin, stager: bool
 ) -> None:
+    """Off FUSE both rows are the same: a serving pod and a stager alike."""
     root = _matrix_cache(tmp_path / "models", origin)
-    run = _matrix_pod(tmp_path, origin, root, stager=False).run("stage")
+    run = _matrix_pod(tmp_path, origin, root, stager=stager).run("stage")
     run.ok()
     _assert_wrote_everything(root, origin)
-    assert (root / LOCK_NAME).is_file(), "off FUSE a writer takes the flock"
-
-
-def test_row_stager_off_fuse_mkdirs_locks_sweeps_stages_backfills(
-    tmp_path: Path, origin: Origin
-) -> None:
-    root = _matrix_cache(tmp_path / "models", origin)
-    run = _matrix_pod(tmp_path, origin, root, stager=True).run("stage")
-    run.ok()
-    _assert_wrote_everything(root, origin)
-    assert (root / LOCK_NAME).is_file(), "off FUSE a stager takes the flock too"
+    who = "a stager" if stager else "a writer"
+    assert (root / LOCK_NAME).is_file(), f"off FUSE {who} takes the flock"
 
 
 def test_row_stager_on_fuse_mkdirs_sweeps_stages_backfills_without_flock(

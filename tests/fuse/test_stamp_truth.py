@@ -1,5 +1,5 @@
 """A stamp binds to the bytes, not to what a cache says about a name
-(#21 item 2). The race itself is in stamp_race.py; here on two bindfs
+(#21 item 2). The race itself is tests/harness/stamp_race.py; here on two bindfs
 mounts whose kernels keep entries and attributes for 30 s (as real FUSE
 drivers do), so A's node reports A's inode after B's rename, every run."""
 
@@ -9,12 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
-from stamp_race import assert_never_served_y, run_stamp_race, sha256_of
 
 from llmkube_stager.cache import evidence
 from llmkube_stager.cache.records import stamp_matches, stamp_status
 from llmkube_stager.layout import EVIDENCE_SUFFIX
+from tests.harness.disk import sha256
 from tests.harness.mounts import TwoNodes
+from tests.harness.stamp_race import assert_never_served_y, run_stamp_race
 
 
 def test_a_stamp_never_vouches_for_another_writers_bytes(
@@ -29,7 +30,7 @@ def test_a_stamp_never_vouches_for_another_writers_bytes(
         # A serving pod on FUSE writes nothing: it refuses what it cannot fix.
         assert stage.returncode != 0, str(stage)
     stamp = Path(f"{dest}.sha256")
-    assert not stamp.exists() or not stamp.read_text().startswith(sha256_of(verdicts.x)), (
+    assert not stamp.exists() or not stamp.read_text().startswith(sha256(verdicts.x)), (
         "A took back the stamp its bytes did not bear out"
     )
 
@@ -44,7 +45,7 @@ def _stamped(tmp_path: Path, data: bytes, evidence_of: bytes | None) -> tuple[Pa
     dest.parent.mkdir(parents=True)
     dest.write_bytes(data)
     st = dest.stat()
-    digest = sha256_of(data)
+    digest = sha256(data)
     Path(f"{dest}.sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}")
     if evidence_of is not None:
         other = tmp_path / "other"

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fuse_support import FuseCache
 
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.sweep import is_atomic_debris
@@ -25,7 +24,7 @@ from llmkube_stager.layout import (
     stamp_path,
 )
 from tests.harness.disk import names, record_of, seed, snapshot
-from tests.harness.mounts import TwoNodes
+from tests.harness.mounts import FuseCache, TwoNodes
 from tests.harness.origin import Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, multi_env, single_env
 from tests.harness.sample import payload
@@ -190,18 +189,26 @@ def test_scenario_66_fuse_serving_pod_sweeps_nothing(tmp_path: Path, fuse_cache:
     assert snapshot(fuse_cache.backing) == before
 
 
+def _seed_listed_tmp_files(root: Path, sibling: str) -> dict[str, bytes]:
+    """Two repository files a sweep could take for debris, a day old with
+    their records: `weights.tmp` and one shaped like the shell's partial of
+    `sibling`. Returns them (name -> bytes)."""
+    listed = {
+        "weights.tmp": b"repo file ending in .tmp",
+        f"{sibling}.0123456789ab.tmp": b"repo file shaped like a partial",
+    }
+    for name, data in listed.items():
+        seed(root / name, data, record=len(data), age_s=DAY_S)
+    return listed
+
+
 def test_manifest_listed_tmp_files_are_never_swept(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache
 ) -> None:
     """A repository file may end in `.tmp` or look like the shell's partial
     of a sibling; listed in the manifest, it is a model file, not debris."""
     root = fuse_cache.backing / "k"
-    listed = {
-        "weights.tmp": b"repo file ending in .tmp",
-        "model.safetensors.0123456789ab.tmp": b"repo file shaped like a partial",
-    }
-    for name, data in listed.items():
-        seed(root / name, data, record=len(data), age_s=DAY_S)
+    listed = _seed_listed_tmp_files(root, "model.safetensors")
     files = [*_cache_needing_a_write(root, origin), *listed]
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", files)
     run = Pod(tmp_path, env, stager=True).run("stage")
@@ -214,12 +221,7 @@ def test_manifest_listed_tmp_file_survives_staging_of_its_namesake(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache
 ) -> None:
     root = fuse_cache.backing / "k"
-    listed = {
-        "weights.tmp": b"repo file ending in .tmp",
-        "weights.0123456789ab.tmp": b"repo file shaped like a partial",
-    }
-    for name, data in listed.items():
-        seed(root / name, data, record=len(data), age_s=DAY_S)
+    listed = _seed_listed_tmp_files(root, "weights")
     origin.put("/repo/weights", WEIGHTS)  # missing: the stager stages it
     env = multi_env(origin.url + "/repo/", fuse_cache.mnt / "k", ["weights", *listed])
     run = Pod(tmp_path, env, stager=True).run("stage")

@@ -7,6 +7,8 @@ that shape-based redaction is exercised too and a leak of the value itself
 is still seen. `outputs_of` gathers what a run showed (stdout, the log, the
 termination message, the files and names it left) and `assert_no_leak`
 looks for any 12-character piece of any canary in all of it.
+`runtime_canaries` are the secrets only the wire to S3 shows (STS session
+tokens, presigned signatures).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tests.harness.pod import Run
+    from tests.harness.seaweed import SeaweedS3
 
 _ALNUM = string.ascii_letters + string.digits
 _PIECE = 12
@@ -120,6 +123,21 @@ def assert_no_leak(outputs: Mapping[str, str], canaries: Mapping[str, str]) -> N
                 assert piece not in text, (
                     f"{name} leaked into {where}: ...{piece}...\n{text[:3000]}"
                 )
+
+
+def runtime_canaries(s3: SeaweedS3) -> dict[str, str]:
+    """What only the wire shows: session tokens and presigned signatures."""
+    found: dict[str, str] = {}
+    for i, request in enumerate(s3.requests()):
+        token = request.headers.get("x-amz-security-token") or "".join(
+            request.params.get("X-Amz-Security-Token", [])
+        )
+        if token:
+            found[f"session-token-{i}"] = token
+        for name in ("X-Amz-Signature",):
+            for value in request.params.get(name, []):
+                found[f"{name}-{i}"] = value
+    return found
 
 
 # One canary token per test session: the `hub` fixture accepts exactly this one.

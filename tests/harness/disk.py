@@ -1,5 +1,6 @@
 """What a run left on disk, and caches laid out before one: size records,
-partials and temp files, snapshots of a whole tree."""
+sha256 stamps and rejection markers, partials and temp files, snapshots of
+a whole tree."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from typing import Any
 
 RECORD_SUFFIX = ".llmkube-size"
 LOCK_NAME = ".llmkube.lock"
+STAMP = ".sha256"
+_MARKER_RE = re.compile(r"\.([0-9a-f]{64})\.sha256-rejected")
+# Partials of `<dest>`: the shell's `<dest>.<key>.tmp` or a per-writer
+# `<dest>.<key>.<writer>.llmkube-part.tmp` (`.llmkube-part` before #14)
+# (spec §4.2, CONTRACT §4).
+_PARTIAL_RE = r"\.[0-9a-f]{12}(?:\.tmp|\.[0-9a-f]+\.llmkube-part(?:\.tmp)?)"
 _TEMP_RE = r".*(\.tmp|\.llmkube-part|\.llmkube-tmp\.[A-Za-z0-9]{6}"
 _DEBRIS_RE = re.compile(_TEMP_RE + ")")
 _DEBRIS_OR_MARKER_RE = re.compile(_TEMP_RE + r"|\.sha256-rejected)")
@@ -28,6 +35,40 @@ def record_of(dest: Path) -> str | None:
 
 def write_record(dest: Path, size: int | str) -> None:
     Path(str(dest) + RECORD_SUFFIX).write_text(str(size))
+
+
+def sha256(data: bytes) -> str:
+    """The hex digest a pin (MODEL_SHA256) or a stamp names."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def stamp(dest: Path) -> str | None:
+    """The text of `<dest>.sha256`, None when absent."""
+    path = Path(str(dest) + STAMP)
+    return path.read_text() if path.exists() else None
+
+
+def write_stamp(dest: Path, digest: str) -> None:
+    Path(str(dest) + STAMP).write_text(stamp_triple(dest, digest))
+
+
+def stamp_triple(dest: Path, digest: str) -> str:
+    """The stamp the shared format requires for `dest` as it is now."""
+    st = dest.stat()
+    return f"{digest} {st.st_size} {int(st.st_mtime)}"
+
+
+def markers(dest: Path) -> list[str]:
+    """Expected digests of `<file>.<expected>.sha256-rejected` markers."""
+    if not dest.parent.is_dir():
+        return []
+    found = []
+    for entry in dest.parent.iterdir():
+        if entry.name.startswith(dest.name + "."):
+            match = _MARKER_RE.fullmatch(entry.name[len(dest.name) :])
+            if match:
+                found.append(match.group(1))
+    return sorted(found)
 
 
 def make_old(path: Path, age_s: float) -> None:
@@ -65,6 +106,14 @@ def partials(dest: Path) -> dict[str, int]:
         for entry in dest.parent.iterdir()
         if entry.name.startswith(base + ".") and entry.name != base + RECORD_SUFFIX
     }
+
+
+def partials_of(dest: Path) -> list[Path]:
+    """The partials of `dest` by their names (the shell's and the agent's)."""
+    pattern = re.compile(re.escape(dest.name) + _PARTIAL_RE)
+    if not dest.parent.is_dir():
+        return []
+    return sorted(p for p in dest.parent.iterdir() if pattern.fullmatch(p.name))
 
 
 def names(root: Path) -> list[str]:

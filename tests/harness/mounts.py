@@ -53,6 +53,28 @@ def fuse_missing() -> str | None:
     return None
 
 
+# FUSE's statfs magic (FUSE_SUPER_MAGIC) as `stat -f -c %t` prints it: what
+# the shell scripts test.
+FUSE_MAGIC_HEX = "65735546"
+
+
+@dataclass
+class FuseCache:
+    """A backing directory and a bindfs mount of it: the backing side is what
+    the "storage" holds, the mount is what the pod sees."""
+
+    backing: Path
+    mnt: Path
+
+
+@dataclass
+class ReadOnlyCache:
+    """A directory and a read-only bind mount of it."""
+
+    backing: Path
+    mnt: Path
+
+
 @dataclass
 class TwoNodes:
     """One backing directory seen through two independent bindfs mounts:

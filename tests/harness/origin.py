@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Literal, Self
@@ -564,6 +565,29 @@ def closed_port_url() -> str:
         sock.bind((HOST, 0))
         port = sock.getsockname()[1]
     return f"http://{HOST}:{port}"
+
+
+# -- a repo on the origin, and what it was asked ----------------------------------------
+
+# Where `serve_repo` puts a multi-file model: an HF-like resolve path.
+REPO = "/org/repo/resolve/main"
+
+
+def serve_repo(origin: Origin, files: Mapping[str, bytes]) -> str:
+    """Put a multi-file repo at <origin>/org/repo/resolve/main/; returns the base URL."""
+    for rel, data in files.items():
+        origin.put(f"{REPO}/{rel}", data)
+    return origin.url + REPO + "/"
+
+
+def gets(origin: Origin, path: str | None = None) -> list[RequestRecord]:
+    """The GETs the origin received (for one path, or all)."""
+    return origin.requests(path, "GET")
+
+
+def methods(origin: Origin, path: str | None = None) -> Counter[str]:
+    """HEAD/GET counts the origin received (for one path, or all)."""
+    return Counter(r.method for r in origin.requests(path))
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -58,6 +58,15 @@ SHORT_BUDGET = {
     "LLMKUBE_RETRIES": "1",
     "LLMKUBE_MAX_RETRY_WAIT": "1",
 }
+# The source tests' budget: two retries, waits capped at 5 s (the hub's and
+# S3's retry paths need both).
+SOURCE_BUDGET = {
+    "LLMKUBE_CONNECT_TIMEOUT": "2",
+    "LLMKUBE_STALL_TIMEOUT": "2",
+    "LLMKUBE_RETRIES": "2",
+    "LLMKUBE_MAX_RETRY_WAIT": "5",
+}
+ON_CHANGE = {"LLMKUBE_REFRESH_POLICY": "OnChange"}
 DEFAULT_KEY = "0123456789abcdef"
 NOBODY = 65534
 # The commands that report through the termination message (cli.py).
@@ -100,6 +109,33 @@ IMPATIENT = {
 def multi_env(source: str, cache_dir: Path, files: Iterable[str]) -> dict[str, str]:
     """The variables of a multi-file model (MODEL_FILES) cached in `cache_dir`."""
     return {"MODEL_SOURCE": source, "CACHE_DIR": str(cache_dir), "MODEL_FILES": "\n".join(files)}
+
+
+def import_lines(stderr: str) -> set[str]:
+    """Module names from `python -X importtime` output (`python_flags=("-X",
+    "importtime")`): what a run imported."""
+    mods = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "imported package":
+                mods.add(name)
+    return mods
+
+
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[str]
+) -> None:
+    """Wait until `predicate()` holds while the `popen`ed `proc` runs; an
+    early exit or the timeout (which kills it) fails the test."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the stager exited early ({proc.returncode}) waiting for {what}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
 
 
 @dataclass

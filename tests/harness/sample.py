@@ -12,6 +12,9 @@ import os
 import random
 import struct
 
+KIB = 1024
+MIB = 1024 * KIB
+
 _BLOCK = 1 << 20
 # Odd multiplier: i * _STEP mod 2**20 is a bijection, so the first 2**20 blocks
 # (1 TiB) all get distinct rotations and a resume at a wrong block-aligned offset

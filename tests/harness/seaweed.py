@@ -18,6 +18,11 @@ Every request of the agent goes through an `S3Front` (s3front.py): the
 request log tests assert on, and S3-like faults. `endpoint_url` is the
 front's; `admin()` talks to SeaweedFS directly, so setting up a test never
 shows up in its request log.
+
+A pod's variables for it: `s3_env` (the reader's static keys), `irsa_env`
+(a web identity token and the role; `sts_calls` are what STS was asked),
+`imds_env` (instance metadata),
+`kserve_s3_env` (what KServe's credential builder sets), `without_keys`.
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Self
 
 from tests.harness.lifecycle import Lifecycle
 from tests.harness.s3front import S3Fault, S3Front, S3Request
-from tests.harness.sts import OidcIssuer, TemporaryCredentials, sts_iam_config
+from tests.harness.sts import ROLE_ARN, OidcIssuer, TemporaryCredentials, sts_iam_config
 
 _HOST = "127.0.0.1"
 ADMIN = ("AKIASEAWEEDADMIN0001", "seaweed-admin-secret-0001")
@@ -54,8 +61,13 @@ __all__ = [
     "S3Fault",
     "S3Request",
     "SeaweedS3",
+    "imds_env",
+    "irsa_env",
+    "kserve_s3_env",
     "s3_env",
+    "sts_calls",
     "weed_binary",
+    "without_keys",
 ]
 
 
@@ -348,6 +360,59 @@ def s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
         "AWS_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": READER[0],
         "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **extra,
+    }
+
+
+def without_keys(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without static keys or a session token: the credential chain
+    must find its credentials elsewhere."""
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    }
+
+
+def imds_env(s3: SeaweedS3) -> dict[str, str]:
+    """A pod's variables for instance metadata credentials: no static keys,
+    and the metadata lookups `s3_env` turns off left on (the test points
+    AWS_EC2_METADATA_SERVICE_ENDPOINT at its own)."""
+    env = without_keys(s3_env(s3))
+    del env["AWS_EC2_METADATA_DISABLED"]
+    return env
+
+
+def irsa_env(
+    s3: SeaweedS3, token_file: Path, *, sts_url: str | None = None, **extra: str
+) -> dict[str, str]:
+    """A pod's variables for IRSA: no static keys, a web identity token file
+    and the role; SeaweedFS is the STS (at `sts_url`, else through the S3
+    front, so its log shows the call)."""
+    return {
+        **without_keys(s3_env(s3)),
+        "AWS_ROLE_ARN": ROLE_ARN,
+        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
+        "AWS_ROLE_SESSION_NAME": "llmkube-test",
+        "AWS_ENDPOINT_URL_STS": sts_url or s3.endpoint_url,
+        **extra,
+    }
+
+
+def sts_calls(front: SeaweedS3 | S3Front) -> list[int]:
+    """The statuses of the STS calls (POST /) the front saw."""
+    return [r.status for r in front.requests("POST") if r.path == "/"]
+
+
+def kserve_s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
+    """What KServe's s3 credential builder sets for a MinIO-like endpoint."""
+    return {
+        "S3_ENDPOINT": s3.endpoint_url.removeprefix("http://"),
+        "S3_USE_HTTPS": "0",
+        "AWS_ACCESS_KEY_ID": READER[0],
+        "AWS_SECRET_ACCESS_KEY": READER[1],
+        "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_EC2_METADATA_DISABLED": "true",
         **extra,
     }

@@ -8,7 +8,8 @@ contexts the loopback servers and clients need:
   server helper (a `(cert, key)` pair via `ca.cert_pem`/`ca.key_pem`);
 - `ca.ca_dir`: a directory holding only the CA certificate, fit for
   `LLMKUBE_CA_DIR` (the ConfigMap the operator mounts at /custom-certs);
-- `ca.client_context()`: a client context trusting only this CA.
+- `ca.client_context()`: a client context trusting only this CA;
+- `tls_server_context(tmp)`: a new CA's server context and CA directory at once.
 
 The server certificate is a leaf signed by a separate CA certificate, the way
 a private PKI looks, so a client that trusts the CA but not the leaf itself is
@@ -62,3 +63,11 @@ def make_ca(directory: str | Path, hosts: tuple[str, ...] = ("127.0.0.1", "local
     leaf.private_key_pem.write_to_path(str(key_pem))
     key_pem.chmod(0o600)
     return LocalCA(ca_dir=ca_dir, ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem)
+
+
+def tls_server_context(tmp: Path) -> tuple[ssl.SSLContext, Path]:
+    """A private CA and a certificate for 127.0.0.1 under `tmp/pki`: the
+    server context for `Origin(tls=...)` and a directory holding only the CA,
+    fit for LLMKUBE_CA_DIR."""
+    ca = make_ca(tmp / "pki")
+    return ca.server_context(), ca.ca_dir

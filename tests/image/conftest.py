@@ -1,5 +1,5 @@
 """Fixtures of the image tests (marker `image`: `make image-test` builds the
-image and runs them; the plain suite deselects them). See image_support.
+image and runs them; the plain suite deselects them). See tests/harness/image.py.
 `pod` here is the image's (ImagePod); `origin` and the rest are the suite's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.features import missing_feature
-from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref, missing_tools
+from tests.harness.image import Container, ImageConfig, ImagePod, image_ref, missing_tools
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.harness.image import Container, ImageConfig, ImagePod, image_ref
 from tests.harness.origin import Origin
 from tests.harness.sample import gguf_like
-from tests.image.image_support import Container, ImageConfig, ImagePod, image_ref
 
 WARM_FILES = 40
 WARM_FILE_BYTES = 1 << 20

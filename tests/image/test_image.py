@@ -1,6 +1,6 @@
 """The shipped artifact, end to end (#13 items 2, 3, 7): the image `make image`
 built, run by its entrypoint as uid 65532 with a read-only root filesystem
-and only its volumes writable (image_support). Assert what a pod would see:
+and only its volumes writable (tests/harness/image.py). Assert what a pod would see:
 exit codes, termination JSON, bytes and records on the volume, requests the
 origin got, and nothing written anywhere else."""
 
@@ -14,10 +14,10 @@ import pytest
 
 from tests.harness.disk import debris, record_of, snapshot
 from tests.harness.hub import FakeHub
+from tests.harness.image import ROOT, UID, ImageConfig, ImagePod, project_version
 from tests.harness.origin import Origin
 from tests.harness.sample import gguf_like, write_sample_tree
 from tests.harness.seaweed import READER, SeaweedS3
-from tests.image.image_support import ROOT, UID, ImageConfig, ImagePod, project_version
 from tests.image.probe import pyc_problem
 
 pytestmark = pytest.mark.image

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.harness.hub import FakeHub
+from tests.harness.image import KSERVE_MODELS_DIR, UID, Container, ImagePod
 from tests.harness.origin import Origin
 from tests.harness.pod import Run
 from tests.harness.sample import payload
-from tests.harness.seaweed import READER, SeaweedS3
-from tests.image.image_support import KSERVE_MODELS_DIR, UID, Container, ImagePod
+from tests.harness.seaweed import SeaweedS3, kserve_s3_env
 
 pytestmark = pytest.mark.image
 
@@ -70,16 +70,7 @@ def test_an_s3_prefix_with_kserves_variables(pod: ImagePod, s3: SeaweedS3, bucke
     files = {"model.joblib": payload(300 << 10, seed=32), "meta/info.json": b"{}"}
     for rel, data in files.items():
         s3.put(bucket, f"sklearn/iris/{rel}", data)
-    env = {
-        "S3_ENDPOINT": s3.endpoint_url.removeprefix("http://"),
-        "S3_USE_HTTPS": "0",
-        "AWS_ACCESS_KEY_ID": READER[0],
-        "AWS_SECRET_ACCESS_KEY": READER[1],
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-
-    run = pod.run(f"s3://{bucket}/sklearn/iris/", DEST, env=env, tmp_writable=False)
+    run = pod.run(f"s3://{bucket}/sklearn/iris/", DEST, env=kserve_s3_env(s3), tmp_writable=False)
 
     succeeded(run)
     assert shown(pod) == files

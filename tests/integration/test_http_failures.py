@@ -19,6 +19,7 @@ from tests.harness.disk import record_of
 from tests.harness.features import missing_feature
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
+from tests.harness.pod import Run
 from tests.harness.sample import payload
 from tests.harness.tlsca import make_ca
 
@@ -145,12 +146,15 @@ def test_presigned_url_with_head_refused_is_fetched_by_get(origin, pod) -> None:
 # --- timeouts and dead origins --------------------------------------------------------
 
 
-def test_syn_drop_ends_with_the_connect_timeout(pod, watchdog) -> None:
-    with Blackhole("syn-drop") as hole:
+def _dead_host_run(pod, watchdog, mode: str, **timeout: str) -> Run:
+    """One retry against a blackhole of `mode` with a 0.5 s `timeout`."""
+    with Blackhole(mode) as hole:
         watchdog(10, hole.close)
-        run = pod.stage(
-            pod.single_env(hole.url + PATH, LLMKUBE_CONNECT_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
-        ).failed()
+        return pod.stage(pod.single_env(hole.url + PATH, LLMKUBE_RETRIES="1", **timeout)).failed()
+
+
+def test_syn_drop_ends_with_the_connect_timeout(pod, watchdog) -> None:
+    run = _dead_host_run(pod, watchdog, "syn-drop", LLMKUBE_CONNECT_TIMEOUT="0.5")
 
     assert run.reason == "ModelSourceUnreachable"
     assert len(run.sleeps) == 1
@@ -160,11 +164,7 @@ def test_syn_drop_ends_with_the_connect_timeout(pod, watchdog) -> None:
 
 
 def test_silent_origin_ends_with_the_stall_timeout(pod, watchdog) -> None:
-    with Blackhole("accept") as hole:
-        watchdog(10, hole.close)
-        run = pod.stage(
-            pod.single_env(hole.url + PATH, LLMKUBE_STALL_TIMEOUT="0.5", LLMKUBE_RETRIES="1")
-        ).failed()
+    run = _dead_host_run(pod, watchdog, "accept", LLMKUBE_STALL_TIMEOUT="0.5")
 
     assert run.reason == "ModelSourceUnreachable"
     assert len(run.sleeps) == 1

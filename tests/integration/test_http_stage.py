@@ -7,18 +7,16 @@ request log is the evidence of what went over the wire.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-import socket
-import threading
 
 import pytest
 
 from llmkube_stager.model import Decision
 from tests.harness.disk import cached_files, partials, record_of, seed, shell_partial, write_record
-from tests.harness.loopback import accept_until
 from tests.harness.origin import Fault, closed_port_url
+from tests.harness.plan_inputs import unknown_fs
+from tests.harness.relay import CountingRelay
 from tests.harness.sample import payload
 
 PATH = "/files/model.gguf"
@@ -240,55 +238,6 @@ def test_s89_progress_without_a_known_total(origin, pod) -> None:
     assert "\r" not in run.stderr
 
 
-class CountingRelay:
-    """A loopback TCP relay in front of the origin that counts the connections
-    the stager opens (the origin fixture does not expose that)."""
-
-    def __init__(self, target_url: str) -> None:
-        self._target = ("127.0.0.1", int(target_url.rsplit(":", 1)[1]))
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self._stop = threading.Event()
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self.connections = 0
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-
-    def _accept_loop(self) -> None:
-        accept_until(self._listener, self._stop, self._relay)
-
-    def _relay(self, client: socket.socket) -> None:
-        upstream = socket.create_connection(self._target)
-        with self._lock:
-            self.connections += 1
-            self._sockets += [client, upstream]
-        for src, dst in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while chunk := src.recv(256 * KIB):
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(1.0)
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                sock.close()
-
-
 def test_multi_file_stage_reuses_keep_alive_connections(origin, pod) -> None:
     files = [f"model-0000{i}-of-00005.safetensors" for i in range(1, 6)]
     blobs = {rel: payload(64 * KIB, seed=i) for i, rel in enumerate(files)}
@@ -356,7 +305,6 @@ def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(tmp_path, o
 
     from llmkube_stager.config import load_config
     from llmkube_stager.logs import Log
-    from llmkube_stager.model import FsInfo
     from llmkube_stager.staging import Effects, run_stage
 
     data = payload(64 * KIB)
@@ -365,9 +313,6 @@ def test_unknown_filesystem_type_warns_distinctly_and_takes_the_lock(tmp_path, o
     config = load_config(
         {"MODEL_SOURCE": origin.url + "/m.gguf", "MODEL_PATH": str(cache / "m.gguf")}, {}
     )
-
-    def unknown_fs(path: str) -> FsInfo:
-        return FsInfo(path, "unknown", "unknown", None, False, None)
 
     stream = io.StringIO()
     run_stage(config, Effects(log=Log(stream), probe_fs=unknown_fs))

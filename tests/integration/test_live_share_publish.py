@@ -22,13 +22,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.harness.modelsets import warm_set_changed_upstream
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod, multi_env
-from tests.harness.sample import payload
 
 FILES = 96
 SHARDS = 2
-RECORD = ".llmkube-size"
 STOP_AT = 3  # the share stops at its 3rd publish rename
 
 # The CLI with a hook that sends this very process `SIGNAL` when it is about
@@ -56,14 +55,7 @@ main(sys.argv[sys.argv.index("llmkube_stager") + 1 :])
 def _warm(pod: Pod, origin: Origin) -> tuple[dict[str, str], dict[str, bytes]]:
     files = [f"part-{i:03d}.bin" for i in range(FILES)]
     cache = pod.cache_dir
-    cache.mkdir(parents=True)
-    new = {}
-    for i, rel in enumerate(files):
-        old = payload(700 + i, i)
-        (cache / rel).write_bytes(old)
-        (cache / (rel + RECORD)).write_text(str(len(old)))
-        new[rel] = payload(1500 + i, 500 + i)
-        origin.put(f"/repo/{rel}", new[rel])
+    new = warm_set_changed_upstream(cache, origin, files, (700, 1500), new_seed=500)
     env = {**multi_env(origin.url + "/repo/", cache, files), "LLMKUBE_RETRIES": "0"}
     return env, new
 

@@ -16,8 +16,8 @@ import pytest
 from tests.harness.disk import partials, record_of
 from tests.harness.origin import Fault, Origin
 from tests.harness.pod import Pod
+from tests.harness.relay import CountingRelay
 from tests.harness.sample import payload
-from tests.integration.test_http_stage import CountingRelay
 
 REPO = "/org/repo/resolve/main"
 KIB = 1024

@@ -2,7 +2,7 @@
 issue in-process (`pod.stage`) against real loopback origins and real files; each failed
 before its fix (see the commit messages).
 
-The lying origins are `tests/torture/rawhttp.RawOrigin` (full control of
+The lying origins are `tests/harness/rawhttp.RawOrigin` (full control of
 the wire) and the loopback `Origin` with faults.
 """
 
@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.layout import private_partial_path, segmented_paths, validator_of
+from tests.harness.disk import seed
 from tests.harness.origin import Fault, Origin
 from tests.harness.pod import IMPATIENT, Pod, single_env
+from tests.harness.rawhttp import RawOrigin, Reply, Request, serve
 from tests.harness.sample import payload
-from tests.torture.rawhttp import RawOrigin, Reply, Request, serve
 
 MIB = 1 << 20
 PATH = "/models/model.gguf"
@@ -81,6 +82,13 @@ def test_d1_partial_taken_away_between_attempts_is_not_rebuilt_at_the_wrong_offs
 # -- defect 2: never resume a partial another process holds open ---------------------
 
 
+def _hour_old_partial(dest: Path, data: bytes) -> Path:
+    """Writer "deadbeef"'s partial of `dest` holding the first MiB of `data`
+    (ETag "v1"), last written an hour ago."""
+    partial = private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef")
+    return seed(Path(partial), data[:MIB], age_s=3600)
+
+
 def test_d2_a_partial_whose_writer_holds_it_is_not_adopted(pod: Pod, tmp_path: Path) -> None:
     """Off FUSE the directory lock was taken as proof that nobody else
     writes; a live writer that flock does not reach (another node of an
@@ -89,11 +97,7 @@ def test_d2_a_partial_whose_writer_holds_it_is_not_adopted(pod: Pod, tmp_path: P
     proof of life."""
     data = payload(2 * MIB, 2)
     dest = dest_of(tmp_path)
-    dest.parent.mkdir(parents=True)
-    live = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
-    live.write_bytes(data[:MIB])
-    old = time.time() - 3600
-    os.utime(live, (old, old))
+    live = _hour_old_partial(dest, data)
     holder = os.open(live, os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
@@ -116,11 +120,8 @@ def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(
     may share a partial: the adopter must never cut bytes the other wrote."""
     data = payload(8 * MIB, 3)
     dest = dest_of(tmp_path)
-    dest.parent.mkdir(parents=True)
-    path = Path(private_partial_path(str(dest), validator_of(len(data), '"v1"'), "deadbeef"))
-    path.write_bytes(data[:MIB])
-    old = time.time() - 3600
-    os.utime(path, (old, old))
+    path = _hour_old_partial(dest, data)
+    old = path.stat().st_mtime
     shrunk: list[tuple[int, int]] = []
     stop = threading.Event()
 

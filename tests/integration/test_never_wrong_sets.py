@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -22,41 +21,19 @@ import pytest
 
 from llmkube_stager.errors import Cancelled
 from tests.harness.hub import FakeHub
+from tests.harness.modelsets import (
+    REPO,
+    SHARDS,
+    SimulatedKill,
+    commit_files,
+    hf_env,
+    interrupt_after_first_publish,
+    warm_set_changed_upstream,
+)
 from tests.harness.origin import Fault, Origin
 from tests.harness.pod import Pod, as_fuse
-from tests.harness.sample import payload
 
-REPO = "org/model"
-SHARDS = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
 RECORD = ".llmkube-size"
-
-
-def commit_files(seed: int) -> dict[str, bytes]:
-    config = json.dumps({"seed": seed, "pad": "x" * 40}).encode()
-    return {
-        SHARDS[0]: config,
-        SHARDS[1]: payload(256 * 1024, seed * 10 + 1),
-        SHARDS[2]: payload(256 * 1024, seed * 10 + 2),
-    }
-
-
-class SimulatedKill(BaseException):
-    """Stands for a SIGKILL at this moment: nothing after it runs that a
-    kill would not have run (no publish, no record, no intent cleared)."""
-
-
-def hf_env(tmp_path: Path, hub: FakeHub, **extra: str) -> dict[str, str]:
-    return {
-        "MODEL_SOURCE": f"hf://{REPO}@main",
-        "HF_ENDPOINT": hub.url,
-        "CACHE_DIR": str(tmp_path / "cache"),
-        "MODEL_FILES": "\n".join(SHARDS),
-        "LLMKUBE_CONNECT_TIMEOUT": "2",
-        "LLMKUBE_STALL_TIMEOUT": "2",
-        "LLMKUBE_RETRIES": "0",
-        "LLMKUBE_CA_DIR": str(tmp_path / "no-certs"),
-        **extra,
-    }
 
 
 def on_disk(tmp_path: Path) -> dict[str, bytes]:
@@ -127,15 +104,7 @@ def test_d12_a_copy_without_validators_is_verified_not_judged_by_size(
 def _warm_set(tmp_path: Path, origin: Origin, n: int) -> tuple[list[str], dict[str, bytes]]:
     files = [f"shard-{i:02d}.bin" for i in range(n)]
     cache = tmp_path / "cache"
-    cache.mkdir()
-    new = {}
-    for i, rel in enumerate(files):
-        old = payload(4096 + i, i)
-        (cache / rel).write_bytes(old)
-        (cache / (rel + RECORD)).write_text(str(len(old)))
-        new[rel] = payload(8192 + i, 100 + i)
-        origin.put(f"/repo/{rel}", new[rel])
-    return files, new
+    return files, warm_set_changed_upstream(cache, origin, files, (4096, 8192), new_seed=100)
 
 
 def _http_env(tmp_path: Path, origin: Origin, files: list[str], **extra: str) -> dict[str, str]:
@@ -149,17 +118,6 @@ def _http_env(tmp_path: Path, origin: Origin, files: list[str], **extra: str) ->
     }
 
 
-def _interrupt_after_first_publish(action: Callable[[], None]) -> Callable[[str], None]:
-    fired: list[bool] = []
-
-    def hook(text: str) -> None:
-        if "revalidated (downloaded)" in text and not fired:
-            fired.append(True)
-            action()
-
-    return hook
-
-
 def test_d13_sigterm_during_the_publish_loop_never_leaves_a_mixed_set(
     pod: Pod, tmp_path: Path
 ) -> None:
@@ -170,7 +128,7 @@ def test_d13_sigterm_during_the_publish_loop_never_leaves_a_mixed_set(
     try:
         with Origin() as origin:
             files, new = _warm_set(tmp_path, origin, 12)
-            hook = _interrupt_after_first_publish(lambda: os.kill(os.getpid(), signal.SIGTERM))
+            hook = interrupt_after_first_publish(lambda: os.kill(os.getpid(), signal.SIGTERM))
             run = pod.stage(_http_env(tmp_path, origin, files), on_line=hook)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -194,7 +152,7 @@ def test_d13_a_publish_killed_halfway_is_refused_by_readers_and_rolled_forward(
         files, new = _warm_set(tmp_path, origin, 6)
         env = _http_env(tmp_path, origin, files)
         with pytest.raises(SimulatedKill):
-            pod.stage(env, on_line=_interrupt_after_first_publish(kill))
+            pod.stage(env, on_line=interrupt_after_first_publish(kill))
         cache = tmp_path / "cache"
         assert (cache / files[0]).read_bytes() == new[files[0]]
         assert (cache / files[-1]).read_bytes() != new[files[-1]]

@@ -28,12 +28,6 @@ CANARY = "proxy-canary-Zq81xK"
 
 
 @pytest.fixture
-def proxy() -> Iterator[ForwardProxy]:
-    with ForwardProxy() as server:
-        yield server
-
-
-@pytest.fixture
 def tls_origin(tmp_path: Path) -> Iterator[tuple[Origin, Path]]:
     ca = make_ca(tmp_path / "pki")
     ca_dir = tmp_path / "custom-certs"

@@ -15,6 +15,14 @@ from llmkube_stager.cache.publish import publish, stamp_published
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.model import PinState
 from tests.harness.hub import FakeHub
+from tests.harness.modelsets import (
+    REPO,
+    SHARDS,
+    SimulatedKill,
+    commit_files,
+    hf_env,
+    interrupt_after_first_publish,
+)
 from tests.harness.pod import Pod
 
 SIZE_BYTES = 16 * evidence.BLOCK_BYTES
@@ -78,14 +86,6 @@ def test_a_roll_forward_never_records_the_new_validator_for_an_old_file_of_one_s
     partial gone and the destination "of its size" (the old file): it took
     it for renamed into place and recorded the new commit's blob id for the
     old bytes, and every later OnChange start kept the old file as new."""
-    from tests.integration.test_never_wrong_sets import (
-        REPO,
-        SHARDS,
-        SimulatedKill,
-        _interrupt_after_first_publish,
-        commit_files,
-        hf_env,
-    )
 
     def kill() -> None:
         raise SimulatedKill
@@ -99,7 +99,7 @@ def test_a_roll_forward_never_records_the_new_validator_for_an_old_file_of_one_s
     assert first.error is None, first.stderr
     hub.move_branch(REPO, "main", new)
     with pytest.raises(SimulatedKill):
-        pod.stage(env, on_line=_interrupt_after_first_publish(kill))
+        pod.stage(env, on_line=interrupt_after_first_publish(kill))
     left = sorted(p for p in os.listdir(cache) if p.endswith(".llmkube-part.tmp"))
     assert left, "no partial left by the killed publish"
     rel = next(r for r in SHARDS if left[0].startswith(r + "."))

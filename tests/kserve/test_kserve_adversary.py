@@ -106,6 +106,20 @@ def _zip_bad_stream(method: int) -> bytes:
     return bytes(raw)
 
 
+def _assert_rejected(pod: Pod, origin: Origin, path: str, archive: bytes, staged: str) -> Path:
+    """KServe's form on `archive`, served at `path`: ModelSourceRejected
+    (exit 4) and nothing at DEST_DIR/`staged`. Returns DEST_DIR."""
+    origin.put(path, archive)
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}{path}", str(dest))
+
+    assert run.returncode == 4, str(run)
+    assert run.compact_term()["reason"] == "ModelSourceRejected"
+    assert not (dest / staged).exists()
+    return dest
+
+
 @pytest.mark.parametrize(
     "build",
     [
@@ -119,14 +133,7 @@ def test_an_unreadable_zip_is_rejected_not_an_internal_error(
     pod: Pod, origin: Origin, build: object
 ) -> None:
     assert callable(build)
-    origin.put("/z/m.zip", build())
-    dest = pod.tmp / "mnt" / "models"
-
-    run = pod.run(f"{origin.url}/z/m.zip", str(dest))
-
-    assert run.returncode == 4, str(run)
-    assert run.compact_term()["reason"] == "ModelSourceRejected"
-    assert not (dest / "model.onnx").exists()
+    dest = _assert_rejected(pod, origin, "/z/m.zip", build(), "model.onnx")
     assert not list((dest / ".llmkube-stager").glob("unpack.*"))
 
 
@@ -142,14 +149,8 @@ def test_a_bad_compressed_tar_is_rejected_not_an_internal_error(
     raw = bytearray(compress(good.getvalue()))
     for i in range(200, 260):
         raw[i] ^= 0x5A
-    origin.put("/t/m.tar", bytes(raw))  # tarfile's r:* reads bzip2 / xz whatever the name
-    dest = pod.tmp / "mnt" / "models"
-
-    run = pod.run(f"{origin.url}/t/m.tar", str(dest))
-
-    assert run.returncode == 4, str(run)
-    assert run.compact_term()["reason"] == "ModelSourceRejected"
-    assert not (dest / "w.bin").exists()
+    # tarfile's r:* reads bzip2 / xz whatever the name
+    _assert_rejected(pod, origin, "/t/m.tar", bytes(raw), "w.bin")
 
 
 def test_s3_endpoint_with_userinfo_never_shows_the_password(pod: Pod, tmp_path: Path) -> None:
@@ -210,14 +211,7 @@ def test_more_hostile_tars_are_refused(pod: Pod, origin: Origin, kind: str) -> N
         _member(tar, "w.bin", tarfile.REGTYPE, data=WEIGHTS_A)
         HOSTILE[kind](tar)
 
-    origin.put("/h/m.tgz", _tar_raw(build))
-    dest = pod.tmp / "mnt" / "models"
-
-    run = pod.run(f"{origin.url}/h/m.tgz", str(dest))
-
-    assert run.returncode == 4, str(run)
-    assert run.compact_term()["reason"] == "ModelSourceRejected"
-    assert not (dest / "w.bin").exists()
+    _assert_rejected(pod, origin, "/h/m.tgz", _tar_raw(build), "w.bin")
 
 
 def test_a_tar_of_dot_as_tar_c_makes_it_is_unpacked(pod: Pod, origin: Origin) -> None:

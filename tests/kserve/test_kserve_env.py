@@ -16,23 +16,10 @@ from tests.harness.canary import assert_no_leak, canary, outputs_of
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
-from tests.harness.seaweed import PUBLIC_BUCKET, READER, SeaweedS3
+from tests.harness.seaweed import PUBLIC_BUCKET, READER, SeaweedS3, kserve_s3_env
 from tests.harness.tlsca import make_ca
 
 pytestmark = pytest.mark.e2e
-
-
-def kserve_s3_env(s3: SeaweedS3, **extra: str) -> dict[str, str]:
-    """What KServe's s3 credential builder sets for a MinIO-like endpoint."""
-    return {
-        "S3_ENDPOINT": s3.endpoint_url.removeprefix("http://"),
-        "S3_USE_HTTPS": "0",
-        "AWS_ACCESS_KEY_ID": READER[0],
-        "AWS_SECRET_ACCESS_KEY": READER[1],
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        **extra,
-    }
 
 
 def test_s3_endpoint_without_a_scheme_and_use_https_0(pod: Pod, s3: SeaweedS3, bucket: str) -> None:

@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from policy_support import ON_CHANGE, fuse_fs, methods, read_only_fs, serve_repo
 
 from tests.harness.disk import record_of, seed, snapshot
-from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
-from tests.harness.pod import Pod
+from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url, methods, serve_repo
+from tests.harness.plan_inputs import fuse_fs, read_only_fs
+from tests.harness.pod import ON_CHANGE, Pod
 from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from policy_support import ON_CHANGE, fuse_fs, methods
 
 from tests.harness.disk import debris, record_of, seed, snapshot
 from tests.harness.features import missing_feature
-from tests.harness.origin import Fault, Origin, closed_port_url
-from tests.harness.pod import Pod
+from tests.harness.origin import Fault, Origin, closed_port_url, methods
+from tests.harness.plan_inputs import fuse_fs
+from tests.harness.pod import ON_CHANGE, Pod
 from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e

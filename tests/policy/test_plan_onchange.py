@@ -11,6 +11,8 @@ DOWN does not answer.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from llmkube_stager.errors import Reason
@@ -19,7 +21,6 @@ from llmkube_stager.model import (
     CacheState,
     Decision,
     FsInfo,
-    LocalFile,
     LocalState,
     Manifest,
     PinState,
@@ -29,18 +30,22 @@ from llmkube_stager.model import (
     Role,
 )
 from llmkube_stager.plan import failed, make_plan, probes_needed
+from tests.harness import plan_inputs
+from tests.harness.plan_inputs import (
+    BASE_URL,
+    EXT4,
+    FUSE,
+    PIN,
+    READ_ONLY,
+    REL,
+    ROOT,
+    SIZE,
+    UNKNOWN,
+    cache_of,
+    local_file,
+    manifest_of,
+)
 
-ROOT = "/models/0123456789abcdef"
-BASE = "https://huggingface.co/org/repo/resolve/main/"
-REL = "model.safetensors"
-PIN = "ab" * 32
-
-EXT4 = FsInfo(ROOT, "ext4", "ext4", is_fuse=False, read_only=False, free_bytes=10**12)
-FUSE = FsInfo(ROOT, "fuse.blobfuse2", "blobfuse2", is_fuse=True, read_only=False, free_bytes=0)
-UNKNOWN = FsInfo(ROOT, "unknown", "unknown", is_fuse=None, read_only=False, free_bytes=None)
-READ_ONLY = FsInfo(ROOT, "ext4", "ext4", is_fuse=False, read_only=True, free_bytes=10**12)
-
-SIZE = 1000
 # Origin outcomes as Remote values.
 UP_SAME = Remote(answered=True, size_bytes=SIZE)
 UP_CHANGED = Remote(answered=True, size_bytes=2 * SIZE)
@@ -65,56 +70,8 @@ PINNED_KEPT_LINE = (
 )
 
 
-def local(
-    state: LocalState,
-    rel: str = REL,
-    pin: PinState = PinState.UNPINNED,
-    marker: bool = False,
-) -> LocalFile:
-    """COMPLETE: 1000 bytes, record 1000; MISMATCH: 5 bytes, record 23
-    (scenario 28); LEGACY: 1000 bytes, no record."""
-    if state is COMPLETE:
-        return LocalFile(rel, state, SIZE, SIZE, pin=pin, marker=marker)
-    if state is MISMATCH:
-        return LocalFile(rel, state, 5, 23, pin=pin, marker=marker)
-    if state is LEGACY:
-        return LocalFile(rel, state, SIZE, None, pin=pin, marker=marker)
-    return LocalFile(rel, state, pin=pin, marker=marker)
-
-
-def manifest(*locals_: LocalFile, multi: bool = True, pinned: bool = False) -> Manifest:
-    files = tuple(
-        RemoteFile(
-            f.rel,
-            BASE + f.rel if multi else "https://host/models/" + f.rel,
-            f"{ROOT}/{f.rel}",
-            sha256=PIN if pinned else None,
-        )
-        for f in locals_
-    )
-    return Manifest("hf", ROOT, files, multi, "hf://org/repo")
-
-
-def plan_of(
-    *locals_: LocalFile,
-    remote: dict[str, Remote] | None = None,
-    fs: FsInfo = EXT4,
-    role: Role = "serving",
-    multi: bool | None = None,
-    policy: str = "OnChange",
-    pinned: bool = False,
-) -> Plan:
-    if multi is None:
-        multi = len(locals_) > 1
-    cache = CacheState(True, {f.rel: f for f in locals_})
-    return make_plan(
-        manifest(*locals_, multi=multi, pinned=pinned),
-        cache,
-        fs,
-        role,
-        policy,  # type: ignore[arg-type]
-        remote,
-    )
+# This module's plans are OnChange's unless a test says otherwise.
+plan_of = partial(plan_inputs.plan_of, policy="OnChange")
 
 
 def one(
@@ -127,7 +84,7 @@ def one(
     marker: bool = False,
     policy: str = "OnChange",
 ) -> tuple[Plan, Action]:
-    lf = local(state, pin=pin, marker=marker)
+    lf = local_file(state, pin=pin, marker=marker)
     plan = plan_of(
         lf,
         remote=None if remote is None else {REL: remote},
@@ -155,21 +112,26 @@ WRITERS = [
 
 
 def test_probes_needed_if_not_present_asks_nobody() -> None:
-    files = (local(COMPLETE, "a"), local(LEGACY, "b"), local(MISMATCH, "c"), local(MISSING, "d"))
-    cache = CacheState(True, {f.rel: f for f in files})
-    assert probes_needed(manifest(*files), cache, "IfNotPresent") == ()
+    files = (
+        local_file(COMPLETE, "a"),
+        local_file(LEGACY, "b"),
+        local_file(MISMATCH, "c"),
+        local_file(MISSING, "d"),
+    )
+    cache = cache_of(files)
+    assert probes_needed(manifest_of(*files), cache, "IfNotPresent") == ()
 
 
 def test_probes_needed_on_change_asks_about_present_files_in_manifest_order() -> None:
     files = (
-        local(LEGACY, "z-legacy"),
-        local(MISSING, "a-missing"),
-        local(COMPLETE, "m-complete"),
-        local(MISMATCH, "b-truncated"),
-        local(LocalState.NOT_A_FILE, "dir"),
+        local_file(LEGACY, "z-legacy"),
+        local_file(MISSING, "a-missing"),
+        local_file(COMPLETE, "m-complete"),
+        local_file(MISMATCH, "b-truncated"),
+        local_file(LocalState.NOT_A_FILE, "dir"),
     )
-    cache = CacheState(True, {f.rel: f for f in files})
-    assert probes_needed(manifest(*files), cache, "OnChange") == (
+    cache = cache_of(files)
+    assert probes_needed(manifest_of(*files), cache, "OnChange") == (
         "z-legacy",
         "m-complete",
         "b-truncated",
@@ -178,11 +140,11 @@ def test_probes_needed_on_change_asks_about_present_files_in_manifest_order() ->
 
 def test_probes_needed_skips_a_file_whose_marker_already_answers() -> None:
     # spec §5.3 item 9: a marker for the pinned digest means 0 requests, HEAD included.
-    kept = local(COMPLETE, "kept.bin", pin=PinState.STAMP_HIT, marker=True)
-    bad = local(COMPLETE, "bad.bin", pin=PinState.MISMATCH, marker=True)
-    asked = local(COMPLETE, "asked.bin", pin=PinState.STAMP_HIT)
-    cache = CacheState(True, {f.rel: f for f in (kept, bad, asked)})
-    assert probes_needed(manifest(kept, bad, asked, pinned=True), cache, "OnChange") == (
+    kept = local_file(COMPLETE, "kept.bin", pin=PinState.STAMP_HIT, marker=True)
+    bad = local_file(COMPLETE, "bad.bin", pin=PinState.MISMATCH, marker=True)
+    asked = local_file(COMPLETE, "asked.bin", pin=PinState.STAMP_HIT)
+    cache = cache_of((kept, bad, asked))
+    assert probes_needed(manifest_of(kept, bad, asked, pinned=True), cache, "OnChange") == (
         "asked.bin",
     )
 
@@ -409,23 +371,25 @@ def test_8_2_fuse_reader_legacy_warns_and_never_backfills(remote: Remote) -> Non
 
 
 @pytest.mark.parametrize(
-    "remote", [UP_CHANGED, NO_SIZE, DOWN, None], ids=["changed", "no-size", "down", "not-probed"]
+    "remote",
+    [
+        UP_CHANGED,
+        NO_SIZE,
+        DOWN,
+        None,
+        # A reader cannot fix the stale record, so the origin's size alone does
+        # not make it servable (a writer reuses it and rewrites the record,
+        # §8.1 row 3).
+        Remote(answered=True, size_bytes=5),
+    ],
+    ids=["changed", "no-size", "down", "not-probed", "origin-confirms-local-size"],
 )
 def test_8_2_fuse_reader_failing_local_checks_is_refused(remote: Remote | None) -> None:
+    # §8.2 "present, fails local checks -> refusal exit 1", whatever the origin says.
     plan, action = one(MISMATCH, remote, fs=FUSE)
     assert action.decision is Decision.FAIL
     assert action.failure is Reason.CACHE_LOCK_UNSUPPORTED
     assert not plan.needs_network and not plan.writes
-
-
-def test_8_2_fuse_reader_truncated_but_origin_confirms_local_size_is_refused() -> None:
-    # §8.2 "present, fails local checks -> refusal exit 1": a reader cannot fix
-    # the stale record, so the origin's size alone does not make it servable
-    # (a writer reuses it and rewrites the record, §8.1 row 3).
-    plan, action = one(MISMATCH, Remote(answered=True, size_bytes=5), fs=FUSE)
-    assert action.decision is Decision.FAIL
-    assert action.failure is Reason.CACHE_LOCK_UNSUPPORTED
-    assert not plan.writes
 
 
 @pytest.mark.parametrize("remote", [UP_SAME, UP_CHANGED, DOWN], ids=["same", "changed", "down"])
@@ -480,7 +444,7 @@ def test_read_only_cache_that_must_be_written_is_unwritable(state: LocalState) -
 def single(
     state: LocalState, remote: Remote | None, fs: FsInfo = EXT4, role: Role = "serving"
 ) -> Action:
-    lf = local(state, rel="model.gguf")
+    lf = local_file(state, rel="model.gguf")
     plan = plan_of(
         lf, remote=None if remote is None else {"model.gguf": remote}, fs=fs, role=role, multi=False
     )
@@ -635,25 +599,25 @@ def test_pin_marker_without_a_verified_copy_fails_before_any_transfer(
 
 
 def test_pin_single_file_marker_names_spec_sha256() -> None:
-    lf = local(MISSING, rel="model.gguf", pin=PinState.ABSENT, marker=True)
+    lf = local_file(MISSING, rel="model.gguf", pin=PinState.ABSENT, marker=True)
     plan = plan_of(lf, multi=False, pinned=True, policy="IfNotPresent")
     assert plan.actions[0].decision is Decision.FAIL
     assert "spec.sha256 mismatch for model.gguf" in plan.actions[0].why
 
 
-def test_pin_missing_without_marker_is_fetched() -> None:
-    for policy in ("IfNotPresent", "OnChange"):
-        assert one(MISSING, None, pin=PinState.ABSENT, policy=policy)[1].decision is Decision.FETCH
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+def test_pin_missing_without_marker_is_fetched(policy: str) -> None:
+    assert one(MISSING, None, pin=PinState.ABSENT, policy=policy)[1].decision is Decision.FETCH
 
 
 def test_partially_pinned_set_plans_the_unpinned_file_like_the_unpinned_path() -> None:
-    pinned = local(COMPLETE, "model.safetensors", pin=PinState.STAMP_HIT)
-    unpinned = local(COMPLETE, "config.json")
+    pinned = local_file(COMPLETE, "model.safetensors", pin=PinState.STAMP_HIT)
+    unpinned = local_file(COMPLETE, "config.json")
     remote = {"model.safetensors": UP_CHANGED, "config.json": UP_SAME}
     cache = CacheState(True, {"model.safetensors": pinned, "config.json": unpinned})
     files = (
-        RemoteFile("model.safetensors", BASE + "model.safetensors", ROOT + "/m", sha256=PIN),
-        RemoteFile("config.json", BASE + "config.json", ROOT + "/c"),
+        RemoteFile("model.safetensors", BASE_URL + "model.safetensors", ROOT + "/m", sha256=PIN),
+        RemoteFile("config.json", BASE_URL + "config.json", ROOT + "/c"),
     )
     mixed = make_plan(
         Manifest("hf", ROOT, files, True, "x"), cache, EXT4, "serving", "OnChange", remote
@@ -668,10 +632,10 @@ def test_partially_pinned_set_plans_the_unpinned_file_like_the_unpinned_path() -
 
 def test_on_change_plan_mixes_rows_and_fails_on_the_first_failure() -> None:
     files = (
-        local(COMPLETE, "config.json"),
-        local(COMPLETE, "model-00001.safetensors"),
-        local(MISMATCH, "model-00002.safetensors"),
-        local(MISSING, "tokenizer.json"),
+        local_file(COMPLETE, "config.json"),
+        local_file(COMPLETE, "model-00001.safetensors"),
+        local_file(MISMATCH, "model-00002.safetensors"),
+        local_file(MISSING, "tokenizer.json"),
     )
     remote = {
         "config.json": UP_SAME,
@@ -690,7 +654,7 @@ def test_on_change_plan_mixes_rows_and_fails_on_the_first_failure() -> None:
 
 
 def test_on_change_warm_offline_plan_writes_nothing() -> None:
-    files = tuple(local(COMPLETE, f"model-{i:05d}.safetensors") for i in range(1, 21))
+    files = tuple(local_file(COMPLETE, f"model-{i:05d}.safetensors") for i in range(1, 21))
     plan = plan_of(*files, remote={f.rel: DOWN for f in files})
     assert {a.decision for a in plan.actions} == {Decision.KEEP}
     assert not plan.writes and not plan.needs_network and failed(plan) is None

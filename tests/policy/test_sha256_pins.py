@@ -10,20 +10,20 @@ import os
 from pathlib import Path
 
 import pytest
-from policy_support import (
-    ON_CHANGE,
+
+from tests.harness.disk import (
+    debris,
     markers,
-    methods,
-    serve_repo,
-    sha,
+    record_of,
+    seed,
+    sha256,
+    snapshot,
     stamp,
     stamp_triple,
     write_stamp,
 )
-
-from tests.harness.disk import debris, record_of, seed, snapshot
-from tests.harness.origin import Fault, Origin, closed_port_url
-from tests.harness.pod import Pod
+from tests.harness.origin import Fault, Origin, closed_port_url, methods, serve_repo
+from tests.harness.pod import ON_CHANGE, Pod
 from tests.harness.sample import payload
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +31,8 @@ pytestmark = pytest.mark.e2e
 PATH = "/files/model.gguf"
 DATA = payload(64 * 1024, seed=41)
 MOVED = payload(70 * 1024, seed=42)
-GOOD = sha(DATA)
-WRONG = sha(b"not the model")
+GOOD = sha256(DATA)
+WRONG = sha256(b"not the model")
 
 SHARD = "model.safetensors"
 CONFIG = "config.json"
@@ -137,8 +137,8 @@ def test_s91_resumed_download_is_hashed_over_the_whole_file(pod: Pod, origin: Or
     # A matching partial is resumed with a Range request; the digest must
     # cover the resumed prefix too, or the pin would reject a good file.
     dest = served(pod, origin)
-    etag = '"' + sha(DATA)[:16] + '"'
-    key = sha(f"CL{len(DATA)}ET{etag}".encode())[:12]
+    etag = '"' + sha256(DATA)[:16] + '"'
+    key = sha256(f"CL{len(DATA)}ET{etag}".encode())[:12]
     seed(Path(f"{dest}.{key}.tmp"), DATA[:20000], age_s=3600)
 
     pod.stage(MODEL_SHA256=GOOD).ok()
@@ -428,18 +428,18 @@ def repo(pod: Pod, origin: Origin) -> Path:
 
 
 def test_s92_pinned_file_verified_and_unpinned_file_staged(pod: Pod, origin, repo) -> None:
-    run = pod.run(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
+    run = pod.run(MODEL_FILE_SHA256=file_pins((sha256(REPO_FILES[SHARD]), SHARD))).ok()
 
     for rel, data in REPO_FILES.items():
         assert (repo / rel).read_bytes() == data
         assert record_of(repo / rel) == str(len(data))
-    assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha(REPO_FILES[SHARD]))
+    assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha256(REPO_FILES[SHARD]))
     assert stamp(repo / CONFIG) is None  # unpinned: no protection, no stamp
     assert run.stats == (2, 2, 0, 0)
 
 
 def test_s92_warm_pinned_file_is_a_stamp_hit_with_zero_requests(pod: Pod, origin, repo) -> None:
-    pins = file_pins((sha(REPO_FILES[SHARD]), SHARD))
+    pins = file_pins((sha256(REPO_FILES[SHARD]), SHARD))
     pod.stage(MODEL_FILE_SHA256=pins).ok()
     origin.clear_log()
 
@@ -480,7 +480,7 @@ def test_s92_marker_bounds_retries_under_both_policies(pod: Pod, origin, repo, p
 
 
 def test_s92_onchange_moved_upstream_keeps_the_pinned_shard(pod: Pod, origin, repo) -> None:
-    pins = file_pins((sha(REPO_FILES[SHARD]), SHARD))
+    pins = file_pins((sha256(REPO_FILES[SHARD]), SHARD))
     pod.stage(MODEL_FILE_SHA256=pins).ok()
     origin.put(f"/org/repo/resolve/main/{SHARD}", MOVED)
 
@@ -493,7 +493,7 @@ def test_s92_onchange_moved_upstream_keeps_the_pinned_shard(pod: Pod, origin, re
     assert run.line_with(line).startswith(("WARNING: " + line, line))
     assert f"Model artifact {CONFIG} revalidated (unchanged, skipped download)" in run.stderr
     assert (repo / SHARD).read_bytes() == REPO_FILES[SHARD]
-    assert markers(repo / SHARD) == [sha(REPO_FILES[SHARD])]
+    assert markers(repo / SHARD) == [sha256(REPO_FILES[SHARD])]
     origin.clear_log()
     again = pod.stage(MODEL_FILE_SHA256=pins, **ON_CHANGE).ok()
     assert line in again.stderr
@@ -506,7 +506,7 @@ def test_without_pins_nothing_of_the_digest_machinery_shows(pod: Pod, origin: Or
     plain = pod.multi(base, [SHARD, CONFIG], key="plain")
     unpinned_run = pod.stage().ok()
     mixed = pod.multi(base, [SHARD, CONFIG], key="mixed")
-    mixed_run = pod.stage(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
+    mixed_run = pod.stage(MODEL_FILE_SHA256=file_pins((sha256(REPO_FILES[SHARD]), SHARD))).ok()
 
     assert sorted(p.name for p in plain.iterdir()) == sorted(
         [SHARD, CONFIG, SHARD + ".llmkube-size", CONFIG + ".llmkube-size", ".llmkube.lock"]
@@ -520,7 +520,7 @@ def test_without_pins_nothing_of_the_digest_machinery_shows(pod: Pod, origin: Or
 
 
 def test_s92_onchange_pinned_unchanged_is_a_stamp_hit(pod: Pod, origin, repo) -> None:
-    pins = file_pins((sha(REPO_FILES[SHARD]), SHARD))
+    pins = file_pins((sha256(REPO_FILES[SHARD]), SHARD))
     pod.stage(MODEL_FILE_SHA256=pins).ok()
     origin.clear_log()
 
@@ -537,11 +537,11 @@ def test_s92_onchange_offline_pinned_shard_kept_when_it_verifies(pod: Pod) -> No
     for rel, data in REPO_FILES.items():
         seed(cache / rel, data, record=len(data))
 
-    run = pod.stage(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD)), **ON_CHANGE)
+    run = pod.stage(MODEL_FILE_SHA256=file_pins((sha256(REPO_FILES[SHARD]), SHARD)), **ON_CHANGE)
 
     run.ok()
     assert f"Revalidation unreachable for {SHARD}; kept cached copy" in run.stderr
-    assert stamp(cache / SHARD) == stamp_triple(cache / SHARD, sha(REPO_FILES[SHARD]))
+    assert stamp(cache / SHARD) == stamp_triple(cache / SHARD, sha256(REPO_FILES[SHARD]))
 
 
 def test_s92_fault_during_pinned_download_never_publishes_unverified_bytes(
@@ -552,9 +552,9 @@ def test_s92_fault_during_pinned_download_never_publishes_unverified_bytes(
         f"/org/repo/resolve/main/{SHARD}", Fault(truncate_after=10000, times=1, methods=("GET",))
     )
 
-    pod.stage(MODEL_FILE_SHA256=file_pins((sha(REPO_FILES[SHARD]), SHARD))).ok()
+    pod.stage(MODEL_FILE_SHA256=file_pins((sha256(REPO_FILES[SHARD]), SHARD))).ok()
 
     assert (repo / SHARD).read_bytes() == REPO_FILES[SHARD]
-    assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha(REPO_FILES[SHARD]))
+    assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha256(REPO_FILES[SHARD]))
     gets = origin.requests(f"/org/repo/resolve/main/{SHARD}", "GET")
     assert len(gets) == 2 and gets[1].headers.get("range") == "bytes=10000-"

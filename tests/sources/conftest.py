@@ -7,12 +7,12 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from sources.support import BUDGET
+from tests.harness.pod import SOURCE_BUDGET
 
 
 @pytest.fixture
 def pod_budget() -> Mapping[str, str]:
-    return BUDGET
+    return SOURCE_BUDGET
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,31 +12,26 @@ hub behind the real huggingface_hub client.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sources.s3_support import KIB, s3_env, without_keys
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Blackhole, Origin
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Front
-from tests.harness.sample import payload
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import imds_env, irsa_env, s3_env, sts_calls
 from tests.harness.sts import ROLE_ARN
 from tests.harness.tlsca import LocalCA, make_ca
+
+pytestmark = pytest.mark.floors
 
 REPO = "org/repo"
 PROXY_PASSWORD = "proxyCANARY-u7Hq2LmZ"
 # The whole of loopback, the way clusters list their pod and service ranges.
 CIDR = "127.0.0.0/8"
-
-
-@pytest.fixture
-def proxy() -> Iterator[ForwardProxy]:
-    with ForwardProxy() as server:
-        yield server
 
 
 @pytest.fixture
@@ -50,20 +45,6 @@ def proxied(url: str, no_proxy: str | None = None) -> dict[str, str]:
     if no_proxy is not None:
         env.update(NO_PROXY=no_proxy, no_proxy=no_proxy)
     return env
-
-
-def irsa_env(s3, token_file: Path, sts_url: str | None = None) -> dict[str, str]:
-    return {
-        **without_keys(s3_env(s3)),
-        "AWS_ROLE_ARN": ROLE_ARN,
-        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
-        "AWS_ROLE_SESSION_NAME": "llmkube-test",
-        "AWS_ENDPOINT_URL_STS": sts_url or s3.endpoint_url,
-    }
-
-
-def sts_posts(front) -> list[int]:
-    return [r.status for r in front.requests("POST") if r.path == "/"]
 
 
 # -- item 2: one proxy decision for every client --------------------------------------------------
@@ -86,7 +67,7 @@ def test_s3_head_and_sts_post_go_direct_when_a_cidr_no_proxy_covers_them(
     run.ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
     assert proxy.requests() == []
-    assert sts_posts(s3) == [200]
+    assert sts_calls(s3) == [200]
     assert [r.method for r in s3.object_requests(bucket)] == ["HEAD", "GET"]
 
 
@@ -110,7 +91,7 @@ def test_every_s3_and_sts_call_goes_through_a_proxy_that_must_be_used(
         ("HEAD", f"{base}/{bucket}/m.gguf"),
         ("GET", f"{base}/{bucket}/m.gguf"),
     ]
-    assert sts_posts(s3) == [200]
+    assert sts_calls(s3) == [200]
 
 
 def test_an_https_s3_endpoint_is_tunnelled_or_direct_by_the_same_rules(
@@ -281,8 +262,7 @@ def test_instance_metadata_takes_the_same_decision(pod, s3, bucket, oidc_issuer,
     data = payload(8 * KIB)
     s3.put(bucket, "m.gguf", data)
     creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
-    env = without_keys(s3_env(s3))
-    del env["AWS_EC2_METADATA_DISABLED"]
+    env = imds_env(s3)
     with InstanceMetadata(creds) as imds:
         env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url
         source = f"s3://{bucket}/m.gguf"

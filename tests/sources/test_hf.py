@@ -14,13 +14,14 @@ import pytest
 
 from llmkube_stager.errors import REMEDY_ORIGIN_CHECKSUM, REMEDY_RATE_LIMITED_HF
 from llmkube_stager.model import Decision
-from sources.support import sha256
 from tests.harness.canary import HF_TOKEN, leaks
-from tests.harness.disk import debris, record_of, tree
+from tests.harness.disk import debris, record_of, sha256, tree
 from tests.harness.hub import FakeHub, HubFault
 from tests.harness.origin import Origin, closed_port_url
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
+
+pytestmark = pytest.mark.floors
 
 REPO = "org/repo"
 SHARD1 = "model-00001-of-00002.safetensors"
@@ -248,6 +249,17 @@ def test_lfs_checksum_mismatch_termination_message_is_retryable(pod, hub, cdn) -
     assert debris(pod.cache_dir, markers=True) == []
 
 
+def _assert_recovers_once_the_cdn_heals(
+    pod: Pod, hub: FakeHub, cdn: Origin, env: dict[str, str], files: dict[str, bytes]
+) -> None:
+    """The failed run left nothing behind, no rejection marker either; once
+    the CDN serves SHARD2's right bytes, the same start stages them."""
+    assert debris(pod.cache_dir, markers=True) == []
+    cdn.put(hub.cdn_path_of(REPO, SHARD2), files[SHARD2])  # the CDN heals
+    pod.stage(env).ok()
+    assert pod.dest(SHARD2).read_bytes() == files[SHARD2]
+
+
 def test_a_pin_equal_to_the_lfs_digest_leaves_no_marker(pod, hub, cdn) -> None:
     """The user pinned what the hub lists; the CDN served other bytes: the
     origin is at fault, and a marker would block the run after the CDN heals."""
@@ -259,10 +271,7 @@ def test_a_pin_equal_to_the_lfs_digest_leaves_no_marker(pod, hub, cdn) -> None:
     run = pod.stage(env).failed("ModelTransferChecksumMismatch", retryable=True)
 
     assert run.error.remedy == REMEDY_ORIGIN_CHECKSUM
-    assert debris(pod.cache_dir, markers=True) == []
-    cdn.put(hub.cdn_path_of(REPO, SHARD2), files[SHARD2])  # the CDN heals
-    pod.stage(env).ok()
-    assert pod.dest(SHARD2).read_bytes() == files[SHARD2]
+    _assert_recovers_once_the_cdn_heals(pod, hub, cdn, env, files)
 
 
 def test_a_pin_the_hub_does_not_list_fails_the_pin_with_its_marker(pod, hub, cdn) -> None:
@@ -284,11 +293,7 @@ def test_single_file_checksum_mismatch_then_a_fixed_cdn_succeeds(pod, hub, cdn) 
 
     pod.stage(env).failed("ModelTransferChecksumMismatch")
     assert not pod.dest(SHARD2).exists()
-    assert debris(pod.cache_dir, markers=True) == []
-
-    cdn.put(hub.cdn_path_of(REPO, SHARD2), files[SHARD2])  # the CDN heals
-    pod.stage(env).ok()
-    assert pod.dest(SHARD2).read_bytes() == files[SHARD2]
+    _assert_recovers_once_the_cdn_heals(pod, hub, cdn, env, files)
 
 
 # -- warm starts --------------------------------------------------------------------------------

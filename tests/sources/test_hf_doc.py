@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from sources.support import BUDGET
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import INVALID_CREDENTIALS, FakeHub, HubFault
 from tests.harness.origin import Fault, Origin, closed_port_url
-from tests.harness.pod import Pod
+from tests.harness.pod import SOURCE_BUDGET, Pod
 from tests.harness.sample import payload
+
+pytestmark = pytest.mark.floors
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 HEADER = "| step | hub answer | HF_TOKEN | reason | retryable |"
@@ -136,7 +137,7 @@ def test_the_table_is_there_and_every_row_has_a_replay() -> None:
 
 @pytest.mark.parametrize("row", doc_rows(), ids=lambda r: f"{r.step}: {r.answer}")
 def test_each_row_is_what_the_code_does(tmp_path: Path, row: Row) -> None:
-    pod = Pod(tmp_path, budget=BUDGET)
+    pod = Pod(tmp_path, budget=SOURCE_BUDGET)
     with Origin() as cdn, FakeHub(cdn, tokens={HF_TOKEN}) as hub:
         hub.add_repo(REPO, {FILE: payload(64 * 1024)})
         env = pod.single_env(

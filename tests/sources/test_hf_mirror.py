@@ -23,6 +23,8 @@ from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.sample import payload
 
+pytestmark = pytest.mark.floors
+
 REPO = "org/repo"
 FILES = ["model.safetensors", "config.json", "tokenizer/tokenizer.model"]
 LOST = "commit pinning and LFS sha256 checks are not available"

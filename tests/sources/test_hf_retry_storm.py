@@ -16,14 +16,16 @@ from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
 from llmkube_stager.sources.hf.api import Resolution
 from llmkube_stager.sources.hf.source import RunMemo
-from sources.support import BUDGET
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import HubFault
+from tests.harness.pod import SOURCE_BUDGET
 from tests.harness.sample import payload
+
+pytestmark = pytest.mark.floors
 
 REPO = "org/storm"
 FILES = [f"model-{i:05d}-of-00008.safetensors" for i in range(1, 9)]
-RETRIES = int(BUDGET["LLMKUBE_RETRIES"])
+RETRIES = int(SOURCE_BUDGET["LLMKUBE_RETRIES"])
 
 
 def staged(pod, hub, cdn) -> dict[str, str]:

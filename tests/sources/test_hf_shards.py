@@ -9,29 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmkube_stager.cache.runrecord import read_run_record, record_name, writer_of
-from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import FakeHub
-from tests.harness.pod import Pod, multi_env
-from tests.harness.sample import payload
+from tests.harness.pod import Pod
+from tests.harness.sharded_hub import (
+    REPO,
+    env,
+    moved_files,
+    on_disk_commit,
+    repo_files,
+    share_env,
+)
 
-REPO = "org/diffusion"
 SHARDS = 4
-KIB = 1024
-
-
-def repo_files() -> dict[str, bytes]:
-    files = {f"tokenizer/vocab-{i:02d}.json": b'{"i": %d}' % i for i in range(12)}
-    files.update({f"unet/shard-{k}.safetensors": payload(64 * KIB + k, seed=k) for k in range(6)})
-    return files
-
-
-def env(hub: FakeHub, cache: Path, files: list[str], **extra: str) -> dict[str, str]:
-    return {
-        **multi_env(f"hf://{REPO}@main", cache, files),
-        "HF_ENDPOINT": hub.url,
-        "HF_TOKEN": HF_TOKEN,
-        **extra,
-    }
 
 
 def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path: Path) -> None:
@@ -68,36 +57,6 @@ def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path:
 
 
 # -- #21 item 4: one commit per model ---------------------------------------------------
-
-
-def moved_files() -> dict[str, bytes]:
-    """The next commit of main: every file changed (same names)."""
-    files = {f"tokenizer/vocab-{i:02d}.json": b'{"i": %d, "v": 2}' % i for i in range(12)}
-    files.update(
-        {f"unet/shard-{k}.safetensors": payload(64 * KIB + k, seed=50 + k) for k in range(6)}
-    )
-    return files
-
-
-def share_env(hub: FakeHub, cache: Path, rels: list[str], index: int, **extra: str) -> dict:
-    return env(
-        hub,
-        cache,
-        rels,
-        LLMKUBE_SHARDS="2",
-        JOB_COMPLETION_INDEX=str(index),
-        LLMKUBE_PREFETCH_STAGER="true",
-        **extra,
-    )
-
-
-def on_disk_commit(cache: Path, one: dict[str, bytes], two: dict[str, bytes]) -> set[str]:
-    """Which commit each file on disk is of: {"1"}, {"2"} or both."""
-    seen = set()
-    for rel in one:
-        data = (cache / rel).read_bytes()
-        seen.add("1" if data == one[rel] else "2" if data == two[rel] else "?")
-    return seen
 
 
 def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
@@ -158,6 +117,20 @@ def test_a_branch_moving_while_the_job_runs_ends_in_one_commit(
     assert not (cache / ".llmkube-validators.job-commit").exists(), "the claim outlived the Job"
 
 
+def _staged_by_two_shares(
+    hub: FakeHub, tmp_path: Path, files: dict[str, bytes]
+) -> tuple[Path, list[str], Pod]:
+    """A Job of two shares staged `files` (commit 1 of main); returns the
+    cache, the model's files and the stager pod."""
+    hub.add_repo(REPO, files)
+    cache = tmp_path / "models" / "m"
+    rels = sorted(files)
+    stager = Pod(tmp_path, stager=True)
+    for index in range(2):
+        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    return cache, rels, stager
+
+
 def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
     hub: FakeHub, tmp_path: Path
 ) -> None:
@@ -167,12 +140,7 @@ def test_a_reader_refuses_a_job_half_done_at_a_new_commit_and_a_rerun_converges(
     before the fix; now both refuse it, and share 1 (the Job retried) ends
     it in commit 2."""
     one, two = repo_files(), moved_files()
-    hub.add_repo(REPO, one)
-    cache = tmp_path / "models" / "m"
-    rels = sorted(one)
-    stager = Pod(tmp_path, stager=True)
-    for index in range(2):
-        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    cache, rels, stager = _staged_by_two_shares(hub, tmp_path, one)
     second = hub.move_branch(REPO, "main", two)
 
     onchange = {"LLMKUBE_REFRESH_POLICY": "OnChange"}
@@ -205,12 +173,7 @@ def test_a_serving_pod_that_refreshes_a_sharded_model_leaves_one_commit(
     readers see one commit (a judgement that counted every record would
     refuse this model for ever)."""
     one, two = repo_files(), moved_files()
-    hub.add_repo(REPO, one)
-    cache = tmp_path / "models" / "m"
-    rels = sorted(one)
-    stager = Pod(tmp_path, stager=True)
-    for index in range(2):
-        stager.run(env=share_env(hub, cache, rels, index)).ok()
+    cache, rels, stager = _staged_by_two_shares(hub, tmp_path, one)
     hub.move_branch(REPO, "main", two)
     serving = Pod(tmp_path)
     serving.run(env=env(hub, cache, rels, LLMKUBE_REFRESH_POLICY="OnChange")).ok()

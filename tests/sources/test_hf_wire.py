@@ -14,13 +14,15 @@ import json
 import pytest
 
 from llmkube_stager.errors import REMEDY_ENCODED, REMEDY_GATED
-from sources.s3_support import KIB, s3_env
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.disk import partials, record_of
 from tests.harness.hub import FakeHub, HubFault
 from tests.harness.origin import Fault
 from tests.harness.pod import Pod
-from tests.harness.sample import payload
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import s3_env
+
+pytestmark = pytest.mark.floors
 
 REPO = "org/repo"
 MODEL = "model.safetensors"

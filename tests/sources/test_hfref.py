@@ -16,6 +16,8 @@ from llmkube_stager.sources.hf.ref import HfRef, is_hf_url, parse_hf_source
 from tests.harness.canary import HF_TOKEN
 from tests.harness.sample import payload
 
+pytestmark = pytest.mark.floors
+
 HUB = "https://huggingface.co"
 MIRROR = "https://hf-mirror.example:8443/api/huggingfaceml/hf"
 

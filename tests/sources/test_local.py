@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.model import Decision
-from sources.support import BUDGET, sha256
-from tests.harness.disk import debris, record_of, snapshot, tree
+from tests.harness.disk import debris, record_of, sha256, snapshot, tree
 from tests.harness.features import missing_feature
-from tests.harness.pod import Pod
+from tests.harness.pod import SOURCE_BUDGET, Pod
 from tests.harness.sample import payload
 
 KIB = 1024
@@ -306,7 +305,10 @@ def stage_as_nobody(pod: Pod, env: Mapping[str, str]) -> dict[str, str]:
     scratch = Path(tempfile.mkdtemp())
     try:  # warm-up: import every module a local copy and a pvc verify use
         write(scratch / "src", b"x")
-        first, second = Pod(scratch / "a", budget=BUDGET), Pod(scratch / "b", budget=BUDGET)
+        first, second = (
+            Pod(scratch / "a", budget=SOURCE_BUDGET),
+            Pod(scratch / "b", budget=SOURCE_BUDGET),
+        )
         first.stage(first.single_env(str(scratch / "src")))
         second.stage(pvc_env(second, scratch / "src"))
     finally:
@@ -347,7 +349,7 @@ def root_only_file(directory: Path, data: bytes) -> Path:
 
 def test_unreadable_local_source(shared_tmp) -> None:
     source = root_only_file(shared_tmp, payload(1 * KIB))
-    pod = Pod(shared_tmp / "pod", budget=BUDGET)
+    pod = Pod(shared_tmp / "pod", budget=SOURCE_BUDGET)
     pod.tmp.chmod(0o777)
 
     result = stage_as_nobody(pod, pod.single_env(str(source)))
@@ -358,7 +360,7 @@ def test_unreadable_local_source(shared_tmp) -> None:
 
 def test_unreadable_pvc_file(shared_tmp) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
-    pod = Pod(shared_tmp / "pod", budget=BUDGET)
+    pod = Pod(shared_tmp / "pod", budget=SOURCE_BUDGET)
     pod.tmp.chmod(0o777)
 
     result = stage_as_nobody(pod, pvc_env(pod, mounted, MODEL_SHA256=sha256(b"x")))
@@ -369,7 +371,7 @@ def test_unreadable_pvc_file(shared_tmp) -> None:
 
 def test_unreadable_pvc_file_without_a_pin(shared_tmp) -> None:
     mounted = root_only_file(shared_tmp, payload(1 * KIB))
-    pod = Pod(shared_tmp / "pod", budget=BUDGET)
+    pod = Pod(shared_tmp / "pod", budget=SOURCE_BUDGET)
     pod.tmp.chmod(0o777)
 
     result = stage_as_nobody(pod, pvc_env(pod, mounted))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.harness.hub import FakeHub
 from tests.harness.pod import Pod
-from tests.sources.test_hf_shards import REPO, on_disk_commit, repo_files, share_env
+from tests.harness.sharded_hub import REPO, on_disk_commit, repo_files, share_env
 
 CLAIM = ".llmkube-validators.job-commit"
 

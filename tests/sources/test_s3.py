@@ -10,13 +10,15 @@ import pytest
 
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.model import Decision
-from sources.s3_support import KIB, fetcher_for, s3_env
 from tests.harness.canary import canary, leaks
 from tests.harness.disk import debris, record_of, seed, shell_partial, tree
 from tests.harness.origin import closed_port_url
-from tests.harness.sample import payload
-from tests.harness.seaweed import READER, S3Request
+from tests.harness.s3fetcher import fetcher_for
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import READER, S3Request, s3_env
 from tests.harness.sts import ROLE_ARN
+
+pytestmark = pytest.mark.floors
 
 # -- happy paths ------------------------------------------------------------------------------
 

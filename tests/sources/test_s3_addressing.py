@@ -12,11 +12,10 @@ from llmkube_stager.config import load_config
 from llmkube_stager.sources.s3.clients import S3Clients
 from llmkube_stager.sources.s3.settings import addressing_style
 from llmkube_stager.sources.s3.source import S3Source
-from sources.s3_support import KIB, MIB, s3_env
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Fault
-from tests.harness.sample import payload
-from tests.harness.seaweed import READER
+from tests.harness.sample import KIB, MIB, payload
+from tests.harness.seaweed import READER, s3_env
 
 # -- the rule (pure) --------------------------------------------------------------------------
 

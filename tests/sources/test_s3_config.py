@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from sources.s3_support import KIB, s3_env, without_keys
 from tests.harness.features import missing_feature
 from tests.harness.pod import ROOT
-from tests.harness.sample import payload
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import s3_env, without_keys
 from tests.harness.tlsca import make_ca
 
 

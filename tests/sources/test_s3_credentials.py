@@ -9,29 +9,22 @@ botocore: the test process's own environment never does.
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
 
-from sources.s3_support import KIB, s3_env, without_keys
 from tests.harness.canary import leaks
-from tests.harness.sample import payload
-from tests.harness.seaweed import PUBLIC_BUCKET, READER
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import (
+    PUBLIC_BUCKET,
+    READER,
+    imds_env,
+    irsa_env,
+    s3_env,
+    sts_calls,
+    without_keys,
+)
 from tests.harness.sts import ROLE_ARN, ContainerCredentials, InstanceMetadata
 
-
-def irsa_env(s3, token_file: Path, **extra: str) -> dict[str, str]:
-    return {
-        **without_keys(s3_env(s3)),
-        "AWS_ROLE_ARN": ROLE_ARN,
-        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
-        "AWS_ROLE_SESSION_NAME": "llmkube-test",
-        # SeaweedFS is the STS; through the front, so its log shows the call.
-        "AWS_ENDPOINT_URL_STS": s3.endpoint_url,
-        **extra,
-    }
-
-
-def sts_calls(s3) -> list[int]:
-    return [r.status for r in s3.requests("POST") if r.path == "/"]
+pytestmark = pytest.mark.floors
 
 
 def assert_signed_with_session(s3, bucket: str, key: str) -> str:
@@ -142,8 +135,7 @@ def test_instance_metadata_credentials(pod, s3, bucket, oidc_issuer) -> None:
     data = payload(16 * KIB)
     s3.put(bucket, "m.gguf", data)
     creds = s3.assume_role(oidc_issuer.mint(), ROLE_ARN)
-    env = without_keys(s3_env(s3))
-    del env["AWS_EC2_METADATA_DISABLED"]
+    env = imds_env(s3)
 
     with InstanceMetadata(creds) as imds:
         run = pod.stage(

@@ -15,11 +15,10 @@ from collections.abc import Iterator
 import pytest
 
 from llmkube_stager.errors import Reason, SourceError
-from sources.s3_support import KIB, fetcher_for, s3_env
-from sources.test_s3_credentials import irsa_env, sts_calls
+from tests.harness.s3fetcher import fetcher_for
 from tests.harness.s3front import S3Fault
-from tests.harness.sample import payload
-from tests.harness.seaweed import SeaweedS3
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import SeaweedS3, irsa_env, s3_env, sts_calls
 from tests.harness.sts import OidcIssuer
 
 SESSION_S = 3  # how long this module's STS sessions last

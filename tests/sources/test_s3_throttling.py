@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from llmkube_stager.errors import REMEDY_RATE_LIMITED_S3
-from sources.s3_support import KIB, s3_env
 from tests.harness.s3front import S3Fault
-from tests.harness.sample import payload
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import s3_env
 
 RETRIES = 2  # LLMKUBE_RETRIES: attempts after the first
 

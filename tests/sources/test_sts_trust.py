@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from sources.s3_support import KIB, s3_env, without_keys
 from tests.harness.canary import leaks
 from tests.harness.proxy import ForwardProxy
 from tests.harness.s3front import S3Front
-from tests.harness.sample import payload
+from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import irsa_env, s3_env, without_keys
 from tests.harness.sts import ROLE_ARN
 from tests.harness.tlsca import LocalCA, make_ca
+
+pytestmark = pytest.mark.floors
 
 
 @pytest.fixture
@@ -34,17 +36,6 @@ def tls_sts(s3, ca: LocalCA) -> Iterator[S3Front]:
         yield front
 
 
-def irsa_env(s3, sts: S3Front, token_file: Path, **extra: str) -> dict[str, str]:
-    return {
-        **without_keys(s3_env(s3)),
-        "AWS_ROLE_ARN": ROLE_ARN,
-        "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
-        "AWS_ROLE_SESSION_NAME": "llmkube-test",
-        "AWS_ENDPOINT_URL_STS": sts.url,
-        **extra,
-    }
-
-
 def test_an_sts_with_a_private_ca_in_the_ca_dir_issues_the_credentials(
     pod, s3, bucket, oidc_issuer, tls_sts, ca, tmp_path
 ) -> None:
@@ -54,7 +45,7 @@ def test_an_sts_with_a_private_ca_in_the_ca_dir_issues_the_credentials(
     s3.put(bucket, "m.gguf", data)
     token_file = tmp_path / "token"
     oidc_issuer.write_token(token_file)
-    env = irsa_env(s3, tls_sts, token_file, LLMKUBE_CA_DIR=str(ca.ca_dir))
+    env = irsa_env(s3, token_file, sts_url=tls_sts.url, LLMKUBE_CA_DIR=str(ca.ca_dir))
 
     run = pod.run(env=pod.single_env(f"s3://{bucket}/m.gguf", **env))
 
@@ -73,7 +64,9 @@ def test_an_untrusted_sts_is_named_in_the_error(
     token_file = tmp_path / "token"
     token = oidc_issuer.write_token(token_file)
 
-    run = pod.run(env=pod.single_env(f"s3://{bucket}/m.gguf", **irsa_env(s3, tls_sts, token_file)))
+    run = pod.run(
+        env=pod.single_env(f"s3://{bucket}/m.gguf", **irsa_env(s3, token_file, sts_url=tls_sts.url))
+    )
 
     run.failed("ModelSourceUntrusted", retryable=False)
     message = run.term["message"]
@@ -94,8 +87,8 @@ def test_sts_through_a_tls_intercepting_path_trusts_the_ca_dir_through_the_proxy
     with ForwardProxy() as proxy:
         env = irsa_env(
             s3,
-            tls_sts,
             token_file,
+            sts_url=tls_sts.url,
             LLMKUBE_CA_DIR=str(ca.ca_dir),
             HTTPS_PROXY=proxy.url,
             NO_PROXY=s3.endpoint_url.removeprefix("http://"),

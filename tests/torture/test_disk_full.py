@@ -10,10 +10,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from hostile_support import Sandbox, open_sandbox, sha256
 
+from tests.harness.disk import sha256
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Fault, Origin
+from tests.harness.sandbox import Sandbox, open_sandbox
 
 pytestmark = pytest.mark.torture
 

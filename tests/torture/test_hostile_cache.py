@@ -16,18 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_support import (
-    KINDS,
-    Sandbox,
-    key_of,
-    plant,
-    sha256,
-    snapshot,
-)
 
-from tests.harness.disk import depth_of, remove_tree
+from tests.harness.disk import depth_of, remove_tree, sha256, snapshot
 from tests.harness.origin import Origin
 from tests.harness.pod import Run
+from tests.harness.sandbox import KINDS, Sandbox, key_of, plant
 
 pytestmark = pytest.mark.torture
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hostile_support import ROOT, Sandbox, snapshot
 
+from tests.harness.disk import snapshot
 from tests.harness.origin import Origin
-from tests.harness.pod import Run
+from tests.harness.pod import ROOT, Run
+from tests.harness.sandbox import Sandbox
 
 pytestmark = pytest.mark.torture
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
-from tests.torture.conftest import Scale, Stats
+from tests.harness.torture import Scale, Stats
 
 MIB = 1 << 20
 SIZE = 64 * MIB + 1234

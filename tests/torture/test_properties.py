@@ -32,18 +32,9 @@ from llmkube_stager.layout import (
     suffix_room_bytes,
 )
 from llmkube_stager.logs import Redactor
-from llmkube_stager.model import (
-    CacheState,
-    Decision,
-    FsInfo,
-    LocalFile,
-    LocalState,
-    Manifest,
-    PinState,
-    RemoteFile,
-)
-from llmkube_stager.plan import make_plan
+from llmkube_stager.model import Decision, FsInfo, LocalFile, LocalState, PinState
 from llmkube_stager.termination import MAX_BYTES, encode, failure_doc
+from tests.harness.plan_inputs import plan_of
 
 pytestmark = pytest.mark.torture
 
@@ -235,10 +226,8 @@ def test_if_not_present_never_overwrites_a_file_that_passes_its_own_checks(
     data: st.DataObject, fs: FsInfo, role: str, count: int
 ) -> None:
     rels = [f"f{i}.bin" for i in range(count)]
-    files = tuple(RemoteFile(r, f"http://o/{r}", f"/models/k/{r}") for r in rels)
-    manifest = Manifest("http", "/models/k", files, True, "http://o/")
     locals_ = {r: data.draw(_local(r)) for r in rels}
-    plan = make_plan(manifest, CacheState(True, locals_), fs, role)  # type: ignore[arg-type]
+    plan = plan_of(*locals_.values(), fs=fs, role=role, multi=True, kind="http")  # type: ignore[arg-type]
     for action in plan.actions:
         local = locals_[action.rel]
         if local.usable:

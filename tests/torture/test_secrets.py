@@ -14,11 +14,11 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile_support import Sandbox
 
 from tests.harness.canary import Secrets, assert_no_leak, outputs_of
 from tests.harness.origin import Origin
 from tests.harness.pod import Run
+from tests.harness.sandbox import Sandbox
 
 pytestmark = pytest.mark.torture
 

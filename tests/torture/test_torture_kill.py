@@ -15,9 +15,9 @@ from pathlib import Path
 
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
+from tests.harness.promise import check_cache
 from tests.harness.sample import payload
-from tests.torture.conftest import Scale, Stats
-from tests.torture.promise import check_cache
+from tests.harness.torture import Scale, Stats
 
 MIB = 1 << 20
 

@@ -16,9 +16,9 @@ import pytest
 
 from tests.harness.origin import Fault, Origin
 from tests.harness.pod import Pod, Run
-from tests.torture.conftest import Stats
-from tests.torture.promise import check_cache
-from tests.torture.rawhttp import RawOrigin, Reply, Request, serve
+from tests.harness.promise import check_cache
+from tests.harness.rawhttp import RawOrigin, Reply, Request, serve
+from tests.harness.torture import Stats
 
 MIB = 1 << 20
 DATA = random.Random(7).randbytes(3 * MIB + 17)

@@ -18,8 +18,8 @@ from pathlib import Path
 from tests.harness.mounts import TwoNodes
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
-from tests.torture.conftest import Scale, Shims, Stats
-from tests.torture.promise import check_cache
+from tests.harness.promise import check_cache
+from tests.harness.torture import Scale, Shims, Stats
 
 MIB = 1 << 20
 

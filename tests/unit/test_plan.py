@@ -1,7 +1,8 @@
 """plan.make_plan: the IfNotPresent decision tables (spec §6.2, §8.1-§8.3, §9.3).
 
-Every test builds FsInfo / CacheState / Manifest values directly: the planner is
-pure, so each table row is one call.
+Every test builds FsInfo / CacheState / Manifest values directly
+(tests/harness/plan_inputs.py): the planner is pure, so each table row is one
+call.
 """
 
 from __future__ import annotations
@@ -11,26 +12,9 @@ from dataclasses import replace
 import pytest
 
 from llmkube_stager.errors import Reason
-from llmkube_stager.model import (
-    CacheState,
-    Decision,
-    FsInfo,
-    LocalFile,
-    LocalState,
-    Manifest,
-    Plan,
-    RemoteFile,
-    Role,
-)
-from llmkube_stager.plan import failed, make_plan, strategy_for
-
-ROOT = "/models/0123456789abcdef"
-BASE_URL = "https://huggingface.co/org/repo/resolve/main/"
-
-EXT4 = FsInfo(ROOT, "ext4", "ext4", is_fuse=False, read_only=False, free_bytes=10**12)
-FUSE = FsInfo(ROOT, "fuse.blobfuse2", "blobfuse2", is_fuse=True, read_only=False, free_bytes=0)
-UNKNOWN = FsInfo(ROOT, "unknown", "unknown", is_fuse=None, read_only=False, free_bytes=None)
-READ_ONLY = FsInfo(ROOT, "ext4", "ext4", is_fuse=False, read_only=True, free_bytes=10**12)
+from llmkube_stager.model import Decision, FsInfo, LocalState, Plan, Role
+from llmkube_stager.plan import failed, strategy_for
+from tests.harness.plan_inputs import EXT4, FUSE, READ_ONLY, UNKNOWN, local_file, plan_of
 
 MISSING = LocalState.MISSING
 COMPLETE = LocalState.COMPLETE
@@ -39,30 +23,8 @@ LEGACY = LocalState.LEGACY
 NOT_A_FILE = LocalState.NOT_A_FILE
 
 
-def local(rel: str, state: LocalState) -> LocalFile:
-    if state is COMPLETE:
-        return LocalFile(rel, state, size_bytes=1000, record_bytes=1000)
-    if state is MISMATCH:
-        return LocalFile(rel, state, size_bytes=5, record_bytes=23)
-    if state is LEGACY:
-        return LocalFile(rel, state, size_bytes=1000)
-    return LocalFile(rel, state)
-
-
 def plan_for(states: dict[str, LocalState], fs: FsInfo = EXT4, role: Role = "serving") -> Plan:
-    files = tuple(RemoteFile(rel, BASE_URL + rel, f"{ROOT}/{rel}") for rel in states)
-    manifest = Manifest(
-        kind="hf",
-        root=ROOT,
-        files=files,
-        multi_file=len(files) > 1,
-        display_source="hf://org/repo",
-    )
-    cache = CacheState(
-        root_exists=any(s is not MISSING for s in states.values()),
-        files={rel: local(rel, s) for rel, s in states.items()},
-    )
-    return make_plan(manifest, cache, fs, role)
+    return plan_of(*(local_file(state, rel) for rel, state in states.items()), fs=fs, role=role)
 
 
 def only(plan: Plan) -> tuple[Decision, bool, Reason | None]:

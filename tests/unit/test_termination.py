@@ -131,13 +131,18 @@ def test_failure_message_starts_with_reason_and_ends_with_the_remedy() -> None:
     assert "detail" not in doc
 
 
-def test_fuse_refusal_message_shape_http() -> None:
-    err = CacheError(
+def _fuse_refusal(source_kind: str) -> CacheError:
+    """A serving pod's refusal on FUSE, for a source of this kind."""
+    return CacheError(
         FUSE_DETAIL,
         reason=Reason.CACHE_LOCK_UNSUPPORTED,
         file="model.safetensors",
-        source_kind="http",
+        source_kind=source_kind,
     )
+
+
+def test_fuse_refusal_message_shape_http() -> None:
+    err = _fuse_refusal("http")
     expected = (
         "ERROR: ModelCacheLockUnsupported: FUSE cache cannot guarantee cross-node file locking "
         f"for staging model.safetensors; {HTTP_LOCK_REMEDY}"
@@ -163,12 +168,7 @@ def test_lock_remedy_is_the_same_constant_for_http_and_hf_and_differs_for_s3() -
 
 
 def test_fuse_refusal_message_shape_s3_uses_the_s3_remedy() -> None:
-    err = CacheError(
-        FUSE_DETAIL,
-        reason=Reason.CACHE_LOCK_UNSUPPORTED,
-        file="model.safetensors",
-        source_kind="s3",
-    )
+    err = _fuse_refusal("s3")
     message = failure_message(err, no_redaction)
     assert (
         message == f"ERROR: ModelCacheLockUnsupported: {FUSE_DETAIL}; {REMEDY_LOCK_UNSUPPORTED_S3}"

@@ -40,7 +40,9 @@ from tests.harness.pod import SHORT_BUDGET, Run, multi_env, single_env
 from tests.harness.schema import checked_termination
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = Path(__file__).resolve().parent / "probe.py"
+# Runs inside the image (mounted read-only with its directory at PROBE_DIR):
+# it stays beside the image tests, importing nothing of tests/.
+PROBE = ROOT / "tests" / "image" / "probe.py"
 UID = GID = 65532
 TERMINATION_DIR = "/termination"
 MODELS_DIR = "/models"

@@ -1,21 +1,23 @@
-"""#21 item 2, the scenario: two prefetch stagers on two nodes of one
-volume, pinned to different digests of files of equal size (two origins).
-A is frozen right after its publish rename; B publishes; A resumes and
-stamps, and is frozen again right after its stamp landed. A's node still
-reports A's inode for the name (an attribute cache), so every check by
-name passes there. Pods pinned to A's digest on A's node must never be
-served B's bytes: not while A's stamp stands (readers check the stamp's
-evidence against the bytes), not after A finished (A checks its own stamp
-against the bytes and takes it back).
+"""#21 item 2, the scenario (run by tests/fuse/test_stamp_truth.py on two
+bindfs mounts, by tests/fuse/test_objstores.py on two object-store mounts):
+two prefetch stagers on two nodes of one volume, pinned to different
+digests of files of equal size (two origins). A is frozen right after its
+publish rename; B publishes; A resumes and stamps, and is frozen again
+right after its stamp landed. A's node still reports A's inode for the
+name (an attribute cache), so every check by name passes there. Pods
+pinned to A's digest on A's node must never be served B's bytes: not while
+A's stamp stands (readers check the stamp's evidence against the bytes),
+not after A finished (A checks its own stamp against the bytes and takes
+it back).
 """
 
 from __future__ import annotations
 
-import hashlib
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.harness.disk import sha256
 from tests.harness.origin import Origin
 from tests.harness.pause import await_stopped, pause_flags
 from tests.harness.pod import Pod, Run, single_env
@@ -38,10 +40,6 @@ class Verdicts:
     after: list[tuple[Run, bytes]]
 
 
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def run_stamp_race(tmp_path: Path, node1: Path, node2: Path) -> Verdicts:
     x, y = payload(SIZE, 2201), payload(SIZE, 2202)
     assert x != y
@@ -51,8 +49,8 @@ def run_stamp_race(tmp_path: Path, node1: Path, node2: Path) -> Verdicts:
         dest_a = node1 / "k" / "model.gguf"
         a = Pod(tmp_path, single_env(origin_a.url + "/m.gguf", dest_a.parent), stager=True)
         b = Pod(tmp_path, single_env(origin_b.url + "/m.gguf", node2 / "k"), stager=True)
-        a.env.update(ONE_CONNECTION, MODEL_SHA256=sha256_of(x))
-        b.env.update(ONE_CONNECTION, MODEL_SHA256=sha256_of(y))
+        a.env.update(ONE_CONNECTION, MODEL_SHA256=sha256(x))
+        b.env.update(ONE_CONNECTION, MODEL_SHA256=sha256(y))
         flags, pause_env = pause_flags([dest_a, f"{dest_a}.sha256"])
         proc_a = a.popen("stage", python_flags=flags, env=pause_env)
         try:
@@ -70,7 +68,7 @@ def run_stamp_race(tmp_path: Path, node1: Path, node2: Path) -> Verdicts:
 
 def _readers(tmp_path: Path, origin: Origin, root: Path, x: bytes) -> list[tuple[Run, bytes]]:
     """`verify` and `stage` of a serving pod pinned to X, on A's node."""
-    env = {**single_env(origin.url + "/m.gguf", root), "MODEL_SHA256": sha256_of(x)}
+    env = {**single_env(origin.url + "/m.gguf", root), "MODEL_SHA256": sha256(x)}
     pod = Pod(tmp_path, env)
     found = []
     for command in ("verify", "stage"):

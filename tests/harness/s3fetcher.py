@@ -1,5 +1,6 @@
-"""Helpers of the S3 tests: the pod environment for SeaweedFS (s3_env, from
-tests/harness/seaweed.py), and a fetcher built the way the stage builds it."""
+"""The agent's S3 fetcher built the way the stage builds it, from a pod's
+variables (`seaweed.s3_env`), with the one file the source lists: for the
+tests that drive a fetch directly (presign expiry, ranged reads)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,6 @@ from collections.abc import Mapping
 from llmkube_stager.config import load_config
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.s3.source import S3Fetcher, S3Source
-from tests.harness.seaweed import s3_env
-
-__all__ = ["KIB", "MIB", "fetcher_for", "s3_env", "without_keys"]
-
-KIB = 1024
-MIB = 1024 * KIB
-
-
-def without_keys(env: Mapping[str, str]) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in env.items()
-        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-    }
 
 
 def fetcher_for(

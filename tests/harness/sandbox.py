@@ -1,4 +1,4 @@
-"""Support of the hostile torture tests (#11): a sandbox holding a cache volume
+"""The hostile torture tests' world (#11): a sandbox holding a cache volume
 and a sibling directory that must never change, the CLI run through the one
 runner (tests/harness/pod.py: a minimal environment, a deadline, no stdin;
 as an unprivileged uid where a mode-000 file must really be unreadable: the
@@ -9,7 +9,6 @@ FIFOs, directories and unreadable files.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
@@ -19,11 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from llmkube_stager.layout import partial_key, validator_of
-from tests.harness.disk import snapshot
 from tests.harness.features import missing_feature
-from tests.harness.pod import ROOT, Pod, Run, as_user
-
-__all__ = ["ROOT", "Sandbox", "key_of", "open_sandbox", "plant", "sha256", "snapshot"]
+from tests.harness.pod import Pod, Run, as_user
 
 # A run that does not end within this is a hang.
 BUDGET_S = 30.0
@@ -129,7 +125,3 @@ def plant(path: Path, kind: str, sandbox: Sandbox) -> None:
 def key_of(size: int, etag: str) -> str:
     """The partial key the agent derives for an origin answer (layout.partial_key)."""
     return partial_key(validator_of(size, etag))
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
