@@ -1,4 +1,4 @@
-"""Issue #14 items 5-6: values the scripts tolerated keep their old meaning
+"""#14 items 5-6: values the scripts tolerated keep their old meaning
 (with a warning in the log, not exit 2); the one value that is unsafe to read
 liberally (LLMKUBE_PREFETCH_STAGER) is read as the scripts read it; a local
 source without a model cache fails as the scripts did."""

@@ -1,4 +1,4 @@
-"""Issue #14 items 1-2: today's operator reads the agent's failures as it read
+"""#14 items 1-2: today's operator reads the agent's failures as it read
 curl's. Each failure is produced by the real CLI against loopback origins; the
 upstream matcher (tests/harness/upstream_matcher.py, a port of spec §11.2)
 runs over what the controller would get: the termination message, and the
@@ -222,7 +222,7 @@ def test_log_tail_alone_is_classified_in_json_logs_too(
     assert condition is not None and condition["reason"] == "ModelSourceNotFound", condition
 
 
-# -- issue #14 item 2: a 200-byte cut of the raw file is a useful condition ----------
+# -- #14 item 2: a 200-byte cut of the raw file is a useful condition ----------
 
 
 def _hold_lock(pod: Pod, origin: Origin, tmp: Path) -> Run:

@@ -1,4 +1,4 @@
-"""Issue #14 item 4: the scripts' lines (spec §13) are exact in text logs.
+"""#14 item 4: the scripts' lines (spec §13) are exact in text logs.
 
 Users and alerts grep them with anchors (`^ERROR: failed to download <rel>$`),
 so each must be a whole line of the real CLI's stderr, byte for byte, with no
@@ -114,7 +114,7 @@ def test_agent_lines_keep_their_fields_in_text(pod: Pod, tmp_path: Path, origin:
 
 
 def test_warm_start_does_not_pay_for_structlogs_package(pod: Pod, origin: Origin) -> None:
-    """Issue #15 budget: structlog's bound logger only; none of the heavy
+    """#15 budget: structlog's bound logger only; none of the heavy
     libraries (asyncio comes with `import structlog`)."""
     origin.put(MODEL, DATA)
     pod.single(origin.url + MODEL)

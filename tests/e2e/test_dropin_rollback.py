@@ -1,4 +1,4 @@
-"""Issue #14 item 7: after a rollback to the old scripts, nothing of the
+"""#14 item 7: after a rollback to the old scripts, nothing of the
 agent's partials stays forever. The agent leaves partials of every kind for
 real (a sequential transfer stopped with SIGTERM, a widened ranged transfer
 killed with SIGKILL), then the scripts' own sweep lines (spec §10, §6.1) run

@@ -195,7 +195,7 @@ def _plan_invalid(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
 
 
 def _tolerated_values_holding_secrets(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
-    """Values the scripts tolerated are echoed in a warning (issue #14):
+    """Values the scripts tolerated are echoed in a warning (#14):
     never a secret, whole or cut."""
     origin.put(MODEL, DATA)
     pod.single(secret_url(origin.url, MODEL))

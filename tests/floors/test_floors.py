@@ -1,4 +1,4 @@
-"""#13.1: the floors are written in three places that must agree: pyproject's
+"""#13 item 1: the floors are written in three places that must agree: pyproject's
 dependencies (what pip admits), deps.py (what the agent checks at run time)
 and constraints.txt (what `make floors` installs to run the source tests)."""
 

@@ -1,4 +1,4 @@
-"""#13.1: a missing or too-old source library is InvalidConfiguration naming
+"""#13 item 1: a missing or too-old source library is InvalidConfiguration naming
 the package, exit 2, nothing on disk; never ModelStagerInternalError.
 
 Each case runs the CLI of this checkout under a real scratch venv

@@ -1,4 +1,4 @@
-"""Writers racing on shared storage (spec §9.1, §9.3; scenario 43, #2158, #2254).
+"""Writers racing on shared storage (spec §9.1, §9.3; scenario 43, LLMKube #2158, #2254).
 
 Two bindfs mounts of one backing directory behave like two nodes mounting
 one FUSE volume: flock excludes within a mount but not across mounts (the

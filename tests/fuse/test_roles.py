@@ -166,7 +166,7 @@ def test_scenario_48_warm_fuse_cache_without_record_starts_and_writes_nothing(
     tmp_path: Path, fuse_cache: FuseCache
 ) -> None:
     root = fuse_cache.backing / "k"
-    seed(root / "model.safetensors", WEIGHTS)  # staged before #2185: no record
+    seed(root / "model.safetensors", WEIGHTS)  # staged before LLMKube PR #2185: no record
     seed(root / OLD_DEBRIS, b"1", age_s=DAY_S)  # a reader must not sweep it either
     before = snapshot(fuse_cache.backing)
     env = multi_env(closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
@@ -412,7 +412,7 @@ def test_scenario_52_60_fuse_stager_backfills_missing_size_record(
     tmp_path: Path, fuse_cache: FuseCache
 ) -> None:
     root = fuse_cache.backing / "k"
-    seed(root / "model.safetensors", WEIGHTS)  # staged before #2185
+    seed(root / "model.safetensors", WEIGHTS)  # staged before LLMKube PR #2185
     env = multi_env(closed_port_url() + "/repo/", fuse_cache.mnt / "k", ["model.safetensors"])
 
     warned = Pod(tmp_path, env).run("stage")  # a serving pod warns, writes nothing
@@ -434,7 +434,7 @@ def test_scenario_52_60_fuse_stager_backfills_missing_size_record(
 def test_scenario_53_truncated_legacy_file_is_backfilled_as_is(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache
 ) -> None:
-    """A legacy file truncated by #2158 before the upgrade cannot be told
+    """A legacy file truncated by LLMKube #2158 before the upgrade cannot be told
     from a complete one offline: its (wrong) size is recorded as-is, with
     zero origin requests (accepted trade-off, release note)."""
     origin.put("/repo/model.safetensors", WEIGHTS)
@@ -450,7 +450,7 @@ def test_scenario_53_truncated_legacy_file_is_backfilled_as_is(
 
 
 # "True", "1", "yes": the scripts' `= true` test made serving pods of them,
-# and a serving pod must never write on FUSE (spec §9.3, issue #14 item 5).
+# and a serving pod must never write on FUSE (spec §9.3, #14 item 5).
 @pytest.mark.parametrize("value", ["false", "", "no", "0", "True", "TRUE", "1", "yes", " true"])
 def test_scenario_58_only_prefetch_stager_true_makes_a_stager(
     tmp_path: Path, origin: Origin, fuse_cache: FuseCache, value: str

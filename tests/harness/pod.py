@@ -290,7 +290,7 @@ class Run:
         expected = exit_code_of(reason or doc["reason"]) if exit_code is None else exit_code
         if exit_code is None and expected in (1, 4):
             # The exit code follows the message's own retryable verdict
-            # (an origin-digest mismatch is retryable, #12.5).
+            # (an origin-digest mismatch is retryable, #12 item 5).
             expected = 1 if doc["retryable"] else 4
         assert self.returncode == expected, str(self)
         assert doc["outcome"] == "failed", doc

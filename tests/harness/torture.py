@@ -1,4 +1,4 @@
-"""What the torture suite (tests/torture, issue #10) shares beyond its
+"""What the torture suite (tests/torture, #10) shares beyond its
 fixtures: its scale, the figures it sums over a run, and the LD_PRELOAD shims
 it compiles with gcc (a no-op flock standing in for NFS with node-local
 locks, a clock offset standing in for a node whose clock is fast). The

@@ -1,4 +1,4 @@
-"""Scratch virtual environments for the dependency tests (#13.1).
+"""Scratch virtual environments for the dependency tests (#13 item 1).
 
 Built once with the development venv's pip (`pip --python`, so the scratch
 venv needs no pip of its own; wheels come from pip's cache or the local

@@ -158,7 +158,7 @@ def test_s3_source_with_a_writable_tmp(pod: ImagePod, s3: SeaweedS3, bucket: str
 
 
 def test_s3_source_without_a_writable_tmp(pod: ImagePod, s3: SeaweedS3, bucket: str) -> None:
-    """#13.3: the S3 source makes a temporary file only for extra CA
+    """#13 item 3: the S3 source makes a temporary file only for extra CA
     certificates (tests/sources/test_s3_config.py has that case)."""
     stage_from_s3(pod, s3, bucket, tmp_writable=False)
 

@@ -1,5 +1,5 @@
 """O_DIRECT partial writes and the receive/hash/write pipeline (transfer/directio.py,
-transfer/pipeline.py; issue #6).
+transfer/pipeline.py; #6).
 
 Real files on the test machine's disk (ext4 here and in CI). What is
 asserted: the bytes in the file, how much of it the page cache holds after

@@ -1,4 +1,4 @@
-"""Issue #11 items 1, 4, 7 and 8 for partials: a name that looks like a
+"""#11 items 1, 4, 7 and 8 for partials: a name that looks like a
 partial (or a parallel transfer's data file or journal) is taken only when
 it is a plain regular file of the model directory. A planted symlink is
 never adopted, resumed, truncated or written through; a FIFO never hangs

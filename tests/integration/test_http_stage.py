@@ -142,7 +142,7 @@ def test_s47_record_mismatch_is_repaired_when_origin_is_up(origin, pod) -> None:
     model, config = payload(256 * KIB, seed=1), payload(4 * KIB, seed=2)
     origin.put(f"{REPO}/model.safetensors", model)
     origin.put(f"{REPO}/config.json", config)
-    # Truncated by #2158: shorter than its own record.
+    # Truncated by LLMKube #2158: shorter than its own record.
     seed(pod.dest("model.safetensors"), model[: 100 * KIB], age_s=3600)
     write_record(pod.dest("model.safetensors"), len(model))
     seed(pod.dest("config.json"), config, age_s=3600)
@@ -190,7 +190,7 @@ def test_s44_legacy_file_kept_offline_and_record_backfilled(origin, pod, mode: s
 
     assert origin.requests() == []
     assert dest.read_bytes() == local
-    assert record_of(dest) == str(len(local))  # the local size, as-is (#53)
+    assert record_of(dest) == str(len(local))  # the local size, as-is (scenario 53)
     assert first.has_line(hit)
 
     second = pod.stage(env).ok()

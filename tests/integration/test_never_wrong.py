@@ -1,4 +1,4 @@
-"""Issue #10: never a wrong file. Each test reproduces one defect of the
+"""#10: never a wrong file. Each test reproduces one defect of the
 issue in-process (`pod.stage`) against real loopback origins and real files; each failed
 before its fix (see the commit messages).
 
@@ -52,7 +52,7 @@ def markers(dest: Path) -> list[Path]:
     return sorted(dest.parent.glob(dest.name + ".*.sha256-rejected"))
 
 
-# -- defect 1: a response is written only at the offset it was requested for --------
+# -- #10 defect 1: a response is written only at the offset it was requested for ----
 
 
 @pytest.mark.parametrize("pinned", [False, True], ids=["unpinned", "pinned"])
@@ -79,7 +79,7 @@ def test_d1_partial_taken_away_between_attempts_is_not_rebuilt_at_the_wrong_offs
     assert markers(dest) == []
 
 
-# -- defect 2: never resume a partial another process holds open ---------------------
+# -- #10 defect 2: never resume a partial another process holds open -----------------
 
 
 def _hour_old_partial(dest: Path, data: bytes) -> Path:
@@ -157,7 +157,7 @@ def test_d2_an_adopted_partial_is_never_truncated_under_its_writer(
     assert dest.read_bytes() == data
 
 
-# -- defect 3: a stamp vouches only for bytes it hashed ------------------------------
+# -- #10 defect 3: a stamp vouches only for bytes it hashed --------------------------
 
 
 def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(
@@ -193,7 +193,7 @@ def test_d3_warm_stamp_is_not_written_for_a_file_replaced_after_hashing(
     assert dest.read_bytes() == good, "a stamp vouched for bytes it never hashed"
 
 
-# -- defects 4 and 5: validators of the partial, checked on every response -----------
+# -- #10 defects 4 and 5: validators of the partial, checked on every response -------
 
 
 def test_d4_without_an_etag_a_changed_upstream_is_not_spliced(pod: Pod, tmp_path: Path) -> None:
@@ -248,7 +248,7 @@ def test_d5_a_range_answered_with_another_etag_is_not_spliced(pod: Pod, tmp_path
         assert not dest.exists()
 
 
-# -- defects 6, 7, 8: sizes ---------------------------------------------------------------
+# -- #10 defects 6, 7, 8: sizes -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("framing", ["chunked", "close"])
@@ -327,7 +327,7 @@ def test_d8_unknown_length_is_published_when_completeness_is_proven(
     assert dest_of(tmp_path).read_bytes() == data
 
 
-# -- defect 9: an expired signed redirect target ------------------------------------------
+# -- #10 defect 9: an expired signed redirect target --------------------------------------
 
 
 def test_d9_an_expired_redirect_target_goes_back_to_the_original_url(
@@ -346,7 +346,7 @@ def test_d9_an_expired_redirect_target_goes_back_to_the_original_url(
     assert len(first_hops) >= 2, "it never went back to the original URL"
 
 
-# -- defect 10: the parallel engine heartbeats while it waits ----------------------------
+# -- #10 defect 10: the parallel engine heartbeats while it waits ------------------------
 
 
 def test_d10_parallel_transfer_heartbeats_its_partial_during_retry_after(

@@ -1,4 +1,4 @@
-"""Issue #10, defects 11-13: one manifest, one commit, and an OnChange set
+"""#10 defects 11-13: one manifest, one commit, and an OnChange set
 that is never served half-published. Each test failed before its fix.
 
 Hugging Face through the fake hub (the real `huggingface_hub` client on
@@ -40,7 +40,7 @@ def on_disk(tmp_path: Path) -> dict[str, bytes]:
     return {rel: (tmp_path / "cache" / rel).read_bytes() for rel in SHARDS}
 
 
-# -- defect 11: an interrupted run is finished from its own commit ---------------------
+# -- #10 defect 11: an interrupted run is finished from its own commit -----------------
 
 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
@@ -68,7 +68,7 @@ def test_d11_an_interrupted_run_is_not_finished_from_another_commit(
         assert got == y
 
 
-# -- defect 12: OnChange records only validators it verified ---------------------------
+# -- #10 defect 12: OnChange records only validators it verified -----------------------
 
 
 def test_d12_a_copy_without_validators_is_verified_not_judged_by_size(
@@ -98,7 +98,7 @@ def test_d12_a_copy_without_validators_is_verified_not_judged_by_size(
         )
 
 
-# -- defect 13: the OnChange publish loop -----------------------------------------------
+# -- #10 defect 13: the OnChange publish loop -------------------------------------------
 
 
 def _warm_set(tmp_path: Path, origin: Origin, n: int) -> tuple[list[str], dict[str, bytes]]:

@@ -404,7 +404,7 @@ def test_onchange_missing_file_that_cannot_be_fetched_fails(pod: Pod, origin, ba
 
     assert run.term is not None
     assert f"model artifact {CONFIG} missing and revalidation failed" in run.term["message"]
-    # spec §6.3 step 5: the scripts' OnChange line, whole (issue #14 item 4).
+    # spec §6.3 step 5: the scripts' OnChange line, whole (#14 item 4).
     line = f"ERROR: model artifact {CONFIG} missing and revalidation failed"
     assert line in run.lines, run.stderr
     assert not (cache / CONFIG).exists()

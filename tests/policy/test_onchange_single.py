@@ -294,7 +294,7 @@ def test_s46_onchange_single_truncated_and_download_fails_fails(pod: Pod, origin
 
 def test_s95_onchange_refresh_never_exposes_a_partial_file(pod: Pod, origin, warm) -> None:
     # While the new version is being received, MODEL_PATH still holds the
-    # whole old file: publish is a rename (#1428).
+    # whole old file: publish is a rename (LLMKube #1428).
     big = payload(1 << 20, seed=3)
     origin.put(PATH, big)
     origin.set_fault(PATH, Fault(rate_bytes_per_s=2 << 20, methods=("GET",)))

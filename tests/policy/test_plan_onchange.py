@@ -518,7 +518,7 @@ def test_8_3_single_fuse_stager_refreshes() -> None:
 def test_pin_stamp_hit_is_reused_and_says_stamp_hit(policy: str) -> None:
     plan, action = one(COMPLETE, UP_SAME, pin=PinState.STAMP_HIT, policy=policy)
     assert action.decision is Decision.REUSE
-    # The scripts' hit line stays whole; "stamp hit" is said beside it (issue #14).
+    # The scripts' hit line stays whole; "stamp hit" is said beside it (#14).
     assert action.message in (
         "Model artifact model.safetensors already cached, skipping download",
         "Model artifact model.safetensors revalidated (unchanged, skipped download)",

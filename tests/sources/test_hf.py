@@ -227,7 +227,7 @@ def test_corrupted_cdn_bytes_fail_the_lfs_checksum_without_a_pin(pod, hub, cdn) 
     )
 
     assert run.error is not None and run.error.file == SHARD1
-    # #12.5: nobody pinned anything, so there is no pin to correct and no
+    # #12 item 5: nobody pinned anything, so there is no pin to correct and no
     # marker to delete; a bad CDN copy is transient: restarting may help.
     assert run.error.retryable
     assert run.error.remedy == REMEDY_ORIGIN_CHECKSUM
@@ -400,7 +400,7 @@ def test_500_once_is_retried_and_500_always_fails(pod, hub, cdn) -> None:
 def test_repo_not_found(pod, hub, cdn, token, reason) -> None:
     """With a token the hub says 404: the repo does not exist (for this
     token). Without one it says 401 for a missing repo exactly as for a
-    private one (#12.5): the only thing that can change that answer is a
+    private one (#12 item 5): the only thing that can change that answer is a
     token, so the reason is Unauthorized and the detail says both."""
     hub.add_repo(REPO, repo_files())
 
@@ -446,7 +446,7 @@ def test_file_not_in_the_repo(pod, hub, cdn) -> None:
 
 
 def test_private_repo_without_a_token_is_unauthorized(pod, hub, cdn) -> None:
-    """#12.5: the hub answers 401 (RepoNotFound) to an anonymous caller; that
+    """#12 item 5: the hub answers 401 (RepoNotFound) to an anonymous caller; that
     is a credentials problem to the user, not a missing repo."""
     files = repo_files()
     hub.add_repo(REPO, files, private=True)
@@ -622,7 +622,7 @@ def _imported(stderr: str) -> set[str]:
 
 
 def test_warm_start_imports_neither_the_hub_nor_its_version_check(pod, hub, cdn) -> None:
-    """#13.1 added a library check; it must not reach the warm path (no
+    """#13 item 1 added a library check; it must not reach the warm path (no
     importlib.metadata, no huggingface_hub, no HTTP stack)."""
     hub.add_repo(REPO, repo_files())
     env = hf_env(pod, hub)

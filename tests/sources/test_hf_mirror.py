@@ -1,4 +1,4 @@
-"""#14.3 A Hugging Face mirror that serves only `/resolve/` keeps working.
+"""#14 item 3 A Hugging Face mirror that serves only `/resolve/` keeps working.
 
 A static mirror or a caching proxy under HF_ENDPOINT has no hub API: its
 `/api/models/...` answers a plain 404 (no X-Error-Code, which every 404 of

@@ -1,4 +1,4 @@
-"""#12.4 No retry storms: the hub API's answer is the run's answer.
+"""#12 item 4 No retry storms: the hub API's answer is the run's answer.
 
 An OnChange start asks about every present file twice (revalidation, then
 the transfer's probe); before the fix each question called the API with

@@ -1,4 +1,4 @@
-"""#11.11 / #11.12: Hugging Face sources are parsed as what they are.
+"""#11 item 11 / #11 item 12: Hugging Face sources are parsed as what they are.
 
 `hf://` is a path (HfFileSystem's reading): `#`, `?` and `%` belong to the
 file name. An https URL is a URL: percent-decoded, a fragment or a query the
@@ -83,7 +83,7 @@ def test_what_could_mean_two_things_is_refused(source: str) -> None:
 @pytest.mark.parametrize(
     "endpoint",
     [
-        "hf-mirror.example",  # no scheme (#11.12)
+        "hf-mirror.example",  # no scheme (#11 item 12)
         "hf-mirror.example:8080",
         "ftp://hf-mirror.example",
         "https://",

@@ -1,4 +1,4 @@
-"""#11.13 Credentials in the source URL (`https://user:pass@host/...`).
+"""#11 item 13 Credentials in the source URL (`https://user:pass@host/...`).
 
 The probe (httpx) sent them and the GET data path (http.client) did not, so
 an origin that checks them answered the HEAD and refused the bytes. Now

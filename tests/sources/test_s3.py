@@ -74,7 +74,7 @@ def test_multi_file_prefix_with_spaces_and_unicode(pod, s3, bucket) -> None:
         s3.put(bucket, f"{prefix}/{rel}", data)
     s3.put(bucket, f"{prefix}/not-listed.bin", b"x")
 
-    # The source is a path, taken literally like the AWS CLI does (#11.11).
+    # The source is a path, taken literally like the AWS CLI does (#11 item 11).
     run = pod.stage(pod.multi_env(f"s3://{bucket}/{prefix}", files, **s3_env(s3))).ok()
 
     assert run.count(Decision.FETCH) == 3

@@ -1,4 +1,4 @@
-"""Where S3 requests go (#12.6): virtual-host style where the endpoint needs
+"""Where S3 requests go (#12 item 6): virtual-host style where the endpoint needs
 it, path style where it must, a bucket in another region followed with the
 presign signed for the bucket's region, and an origin that ignores Range
 never fanned out into parallel requests that each carry the whole file.

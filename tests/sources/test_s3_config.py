@@ -1,7 +1,7 @@
 """Bad S3 configuration is InvalidConfiguration, exit 2, before any I/O:
-no model directory, no lock, no request (#11.12); a source is a path, and
-what would be ambiguous is refused (#11.11); the S3 source needs no
-temporary directory unless it has extra CA certificates (#13.3).
+no model directory, no lock, no request (#11 item 12); a source is a path, and
+what would be ambiguous is refused (#11 item 11); the S3 source needs no
+temporary directory unless it has extra CA certificates (#13 item 3).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_a_missing_web_identity_token_file_is_refused_before_any_io_cli(
     assert_refused_before_any_io(pod, run, s3, "AWS_WEB_IDENTITY_TOKEN_FILE")
 
 
-# -- sources are paths (#11.11) ---------------------------------------------------------------
+# -- sources are paths (#11 item 11) ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["a#b.gguf", "a?b.gguf", "a?versionId=1", "a b#c?d.gguf"])
@@ -153,7 +153,7 @@ def test_the_exact_key_with_a_percent_sign_goes_in_s3_key(pod, s3, bucket) -> No
     assert pod.dest().read_bytes() == data
 
 
-# -- no temporary directory (#13.3) -------------------------------------------------------------
+# -- no temporary directory (#13 item 3) -----------------------------------------------------------
 
 
 def read_only_root(pod) -> list[str]:

@@ -1,4 +1,4 @@
-"""boto3's default credential chain, the way pods get credentials (#12.1):
+"""boto3's default credential chain, the way pods get credentials (#12 item 1):
 IRSA, a shared credentials file and AWS_PROFILE, container credentials (EKS
 Pod Identity), instance metadata; unsigned requests only when nothing is
 found. Every source is real on loopback: SeaweedFS's STS verifies the web

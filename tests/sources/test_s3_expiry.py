@@ -1,4 +1,4 @@
-"""Long transfers outlive their credentials (#12.2): every GET is presigned
+"""Long transfers outlive their credentials (#12 item 2): every GET is presigned
 just before it is sent, and a GET refused with 403 (its signature or the
 temporary credentials behind it expired on the way) is presigned again at
 once, outside the retry budget. Against SeaweedFS, which enforces both the

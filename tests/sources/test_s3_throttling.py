@@ -1,5 +1,5 @@
-"""Throttling is ModelSourceRateLimited, with backoff (#12.3), and botocore
-never retries behind the agent's back (#12.4): one HEAD per attempt of the
+"""Throttling is ModelSourceRateLimited, with backoff (#12 item 3), and botocore
+never retries behind the agent's back (#12 item 4): one HEAD per attempt of the
 RetryBudget, counted at the server. S3 throttles with `503 SlowDown`; a HEAD
 answer has no body, so no error code: it is mapped by its status.
 """

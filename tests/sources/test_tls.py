@@ -116,7 +116,7 @@ def test_ca_bundle_file_is_the_system_bundle_plus_the_custom_certs(ca, tmp_path)
     system = ssl.get_default_verify_paths().cafile
     if system and Path(system).is_file():
         assert bundle.startswith(Path(system).read_bytes().strip())
-    # No extra certificate: no file at all (#13.3, a read-only root has no /tmp).
+    # No extra certificate: no file at all (#13 item 3, a read-only root has no /tmp).
     assert write_ca_bundle(str(tmp_path / "no-such-dir")) is None
 
 

@@ -1,4 +1,4 @@
-"""The torture suite (issue #10): the real CLI against loopback origins,
+"""The torture suite (#10): the real CLI against loopback origins,
 killed, frozen, raced and lied to, with the promise checked after every
 round: the final cache is byte-identical to the origin, its records and
 stamps are true, no rejection marker names the right digest, and the bytes

@@ -45,7 +45,7 @@ NAMES = {
     "segs": f"model.gguf.{KEY}.{WRITER}.llmkube-segs",
     "journal": f"model.gguf.{KEY}.{WRITER}.llmkube-journal",
 }
-# What the adoption code (cache/partials.py, transfer/: issue #10's branch)
+# What the adoption code (cache/partials.py, transfer/: #10's branch)
 # still trips on here: a FIFO named like an idle partial is adopted and the
 # resumed stream blocks on it; a directory named `<file>.tmp` makes
 # remove_stale's unlink raise IsADirectoryError (exit 3).

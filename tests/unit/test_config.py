@@ -392,7 +392,7 @@ def test_refresh_policy_is_case_insensitive(text: str, expected: str) -> None:
     assert load({"LLMKUBE_REFRESH_POLICY": text}).refresh_policy == expected
 
 
-# --- values the scripts tolerated: their old meaning, a warning, never exit 2 (issue #14) ------
+# --- values the scripts tolerated: their old meaning, a warning, never exit 2 (#14) ------
 
 TOLERATED = [
     ("PROGRESS_INTERVAL", "0", "progress_interval_s", 10.0),

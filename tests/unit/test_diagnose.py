@@ -1,4 +1,4 @@
-"""diagnose: termination messages and log tails -> conditions (spec §11, §15.2 #94)."""
+"""diagnose: termination messages and log tails -> conditions (spec §11, §15.2 scenario 94)."""
 
 from __future__ import annotations
 

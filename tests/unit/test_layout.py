@@ -202,7 +202,7 @@ def test_private_partial_is_keyed_on_the_validator_and_the_writer() -> None:
 
 def test_every_partial_the_agent_writes_is_claimed_by_the_scripts_tmp_sweeps() -> None:
     """After a rollback the scripts' `find ... -name '*.tmp' -delete` sweeps
-    (spec §10) remove the agent's partials too (issue #14 item 7)."""
+    (spec §10) remove the agent's partials too (#14 item 7)."""
     dest = "/models/abc/model.gguf"
     validator = validator_of(80000, '"vA"')
     names = [

@@ -1,5 +1,5 @@
-"""logs: structlog's bound logger with our processors (CONTRACT §6, issue #14 item 4,
-issue #15 "structlog for the event log"). Redaction and the renderers' basic
+"""logs: structlog's bound logger with our processors (CONTRACT §6, #14 item 4,
+#15 "structlog for the event log"). Redaction and the renderers' basic
 shapes are in test_redaction.py."""
 
 from __future__ import annotations

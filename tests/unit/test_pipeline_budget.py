@@ -1,5 +1,5 @@
 """The pipeline's buffers shrink to keep the process within its memory budget
-(pipeline.buffer_bytes_within; issue #6: peak RSS <= 64 MiB)."""
+(pipeline.buffer_bytes_within; #6: peak RSS <= 64 MiB)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The S3 source's pure part: sources read as paths (#11.11), settings
-checked before any I/O (#11.12), and the environment botocore gets."""
+"""The S3 source's pure part: sources read as paths (#11 item 11), settings
+checked before any I/O (#11 item 12), and the environment botocore gets."""
 
 from __future__ import annotations
 

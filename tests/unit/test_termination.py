@@ -403,7 +403,7 @@ def test_write_termination_to_a_directory_returns_false(tmp_path: Path) -> None:
     assert write_termination(str(tmp_path), b"{}") is False
 
 
-# --- the controller's 200-byte cut (issue #14 item 2) -----------------------------------------
+# --- the controller's 200-byte cut (#14 item 2) -----------------------------------------
 
 
 @pytest.mark.parametrize("reason", [r for r in Reason if r is not Reason.SUCCEEDED])
@@ -450,7 +450,7 @@ def test_every_reasons_minimal_document_fits_the_budget(reason: Reason) -> None:
     assert decode(data)["remedy"] == err.remedy
 
 
-# --- the operator's words (issue #14 item 1) ---------------------------------------------------
+# --- the operator's words (#14 item 1) ---------------------------------------------------
 
 
 @pytest.mark.parametrize(
