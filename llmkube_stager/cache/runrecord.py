@@ -48,7 +48,8 @@ from dataclasses import dataclass, field, fields
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.safeio import read_small
 from llmkube_stager.config import MAX_SHARDS
-from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME
+from llmkube_stager.errors import InvalidFileSet
+from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME, parse_file_list
 from llmkube_stager.share import share_id
 
 MAIN = ""  # the writer of the whole model; a share's id is "<i>-of-<n>"
@@ -208,13 +209,28 @@ def _parse_intent(raw: str) -> tuple[PublishEntry, ...]:
 
 
 def _entry_ok(entry: dict[str, object]) -> bool:
-    partial = entry.get("partial")
+    rel, partial = entry.get("rel"), entry.get("partial")
     return (
-        isinstance(entry.get("rel"), str)
+        isinstance(rel, str)
+        and _is_model_path(rel)
         and isinstance(partial, str)
         and "/" not in partial
         and isinstance(entry.get("size"), int)
     )
+
+
+def _is_model_path(rel: str) -> bool:
+    """A path MODEL_FILES could hold, as the listing record checks its names
+    (cache/listrec.py): an entry climbing out of the model (`../x`) was
+    looked up, opened and flocked outside the cache by every reader, and
+    refused the whole model for a file that is none of it."""
+    if "\n" in rel:
+        return False
+    try:
+        parse_file_list(rel)
+    except InvalidFileSet:
+        return False
+    return True
 
 
 def _entry(doc: dict[str, object]) -> PublishEntry:

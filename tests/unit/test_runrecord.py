@@ -81,3 +81,38 @@ def test_an_update_that_changes_nothing_is_not_a_change(tmp_path: Path) -> None:
     assert Update(commit="c").changes(record, "0-of-2"), "a share's record is its own"
     assert not Update()
     assert record == RunRecord({"a": '"1"'}, {MAIN: record.run()})
+
+
+def test_an_intent_entry_that_climbs_out_of_the_model_is_no_entry(tmp_path: Path) -> None:
+    """A hostile record whose intent names `../outside/x` made every reader
+    look outside the cache (lexists, then an open and a flock to judge its
+    writer alive) and refuse a whole model for a file that is none of it."""
+    from llmkube_stager.cache.setstate import judge_set, pending_publishes
+
+    root = tmp_path / "model"
+    root.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f").write_bytes(b"not ours")
+    entries = [
+        {"rel": rel, "partial": "f", "size": 8, "validator": ""}
+        for rel in ("../outside/x", "/abs/x", "a/../../outside/x", "x\n../outside/y")
+    ]
+    (root / record_name(MAIN)).write_text(json.dumps({"/publishing": json.dumps(entries)}))
+
+    record = read_run_record(str(root))
+    assert record.run().intent == ()
+    assert pending_publishes(record, str(root)) == []
+    assert judge_set(record, str(root)) is None
+
+
+def test_an_intent_entry_inside_the_model_still_counts(tmp_path: Path) -> None:
+    """The check above must not drop a real entry: a partial beside its
+    destination in a subdirectory is a publish in progress."""
+    from llmkube_stager.cache.setstate import judge_set
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f").write_bytes(b"partial!")
+    entry = {"rel": "sub/x.bin", "partial": "f", "size": 8, "validator": ""}
+    (tmp_path / record_name(MAIN)).write_text(json.dumps({"/publishing": json.dumps([entry])}))
+    refusal = judge_set(read_run_record(str(tmp_path)), str(tmp_path))
+    assert refusal is not None and refusal.file == "sub/x.bin"
