@@ -53,11 +53,12 @@ class Clock:
     wall_clock: Callable[[], float]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Session:
     """Per-run network state: one fetcher, opened on first use, and the
     probe answers (so a transfer does not HEAD what revalidation or a
-    share's listing asked already)."""
+    share's listing asked already). No generated repr: the answers hold
+    URLs after redirects, signed ones among them."""
 
     config: Config
     log: Log
@@ -87,6 +88,8 @@ class Session:
         resolves it). A fetcher already open forgets what it answered and
         is opened again (a sharded Job's claim names another commit)."""
         with self._opening:
+            if commit == self._commit:
+                return  # already so: a fetcher open at it keeps its answers
             if self._fetcher is not None:
                 self._fetcher.close()
                 self._fetcher = None

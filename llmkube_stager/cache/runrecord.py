@@ -43,7 +43,7 @@ import errno
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.safeio import read_small
@@ -275,12 +275,8 @@ class Update:
 
     def __or__(self, other: Update) -> Update:
         """Both in one write (`other` wins where both set a key)."""
-        merged = {f.name: getattr(other, f.name) for f in fields(Update)}
-        for f in fields(Update):
-            if merged[f.name] is None:
-                merged[f.name] = getattr(self, f.name)
-        merged["validators"] = {**self.validators, **other.validators}
-        return Update(**merged)
+        keys = {name: getattr(other, name) for name in _KEYS if getattr(other, name) is not None}
+        return replace(self, validators={**self.validators, **other.validators}, **keys)
 
     def run_keys(self) -> dict[str, str]:
         encoded: dict[str, str] = {}
