@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit floors torture torture-quick bench bench-setup clean image image-test image-lock
+.PHONY: setup system-deps demo test lint typecheck unit floors torture torture-quick bench bench-setup clean image image-test image-lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,9 +25,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict llmkube_stager
 
+## What the suite needs from the system (#32 item 6): installed as root with apt-get;
+## elsewhere one line names the packages and the command (their tests skip until then).
+system-deps:
+	@tools/system-deps test
+
 ## The whole suite: lint, types, every test (the torture suite at its quick scale), then the
 ## source tests on the library floors.
-test: lint typecheck
+test: system-deps lint typecheck
 	$(BIN)/pytest -q
 	$(MAKE) floors
 
@@ -93,6 +98,7 @@ IMAGE       ?= localhost/llmkube-stager:$(VERSION)
 HOST_CA     ?= /etc/ssl/certs/ca-certificates.crt
 
 image:
+	@tools/system-deps image
 	@command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || \
 	  { echo "make image needs buildah and mmdebstrap (apt-get install buildah mmdebstrap)" >&2; exit 1; }
 	base=$$(IMAGE_CACHE=$(IMAGE_CACHE) image/base.sh) && \
