@@ -558,3 +558,26 @@ def test_s92_fault_during_pinned_download_never_publishes_unverified_bytes(
     assert stamp(repo / SHARD) == stamp_triple(repo / SHARD, sha256(REPO_FILES[SHARD]))
     gets = origin.requests(f"/org/repo/resolve/main/{SHARD}", "GET")
     assert len(gets) == 2 and gets[1].headers.get("range") == "bytes=10000-"
+
+
+def test_s92_a_resume_into_other_bytes_is_caught_by_the_pin(pod: Pod, origin: Origin) -> None:
+    # The adversary's form of the test above (#32 item 7): the first GET is cut
+    # at 10000 bytes and the resume's tail is another model's under the same
+    # ETag and size (an origin that lies), so only a digest over every byte,
+    # the resumed ones included, can refuse it. With the pin check deleted the
+    # test above still passed; this one publishes the wrong bytes.
+    good = REPO_FILES[SHARD]
+    liar = good[:10000] + payload(len(good) - 10000, seed=97)
+    base = serve_repo(origin, {**REPO_FILES, SHARD: liar})
+    path = f"/org/repo/resolve/main/{SHARD}"
+    origin.put(path, liar, etag='"' + sha256(good)[:16] + '"')
+    origin.set_fault(path, Fault(truncate_after=10000, times=1, methods=("GET",)))
+    repo = pod.multi(base, [SHARD, CONFIG])
+
+    run = pod.stage(MODEL_FILE_SHA256=file_pins((sha256(good), SHARD)))
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert not (repo / SHARD).exists()
+    assert markers(repo / SHARD) == [sha256(good)]
+    gets = origin.requests(path, "GET")
+    assert any(g.headers.get("range") == "bytes=10000-" for g in gets), "no resume happened"
