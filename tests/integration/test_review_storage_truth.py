@@ -111,3 +111,42 @@ def test_a_roll_forward_never_records_the_new_validator_for_an_old_file_of_one_s
         run = pod.stage(env)
         assert run.error is None, run.stderr
     assert {r: (cache / r).read_bytes() for r in SHARDS} == new, "an old file kept as new"
+
+
+def test_a_roll_forward_never_renames_a_partial_cut_short_over_the_old_file(
+    pod: Pod, tmp_path: Path, hub: FakeHub
+) -> None:
+    """#32 item 7: with `_synced_whole`'s size check deleted every test
+    passed. An OnChange publish is killed after its first rename and one of
+    its remaining partials is then cut short (a sweep or a failing disk).
+    The writer that rolls the publish forward must leave the old file in
+    place for that entry (it serves until the new one is whole), never
+    rename the short partial over it; stopped right after the roll-forward,
+    the destination holds the old bytes or the new ones, whole."""
+
+    def kill() -> None:
+        raise SimulatedKill
+
+    cache = tmp_path / "cache"
+    old, new = commit_files(1), commit_files(2)
+    hub.add_repo(REPO, old)
+    env = hf_env(tmp_path, hub, LLMKUBE_REFRESH_POLICY="OnChange")
+    assert pod.stage(env).error is None
+    hub.move_branch(REPO, "main", new)
+    with pytest.raises(SimulatedKill):
+        pod.stage(env, on_line=interrupt_after_first_publish(kill))
+    left = sorted(p for p in os.listdir(cache) if p.endswith(".llmkube-part.tmp"))
+    assert left, "no partial left by the killed publish"
+    rel = next(r for r in SHARDS if left[0].startswith(r + "."))
+    os.truncate(cache / left[0], len(new[rel]) // 2)
+
+    def stop_after_roll_forward(text: str) -> None:
+        if "left halfway" in text:
+            kill()
+
+    with pytest.raises(SimulatedKill):
+        pod.stage(env, on_line=stop_after_roll_forward)
+    assert (cache / rel).read_bytes() in (old[rel], new[rel]), "a short partial was published"
+    run = pod.stage(env)
+    assert run.error is None, run.stderr
+    assert {r: (cache / r).read_bytes() for r in SHARDS} == new
