@@ -20,7 +20,7 @@ import stat
 from llmkube_stager.cache import evidence
 from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.partials import Claim, same_file
-from llmkube_stager.cache.records import fsync_dir, write_size_record
+from llmkube_stager.cache.records import fsync_dir, retire_stamp, write_size_record
 from llmkube_stager.errors import Reason, TransferError
 
 
@@ -62,6 +62,13 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         claim.close()
         raise PartialLost(claim.path)
     try:
+        # The stamp and evidence at `dest` vouch for the file we replace,
+        # never for ours (#29 item 2: an unpinned writer left them, and a
+        # file of one size, one mtime second and the same sampled blocks
+        # passed for the pinned one). Before the rename, so that no reader
+        # ever sees them beside our file; one written meanwhile by a racing
+        # stamper is bound to the old file's inode (records._judge).
+        retire_stamp(dest)
         os.replace(claim.path, dest)
     except FileNotFoundError as exc:
         claim.close()
@@ -144,6 +151,7 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool | None:
     renamed = False
     try:
         if _synced_whole(partial, size):
+            retire_stamp(dest)  # #29 item 2, as in publish
             os.replace(partial, dest)
             fsync_dir(os.path.dirname(dest))
             renamed = True
