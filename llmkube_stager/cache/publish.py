@@ -50,7 +50,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         # error once per open file: a later fsync would return 0 over them
         # (#21 item 1). The partial goes; nothing is published.
         claim.discard()
-        raise disk_error(exc, "publishing", rel) from exc
+        raise disk_error(exc, "publishing", rel, dest) from exc
     if expected_bytes is not None and st.st_size != expected_bytes:
         claim.discard()
         raise TransferError(
