@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.cache.partials import FUTURE_OBSERVE_S
+from tests.harness.features import missing_feature
 from tests.harness.hub import FakeHub
 from tests.harness.modelsets import (
     REPO,
@@ -34,7 +35,9 @@ from tests.harness.modelsets import (
     interrupt_after_first_publish,
 )
 from tests.harness.mounts import FuseCache
+from tests.harness.objmounts import object_nodes, objstore_missing
 from tests.harness.pod import Pod
+from tests.harness.seaweed import SeaweedS3
 
 AHEAD_S = 3600.0
 POLL_S = 0.5  # staging/interrupted.py's poll while it waits for a publish
@@ -43,10 +46,12 @@ WATCH_SLEEPS = int(FUTURE_OBSERVE_S / POLL_S)
 
 
 def _killed_publish_from_the_future(
-    pod: Pod, tmp_path: Path, hub: FakeHub, cache: Path
+    pod: Pod, tmp_path: Path, hub: FakeHub, cache: Path, *, reader_cache: Path | None = None
 ) -> dict[str, str]:
     """A warm model whose `main` moved, an OnChange publish of it killed
-    after its first rename, its partials dated AHEAD_S in the future."""
+    after its first rename, its partials dated AHEAD_S in the future; the
+    environment then points at `reader_cache` (another node's view), when
+    given."""
 
     def kill() -> None:
         raise SimulatedKill
@@ -68,7 +73,19 @@ def _killed_publish_from_the_future(
     when = time.time() + AHEAD_S
     for partial in left:
         os.utime(partial, (when, when))
-    return env
+    if reader_cache is None:
+        return env
+    for partial in left:
+        await_visible(reader_cache / partial.name)
+    return {**env, "CACHE_DIR": str(reader_cache)}
+
+
+def await_visible(path: Path, timeout_s: float = 15.0) -> None:
+    """The other node sees a name once its directory cache expires."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never showed up on this node"
+        time.sleep(0.2)
 
 
 def _partials(cache: Path) -> list[Path]:
@@ -113,3 +130,24 @@ def test_a_live_writer_dated_in_the_future_is_still_waited_for(
     assert run.error is None, run.stderr
     assert len(run.sleeps) >= beats + WATCH_SLEEPS, (len(run.sleeps), run.stderr)
     assert {r: (cache / r).read_bytes() for r in SHARDS} == commit_files(2)
+
+
+def test_on_s3fs_a_dead_writers_publish_dated_in_the_future_is_rolled_forward(
+    pod: Pod, tmp_path: Path, hub: FakeHub, seaweed: SeaweedS3
+) -> None:
+    """s3fs stamps the mtime with the client's clock: the killed writer on
+    node 1, the next writer on node 2 of one bucket."""
+    missing = objstore_missing("s3fs")
+    if missing:
+        missing_feature(missing)
+    with object_nodes("s3fs", seaweed, tmp_path, f"ahead-{os.getpid()}") as nodes:
+        env = _killed_publish_from_the_future(
+            pod, tmp_path, hub, nodes.node1 / "k", reader_cache=nodes.node2 / "k"
+        )
+        cache = nodes.node2 / "k"
+
+        run = pod.stage(env)
+
+        assert run.error is None, run.stderr
+        assert {r: (cache / r).read_bytes() for r in SHARDS} == commit_files(2)
+        assert len(run.sleeps) >= WATCH_SLEEPS, run.sleeps
