@@ -192,22 +192,31 @@ def turned_read_only(path: str) -> bool:
     mount = _mountinfo_for(os.path.realpath(existing_ancestor(path)))
     if mount is None:
         return False
-    mount_options, super_options = mount
+    return turned(*mount)
+
+
+def turned(mount_options: frozenset[str], super_options: frozenset[str]) -> bool:
+    """Pure: a read-write mount of a superblock that is read-only now."""
     return "rw" in mount_options and not super_options.isdisjoint({"ro", "emergency_ro"})
 
 
 def _mountinfo_for(path: str) -> tuple[frozenset[str], frozenset[str]] | None:
     """(mount options, superblock options) of the mount `path` lives on,
-    from /proc/self/mountinfo (proc(5)): the last longest mount point."""
+    from /proc/self/mountinfo (proc(5))."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
+            return mount_options_of(path, handle.read())
     except OSError:
         return None
+
+
+def mount_options_of(path: str, mountinfo: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """Pure: (mount options, superblock options) of the last longest mount
+    point of `mountinfo` (proc(5) format) that holds the resolved `path`."""
     best: tuple[int, frozenset[str], frozenset[str]] | None = None
-    for line in lines:
+    for line in mountinfo.splitlines():
         fields = line.split(" ")
-        if "-" not in fields[6:] or len(fields) < 10:
+        if len(fields) < 10 or "-" not in fields[6:]:
             continue
         dash = fields.index("-", 6)
         if len(fields) < dash + 4:
