@@ -86,8 +86,9 @@ def test_eio_under_a_transfer_is_a_failing_volume(tmp_path: Path, origin: Origin
         assert doc["file"] == "model.gguf", doc
 
 
+@pytest.mark.parametrize("connections", ["1", "4"], ids=["stream", "parallel"])
 def test_an_ext4_that_turns_read_only_under_a_transfer_is_a_failing_volume(
-    tmp_path: Path, origin: Origin, pod: Pod
+    tmp_path: Path, origin: Origin, pod: Pod, connections: str
 ) -> None:
     """#29 item 7: ext4 mounted `errors=remount-ro` raises an error while the
     partial is being written; every write after it is EROFS. The volume was
@@ -98,6 +99,7 @@ def test_an_ext4_that_turns_read_only_under_a_transfer_is_a_failing_volume(
         pod.models = ext4.mount_point / "models"
         pod.cache_dir = pod.models / "k1"
         pod.single(origin.url + "/m/model.gguf")
+        pod.env["LLMKUBE_CONNECTIONS"] = connections
         proc = _stage_until_partial(pod, 2 * MIB)
 
         ext4.fail_ext4()
