@@ -96,7 +96,9 @@ def _turned_read_only(where: str | None, shown: str, rel: str | None) -> StagerE
     read-only stays ModelCacheUnwritable (None here)."""
     from llmkube_stager.cache.fs import turned_read_only
 
-    if where is None or not turned_read_only(where):
+    # A name relative to a directory descriptor (write_atomic's temp) says
+    # nothing of where it is: the access mode's reason, as before.
+    if where is None or not os.path.isabs(where) or not turned_read_only(where):
         return None
     return CacheError(
         f"the cache volume's filesystem turned read-only (after an error) while {shown}",

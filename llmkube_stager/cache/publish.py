@@ -74,7 +74,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         claim.close()
         raise PartialLost(claim.path) from exc
     except OSError as exc:
-        raise disk_error(exc, "publishing", rel) from exc
+        raise disk_error(exc, "publishing", rel, dest) from exc
     try:
         # What we published, as it is now: rclone (--vfs-cache-mode off)
         # moves an open file's mtime at its rename (#21 item 10), and the
@@ -83,7 +83,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         st = os.fstat(claim.fd)
     except OSError as exc:
         claim.close()
-        raise disk_error(exc, "publishing", rel) from exc
+        raise disk_error(exc, "publishing", rel, dest) from exc
     with contextlib.suppress(OSError):
         # The bytes a stamp of this file may vouch for, read through our
         # own descriptor, never the name (#21 item 2, cache/evidence.py).
@@ -103,7 +103,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         else:
             fsync_dir(os.path.dirname(dest))
     except OSError as exc:
-        raise disk_error(exc, "recording the size of", rel) from exc
+        raise disk_error(exc, "recording the size of", rel, dest) from exc
     finally:
         claim.close()
     return st
@@ -156,7 +156,7 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool | None:
             fsync_dir(os.path.dirname(dest))
             renamed = True
     except OSError as exc:
-        raise disk_error(exc, "finishing the publish of", os.path.basename(dest)) from exc
+        raise disk_error(exc, "finishing the publish of", os.path.basename(dest), dest) from exc
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
