@@ -278,17 +278,21 @@ def write_stamp(dest: str, digest: str, st: os.stat_result, seen: str) -> None:
 def retire_stamp(dest: str) -> None:
     """Remove the stamp and evidence of the file at `dest`, which a publish
     is about to replace (#29 item 2): they vouch for that file, not for
-    what takes its name. The stamp first (a reader looks at it first)."""
+    what takes its name. The stamp first (a reader looks at it first); no
+    stamp, no evidence looked for: evidence alone vouches for nothing (a
+    stamp of ours written later brings its own; the scripts' stamp meets
+    evidence of another triple: a re-hash), and a cold stage pays one
+    lookup per file, which on an object-store FUSE mount is a request."""
     for path in (stamp_path(dest), evidence_path(dest)):
         try:
             os.unlink(path)
         except FileNotFoundError:
-            pass
+            return
         except OSError as exc:
             if is_volume_fault(exc):
                 raise
-            # Not ours to remove (a directory, EACCES): the binding above
-            # still keeps it from vouching for the new file.
+            # Not ours to remove (a directory, EACCES): the binding still
+            # keeps it from vouching for the new file.
 
 
 def has_marker(dest: str, expected_digest: str) -> bool:
