@@ -199,6 +199,13 @@ REMEDY_CACHE_FAILING = (
     "(see the node's kernel log); nothing from the failed transfer was published; repair or "
     "replace the volume, then restart"
 )
+# #29 item 7: EROFS from a filesystem mounted read-write that turned itself
+# read-only (ext4 `errors=remount-ro` after an I/O error or corruption).
+REMEDY_CACHE_TURNED_READ_ONLY = (
+    "the cache volume's filesystem turned itself read-only after an error (ext4 errors=remount-ro; "
+    "see the node's kernel log): its disk or filesystem is failing; nothing from the failed "
+    "transfer was published; repair (fsck) or replace the volume, then restart"
+)
 # ENOTCONN, ESTALE: the mount is dead (a FUSE daemon that died, a stale NFS
 # handle); a new pod mounts the volume afresh, partials kept for resume.
 REMEDY_CACHE_DISCONNECTED = (

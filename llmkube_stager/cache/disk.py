@@ -7,8 +7,10 @@ contract's reasons; `storage_fault` its part for faults of the volume itself
 untranslated: EIO (an XFS shutdown, a failing disk) is `ModelCacheFailing`,
 ENOTCONN/ESTALE (a FUSE daemon that died, a stale NFS handle) is
 `ModelCacheDisconnected`, ENOSPC with no free inode left is
-`ModelTransferOutOfSpace` with the inode remedy: never an internal error
-with a traceback, nor the fsGroup remedy of an unwritable volume."""
+`ModelTransferOutOfSpace` with the inode remedy, EROFS from a filesystem
+mounted read-write that turned itself read-only (#29 item 7) is
+`ModelCacheFailing`: never an internal error with a traceback, nor the
+fsGroup remedy of an unwritable volume."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import errno
 import os
 
 from llmkube_stager.errors import (
+    REMEDY_CACHE_TURNED_READ_ONLY,
     REMEDY_LEADS_OUTSIDE,
     REMEDY_OUT_OF_INODES,
     CacheError,
@@ -80,7 +83,29 @@ def storage_fault(
             reason=Reason.CACHE_DISCONNECTED,
             file=rel,
         )
+    if exc.errno == errno.EROFS:
+        return _turned_read_only(where or _filename(exc), shown, rel)
     return None
+
+
+def _turned_read_only(where: str | None, shown: str, rel: str | None) -> StagerError | None:
+    """EROFS from a filesystem mounted read-write that turned itself
+    read-only (ext4 `errors=remount-ro` after an error, #29 item 7): the
+    volume is failing, and the access-mode and fsGroup remedy of an
+    unwritable cache would send the user the wrong way. A mount made
+    read-only stays ModelCacheUnwritable (None here)."""
+    from llmkube_stager.cache.fs import turned_read_only
+
+    # A name relative to a directory descriptor (write_atomic's temp) says
+    # nothing of where it is: the access mode's reason, as before.
+    if where is None or not os.path.isabs(where) or not turned_read_only(where):
+        return None
+    return CacheError(
+        f"the cache volume's filesystem turned read-only (after an error) while {shown}",
+        reason=Reason.CACHE_FAILING,
+        file=rel,
+        remedy=REMEDY_CACHE_TURNED_READ_ONLY,
+    )
 
 
 def _filename(exc: OSError) -> str | None:

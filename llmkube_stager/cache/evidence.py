@@ -83,14 +83,24 @@ def of_descriptor(fd: int, size_bytes: int) -> str:
 def of_name(path: str, size_bytes: int) -> str | None:
     """Evidence of what an open of `path` reads now, past any page cache
     that may hold another file's bytes; None when it cannot be read."""
+    read = read_name(path, size_bytes)
+    return read[0] if read is not None else None
+
+
+def read_name(path: str, size_bytes: int) -> tuple[str, os.stat_result] | None:
+    """(evidence, fstat) of the file an open of `path` reaches now: the
+    identity a stamp is bound to (#29 item 2) and the bytes it vouches for,
+    from one descriptor, so that a name swapped between a stat and the
+    read cannot pair one file's identity with another's bytes."""
     try:
         fd, direct = _open_fresh(path)
     except OSError:
         return None
     try:
+        st = os.fstat(fd)
         if direct:
-            return _digest(size_bytes, _read_direct(fd, size_bytes))
-        return of_descriptor(fd, size_bytes)
+            return _digest(size_bytes, _read_direct(fd, size_bytes)), st
+        return of_descriptor(fd, size_bytes), st
     except OSError:
         return None
     finally:

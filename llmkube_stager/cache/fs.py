@@ -180,3 +180,62 @@ def _statvfs(path: str) -> tuple[bool, int | None]:
     except OSError:
         return False, None
     return bool(st.f_flag & os.ST_RDONLY), st.f_bavail * st.f_frsize
+
+
+def turned_read_only(path: str) -> bool:
+    """The filesystem of `path` is mounted read-write, yet its superblock
+    is read-only now: it turned itself read-only under us (#29 item 7: ext4
+    mounted `errors=remount-ro` after an I/O error or corruption; Linux 6.x
+    shows `emergency_ro`, older kernels `ro`, among the superblock's
+    options). A mount made read-only (a Pod's `readOnly`, `mount -o ro`)
+    says `ro` in its own options: that is the access mode, not a failure."""
+    mount = _mountinfo_for(os.path.realpath(existing_ancestor(path)))
+    if mount is None:
+        return False
+    return turned(*mount)
+
+
+def turned(mount_options: frozenset[str], super_options: frozenset[str]) -> bool:
+    """Pure: a read-write mount of a superblock that is read-only now."""
+    return "rw" in mount_options and not super_options.isdisjoint({"ro", "emergency_ro"})
+
+
+def _mountinfo_for(path: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(mount options, superblock options) of the mount `path` lives on,
+    from /proc/self/mountinfo (proc(5))."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            return mount_options_of(path, handle.read())
+    except OSError:
+        return None
+
+
+def mount_options_of(path: str, mountinfo: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """Pure: (mount options, superblock options) of the last longest mount
+    point of `mountinfo` (proc(5) format) that holds the resolved `path`."""
+    best: tuple[int, frozenset[str], frozenset[str]] | None = None
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) < 10 or "-" not in fields[6:]:
+            continue
+        dash = fields.index("-", 6)
+        if len(fields) < dash + 4:
+            continue
+        point = _unescape(fields[4]).rstrip("/") or "/"
+        inside = path == point or path.startswith(point + "/") or point == "/"
+        if inside and (best is None or len(point) >= best[0]):
+            best = (
+                len(point),
+                frozenset(fields[5].split(",")),
+                frozenset(fields[dash + 3].split(",")),
+            )
+    return None if best is None else (best[1], best[2])
+
+
+def _unescape(field: str) -> str:
+    r"""mountinfo escapes space, tab, newline and backslash as \ooo."""
+    if "\\" not in field:
+        return field
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

@@ -128,15 +128,16 @@ class CacheLock:
                 f"the cache filesystem refused flock on {self.path}",
                 reason=Reason.CACHE_LOCK_UNSUPPORTED,
             )
+        # No inode left, EIO, a dead mount, a filesystem that turned itself
+        # read-only: the volume's reason (#21 item 7, #29 item 7).
+        fault = storage_fault(exc, f"creating the lock file {self.path}", None, self.directory)
+        if fault is not None:
+            return fault
         if exc.errno in _NOT_PERMITTED:
             return CacheError(
                 f"cannot create the lock file {self.path}: {why}",
                 reason=Reason.CACHE_UNWRITABLE,
             )
-        # No inode left, EIO, a dead mount: the volume's reason (#21 item 7).
-        fault = storage_fault(exc, f"creating the lock file {self.path}", None, self.directory)
-        if fault is not None:
-            return fault
         return CacheError(f"flock on {self.path} failed: {why}")
 
     def release(self) -> None:

@@ -63,6 +63,10 @@ IDLE_S = 30.0
 # Heartbeats set the filesystem's own "now": an mtime further ahead than this
 # was not written by a live writer's heartbeat; its age is unknown.
 FUTURE_TOLERANCE_S = HEARTBEAT_S
+# How long a partial whose mtime lies in the future (its age unknown) is
+# watched: unchanged for more than two heartbeats, its writer is gone
+# (transfer/predecessor.py, cache/setstate.py).
+FUTURE_OBSERVE_S = 2 * HEARTBEAT_S + 1.0
 FILE_MODE = 0o664
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # same_file: mtimes of one file seen through two inode numbers (rclone).

@@ -20,7 +20,7 @@ import stat
 from llmkube_stager.cache import evidence
 from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.partials import Claim, same_file
-from llmkube_stager.cache.records import fsync_dir, write_size_record
+from llmkube_stager.cache.records import fsync_dir, retire_stamp, write_size_record
 from llmkube_stager.errors import Reason, TransferError
 
 
@@ -50,7 +50,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         # error once per open file: a later fsync would return 0 over them
         # (#21 item 1). The partial goes; nothing is published.
         claim.discard()
-        raise disk_error(exc, "publishing", rel) from exc
+        raise disk_error(exc, "publishing", rel, dest) from exc
     if expected_bytes is not None and st.st_size != expected_bytes:
         claim.discard()
         raise TransferError(
@@ -62,12 +62,19 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         claim.close()
         raise PartialLost(claim.path)
     try:
+        # The stamp and evidence at `dest` vouch for the file we replace,
+        # never for ours (#29 item 2: an unpinned writer left them, and a
+        # file of one size, one mtime second and the same sampled blocks
+        # passed for the pinned one). Before the rename, so that no reader
+        # ever sees them beside our file; one written meanwhile by a racing
+        # stamper is bound to the old file's inode (records._judge).
+        retire_stamp(dest)
         os.replace(claim.path, dest)
     except FileNotFoundError as exc:
         claim.close()
         raise PartialLost(claim.path) from exc
     except OSError as exc:
-        raise disk_error(exc, "publishing", rel) from exc
+        raise disk_error(exc, "publishing", rel, dest) from exc
     try:
         # What we published, as it is now: rclone (--vfs-cache-mode off)
         # moves an open file's mtime at its rename (#21 item 10), and the
@@ -76,7 +83,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         st = os.fstat(claim.fd)
     except OSError as exc:
         claim.close()
-        raise disk_error(exc, "publishing", rel) from exc
+        raise disk_error(exc, "publishing", rel, dest) from exc
     with contextlib.suppress(OSError):
         # The bytes a stamp of this file may vouch for, read through our
         # own descriptor, never the name (#21 item 2, cache/evidence.py).
@@ -96,7 +103,7 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         else:
             fsync_dir(os.path.dirname(dest))
     except OSError as exc:
-        raise disk_error(exc, "recording the size of", rel) from exc
+        raise disk_error(exc, "recording the size of", rel, dest) from exc
     finally:
         claim.close()
     return st
@@ -144,11 +151,12 @@ def roll_forward(dest: str, partial_name: str, size: int) -> bool | None:
     renamed = False
     try:
         if _synced_whole(partial, size):
+            retire_stamp(dest)  # #29 item 2, as in publish
             os.replace(partial, dest)
             fsync_dir(os.path.dirname(dest))
             renamed = True
     except OSError as exc:
-        raise disk_error(exc, "finishing the publish of", os.path.basename(dest)) from exc
+        raise disk_error(exc, "finishing the publish of", os.path.basename(dest), dest) from exc
     try:
         st = os.lstat(dest)
     except FileNotFoundError:

@@ -12,7 +12,10 @@ run record tells.
 
 Whether the writer of a publish in progress is alive (#21 item 5) is told
 by its partials: a live writer holds each one's flock and heartbeats its
-mtime (transfer/progress.py KeepAlive) on the filesystem's own clock.
+mtime (transfer/progress.py KeepAlive) on the filesystem's own clock. An
+mtime in the future (a node whose clock is ahead: s3fs stamps the client's
+clock) has no age: it proves nothing, and the partial is watched while the
+reader waits (`FutureWatch`, #29 item 5), as the adoption path does.
 """
 
 from __future__ import annotations
@@ -86,15 +89,54 @@ def judge_set(
     return None
 
 
-def publish_alive(pending: Pending, root: str, now_s: float, idle_s: float) -> bool:
+class FutureWatch:
+    """Partials whose mtime lies in the future, watched over one wait (#29
+    item 5): before, such a partial was "touched less than IDLE_S ago" for
+    ever, so a dead writer from a node whose clock was ahead made every
+    retry wait out LLMKUBE_LOCK_TIMEOUT and every reader refuse the model.
+    A live writer heartbeats every HEARTBEAT_S (its own clock, ahead or
+    not): a partial whose size, mtime and change time stay the same for
+    FUTURE_OBSERVE_S of the wait (more than two heartbeats) has none. The
+    time is the waiter's own sleeps (`waited`), never a wall clock."""
+
+    def __init__(self) -> None:
+        self.waited_s = 0.0
+        # path -> (signature, waited_s when it was first seen so)
+        self._first: dict[str, tuple[tuple[int, int, int, int], float]] = {}
+
+    def waited(self, seconds: float) -> None:
+        self.waited_s += seconds
+
+    def unchanged_long_enough(self, path: str, st: os.stat_result) -> bool:
+        from llmkube_stager.cache.partials import FUTURE_OBSERVE_S
+
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        first = self._first.get(path)
+        if first is None or first[0] != signature:
+            self._first[path] = (signature, self.waited_s)  # touched: watched anew
+            return False
+        return self.waited_s - first[1] >= FUTURE_OBSERVE_S
+
+
+def publish_alive(
+    pending: Pending, root: str, now_s: float, idle_s: float, watch: FutureWatch | None = None
+) -> bool:
     """Whether the writer of `pending` still lives (#21 item 5): one of its
     partials is flocked by another open file description, or (where flock
     may not exclude: `idle_s` > 0) was touched within `idle_s` by the
-    filesystem's clock `now_s`."""
-    return any(_partial_alive(e.partial_path(root), now_s, idle_s) for e in pending.entries)
+    filesystem's clock `now_s`, or has an mtime in the future that `watch`
+    has not yet seen stay unchanged long enough (#29 item 5; without a
+    watch, such a partial is taken for alive)."""
+    # Every partial is looked at (a list, not a short-circuit): each one's
+    # watch runs over the same wait.
+    return any(
+        [_partial_alive(e.partial_path(root), now_s, idle_s, watch) for e in pending.entries]
+    )
 
 
-def _partial_alive(path: str, now_s: float, idle_s: float) -> bool:
+def _partial_alive(path: str, now_s: float, idle_s: float, watch: FutureWatch | None) -> bool:
+    from llmkube_stager.cache.partials import FUTURE_TOLERANCE_S
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -105,7 +147,12 @@ def _partial_alive(path: str, now_s: float, idle_s: float) -> bool:
             return False
         if _flocked_elsewhere(fd):
             return True
-        return idle_s > 0 and now_s - st.st_mtime < idle_s
+        if idle_s <= 0:
+            return False
+        age_s = now_s - st.st_mtime
+        if age_s < -FUTURE_TOLERANCE_S:
+            return watch is None or not watch.unchanged_long_enough(path, st)
+        return age_s < idle_s
     finally:
         os.close(fd)
 

@@ -39,7 +39,8 @@ class ModelFile:
     size_bytes: int
     record_bytes: int | None
     record_matches: bool | None
-    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy", "contradicted"
+    stamp: str  # "absent", "unreadable", "matches", "stale", "legacy", "contradicted",
+    # "replaced" (#29 item 2)
     markers: list[str] = field(default_factory=list)
     # Why a record that exists gives no size: invalid (treated as absent) or
     # unreadable (the file is unusable), #11.

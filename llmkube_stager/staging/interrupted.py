@@ -9,7 +9,13 @@ from (#10 defect 11), never mixing two (#21 item 4).
 from __future__ import annotations
 
 from llmkube_stager.cache.runrecord import MAIN, PublishEntry, RunRecord
-from llmkube_stager.cache.setstate import Pending, judge_set, pending_publishes, publish_alive
+from llmkube_stager.cache.setstate import (
+    FutureWatch,
+    Pending,
+    judge_set,
+    pending_publishes,
+    publish_alive,
+)
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason
 from llmkube_stager.staging.prepare import Effects, Prepared, replan
@@ -35,10 +41,12 @@ def wait_for_live_publishes(config: Config, effects: Effects, prepared: Prepared
     """An unsharded writer rolls forward only a dead writer's publish (#21
     item 5): a share takes no lock, so its partials' flocks and heartbeats
     say whether it lives (cache/setstate.py). A live publish is waited for,
-    as a held lock is (LLMKUBE_LOCK_TIMEOUT), then the cache read again."""
+    as a held lock is (LLMKUBE_LOCK_TIMEOUT), then the cache read again.
+    Partials dated in the future are watched over the wait (#29 item 5)."""
     started = effects.monotonic()
     announced = False
-    while live := _live_publishes(prepared):
+    watch = FutureWatch()
+    while live := _live_publishes(prepared, watch):
         waited_s = effects.monotonic() - started
         if waited_s >= config.timeouts.lock_s:
             raise CacheError(
@@ -56,11 +64,12 @@ def wait_for_live_publishes(config: Config, effects: Effects, prepared: Prepared
                 writer=live[0].key,
             )
         effects.sleep(_PUBLISH_POLL_S)
+        watch.waited(_PUBLISH_POLL_S)
         prepared = replan(config, prepared)
     return prepared
 
 
-def _live_publishes(prepared: Prepared) -> list[Pending]:
+def _live_publishes(prepared: Prepared, watch: FutureWatch) -> list[Pending]:
     root = prepared.manifest.root
     pending = pending_publishes(prepared.record, root)
     if not pending:
@@ -70,7 +79,7 @@ def _live_publishes(prepared: Prepared) -> list[Pending]:
     # Where flock excludes, a free flock is proof of death (as for adoption).
     idle_s = 0.0 if prepared.strategy.lock_excludes else IDLE_S
     now_s = fs_now(root) if idle_s > 0 else 0.0
-    return [p for p in pending if publish_alive(p, root, now_s, idle_s)]
+    return [p for p in pending if publish_alive(p, root, now_s, idle_s, watch)]
 
 
 def refuse_unwhole(prepared: Prepared, *, commits: bool = True) -> None:

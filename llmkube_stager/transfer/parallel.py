@@ -303,10 +303,11 @@ class ParallelTransfer:
             raise
         except WritebackError as exc:
             self._drop(shared)
-            raise disk_error(exc, "writing back", self._file.rel) from exc
+            raise disk_error(exc, "writing back", self._file.rel, self.claim.path) from exc
         except OSError as exc:
             self._close(shared)
-            raise disk_error(exc, "writing", self._file.rel) from exc
+            # The write's error names no file: its partial tells the volume.
+            raise disk_error(exc, "writing", self._file.rel, self.claim.path) from exc
         except BaseException:
             self._close(shared)
             raise
@@ -351,7 +352,8 @@ class ParallelTransfer:
             if size < self._size:
                 os.ftruncate(self.claim.fd, self._size)
         except OSError as exc:
-            raise disk_error(exc, "creating the partial of", self._file.rel) from exc
+            where = self._file.dest
+            raise disk_error(exc, "creating the partial of", self._file.rel, where) from exc
         return done
 
     def _close(self, shared: _Shared) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from llmkube_stager.cache.journal import load_journal
 from llmkube_stager.cache.partials import (
+    FUTURE_OBSERVE_S,
     HEARTBEAT_S,
     PartialFile,
     fs_now,
@@ -43,7 +44,7 @@ from llmkube_stager.transfer.target import identity_of
 # partial that would take longer than the wait to fetch again.
 REFETCH_BYTES_PER_S = 100e6
 _SILENT_S = 2 * HEARTBEAT_S  # two missed heartbeats: probably a dead writer
-OBSERVE_S = 2 * HEARTBEAT_S + 1.0
+OBSERVE_S = FUTURE_OBSERVE_S
 
 
 def await_dead_writer(

@@ -386,9 +386,10 @@ def _receive(
         # Pages of the partial never reached the disk, and the kernel says so
         # once (#21 item 1): its bytes cannot be resumed from nor published.
         state.claim.discard()
-        raise disk_error(exc, "writing back", rel) from exc
+        raise disk_error(exc, "writing back", rel, state.claim.path) from exc
     except OSError as exc:
-        raise disk_error(exc, "writing", rel) from exc
+        # The write's error names no file: its partial tells the volume.
+        raise disk_error(exc, "writing", rel, state.claim.path) from exc
 
 
 def _check_no_more(body: Body, state: _State, rel: str) -> None:

@@ -14,7 +14,10 @@ from llmkube_stager.cache import evidence
 from llmkube_stager.cache.records import stamp_matches, stamp_status
 from llmkube_stager.layout import EVIDENCE_SUFFIX
 from tests.harness.disk import sha256
-from tests.harness.mounts import TwoNodes
+from tests.harness.hub import FakeHub
+from tests.harness.modelsets import REPO, hf_env
+from tests.harness.mounts import FuseCache, TwoNodes
+from tests.harness.pod import Pod
 from tests.harness.stamp_race import assert_never_served_y, run_stamp_race
 
 
@@ -74,3 +77,38 @@ def test_a_stamp_is_trusted_only_as_far_as_its_evidence_matches_the_bytes(
     assert stamp_matches(str(dest), digest, dest.stat()) is trusted
     # What `inspect` reports of it.
     assert stamp_status(str(dest), dest.stat()) == ("matches" if trusted else "contradicted")
+
+
+# -- #29 item 2 on FUSE: a publish retires the stamp of what it replaces ------------------
+
+
+def test_an_unpinned_publish_on_fuse_retires_the_stamp_of_what_it_replaces(
+    tmp_path: Path, hub: FakeHub, fuse_cache: FuseCache
+) -> None:
+    """Where inode numbers and change times are not the stamp's binding
+    (FUSE: rclone numbers inodes by path, s3fs per node), the publish that
+    replaces a file must take its stamp and evidence away: `main` moves to
+    a commit whose file has the same size and differs only outside the
+    sampled blocks, an unpinned OnChange prefetch replaces it. Before: a
+    pod pinned to the old digest got `verify` exit 0 on the new bytes."""
+    x = os.urandom(16 * evidence.BLOCK_BYTES)
+    changed_at = 2 * evidence.BLOCK_BYTES + 17
+    y = x[:changed_at] + bytes([x[changed_at] ^ 0xFF]) + x[changed_at + 1 :]
+    rel = "model.gguf"
+    cache = fuse_cache.mnt / "k"
+    hub.add_repo(REPO, {rel: x})
+    env = {**hf_env(tmp_path, hub), "CACHE_DIR": str(cache), "MODEL_FILES": rel}
+    pinned = {**env, "MODEL_FILE_SHA256": f"{sha256(x)} {rel}"}
+    pod = Pod(tmp_path, stager=True)
+    pod.run("stage", env=pinned).ok()
+    assert Path(f"{cache / rel}.sha256").read_text().startswith(sha256(x))
+    x_st = (cache / rel).stat()
+
+    hub.move_branch(REPO, "main", {rel: y})
+    pod.run("stage", env=env, LLMKUBE_REFRESH_POLICY="OnChange").ok()
+    assert (cache / rel).read_bytes() == y
+    os.utime(cache / rel, ns=(x_st.st_atime_ns, x_st.st_mtime_ns))  # the same second
+
+    pod.run("verify", env=pinned).failed("ModelTransferChecksumMismatch")
+    assert not Path(f"{cache / rel}.sha256").exists(), "the stamp of X outlived its file"
+    assert not Path(f"{cache / rel}{EVIDENCE_SUFFIX}").exists()

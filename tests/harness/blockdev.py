@@ -8,7 +8,8 @@ write-back error is reported once, by whichever call asks first), and it
 can be given room again (`grow_backing`). `remount` drops the filesystem's
 page cache, so what a test reads afterwards is what reached the "disk".
 `shutdown` is XFS's forced shutdown (`xfs_io -x -c shutdown`): every call
-after it fails with EIO.
+after it fails with EIO; `fail_ext4` raises an ext4 error (with
+`errors=remount-ro`, every write after it fails with EROFS).
 
 Teardown is guaranteed (a `finally`): unmount (lazily if busy), detach the
 loop device, unmount the tmpfs. A machine without root, losetup, a free
@@ -89,6 +90,15 @@ class LoopFs:
     def shutdown(self) -> None:
         """XFS forced shutdown: every later call on the mount fails with EIO."""
         _run([_need("xfs_io", "xfsprogs"), "-x", "-c", "shutdown", str(self.mount_point)])
+
+    def fail_ext4(self) -> None:
+        """An ext4 error as the kernel raises one on corruption (sysfs
+        `trigger_fs_error`): mounted `errors=remount-ro`, the filesystem
+        turns read-only at once and every later write fails with EROFS."""
+        trigger = Path("/sys/fs/ext4") / os.path.basename(self.device) / "trigger_fs_error"
+        if not trigger.exists():
+            missing_feature(f"{trigger} (ext4 sysfs error trigger)")
+        trigger.write_text("1")
 
     def _mount(self) -> None:
         argv = ["mount", "-t", self.fstype]

@@ -23,7 +23,9 @@ import pytest
 from llmkube_stager.errors import (
     REMEDY_CACHE_DISCONNECTED,
     REMEDY_CACHE_FAILING,
+    REMEDY_CACHE_TURNED_READ_ONLY,
     REMEDY_OUT_OF_INODES,
+    REMEDY_UNWRITABLE,
 )
 from tests.harness.blockdev import MIB, loop_fs
 from tests.harness.disk import debris
@@ -82,6 +84,70 @@ def test_eio_under_a_transfer_is_a_failing_volume(tmp_path: Path, origin: Origin
         doc = run.failed("ModelCacheFailing", exit_code=4, retryable=False).term
         assert doc["remedy"] == REMEDY_CACHE_FAILING
         assert doc["file"] == "model.gguf", doc
+
+
+@pytest.mark.parametrize("connections", ["1", "4"], ids=["stream", "parallel"])
+def test_an_ext4_that_turns_read_only_under_a_transfer_is_a_failing_volume(
+    tmp_path: Path, origin: Origin, pod: Pod, connections: str
+) -> None:
+    """#29 item 7: ext4 mounted `errors=remount-ro` raises an error while the
+    partial is being written; every write after it is EROFS. The volume was
+    writable when the run began: it is failing (before: ModelCacheUnwritable,
+    "check the volume's access mode, fsGroup")."""
+    origin.put("/m/model.gguf", payload(24 * MIB, 8), rate_bytes_per_s=8 * MIB)
+    with loop_fs(tmp_path / "vol", "ext4", mount_options="errors=remount-ro") as ext4:
+        pod.models = ext4.mount_point / "models"
+        pod.cache_dir = pod.models / "k1"
+        pod.single(origin.url + "/m/model.gguf")
+        pod.env["LLMKUBE_CONNECTIONS"] = connections
+        proc = _stage_until_partial(pod, 2 * MIB)
+
+        ext4.fail_ext4()
+        run = pod.finish(proc, 30)
+
+        doc = run.failed("ModelCacheFailing", exit_code=4, retryable=False).term
+        assert doc["remedy"] == REMEDY_CACHE_TURNED_READ_ONLY
+        assert doc["file"] == "model.gguf", doc
+
+
+def test_an_ext4_turned_read_only_before_the_run_is_a_failing_volume(
+    tmp_path: Path, origin: Origin, pod: Pod
+) -> None:
+    """The ext4 failed under an earlier run and stays read-only: a writer
+    that must write (the model changed upstream) is told the volume is
+    failing, not to check an access mode that is read-write. (A reader of
+    an unchanged model reads it as before.)"""
+    origin.put("/m/model.gguf", payload(256 * 1024, 13))
+    with loop_fs(tmp_path / "vol", "ext4", mount_options="errors=remount-ro") as ext4:
+        pod.models = ext4.mount_point / "models"
+        pod.cache_dir = pod.models / "k1"
+        pod.single(origin.url + "/m/model.gguf")
+        pod.run("stage").ok()
+        origin.put("/m/model.gguf", payload(300 * 1024, 14))
+        ext4.fail_ext4()
+
+        run = pod.run("stage", LLMKUBE_PREFETCH_STAGER="true", LLMKUBE_REFRESH_POLICY="OnChange")
+
+        doc = run.failed("ModelCacheFailing", exit_code=4, retryable=False).term
+        assert doc["remedy"] == REMEDY_CACHE_TURNED_READ_ONLY
+        pod.run("verify").ok()
+
+
+def test_an_ext4_mounted_read_only_is_still_unwritable(
+    tmp_path: Path, origin: Origin, pod: Pod
+) -> None:
+    """A volume read-only from the start (a read-only mount) is the access
+    mode's: ModelCacheUnwritable with its remedy, as before."""
+    origin.put("/m/model.gguf", payload(256 * 1024, 15))
+    with loop_fs(tmp_path / "vol", "ext4", mount_options="ro") as ext4:
+        pod.models = ext4.mount_point / "models"
+        pod.cache_dir = pod.models / "k1"
+        pod.single(origin.url + "/m/model.gguf")
+
+        run = pod.run("stage", LLMKUBE_PREFETCH_STAGER="true")
+
+        doc = run.failed("ModelCacheUnwritable").term
+        assert doc["remedy"] == REMEDY_UNWRITABLE
 
 
 def _bindfs_pid(mount_point: Path) -> int:
