@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Runs inside the image (mounted read-only with its directory at PROBE_DIR):
 # it stays beside the image tests, importing nothing of tests/.
 PROBE = ROOT / "tests" / "image" / "probe.py"
-UID = GID = 65532
+# The image's user: curlimages/curl's uid and group (#30 item 3, image/Dockerfile).
+UID, GID = 100, 102
 TERMINATION_DIR = "/termination"
 MODELS_DIR = "/models"
 # Where KServe's webhook mounts the storage initializer's emptyDir (#24 item 6).
