@@ -55,6 +55,10 @@ PROBE_DIR = "/probe"
 # also makes and removes run/.containerenv on each run (in the writable /run):
 # making it here lets the layer's copy of /run exist before the first run.
 _BUILDAH_FILE_TARGETS = ("etc/hosts", "etc/hostname", "etc/resolv.conf", "run/.containerenv")
+# The operator's other mounts (#30): its CA ConfigMap and a local source's
+# hostPath file, made before the root is remounted read-only.
+CA_DIR = "/custom-certs"
+HOST_MODEL = "/host-model/model.gguf"
 
 # $1: the container's root filesystem; the rest: the command to run there.
 _READ_ONLY_ROOT = r"""
@@ -139,7 +143,13 @@ class Container:
     def __init__(
         self,
         config: ImageConfig,
-        mount_points: Iterable[str] = (MODELS_DIR, KSERVE_MODELS_DIR, TERMINATION_DIR, PROBE_DIR),
+        mount_points: Iterable[str] = (
+            MODELS_DIR,
+            KSERVE_MODELS_DIR,
+            TERMINATION_DIR,
+            PROBE_DIR,
+            CA_DIR,
+        ),
     ) -> None:
         self.config = config
         self.name = f"llmkube-image-test-{os.getpid()}-{secrets.token_hex(3)}"
@@ -149,7 +159,8 @@ class Container:
             self.upper = _overlay_upper_dir(self.rootfs)
             for target in mount_points:
                 (self.rootfs / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
-            for target in _BUILDAH_FILE_TARGETS:
+            for target in (*_BUILDAH_FILE_TARGETS, HOST_MODEL.lstrip("/")):
+                (self.rootfs / target).parent.mkdir(parents=True, exist_ok=True)
                 (self.rootfs / target).touch()
         except BaseException:
             self.close()
@@ -181,10 +192,14 @@ class Container:
         env: Mapping[str, str],
         volumes: Iterable[Volume],
         timeout: float = 120,
+        user: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """`argv` as the image's user, with the root filesystem read-only and
-        only `volumes` writable (those not mounted `read_only`)."""
+        """`argv` as the image's user (or `user`: a pod's runAsUser), with the
+        root filesystem read-only and only `volumes` writable (those not
+        mounted `read_only`)."""
         command = ["buildah", "run", "--isolation", "chroot"]
+        if user is not None:
+            command += ["--user", user]
         for key, value in env.items():
             command += ["-e", f"{key}={value}"]
         for volume in volumes:
@@ -266,6 +281,36 @@ class ImagePod:
         term = self.term_path.read_bytes() if self.term_path.exists() else None
         return Run(
             tuple(args), proc.returncode, proc.stdout, proc.stderr, checked_termination(term)
+        )
+
+    def sh(
+        self,
+        script: str,
+        *,
+        env: Mapping[str, str],
+        user: str | None = None,
+        extra: Iterable[Volume] = (),
+        timeout: float = 120,
+    ) -> Run:
+        """`sh -c script` as the operator runs its containers (#30): the
+        command replaces the entrypoint, `sh` is found on the image's PATH;
+        the environment is `env` alone (the operator's, and the source
+        Secret's) plus where the termination log is mounted."""
+        self.term_path.unlink(missing_ok=True)
+        proc = self.container.exec(
+            ["sh", "-c", script],
+            env={"LLMKUBE_TERMINATION_LOG": f"{TERMINATION_DIR}/log", **env},
+            volumes=[*self.volumes(tmp_writable=True, models_read_only=False), *extra],
+            timeout=timeout,
+            user=user,
+        )
+        term = self.term_path.read_bytes() if self.term_path.exists() else None
+        return Run(
+            ("sh", "-c", script),
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+            checked_termination(term),
         )
 
     def probe(self, *args: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:

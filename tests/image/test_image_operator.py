@@ -1,0 +1,343 @@
+"""#30: today's LLMKube operator, unchanged, with this image as its init
+image. Each test runs a command the operator generates
+(tests/harness/operator_commands.py: its builders' shapes) through `sh -c`
+in the built image, with the operator's environment and pod settings (uid
+100 from the image, the model-cache-prep container as uid 0, the volumes at
+/models and /host-model), against the suite's origin, fake hub and S3; and
+the same command with curl on this host as the reference. The image's
+result must be the same files or better (records, resume, verification),
+and a failure must read at least as well in the Model's condition
+(tests/harness/upstream_matcher.py: the controller's matcher)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.harness.hub import FakeHub
+from tests.harness.image import GID, UID, ImagePod, Volume
+from tests.harness.operator_commands import (
+    INVALID_FILE_SET,
+    PREFETCH_DONE,
+    PREP_NO_FSGROUP,
+    multi_file,
+    resumable_single,
+    single_file,
+    with_ca,
+)
+from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Run
+from tests.harness.sample import gguf_like
+from tests.harness.seaweed import SeaweedS3, s3_env
+from tests.harness.upstream_matcher import controller_message, match
+
+pytestmark = pytest.mark.image
+
+DATA = gguf_like(2 << 20, seed=30)
+FILES = {"config.json": b'{"model_type": "llama"}', "sub/model.safetensors": DATA}
+# Where the operator mounts the volumes; the host reference gets host
+# directories in their place (a kubelet mounts them; curl cannot).
+_PATH_VARS = ("CACHE_DIR", "MODEL_PATH")
+# The agent's own records beside the model (CONTRACT §4): "better", not other.
+# (size records, the lock, validators; the digest gate's stamp and marker).
+_AGENT_MARKS = (".llmkube", ".sha256")
+
+
+def on_host(script: str, env: Mapping[str, str], root: Path) -> Run:
+    """The reference: the same command under this host's sh and curl, the
+    volumes' paths mapped onto `root`."""
+    text = script
+    for mount in ("/models", "/host-model/", "/custom-certs/"):
+        text = text.replace(mount, f"{root}{mount}")
+    mapped = {
+        k: v.replace("/models", f"{root}/models") if k in _PATH_VARS else v for k, v in env.items()
+    }
+    (root / "models").mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["sh", "-c", text],
+        env={"PATH": os.environ["PATH"], **mapped},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return Run(("sh", "-c", script), proc.returncode, proc.stdout, proc.stderr, None)
+
+
+def model_files(models: Path) -> dict[str, bytes]:
+    """The files a serving container would see: no partials, no records."""
+    found = {}
+    for path in models.rglob("*"):
+        rel = str(path.relative_to(models))
+        if path.is_file() and not rel.endswith(".tmp") and not any(m in rel for m in _AGENT_MARKS):
+            found[rel] = path.read_bytes()
+    return found
+
+
+def same_or_better(image: Run, pod: ImagePod, ref: Run, ref_root: Path) -> None:
+    assert ref.returncode == 0, f"the reference failed: {ref}"
+    assert image.returncode == 0, str(image)
+    assert model_files(pod.models) == model_files(ref_root / "models")
+    assert [p for p in pod.models.rglob("*.tmp")] == [], "a partial was left"
+    for path in pod.models.rglob("*"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (UID, GID), path
+
+
+def cache_env(source: str, key: str = "k1", name: str = "model.gguf") -> dict[str, str]:
+    return {
+        "MODEL_SOURCE": source,
+        "CACHE_DIR": f"/models/{key}",
+        "MODEL_PATH": f"/models/{key}/{name}",
+    }
+
+
+def multi_env(source: str, cache_dir: str = "/models/k2") -> dict[str, str]:
+    return {"MODEL_SOURCE": source, "CACHE_DIR": cache_dir, "MODEL_FILES": "\n".join(FILES)}
+
+
+def serve_repo(origin: Origin) -> str:
+    for rel, data in FILES.items():
+        origin.put(f"/org/repo/resolve/main/{rel}", data)
+    return origin.url + "/org/repo/resolve/main/"
+
+
+# -- every download command runs the agent ------------------------------------------------
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "emptyDir"])
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+def test_single_file_http(
+    pod: ImagePod, origin: Origin, tmp_path: Path, cached: bool, policy: str
+) -> None:
+    origin.put("/m/model.gguf", DATA)
+    script = single_file("http", cached, policy)
+    env = cache_env(origin.url + "/m/model.gguf")
+    if not cached:  # the operator's emptyDir: no CACHE_DIR, the file at /models
+        env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
+    ref = on_host(script, env, tmp_path / "ref")
+    origin.clear_log()
+    cold = pod.sh(script, env=env)
+    same_or_better(cold, pod, ref, tmp_path / "ref")
+    assert f"{policy}" in cold.stderr
+    assert cold.compact_term()["stats"]["fetched"] == 1
+
+    origin.clear_log()
+    warm = pod.sh(script, env=env)
+    assert warm.returncode == 0, str(warm)
+    if policy == "IfNotPresent":
+        assert origin.requests() == [], "a warm IfNotPresent start contacted the origin"
+    else:
+        assert [r.method for r in origin.requests()] == ["HEAD"], "OnChange revalidates, no GET"
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "emptyDir"])
+def test_multi_file_http(
+    pod: ImagePod, origin: Origin, tmp_path: Path, policy: str, cached: bool
+) -> None:
+    base = serve_repo(origin)
+    script = with_ca(multi_file(False, cached, policy))  # and the CA prelude
+    env = multi_env(base, "/models/k2" if cached else "/models/ns-m")
+    certs = _ca_dir(tmp_path)
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
+    same_or_better(image, pod, ref, tmp_path / "ref")
+
+
+def _ca_dir(tmp_path: Path) -> Path:
+    """The CA ConfigMap's volume, for the image and the reference alike."""
+    certs = tmp_path / "ref" / "custom-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    shutil.copy("/etc/ssl/certs/ca-certificates.crt", certs / "ca.crt")
+    return certs
+
+
+def test_onchange_refreshes_a_changed_file_like_the_script(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    origin.put("/m/model.gguf", DATA)
+    script = single_file("http", True, "OnChange")
+    env = cache_env(origin.url + "/m/model.gguf")
+    assert pod.sh(script, env=env).returncode == 0
+    newer = gguf_like(3 << 20, seed=31)
+    origin.put("/m/model.gguf", newer)
+    ref = on_host(script, env, tmp_path / "ref")  # cold on the host: the new bytes
+    image = pod.sh(script, env=env)
+    same_or_better(image, pod, ref, tmp_path / "ref")
+    assert (pod.models / "k1/model.gguf").read_bytes() == newer
+    assert "Model revalidated (downloaded)" in image.stderr
+
+
+def test_hf_with_a_token_from_the_source_secret(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """A private repo: the token goes to the hub (HF_ENDPOINT names it),
+    the CDN's 302 target gets none; the L1 shape with hf_curl and resume."""
+    with FakeHub(origin, tokens={"hf_secret_token"}) as hub:
+        hub.add_repo("org/private", {"model.gguf": DATA}, private=True)
+        env = {
+            **cache_env(f"{hub.url}/org/private/resolve/main/model.gguf"),
+            "HF_TOKEN": "hf_secret_token",
+            "HF_ENDPOINT": hub.url,
+        }
+        script = resumable_single(hf_auth=True)
+        ref = on_host(script, env, tmp_path / "ref")
+        image = pod.sh(script, env=env)
+        same_or_better(image, pod, ref, tmp_path / "ref")
+        assert (
+            "hf_secret_token" not in image.stderr + image.stdout + (image.term_raw or b"").decode()
+        )
+        without = pod.sh(script, env={**env, "HF_TOKEN": "", "CACHE_DIR": "/models/k9",
+                                       "MODEL_PATH": "/models/k9/model.gguf"})  # fmt: skip
+        assert without.returncode != 0, "a private repo without a token must fail"
+        assert match(controller_message(without.term_raw, without.stderr)) is not None
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_s3(pod: ImagePod, s3: SeaweedS3, bucket: str, tmp_path: Path, multi: bool) -> None:
+    for rel, data in FILES.items():
+        s3.put(bucket, f"p/{rel}", data)
+    s3.put(bucket, "m/model.gguf", DATA)
+    secret = s3_env(s3)
+    secret.pop("AWS_EC2_METADATA_DISABLED")  # not in an operator's Secret
+    if multi:
+        env = {**multi_env(f"s3://{bucket}/p"), "S3_BUCKET": bucket, "S3_PREFIX": "p", **secret}
+        script = multi_file(True, True)
+    else:
+        env = {
+            **cache_env(f"s3://{bucket}/m/model.gguf"),
+            "S3_BUCKET": bucket,
+            "S3_KEY": "m/model.gguf",
+            **secret,
+        }
+        script = single_file("s3", True)
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(script, env=env)
+    same_or_better(image, pod, ref, tmp_path / "ref")
+
+
+def test_local_host_path(pod: ImagePod, tmp_path: Path) -> None:
+    host = tmp_path / "ref" / "host-model"
+    host.mkdir(parents=True)
+    (host / "model.gguf").write_bytes(DATA)
+    script = single_file("local", True)
+    env = cache_env("/data/models/m.gguf")
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(
+        script,
+        env=env,
+        extra=[Volume(host / "model.gguf", "/host-model/model.gguf", read_only=True)],
+    )
+    same_or_better(image, pod, ref, tmp_path / "ref")
+    assert "Model copied successfully" in image.stderr
+
+
+def test_digest_gate(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    origin.put("/m/model.gguf", DATA)
+    script = resumable_single(hf_auth=False, pinned=True)
+    good = {
+        **cache_env(origin.url + "/m/model.gguf"),
+        "MODEL_SHA256": hashlib.sha256(DATA).hexdigest(),
+    }
+    ref = on_host(script, good, tmp_path / "ref")
+    same_or_better(pod.sh(script, env=good), pod, ref, tmp_path / "ref")
+    assert (pod.models / "k1/model.gguf.sha256").exists(), "the stamp the gate writes"
+
+    wrong = {**cache_env(origin.url + "/m/model.gguf", key="k3"), "MODEL_SHA256": "0" * 64}
+    ref_wrong = on_host(script, wrong, tmp_path / "ref-wrong")
+    image = pod.sh(script, env=wrong)
+    assert (ref_wrong.returncode != 0, image.returncode != 0) == (True, True)
+    assert not (pod.models / "k3/model.gguf").exists()
+    assert image.compact_term()["reason"] == "ModelTransferChecksumMismatch"
+
+    missing = cache_env(origin.url + "/m/model.gguf", key="k4")  # gated script, no pin
+    unpinned = pod.sh(script, env=missing)
+    assert unpinned.returncode != 0 and not (pod.models / "k4/model.gguf").exists()
+
+
+# -- the containers that are not downloads: the real shell ------------------------------------
+
+
+def test_prep_then_downloader_without_fsgroup(pod: ImagePod, origin: Origin) -> None:
+    """model-cache-prep as uid 0 chowns the root-owned volume to 100:100
+    with 770 (no fsGroup); the downloader, as the image's user, can write."""
+    os.chown(pod.models, 0, 0)
+    pod.models.chmod(0o755)
+    prep = pod.sh(PREP_NO_FSGROUP, env={}, user="0:0")
+    assert prep.returncode == 0, str(prep)
+    assert (pod.models.stat().st_uid, pod.models.stat().st_gid) == (100, 100)
+    origin.put("/m/model.gguf", DATA)
+    run = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
+    assert run.returncode == 0, str(run)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+
+
+def test_prefetch_job(pod: ImagePod, origin: Origin) -> None:
+    """The Job's downloader (the stager switch set) and its `prefetch-done`."""
+    base = serve_repo(origin)
+    run = pod.sh(
+        multi_file(False, True), env={**multi_env(base), "LLMKUBE_PREFETCH_STAGER": "true"}
+    )
+    assert run.returncode == 0, str(run)
+    done = pod.sh(PREFETCH_DONE, env={})
+    assert (done.returncode, done.stdout) == (0, "prefetch complete\n")
+
+
+def test_the_operators_error_placeholders_fail_as_they_did(pod: ImagePod) -> None:
+    run = pod.sh(INVALID_FILE_SET, env={})
+    assert run.returncode == 1 and run.stdout.startswith("ERROR: InvalidFileSet"), str(run)
+
+
+def test_an_unrecognised_curl_command_is_refused_by_name(pod: ImagePod, origin: Origin) -> None:
+    """#30 item 2: never a silent exit 0 without the model."""
+    origin.put("/m/model.gguf", DATA)
+    script = single_file("http", True).replace("curl -f", "curl --compressed -f")
+    run = pod.sh(script, env=cache_env(origin.url + "/m/model.gguf"))
+    assert run.returncode == 2, str(run)
+    doc = run.compact_term()
+    assert doc["reason"] == "InvalidConfiguration"
+    assert "--compressed" in doc["message"] and "curlimages/curl" in doc["remedy"]
+    assert origin.requests() == [] and not (pod.models / "k1/model.gguf").exists()
+
+
+# -- #30 item 3: what the Model's condition shows, failure by failure -------------------------
+
+
+def _condition(run: Run) -> tuple[str, str] | None:
+    found = match(controller_message(run.term_raw, run.stderr))
+    return None if found is None else (found.reason, found.line)
+
+
+FAILURES = ["not found", "forbidden", "refused", "unresolvable"]
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_the_condition_reads_at_least_as_well_as_the_scripts(
+    pod: ImagePod, origin: Origin, tmp_path: Path, failure: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    origin.put("/m/model.gguf", DATA)
+    url = origin.url + "/m/model.gguf"
+    if failure == "not found":
+        url = origin.url + "/m/missing.gguf"
+    elif failure == "forbidden":
+        origin.set_fault("/m/model.gguf", Fault(status=403))
+    elif failure == "refused":
+        url = closed_port_url() + "/m/model.gguf"
+    else:
+        url = "http://no-such-host.invalid/m/model.gguf"
+    script = single_file("http", True)
+    env = cache_env(url)
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(script, env={**env, "LLMKUBE_RETRIES": "0", "LLMKUBE_CONNECT_TIMEOUT": "2"})
+    assert ref.returncode != 0 and image.returncode != 0
+    want, got = _condition(ref), _condition(image)
+    assert want is not None and got is not None, (ref.stderr, image.stderr)
+    assert got[0] == want[0], (want, got)
+    with capsys.disabled():
+        print(f"\n{failure}: scripts: {want[1]!r}\n{' ' * len(failure)}  agent:   {got[1]!r}")
