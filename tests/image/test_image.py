@@ -65,7 +65,9 @@ def test_version(pod: ImagePod) -> None:
 # -- staging with a read-only root -------------------------------------------------------
 
 
-def test_stage_cold_then_warm_as_its_user_on_a_read_only_root(pod: ImagePod, origin: Origin) -> None:
+def test_stage_cold_then_warm_as_its_user_on_a_read_only_root(
+    pod: ImagePod, origin: Origin
+) -> None:
     base, files = serve_repo(pod, origin)
     cache_dir = pod.multi(base, files)
     total = sum(len(data) for data in files.values())
