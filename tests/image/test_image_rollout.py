@@ -9,6 +9,7 @@ script staging the same file at once end with a right file."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -129,10 +130,8 @@ def test_an_agent_and_a_script_staging_the_same_file_end_with_a_right_file(
 
     def watch() -> None:  # every size the served name ever had
         while watching:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 seen.add(dest.stat().st_size)
-            except FileNotFoundError:
-                pass
             time.sleep(0.005)
 
     watcher = threading.Thread(target=watch, daemon=True)
