@@ -151,6 +151,28 @@ def calls_curl(text: str) -> bool:
     return any(names.intersection(command.argv) for command in script.commands)
 
 
+# The schemes of MODEL_SOURCE each kind of command is generated for.
+_SCHEMES: dict[Kind, frozenset[str]] = {
+    "http": frozenset({"http", "https", "hf"}),
+    "s3": frozenset({"s3"}),
+    "local": frozenset({"file"}),
+    "pvc": frozenset({"pvc"}),
+}
+
+
+def source_mismatch(command: OperatorCommand, source: str) -> str:
+    """Why MODEL_SOURCE is not a source this kind of command is generated
+    for ("" when it is): a pvc verify or a local copy must never turn into a
+    download because the environment says http (#30 item 1: what the script
+    encodes is what the agent does)."""
+    head, sep, _ = source.strip().partition("://")
+    scheme = head.lower() if sep else ("file" if source.strip().startswith("/") else "")
+    if scheme in _SCHEMES[command.kind]:
+        return ""
+    shown = f"a {scheme}:// source" if scheme else "no URL"
+    return f"the script is the operator's {command.kind} command, but MODEL_SOURCE is {shown}"
+
+
 def _recognise(text: str) -> OperatorCommand | _No:
     try:
         script = parse(text)

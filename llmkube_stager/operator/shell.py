@@ -11,6 +11,9 @@ image answers to `sh`:
 - `sh -c SCRIPT` that would run curl but is not recognised: refused, with a
   termination message naming the command (#30 item 2): this image has no
   curl, and half a script must never end in exit 0 without the model;
+- a recognised script whose MODEL_SOURCE is not of its kind (a pvc verify
+  or a local copy with an http source): refused the same way, so that what
+  the script encodes is what the agent does;
 - anything else (the model-cache-prep container's chown/chmod, the prefetch
   Job's `echo prefetch complete`, the operator's `echo "ERROR: ..."; exit 1`
   placeholders, any other use of sh): the real /bin/sh, exec'd with the
@@ -27,7 +30,13 @@ import sys
 from collections.abc import Mapping
 from typing import NoReturn
 
-from llmkube_stager.operator.recognise import OperatorCommand, calls_curl, recognise, why_not
+from llmkube_stager.operator.recognise import (
+    OperatorCommand,
+    calls_curl,
+    recognise,
+    source_mismatch,
+    why_not,
+)
 
 REAL_SH = "/bin/sh"
 # Where the script is shown in a refusal: enough to tell the builder that
@@ -41,9 +50,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if script is not None:
         command = recognise(script)
         if command is not None:
+            mismatch = source_mismatch(command, os.environ.get("MODEL_SOURCE", ""))
+            if mismatch:
+                refuse(script, mismatch)
             run_agent(command)
         if calls_curl(script):
-            refuse(script)
+            refuse(script, why_not(script))
     os.execv(REAL_SH, ["sh", *args])
 
 
@@ -75,7 +87,7 @@ def run_agent(command: OperatorCommand) -> NoReturn:
     stage_command(agent_flags(command, os.environ))
 
 
-def refuse(script: str) -> NoReturn:
+def refuse(script: str, why: str) -> NoReturn:
     """InvalidConfiguration (exit 2) naming the command, before any I/O."""
     from llmkube_stager.boundary import Boundary, no_flags
     from llmkube_stager.errors import ConfigError
@@ -84,8 +96,8 @@ def refuse(script: str) -> NoReturn:
     if len(shown) > _SHOWN_CHARS:
         shown = shown[:_SHOWN_CHARS] + "..."
     detail = (
-        f"the operator's command is not one this image recognises ({why_not(script)}), and it "
-        f"calls curl, which this image runs only through llmkube-stager: sh -c {shown!r}"
+        f"the operator's command is not one this image runs ({why}); this image has no curl and "
+        f"runs the operator's downloads only through llmkube-stager: sh -c {shown!r}"
     )
     remedy = (
         "this operator version emits a download command llmkube-stager does not know yet: set the "

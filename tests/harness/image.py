@@ -59,6 +59,8 @@ _BUILDAH_FILE_TARGETS = ("etc/hosts", "etc/hostname", "etc/resolv.conf", "run/.c
 # hostPath file, made before the root is remounted read-only.
 CA_DIR = "/custom-certs"
 HOST_MODEL = "/host-model/model.gguf"
+# A pvc:// Model's claim, mounted read-only (the verify container).
+PVC_DIR = "/model-source"
 
 # $1: the container's root filesystem; the rest: the command to run there.
 _READ_ONLY_ROOT = r"""
@@ -149,6 +151,7 @@ class Container:
             TERMINATION_DIR,
             PROBE_DIR,
             CA_DIR,
+            PVC_DIR,
         ),
     ) -> None:
         self.config = config

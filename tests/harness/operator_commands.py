@@ -195,7 +195,7 @@ def resumable_single(hf_auth: bool, pinned: bool = False) -> str:
         "{ echo 'ERROR: spec.sha256 is empty; refusing to transfer unchecked'; return 1; }; }; "
         "llmkube_publish_sha256() { got=$(sha256sum \"$1\" | cut -d' ' -f1); "
         'if [ "$got" = "$MODEL_SHA256" ]; then mv "$1" "$2"; '
-        "else rm -f \"$1\"; "
+        'else rm -f "$1"; '
         "echo 'ERROR: spec.sha256 mismatch, download discarded'; return 1; fi; }; "
         if pinned
         else ""
@@ -277,6 +277,21 @@ def l1_shapes() -> list[Shape]:
         ),
     ]
 
+
+# pvc:// with spec.sha256: the verify-only init container (spec §3.5; its
+# texts are the spec's, the shell around them ours).
+PVC_VERIFY = (
+    'if [ ! -e "$MODEL_PATH" ]; then '
+    'echo "ERROR: $MODEL_PATH does not exist on the mounted volume"; exit 1; fi; '
+    'if [ -d "$MODEL_PATH" ]; then '
+    'echo "ERROR: $MODEL_PATH is a directory, not a file"; exit 1; fi; '
+    'if [ ! -r "$MODEL_PATH" ]; then '
+    'echo "ERROR: $MODEL_PATH is not readable by the init container"; exit 1; fi; '
+    "got=$(sha256sum \"$MODEL_PATH\" | cut -d' ' -f1); "
+    'if [ "$got" != "$MODEL_SHA256" ]; then '
+    'echo "ERROR: SHA256 mismatch for the pre-staged model $MODEL_PATH"; exit 1; fi; '
+    "echo 'Pre-staged model verified'"
+)
 
 NOT_DOWNLOADS = [
     PREP_FSGROUP.format(gid=102),

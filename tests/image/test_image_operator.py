@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -22,10 +23,13 @@ import pytest
 
 from tests.harness.hub import FakeHub
 from tests.harness.image import GID, UID, ImagePod, Volume
+from tests.harness.mounts import tmpfs
 from tests.harness.operator_commands import (
     INVALID_FILE_SET,
     PREFETCH_DONE,
+    PREP_FSGROUP,
     PREP_NO_FSGROUP,
+    PVC_VERIFY,
     multi_file,
     resumable_single,
     single_file,
@@ -35,6 +39,7 @@ from tests.harness.origin import Fault, Origin, closed_port_url
 from tests.harness.pod import Run
 from tests.harness.sample import gguf_like
 from tests.harness.seaweed import SeaweedS3, s3_env
+from tests.harness.tlsca import tls_server_context
 from tests.harness.upstream_matcher import controller_message, match
 
 pytestmark = pytest.mark.image
@@ -44,6 +49,7 @@ FILES = {"config.json": b'{"model_type": "llama"}', "sub/model.safetensors": DAT
 # Where the operator mounts the volumes; the host reference gets host
 # directories in their place (a kubelet mounts them; curl cannot).
 _PATH_VARS = ("CACHE_DIR", "MODEL_PATH")
+_MOUNTS = re.compile(r"/models|/host-model/|/custom-certs/|/tmp/|/model-source")
 # The agent's own records beside the model (CONTRACT §4): "better", not other.
 # (size records, the lock, validators; the digest gate's stamp and marker).
 _AGENT_MARKS = (".llmkube", ".sha256")
@@ -52,12 +58,12 @@ _AGENT_MARKS = (".llmkube", ".sha256")
 def on_host(script: str, env: Mapping[str, str], root: Path) -> Run:
     """The reference: the same command under this host's sh and curl, the
     volumes' paths mapped onto `root`."""
-    text = script
-    for mount in ("/models", "/host-model/", "/custom-certs/"):
-        text = text.replace(mount, f"{root}{mount}")
-    mapped = {
-        k: v.replace("/models", f"{root}/models") if k in _PATH_VARS else v for k, v in env.items()
-    }
+    def mapped_paths(text: str) -> str:  # one pass: `root` itself is under /tmp
+        return _MOUNTS.sub(lambda m: f"{root}{m.group(0)}", text)
+
+    text = mapped_paths(script)
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    mapped = {k: mapped_paths(v) if k in _PATH_VARS else v for k, v in env.items()}
     (root / "models").mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         ["sh", "-c", text],
@@ -199,16 +205,38 @@ def test_hf_with_a_token_from_the_source_secret(
         assert match(controller_message(without.term_raw, without.stderr)) is not None
 
 
-@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
-def test_s3(pod: ImagePod, s3: SeaweedS3, bucket: str, tmp_path: Path, multi: bool) -> None:
+@pytest.mark.parametrize(
+    ("multi", "cached", "policy"),
+    [
+        (False, True, "IfNotPresent"),
+        (False, False, "IfNotPresent"),
+        (True, True, "IfNotPresent"),
+        (True, True, "OnChange"),
+        (True, False, "IfNotPresent"),
+    ],
+)
+def test_s3(
+    pod: ImagePod,
+    s3: SeaweedS3,
+    bucket: str,
+    tmp_path: Path,
+    multi: bool,
+    cached: bool,
+    policy: str,
+) -> None:
     for rel, data in FILES.items():
         s3.put(bucket, f"p/{rel}", data)
     s3.put(bucket, "m/model.gguf", DATA)
     secret = s3_env(s3)
     secret.pop("AWS_EC2_METADATA_DISABLED")  # not in an operator's Secret
     if multi:
-        env = {**multi_env(f"s3://{bucket}/p"), "S3_BUCKET": bucket, "S3_PREFIX": "p", **secret}
-        script = multi_file(True, True)
+        env = {
+            **multi_env(f"s3://{bucket}/p", "/models/k2" if cached else "/models/ns-m"),
+            "S3_BUCKET": bucket,
+            "S3_PREFIX": "p",
+            **secret,
+        }
+        script = multi_file(True, cached, policy)
     else:
         env = {
             **cache_env(f"s3://{bucket}/m/model.gguf"),
@@ -216,7 +244,9 @@ def test_s3(pod: ImagePod, s3: SeaweedS3, bucket: str, tmp_path: Path, multi: bo
             "S3_KEY": "m/model.gguf",
             **secret,
         }
-        script = single_file("s3", True)
+        if not cached:
+            env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
+        script = single_file("s3", cached, policy)
     ref = on_host(script, env, tmp_path / "ref")
     image = pod.sh(script, env=env)
     same_or_better(image, pod, ref, tmp_path / "ref")
@@ -264,14 +294,18 @@ def test_digest_gate(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
 # -- the containers that are not downloads: the real shell ------------------------------------
 
 
-def test_prep_then_downloader_without_fsgroup(pod: ImagePod, origin: Origin) -> None:
-    """model-cache-prep as uid 0 chowns the root-owned volume to 100:100
-    with 770 (no fsGroup); the downloader, as the image's user, can write."""
+@pytest.mark.parametrize("fs_group", [0, 102], ids=["no fsGroup", "fsGroup 102"])
+def test_prep_then_downloader(pod: ImagePod, origin: Origin, fs_group: int) -> None:
+    """model-cache-prep as uid 0 on a root-owned 0755 volume: without an
+    fsGroup it chowns to 100:100 with 770; with the chart's fsGroup 102 to
+    0:102 with g+rwX. Then the downloader, as the image's user, can write."""
     os.chown(pod.models, 0, 0)
     pod.models.chmod(0o755)
-    prep = pod.sh(PREP_NO_FSGROUP, env={}, user="0:0")
+    script = PREP_FSGROUP.format(gid=fs_group) if fs_group else PREP_NO_FSGROUP
+    prep = pod.sh(script, env={}, user="0:0")
     assert prep.returncode == 0, str(prep)
-    assert (pod.models.stat().st_uid, pod.models.stat().st_gid) == (100, 100)
+    owner = (0, fs_group) if fs_group else (100, 100)
+    assert (pod.models.stat().st_uid, pod.models.stat().st_gid) == owner
     origin.put("/m/model.gguf", DATA)
     run = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
     assert run.returncode == 0, str(run)
@@ -341,3 +375,92 @@ def test_the_condition_reads_at_least_as_well_as_the_scripts(
     assert got[0] == want[0], (want, got)
     with capsys.disabled():
         print(f"\n{failure}: scripts: {want[1]!r}\n{' ' * len(failure)}  agent:   {got[1]!r}")
+
+
+def test_a_draft_model_beside_its_target(pod: ImagePod, origin: Origin) -> None:
+    """The draft's downloader is the same command with its own environment
+    (mergeStorageConfigs renames the container, never the command)."""
+    origin.put("/m/model.gguf", DATA)
+    base = serve_repo(origin)
+    target = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
+    draft = pod.sh(multi_file(False, True), env=multi_env(base, "/models/draftkey"))
+    assert (target.returncode, draft.returncode) == (0, 0), (target, draft)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+    assert model_files(pod.models / "draftkey") == FILES
+
+
+@pytest.mark.parametrize("right", [True, False], ids=["match", "mismatch"])
+def test_pvc_verify(pod: ImagePod, tmp_path: Path, right: bool) -> None:
+    """pvc:// with spec.sha256: the claim read-only at /model-source, hashed
+    on every start, nothing written to it."""
+    claim = tmp_path / "ref" / "model-source"
+    claim.mkdir(parents=True)
+    (claim / "m.gguf").write_bytes(DATA)
+    pin = hashlib.sha256(DATA).hexdigest() if right else "0" * 64
+    env = {
+        "MODEL_SOURCE": "pvc://claim/m.gguf",
+        "MODEL_PATH": "/model-source/m.gguf",
+        "MODEL_SHA256": pin,
+    }
+    ref = on_host(PVC_VERIFY, env, tmp_path / "ref")
+    image = pod.sh(PVC_VERIFY, env=env, extra=[Volume(claim, "/model-source", read_only=True)])
+    assert (image.returncode == 0, ref.returncode == 0) == (right, right), (image, ref)
+    assert sorted(p.name for p in claim.iterdir()) == ["m.gguf"], "the claim was written"
+    if not right:
+        assert image.compact_term()["reason"] == "ModelTransferChecksumMismatch"
+        assert "SHA256 mismatch for the pre-staged" in image.compact_term()["message"]
+
+
+def test_a_script_whose_source_is_of_another_kind_is_refused(pod: ImagePod, origin: Origin) -> None:
+    """A local copy's command with an http MODEL_SOURCE never downloads."""
+    origin.put("/m/model.gguf", DATA)
+    run = pod.sh(single_file("local", True), env=cache_env(origin.url + "/m/model.gguf"))
+    assert run.returncode == 2, str(run)
+    assert "local command, but MODEL_SOURCE is a http:// source" in run.compact_term()["message"]
+    assert origin.requests() == [] and not (pod.models / "k1").exists()
+
+
+def test_tls_through_the_operators_ca_mount(pod: ImagePod, tmp_path: Path) -> None:
+    """--ca-cert-configmap: the CA at /custom-certs, added to the system
+    roots (the agent reads the directory; the prelude's /tmp bundle is not
+    needed). Without it both fail, and the condition says untrusted."""
+    context, ca_dir = tls_server_context(tmp_path)
+    certs = tmp_path / "ref" / "custom-certs"
+    certs.mkdir(parents=True)
+    for pem in ca_dir.iterdir():
+        shutil.copy(pem, certs / pem.name)
+    with Origin(tls=context) as tls_origin:
+        tls_origin.put("/m/model.gguf", DATA)
+        env = cache_env(tls_origin.url + "/m/model.gguf")
+        script = with_ca(single_file("http", True))
+        ref = on_host(script, env, tmp_path / "ref")
+        image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
+        same_or_better(image, pod, ref, tmp_path / "ref")
+
+        bare = single_file("http", True)  # no --ca-cert-configmap
+        env = cache_env(tls_origin.url + "/m/model.gguf", key="k5")
+        ref = on_host(bare, env, tmp_path / "ref-bare")
+        image = pod.sh(bare, env={**env, "LLMKUBE_RETRIES": "0"})
+    want, got = _condition(ref), _condition(image)
+    assert want is not None and got is not None, (ref.stderr, image.stderr)
+    assert got[0] == want[0] == "ModelSourceUntrusted", (want, got)
+
+
+def test_out_of_space_reads_better_than_curls_line(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """A cache volume too small for the model: curl's line matched no
+    signature (curl: (23) Failure writing output); the agent's names it."""
+    origin.put("/m/model.gguf", DATA)
+    env = cache_env(origin.url + "/m/model.gguf")
+    script = single_file("http", True)
+    with tmpfs(pod.models / "k1") as _, tmpfs(tmp_path / "ref" / "models" / "k1") as _:
+        os.chown(pod.models / "k1", UID, GID)
+        ref = on_host(script, env, tmp_path / "ref")
+        image = pod.sh(script, env={**env, "LLMKUBE_RETRIES": "0"})
+        assert not (pod.models / "k1/model.gguf").exists()
+    assert ref.returncode != 0 and image.returncode != 0
+    want, got = _condition(ref), _condition(image)
+    assert got is not None and got[0] == "ModelTransferOutOfSpace", (got, image.stderr)
+    if want is not None:
+        assert got[0] == want[0]

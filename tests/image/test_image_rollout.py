@@ -107,7 +107,9 @@ def test_a_script_pods_sweep_mid_transfer_never_costs_a_right_file(
     assert run.returncode == 0, str(run)
     assert (shared / "model.gguf").read_bytes() == DATA
     assert (shared / "config.json").read_bytes() == b"{}"
-    assert "partial" in run.stderr, "the lost partial must be noticed, not silent"
+    assert "removed by a script's *.tmp sweep); staging it again" in run.stderr, (
+        "the lost partial must be noticed and named, not silent"
+    )
 
 
 def test_an_agent_and_a_script_staging_the_same_file_end_with_a_right_file(

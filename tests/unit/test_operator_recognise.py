@@ -10,10 +10,17 @@ import re
 
 import pytest
 
-from llmkube_stager.operator.recognise import OperatorCommand, calls_curl, recognise, why_not
+from llmkube_stager.operator.recognise import (
+    OperatorCommand,
+    calls_curl,
+    recognise,
+    source_mismatch,
+    why_not,
+)
 from llmkube_stager.operator.shell import agent_flags
 from tests.harness.operator_commands import (
     NOT_DOWNLOADS,
+    PVC_VERIFY,
     Shape,
     l0_shapes,
     l1_shapes,
@@ -127,3 +134,36 @@ def test_the_policy_is_the_scripts_and_a_pinned_script_without_its_pin_fails_clo
     assert agent_flags(multi, {})["MODEL_FILE_SHA256"] == ""
     unpinned = OperatorCommand("single", "http", "IfNotPresent", pinned=False, cached=True)
     assert agent_flags(unpinned, {})["MODEL_SHA256"] is None
+
+
+def test_the_pvc_verify_container_is_a_pinned_verify() -> None:
+    found = recognise(PVC_VERIFY)
+    assert found is not None, why_not(PVC_VERIFY)
+    assert (found.layout, found.kind, found.pinned) == ("single", "pvc", True)
+    assert not calls_curl(PVC_VERIFY)
+
+
+@pytest.mark.parametrize(
+    ("script", "source", "fits"),
+    [
+        (single_file("http", True), "https://h/m.gguf", True),
+        (single_file("http", True), "hf://org/repo/m.gguf", True),
+        (single_file("http", True), "s3://b/k", False),
+        (single_file("s3", True), "s3://b/k", True),
+        (single_file("s3", True), "https://h/m.gguf", False),
+        (single_file("local", True), "/data/m.gguf", True),
+        (single_file("local", True), "file:///data/m.gguf", True),
+        (single_file("local", True), "https://h/m.gguf", False),
+        (PVC_VERIFY, "pvc://claim/m.gguf", True),
+        (PVC_VERIFY, "https://h/m.gguf", False),
+        (multi_file(False, True), "", False),
+    ],
+)
+def test_a_source_of_another_kind_than_the_script_is_refused(
+    script: str, source: str, fits: bool
+) -> None:
+    """What the script encodes is what the agent does: a verify never
+    becomes a download because MODEL_SOURCE says http."""
+    found = recognise(script)
+    assert found is not None
+    assert (source_mismatch(found, source) == "") is fits
