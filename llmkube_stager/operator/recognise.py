@@ -82,6 +82,7 @@ _UTILITIES = frozenset(
         "mkdir", "rm", "mv", "cp", "find", "stat", "cat", "dirname", "basename", "sha256sum",
         "head", "tail", "cut", "tr", "sed", "grep", "awk", "wc", "touch", "sleep", "wait",
         "kill", "date", "mktemp", "flock", "ls", "chmod", "sync", "od", "expr", "command",
+        "umask", "id", "rmdir", "timeout",
     }
 )  # fmt: skip
 # A wrapper function runs the command it was given (download_with_progress).
@@ -228,6 +229,8 @@ def _check_command(
     if not argv:
         return ""
     name = argv[0]
+    if name == "exec" and len(argv) == 1:
+        return ""  # `exec 9>"$lock"`: a descriptor for flock, no command
     known = (_UTILITIES, functions, _RUN_ARGS, names)
     if not any(name in group for group in known):
         return f"it runs {name[:60]!r}, which no operator script runs"

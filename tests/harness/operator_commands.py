@@ -221,6 +221,39 @@ def resumable_single(hf_auth: bool, pinned: bool = False) -> str:
     )
 
 
+def locked_multi() -> str:
+    """L3/L4 multi-file http IfNotPresent: FUSE detection, the directory
+    lock (an `exec` descriptor and flock), the 10-minute debris sweep, size
+    records written through `llmkube_atomic_write` (spec §5.1, §6.2, §9, §10;
+    the lock's name and the helpers' bodies are ours)."""
+    return (
+        'llmkube_atomic_write() { tmp=$(mktemp "$1.llmkube-tmp.XXXXXX") || return 1; '
+        'printf \'%s\' "$2" > "$tmp" && mv "$tmp" "$1" || { rm -f "$tmp"; return 1; }; }; '
+        'llmkube_fuse_reader() { [ "$fs_type" = 65735546 ] && '
+        '[ "${LLMKUBE_PREFETCH_STAGER:-false}" != true ]; }; '
+        'mkdir -p "$CACHE_DIR" || exit 1; '
+        'fs_type=$(stat -f -c %t "$CACHE_DIR" 2>/dev/null) || '
+        '{ echo "ERROR: ModelCacheLockUnsupported: cannot determine cache filesystem"; exit 1; }; '
+        "if ! llmkube_fuse_reader; then "
+        'exec 9>"$CACHE_DIR/.llmkube.lock" && flock 9; '
+        "find \"$CACHE_DIR\" -name '*.llmkube-tmp.??????' -mmin +10 -delete; fi; "
+        + _NORMALIZE
+        + _LOOP_HEAD
+        + 'url="${SOURCE%/}/$rel"; '
+        'if [ -f "$dest" ] && [ "$(cat "$dest.llmkube-size" 2>/dev/null)" = '
+        '"$(stat -c %s "$dest")" ]; then '
+        'echo "Model artifact $rel already cached, skipping download"; '
+        'elif llmkube_fuse_reader; then echo "ERROR: ModelCacheLockUnsupported: FUSE cache cannot '
+        'guarantee cross-node file locking for staging $rel; set spec.modelCache.prefetch: true"; '
+        "exit 1; "
+        'else echo "Downloading model artifact $rel..."; '
+        'curl -f -L -o "$dest.tmp" "$url" && mv "$dest.tmp" "$dest" && '
+        'llmkube_atomic_write "$dest.llmkube-size" "$(stat -c %s "$dest")" '
+        '|| { echo "ERROR: failed to download $rel"; exit 1; }; fi; '
+        "done"
+    )
+
+
 @dataclass(frozen=True)
 class Shape:
     """One command the operator emits, and what the recogniser must read."""
@@ -263,6 +296,13 @@ def l0_shapes() -> list[Shape]:
 
 def l1_shapes() -> list[Shape]:
     return [
+        Shape(
+            "multi http locked, size records (L3/L4)",
+            locked_multi(),
+            "multi",
+            "http",
+            "IfNotPresent",
+        ),
         Shape("single http resumable", resumable_single(False), "single", "http", "IfNotPresent"),
         Shape(
             "single hf token resumable", resumable_single(True), "single", "http", "IfNotPresent"

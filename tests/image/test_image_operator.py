@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from tests.harness.operator_commands import (
     PREP_FSGROUP,
     PREP_NO_FSGROUP,
     PVC_VERIFY,
+    locked_multi,
     multi_file,
     resumable_single,
     single_file,
@@ -58,6 +60,7 @@ _AGENT_MARKS = (".llmkube", ".sha256")
 def on_host(script: str, env: Mapping[str, str], root: Path) -> Run:
     """The reference: the same command under this host's sh and curl, the
     volumes' paths mapped onto `root`."""
+
     def mapped_paths(text: str) -> str:  # one pass: `root` itself is under /tmp
         return _MOUNTS.sub(lambda m: f"{root}{m.group(0)}", text)
 
@@ -154,6 +157,58 @@ def test_multi_file_http(
     ref = on_host(script, env, tmp_path / "ref")
     image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
     same_or_better(image, pod, ref, tmp_path / "ref")
+
+
+def test_the_locked_multi_file_shape(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    """L3/L4's lock, FUSE check and size records, as a newer operator emits
+    them: the agent stands in for it (its own lock, its own records)."""
+    base = serve_repo(origin)
+    env = multi_env(base)
+    ref = on_host(locked_multi(), env, tmp_path / "ref")
+    image = pod.sh(locked_multi(), env=env)
+    same_or_better(image, pod, ref, tmp_path / "ref")
+    for rel, data in FILES.items():
+        assert (pod.models / "k2" / f"{rel}.llmkube-size").read_text() == str(len(data))
+
+
+def test_an_hf_single_file_source_works_where_curl_could_not(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """Spec §16 gap 14: a single-file Model's MODEL_SOURCE is spec.source
+    verbatim, so curl was handed `hf://...` and failed; the agent resolves it."""
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/repo", {"model.gguf": DATA})
+        env = {**cache_env("hf://org/repo/model.gguf"), "HF_ENDPOINT": hub.url}
+        ref = on_host(single_file("http", True), env, tmp_path / "ref")
+        image = pod.sh(single_file("http", True), env=env)
+    assert ref.returncode != 0, "curl fetched hf:// after all"
+    assert image.returncode == 0, str(image)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+
+
+def test_a_cut_transfer_resumes_in_the_same_start(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """The origin cuts the first GET short: the L0 script's curl fails the
+    start (the pod restarts and fetches from zero); the agent resumes with
+    a range request and publishes in the same start."""
+    origin.put("/m/model.gguf", DATA)
+    env = cache_env(origin.url + "/m/model.gguf")
+    cut = Fault(truncate_after=len(DATA) // 2, methods=("GET",), times=1)
+    origin.set_fault("/m/model.gguf", cut)
+    ref = on_host(single_file("http", True), env, tmp_path / "ref")
+    assert ref.returncode != 0 and not (tmp_path / "ref/models/k1/model.gguf").exists()
+    origin.set_fault("/m/model.gguf", cut)
+    origin.clear_log()
+    image = pod.sh(single_file("http", True), env=env)
+    assert image.returncode == 0, str(image)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+    resumed = [
+        r
+        for r in origin.requests(method="GET")
+        if r.headers.get("range", "bytes=0-").removeprefix("bytes=")[:2] not in ("0-", "")
+    ]
+    assert resumed, "the agent fetched from zero again"
 
 
 def _ca_dir(tmp_path: Path) -> Path:
@@ -464,3 +519,17 @@ def test_out_of_space_reads_better_than_curls_line(
     assert got is not None and got[0] == "ModelTransferOutOfSpace", (got, image.stderr)
     if want is not None:
         assert got[0] == want[0]
+
+
+def test_curl_reached_some_other_way_says_it_is_not_here(pod: ImagePod, origin: Origin) -> None:
+    """An absolute /bin/sh bypasses the image's sh: its curl fails like any
+    curl (exit 2), names the host, and the script never exits 0 without the
+    model; no key of the source Secret is printed."""
+    origin.put("/m/model.gguf", DATA)
+    env = {**cache_env(origin.url + "/m/model.gguf"), "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
+    script = single_file("http", True).replace("curl -f", 'curl -u "x:$AWS_SECRET_ACCESS_KEY" -f')
+    run = pod.sh(f"exec /bin/sh -c {shlex.quote(script)}", env=env)
+    assert run.returncode == 2, str(run)
+    assert "curl: (2) curl is not in this image" in run.stderr
+    assert "s3cr3t-value" not in run.stdout + run.stderr
+    assert not (pod.models / "k1/model.gguf").exists()

@@ -167,3 +167,21 @@ def test_a_source_of_another_kind_than_the_script_is_refused(
     found = recognise(script)
     assert found is not None
     assert (source_mismatch(found, source) == "") is fits
+
+
+def test_the_images_curl_names_the_host_and_never_a_secret() -> None:
+    from llmkube_stager.operator.curl import message
+
+    args = [
+        "-u",
+        "AKIAEXAMPLE:s3cr3t",
+        "-H",
+        "Authorization: Bearer hf_token_value",
+        "https://user:pw@s3.example:9000/b/k?X-Amz-Signature=abc",
+        "-o",
+        "/models/k/m.tmp",
+    ]
+    text = message(args)
+    assert "https://s3.example" in text and "curlimages/curl" in text
+    for secret in ("AKIAEXAMPLE", "s3cr3t", "hf_token_value", "user", "pw@", "abc", "9000"):
+        assert secret not in text, secret
