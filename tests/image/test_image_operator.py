@@ -44,7 +44,7 @@ from tests.harness.seaweed import SeaweedS3, s3_env
 from tests.harness.tlsca import tls_server_context
 from tests.harness.upstream_matcher import controller_message, match
 
-pytestmark = pytest.mark.image
+pytestmark = [pytest.mark.image, pytest.mark.usefixtures("host_curl")]
 
 DATA = gguf_like(2 << 20, seed=30)
 FILES = {"config.json": b'{"model_type": "llama"}', "sub/model.safetensors": DATA}

@@ -23,7 +23,7 @@ from tests.harness.origin import Fault, Origin
 from tests.harness.pod import Run
 from tests.harness.sample import gguf_like
 
-pytestmark = pytest.mark.image
+pytestmark = [pytest.mark.image, pytest.mark.usefixtures("host_curl")]
 
 DATA = gguf_like(2 << 20, seed=304)
 # Slow enough that the sweep lands mid-transfer, whatever the agent's
