@@ -28,15 +28,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from llmkube_stager.operator.recognise import (
-    OperatorCommand,
-    calls_curl,
-    recognise,
-    source_mismatch,
-    why_not,
-)
+if TYPE_CHECKING:
+    from llmkube_stager.operator.recognise import OperatorCommand
 
 REAL_SH = "/bin/sh"
 # Where the script is shown in a refusal: enough to tell the builder that
@@ -47,7 +42,17 @@ _SHOWN_CHARS = 120
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
     script = args[1] if len(args) >= 2 and args[0] == "-c" else None
-    if script is not None:
+    # Every download command names $MODEL_PATH or $MODEL_FILES, and only a
+    # script with the word curl can be refused: anything else (the prep
+    # container on every start) goes to /bin/sh without the recogniser.
+    if script is not None and ("MODEL_" in script or "curl" in script):
+        from llmkube_stager.operator.recognise import (
+            calls_curl,
+            recognise,
+            source_mismatch,
+            why_not,
+        )
+
         command = recognise(script)
         if command is not None:
             mismatch = source_mismatch(command, os.environ.get("MODEL_SOURCE", ""))

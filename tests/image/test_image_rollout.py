@@ -107,9 +107,15 @@ def test_a_script_pods_sweep_mid_transfer_never_costs_a_right_file(
     assert run.returncode == 0, str(run)
     assert (shared / "model.gguf").read_bytes() == DATA
     assert (shared / "config.json").read_bytes() == b"{}"
-    assert "removed by a script's *.tmp sweep); staging it again" in run.stderr, (
-        "the lost partial must be noticed and named, not silent"
-    )
+    # The sweep may find the partial before the agent has put a byte in it
+    # (it keeps its name for a fresh file): nothing lost. When work was lost
+    # (the origin sent more than one body), the agent said so.
+    sent = sum(r.body_bytes for r in origin.requests(path="/m/model.gguf", method="GET"))
+    assert sent >= len(DATA)
+    if sent > len(DATA):
+        assert "removed by a script's *.tmp sweep); staging it again" in run.stderr, (
+            "the lost partial must be noticed and named, not silent"
+        )
 
 
 def test_an_agent_and_a_script_staging_the_same_file_end_with_a_right_file(
