@@ -239,6 +239,7 @@ def _commands(
     current: list[Word] = []
     in_case = 0
     expect_pattern = False
+    subshells = 0  # `( ... )` left open
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -247,6 +248,12 @@ def _commands(
             current = []
             if token.text == ";;":
                 expect_pattern = True
+            elif token.text == "(" and not (in_case and expect_pattern):
+                subshells += 1
+            elif token.text == ")":
+                subshells -= 1
+                if subshells < 0:
+                    raise Unparsable("unbalanced ')'")
             i += 1
             continue
         for inner in token.subs:
@@ -279,6 +286,8 @@ def _commands(
         current.append(token)
         i += 1
     _finish(current, out, nested)
+    if subshells:
+        raise Unparsable("unbalanced '('")
 
 
 def _is_plain(word: Word) -> bool:

@@ -254,6 +254,35 @@ def locked_multi() -> str:
     )
 
 
+def pinned_multi() -> str:
+    """L2 multi-file http IfNotPresent with spec.fileSha256: the precheck
+    fails closed, a pinned file is published only through its digest
+    (spec §6.2, §6.4, §7; the helpers' names are the spec's, bodies ours)."""
+    return (
+        "llmkube_file_digest() { printf '%s\\n' \"$MODEL_FILE_SHA256\" | "
+        'while read -r d r; do [ "$r" = "$1" ] && echo "$d"; done; }; '
+        'llmkube_precheck_file_sha256() { [ -n "$MODEL_FILE_SHA256" ] || '
+        "{ echo 'ERROR: spec.fileSha256 is empty; refusing to transfer unchecked'; return 1; }; }; "
+        'llmkube_publish_file() { want=$(llmkube_file_digest "$rel"); '
+        'if [ -z "$want" ]; then mv "$1" "$2"; return; fi; '
+        "got=$(sha256sum \"$1\" | cut -d' ' -f1); "
+        'if [ "$got" = "$want" ]; then mv "$1" "$2"; else rm -f "$1"; '
+        'echo "ERROR: spec.fileSha256 mismatch for $rel; '
+        'delete $2.$want.sha256-rejected to retry"; '
+        "return 1; fi; }; "
+        "llmkube_precheck_file_sha256 || exit 1; "
+        'mkdir -p "$CACHE_DIR" && find "$CACHE_DIR" -name \'*.tmp\' -delete && '
+        + _NORMALIZE
+        + _LOOP_HEAD
+        + 'url="${SOURCE%/}/$rel"; '
+        'if [ ! -f "$dest" ]; then echo "Downloading model artifact $rel..."; '
+        'curl -f -L -o "$dest.tmp" "$url" && llmkube_publish_file "$dest.tmp" "$dest" '
+        '|| { echo "ERROR: failed to download $rel"; exit 1; }; '
+        'else echo "Model artifact $rel already cached, skipping download"; fi; '
+        "done"
+    )
+
+
 @dataclass(frozen=True)
 class Shape:
     """One command the operator emits, and what the recogniser must read."""
@@ -303,6 +332,7 @@ def l1_shapes() -> list[Shape]:
             "http",
             "IfNotPresent",
         ),
+        Shape("multi http pinned (L2)", pinned_multi(), "multi", "http", "IfNotPresent", True),
         Shape("single http resumable", resumable_single(False), "single", "http", "IfNotPresent"),
         Shape(
             "single hf token resumable", resumable_single(True), "single", "http", "IfNotPresent"

@@ -33,6 +33,7 @@ from tests.harness.operator_commands import (
     PVC_VERIFY,
     locked_multi,
     multi_file,
+    pinned_multi,
     resumable_single,
     single_file,
     with_ca,
@@ -94,6 +95,7 @@ def same_or_better(image: Run, pod: ImagePod, ref: Run, ref_root: Path) -> None:
     assert image.returncode == 0, str(image)
     assert model_files(pod.models) == model_files(ref_root / "models")
     assert [p for p in pod.models.rglob("*.tmp")] == [], "a partial was left"
+    assert pod.container.writes() == [], "written outside the volumes"
     for path in pod.models.rglob("*"):
         assert (path.stat().st_uid, path.stat().st_gid) == (UID, GID), path
 
@@ -211,6 +213,36 @@ def test_a_cut_transfer_resumes_in_the_same_start(
     assert resumed, "the agent fetched from zero again"
 
 
+def test_file_digest_gates(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    """spec.fileSha256 (MODEL_FILE_SHA256): right pins stage as the script
+    does; a wrong pin publishes nothing under that name, in both."""
+    base = serve_repo(origin)
+    pins = "\n".join(f"{hashlib.sha256(d).hexdigest()} {rel}" for rel, d in FILES.items())
+    env = {**multi_env(base), "MODEL_FILE_SHA256": pins}
+    ref = on_host(pinned_multi(), env, tmp_path / "ref")
+    same_or_better(pod.sh(pinned_multi(), env=env), pod, ref, tmp_path / "ref")
+
+    wrong = {**multi_env(base, "/models/k6"), "MODEL_FILE_SHA256": f"{'0' * 64} config.json"}
+    ref_wrong = on_host(pinned_multi(), wrong, tmp_path / "ref-wrong")
+    image = pod.sh(pinned_multi(), env=wrong)
+    assert ref_wrong.returncode != 0 and image.returncode != 0, (ref_wrong, image)
+    assert not (pod.models / "k6/config.json").exists()
+    assert image.compact_term()["reason"] == "ModelTransferChecksumMismatch"
+
+
+def test_hf_multi_file_without_a_token(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    """A public repo through the hub (HF_ENDPOINT names it, as a mirror's
+    Secret does): the operator's normalized `.../resolve/main/` base."""
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/repo", FILES)
+        env = {**multi_env(f"{hub.url}/org/repo/resolve/main/"), "HF_ENDPOINT": hub.url}
+        ref = on_host(multi_file(False, True), env, tmp_path / "ref")
+        image = pod.sh(multi_file(False, True), env=env)
+        same_or_better(image, pod, ref, tmp_path / "ref")
+        sent = [r for r in hub.requests() if r.authorization]
+        assert sent == [], "no token was given, none may be sent"
+
+
 def _ca_dir(tmp_path: Path) -> Path:
     """The CA ConfigMap's volume, for the image and the reference alike."""
     certs = tmp_path / "ref" / "custom-certs"
@@ -249,10 +281,17 @@ def test_hf_with_a_token_from_the_source_secret(
         }
         script = resumable_single(hf_auth=True)
         ref = on_host(script, env, tmp_path / "ref")
+        origin.clear_log()
+        hub.clear_log()
         image = pod.sh(script, env=env)
         same_or_better(image, pod, ref, tmp_path / "ref")
         assert (
             "hf_secret_token" not in image.stderr + image.stdout + (image.term_raw or b"").decode()
+        )
+        assert any(r.authorization == "Bearer hf_secret_token" for r in hub.requests())
+        assert origin.requests(), "the bytes came from the CDN"
+        assert not [r for r in origin.requests() if r.headers.get("authorization")], (
+            "the token followed the redirect to the CDN"
         )
         without = pod.sh(script, env={**env, "HF_TOKEN": "", "CACHE_DIR": "/models/k9",
                                        "MODEL_PATH": "/models/k9/model.gguf"})  # fmt: skip
