@@ -16,7 +16,7 @@ One exception: `/run` stays the container layer's own writable directory.
 buildah creates `/run/.containerenv` for each run and deletes it afterwards; on
 a read-only `/run` the deletion fails, buildah 1.28 then panics on a nil logger
 and exits 2, and the command's exit code is lost. `/run` belongs to root (0755),
-so uid 65532 cannot write there anyway, and `Container.writes()` lists
+so the image's uid 100 cannot write there anyway, and `Container.writes()` lists
 everything any run changed in the container layer, `/run` included.
 
 Chroot isolation shares the host's network namespace: the agent in the image
