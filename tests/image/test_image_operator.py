@@ -243,6 +243,62 @@ def test_hf_multi_file_without_a_token(pod: ImagePod, origin: Origin, tmp_path: 
         assert sent == [], "no token was given, none may be sent"
 
 
+def _scripts(multi: bool, policy: str) -> str:
+    return multi_file(False, True, policy) if multi else single_file("http", True, policy)
+
+
+def _owned_by_the_image_user(root: Path) -> None:
+    """What curl_user (uid 100) left: the host ran the scripts as root."""
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, UID, GID)
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_an_upgrade_starts_from_the_scripts_cache_with_the_origin_down(
+    pod: ImagePod, origin: Origin, multi: bool, policy: str
+) -> None:
+    """Spec §8.4 item 6: the operator's upgrade rolls every Deployment; the
+    new pods must start from the cache the scripts left, whatever the origin
+    does (here every request gets a 503)."""
+    origin.put("/m/model.gguf", DATA)
+    base = serve_repo(origin)
+    env = multi_env(base) if multi else cache_env(origin.url + "/m/model.gguf")
+    staged = on_host(_scripts(multi, "IfNotPresent"), env, pod.models.parent)
+    assert staged.returncode == 0, str(staged)
+    _owned_by_the_image_user(pod.models)
+    before = model_files(pod.models)
+    for path in ("/m/model.gguf", *(f"/org/repo/resolve/main/{rel}" for rel in FILES)):
+        origin.set_fault(path, Fault(status=503))
+    origin.clear_log()
+    # OnChange asks the origin, which answers 503 to every retry: a short
+    # budget (a source Secret may set one) keeps the wait short.
+    budget = {"LLMKUBE_RETRIES": "1", "LLMKUBE_MAX_RETRY_WAIT": "1"}
+    run = pod.sh(_scripts(multi, policy), env={**env, **budget})
+    assert run.returncode == 0, str(run)
+    assert model_files(pod.models) == before
+    if policy == "IfNotPresent":
+        assert origin.requests() == [], "a warm IfNotPresent start contacted the origin"
+    assert pod.container.writes() == []
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_a_rollback_starts_from_the_agents_cache(
+    pod: ImagePod, origin: Origin, tmp_path: Path, multi: bool
+) -> None:
+    """Back to curlimages/curl: the scripts find the agent's files where
+    they look, and start without a transfer."""
+    origin.put("/m/model.gguf", DATA)
+    base = serve_repo(origin)
+    env = multi_env(base) if multi else cache_env(origin.url + "/m/model.gguf")
+    assert pod.sh(_scripts(multi, "IfNotPresent"), env=env).returncode == 0
+    origin.clear_log()
+    back = on_host(_scripts(multi, "IfNotPresent"), env, pod.models.parent)
+    assert back.returncode == 0, str(back)
+    assert "already cached" in back.stdout and "Downloading" not in back.stdout
+    assert origin.requests() == []
+
+
 def _ca_dir(tmp_path: Path) -> Path:
     """The CA ConfigMap's volume, for the image and the reference alike."""
     certs = tmp_path / "ref" / "custom-certs"
