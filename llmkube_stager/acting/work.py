@@ -140,7 +140,12 @@ class Transfers:
             st = publish_completed(done)
         except PartialLost:
             self._log.warning(
-                "partial_lost", f"another writer adopted the partial of {file.rel}", file=file.rel
+                "partial_lost",
+                # A sweep of the scripts (`find ... -name '*.tmp' -delete`)
+                # takes it as well as an adopting writer (#30 item 4).
+                f"the partial of {file.rel} was taken (adopted by another writer, or removed by "
+                "a script's *.tmp sweep); staging it again",
+                file=file.rel,
             )
             return None
         if file.sha256:

@@ -16,7 +16,7 @@ One exception: `/run` stays the container layer's own writable directory.
 buildah creates `/run/.containerenv` for each run and deletes it afterwards; on
 a read-only `/run` the deletion fails, buildah 1.28 then panics on a nil logger
 and exits 2, and the command's exit code is lost. `/run` belongs to root (0755),
-so uid 65532 cannot write there anyway, and `Container.writes()` lists
+so the image's uid 100 cannot write there anyway, and `Container.writes()` lists
 everything any run changed in the container layer, `/run` included.
 
 Chroot isolation shares the host's network namespace: the agent in the image
@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Runs inside the image (mounted read-only with its directory at PROBE_DIR):
 # it stays beside the image tests, importing nothing of tests/.
 PROBE = ROOT / "tests" / "image" / "probe.py"
-UID = GID = 65532
+# The image's user: curlimages/curl's uid and group (#30 item 3, image/Dockerfile).
+UID, GID = 100, 102
 TERMINATION_DIR = "/termination"
 MODELS_DIR = "/models"
 # Where KServe's webhook mounts the storage initializer's emptyDir (#24 item 6).
@@ -54,6 +55,12 @@ PROBE_DIR = "/probe"
 # also makes and removes run/.containerenv on each run (in the writable /run):
 # making it here lets the layer's copy of /run exist before the first run.
 _BUILDAH_FILE_TARGETS = ("etc/hosts", "etc/hostname", "etc/resolv.conf", "run/.containerenv")
+# The operator's other mounts (#30): its CA ConfigMap and a local source's
+# hostPath file, made before the root is remounted read-only.
+CA_DIR = "/custom-certs"
+HOST_MODEL = "/host-model/model.gguf"
+# A pvc:// Model's claim, mounted read-only (the verify container).
+PVC_DIR = "/model-source"
 
 # $1: the container's root filesystem; the rest: the command to run there.
 _READ_ONLY_ROOT = r"""
@@ -138,7 +145,14 @@ class Container:
     def __init__(
         self,
         config: ImageConfig,
-        mount_points: Iterable[str] = (MODELS_DIR, KSERVE_MODELS_DIR, TERMINATION_DIR, PROBE_DIR),
+        mount_points: Iterable[str] = (
+            MODELS_DIR,
+            KSERVE_MODELS_DIR,
+            TERMINATION_DIR,
+            PROBE_DIR,
+            CA_DIR,
+            PVC_DIR,
+        ),
     ) -> None:
         self.config = config
         self.name = f"llmkube-image-test-{os.getpid()}-{secrets.token_hex(3)}"
@@ -148,7 +162,8 @@ class Container:
             self.upper = _overlay_upper_dir(self.rootfs)
             for target in mount_points:
                 (self.rootfs / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
-            for target in _BUILDAH_FILE_TARGETS:
+            for target in (*_BUILDAH_FILE_TARGETS, HOST_MODEL.lstrip("/")):
+                (self.rootfs / target).parent.mkdir(parents=True, exist_ok=True)
                 (self.rootfs / target).touch()
         except BaseException:
             self.close()
@@ -180,10 +195,14 @@ class Container:
         env: Mapping[str, str],
         volumes: Iterable[Volume],
         timeout: float = 120,
+        user: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """`argv` as the image's user, with the root filesystem read-only and
-        only `volumes` writable (those not mounted `read_only`)."""
+        """`argv` as the image's user (or `user`: a pod's runAsUser), with the
+        root filesystem read-only and only `volumes` writable (those not
+        mounted `read_only`)."""
         command = ["buildah", "run", "--isolation", "chroot"]
+        if user is not None:
+            command += ["--user", user]
         for key, value in env.items():
             command += ["-e", f"{key}={value}"]
         for volume in volumes:
@@ -265,6 +284,36 @@ class ImagePod:
         term = self.term_path.read_bytes() if self.term_path.exists() else None
         return Run(
             tuple(args), proc.returncode, proc.stdout, proc.stderr, checked_termination(term)
+        )
+
+    def sh(
+        self,
+        script: str,
+        *,
+        env: Mapping[str, str],
+        user: str | None = None,
+        extra: Iterable[Volume] = (),
+        timeout: float = 120,
+    ) -> Run:
+        """`sh -c script` as the operator runs its containers (#30): the
+        command replaces the entrypoint, `sh` is found on the image's PATH;
+        the environment is `env` alone (the operator's, and the source
+        Secret's) plus where the termination log is mounted."""
+        self.term_path.unlink(missing_ok=True)
+        proc = self.container.exec(
+            ["sh", "-c", script],
+            env={"LLMKUBE_TERMINATION_LOG": f"{TERMINATION_DIR}/log", **env},
+            volumes=[*self.volumes(tmp_writable=True, models_read_only=False), *extra],
+            timeout=timeout,
+            user=user,
+        )
+        term = self.term_path.read_bytes() if self.term_path.exists() else None
+        return Run(
+            ("sh", "-c", script),
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+            checked_termination(term),
         )
 
     def probe(self, *args: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The shipped artifact, end to end (#13 items 2, 3, 7): the image `make image`
-built, run by its entrypoint as uid 65532 with a read-only root filesystem
+built, run by its entrypoint as its user (100:102) with a read-only root filesystem
 and only its volumes writable (tests/harness/image.py). Assert what a pod would see:
 exit codes, termination JSON, bytes and records on the volume, requests the
 origin got, and nothing written anywhere else."""
@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness.disk import debris, record_of, snapshot
 from tests.harness.hub import FakeHub
-from tests.harness.image import ROOT, UID, ImageConfig, ImagePod, project_version
+from tests.harness.image import GID, ROOT, UID, ImageConfig, ImagePod, project_version
 from tests.harness.origin import Origin
 from tests.harness.sample import gguf_like, write_sample_tree
 from tests.harness.seaweed import READER, SeaweedS3
@@ -41,7 +41,7 @@ def serve_repo(pod: ImagePod, origin: Origin) -> tuple[str, dict[str, bytes]]:
 def test_image_config(image: ImageConfig) -> None:
     assert image.entrypoint == ("llmkube-stager",)
     assert image.cmd == ("stage",)
-    assert image.user == f"{UID}:{UID}"
+    assert image.user == f"{UID}:{GID}"
     assert image.env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert image.env["PATH"].startswith("/opt/llmkube/bin:")
     assert image.labels["org.opencontainers.image.version"] == project_version()
@@ -65,7 +65,9 @@ def test_version(pod: ImagePod) -> None:
 # -- staging with a read-only root -------------------------------------------------------
 
 
-def test_stage_cold_then_warm_as_65532_on_a_read_only_root(pod: ImagePod, origin: Origin) -> None:
+def test_stage_cold_then_warm_as_its_user_on_a_read_only_root(
+    pod: ImagePod, origin: Origin
+) -> None:
     base, files = serve_repo(pod, origin)
     cache_dir = pod.multi(base, files)
     total = sum(len(data) for data in files.values())
@@ -76,7 +78,7 @@ def test_stage_cold_then_warm_as_65532_on_a_read_only_root(pod: ImagePod, origin
         dest = cache_dir / rel
         assert dest.read_bytes() == data, rel
         assert record_of(dest) == str(len(data)), rel
-        assert (dest.stat().st_uid, dest.stat().st_gid) == (UID, UID), rel
+        assert (dest.stat().st_uid, dest.stat().st_gid) == (UID, GID), rel
     assert debris(pod.models) == []
     assert sorted(r.path for r in origin.requests(method="GET")) == sorted(
         "/org/repo/resolve/main/" + rel for rel in files
@@ -226,7 +228,7 @@ def test_image_holds_the_locked_runtime_and_nothing_else(pod: ImagePod) -> None:
     report = pod.probe("contents")
     assert report["executable"] == "/opt/llmkube/bin/python3", report
     assert report["version"].startswith("3.11."), report
-    assert (report["uid"], report["gid"]) == (UID, UID), report
+    assert (report["uid"], report["gid"]) == (UID, GID), report
     assert report["dont_write_bytecode"] is True
     assert {name for name, found in report["modules"].items() if found} == set()
     assert {name: path for name, path in report["tools"].items() if path} == {}

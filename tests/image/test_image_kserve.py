@@ -1,6 +1,6 @@
 """#24 item 6: the image run exactly as KServe's webhook runs its storage
 initializer: the entrypoint with `args: [<storageUri>, <emptyDir>]`, the
-credential variables, uid 65532, a read-only root filesystem and no /tmp,
+credential variables, uid 100, a read-only root filesystem and no /tmp,
 the model volume, an emptyDir-like host directory at /mnt/models, the only
 writable place. One case per URI form: an http(s) file,
 an s3:// prefix, an hf:// repo, an archive.

@@ -20,6 +20,7 @@ from llmkube_stager.errors import (
     ConfigError,
     Reason,
     SourceError,
+    Wire,
     proxy_unauthorized,
 )
 from llmkube_stager.logs import display_url
@@ -195,6 +196,9 @@ def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:
             "in the source secret), or it does not exist",
             reason=Reason.SOURCE_UNAUTHORIZED,
             answered=True,
+            # The status as a fact: today's controller finds "returned error:
+            # 401" in the condition, as it did in curl's line (#30 item 3).
+            wire=Wire(http_status=status),
         )
     if status == 404 and code == "RepoNotFound":
         text += ": no such repo, or the token cannot see it"

@@ -1,0 +1,630 @@
+"""#30: today's LLMKube operator, unchanged, with this image as its init
+image. Each test runs a command the operator generates
+(tests/harness/operator_commands.py: its builders' shapes) through `sh -c`
+in the built image, with the operator's environment and pod settings (uid
+100 from the image, the model-cache-prep container as uid 0, the volumes at
+/models and /host-model), against the suite's origin, fake hub and S3; and
+the same command with curl on this host as the reference. The image's
+result must be the same files or better (records, resume, verification),
+and a failure must read at least as well in the Model's condition
+(tests/harness/upstream_matcher.py: the controller's matcher)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.harness.hub import FakeHub
+from tests.harness.image import GID, UID, ImagePod, Volume
+from tests.harness.mounts import tmpfs
+from tests.harness.operator_commands import (
+    INVALID_FILE_SET,
+    PREFETCH_DONE,
+    PREP_FSGROUP,
+    PREP_NO_FSGROUP,
+    PVC_VERIFY,
+    locked_multi,
+    multi_file,
+    pinned_multi,
+    resumable_single,
+    single_file,
+    with_ca,
+)
+from tests.harness.origin import Fault, Origin, closed_port_url
+from tests.harness.pod import Run
+from tests.harness.sample import gguf_like
+from tests.harness.seaweed import SeaweedS3, s3_env
+from tests.harness.tlsca import tls_server_context
+from tests.harness.upstream_matcher import controller_message, match
+
+pytestmark = [pytest.mark.image, pytest.mark.usefixtures("host_curl")]
+
+DATA = gguf_like(2 << 20, seed=30)
+FILES = {"config.json": b'{"model_type": "llama"}', "sub/model.safetensors": DATA}
+# Where the operator mounts the volumes; the host reference gets host
+# directories in their place (a kubelet mounts them; curl cannot).
+_PATH_VARS = ("CACHE_DIR", "MODEL_PATH")
+_MOUNTS = re.compile(r"/models|/host-model/|/custom-certs/|/tmp/|/model-source")
+# The agent's own records beside the model (CONTRACT §4): "better", not other.
+# (size records, the lock, validators; the digest gate's stamp and marker).
+_AGENT_MARKS = (".llmkube", ".sha256")
+
+
+def on_host(script: str, env: Mapping[str, str], root: Path) -> Run:
+    """The reference: the same command under this host's sh and curl, the
+    volumes' paths mapped onto `root`."""
+
+    def mapped_paths(text: str) -> str:  # one pass: `root` itself is under /tmp
+        return _MOUNTS.sub(lambda m: f"{root}{m.group(0)}", text)
+
+    text = mapped_paths(script)
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    mapped = {k: mapped_paths(v) if k in _PATH_VARS else v for k, v in env.items()}
+    (root / "models").mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["sh", "-c", text],
+        env={"PATH": os.environ["PATH"], **mapped},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return Run(("sh", "-c", script), proc.returncode, proc.stdout, proc.stderr, None)
+
+
+def model_files(models: Path) -> dict[str, bytes]:
+    """The files a serving container would see: no partials, no records."""
+    found = {}
+    for path in models.rglob("*"):
+        rel = str(path.relative_to(models))
+        if path.is_file() and not rel.endswith(".tmp") and not any(m in rel for m in _AGENT_MARKS):
+            found[rel] = path.read_bytes()
+    return found
+
+
+def same_or_better(image: Run, pod: ImagePod, ref: Run, ref_root: Path) -> None:
+    assert ref.returncode == 0, f"the reference failed: {ref}"
+    assert image.returncode == 0, str(image)
+    assert model_files(pod.models) == model_files(ref_root / "models")
+    assert [p for p in pod.models.rglob("*.tmp")] == [], "a partial was left"
+    assert pod.container.writes() == [], "written outside the volumes"
+    for path in pod.models.rglob("*"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (UID, GID), path
+
+
+def cache_env(source: str, key: str = "k1", name: str = "model.gguf") -> dict[str, str]:
+    return {
+        "MODEL_SOURCE": source,
+        "CACHE_DIR": f"/models/{key}",
+        "MODEL_PATH": f"/models/{key}/{name}",
+    }
+
+
+def multi_env(source: str, cache_dir: str = "/models/k2") -> dict[str, str]:
+    return {"MODEL_SOURCE": source, "CACHE_DIR": cache_dir, "MODEL_FILES": "\n".join(FILES)}
+
+
+def serve_repo(origin: Origin) -> str:
+    for rel, data in FILES.items():
+        origin.put(f"/org/repo/resolve/main/{rel}", data)
+    return origin.url + "/org/repo/resolve/main/"
+
+
+# -- every download command runs the agent ------------------------------------------------
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "emptyDir"])
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+def test_single_file_http(
+    pod: ImagePod, origin: Origin, tmp_path: Path, cached: bool, policy: str
+) -> None:
+    origin.put("/m/model.gguf", DATA)
+    script = single_file("http", cached, policy)
+    env = cache_env(origin.url + "/m/model.gguf")
+    if not cached:  # the operator's emptyDir: no CACHE_DIR, the file at /models
+        env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
+    ref = on_host(script, env, tmp_path / "ref")
+    origin.clear_log()
+    cold = pod.sh(script, env=env)
+    same_or_better(cold, pod, ref, tmp_path / "ref")
+    assert f"{policy}" in cold.stderr
+    assert cold.compact_term()["stats"]["fetched"] == 1
+
+    origin.clear_log()
+    warm = pod.sh(script, env=env)
+    assert warm.returncode == 0, str(warm)
+    if policy == "IfNotPresent":
+        assert origin.requests() == [], "a warm IfNotPresent start contacted the origin"
+    else:
+        assert [r.method for r in origin.requests()] == ["HEAD"], "OnChange revalidates, no GET"
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "emptyDir"])
+def test_multi_file_http(
+    pod: ImagePod, origin: Origin, tmp_path: Path, policy: str, cached: bool
+) -> None:
+    base = serve_repo(origin)
+    script = with_ca(multi_file(False, cached, policy))  # and the CA prelude
+    env = multi_env(base, "/models/k2" if cached else "/models/ns-m")
+    certs = _ca_dir(tmp_path)
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
+    same_or_better(image, pod, ref, tmp_path / "ref")
+
+
+def test_the_locked_multi_file_shape(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    """L3/L4's lock, FUSE check and size records, as a newer operator emits
+    them: the agent stands in for it (its own lock, its own records)."""
+    base = serve_repo(origin)
+    env = multi_env(base)
+    ref = on_host(locked_multi(), env, tmp_path / "ref")
+    image = pod.sh(locked_multi(), env=env)
+    same_or_better(image, pod, ref, tmp_path / "ref")
+    for rel, data in FILES.items():
+        assert (pod.models / "k2" / f"{rel}.llmkube-size").read_text() == str(len(data))
+
+
+def test_an_hf_single_file_source_works_where_curl_could_not(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """Spec §16 gap 14: a single-file Model's MODEL_SOURCE is spec.source
+    verbatim, so curl was handed `hf://...` and failed; the agent resolves it."""
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/repo", {"model.gguf": DATA})
+        env = {**cache_env("hf://org/repo/model.gguf"), "HF_ENDPOINT": hub.url}
+        ref = on_host(single_file("http", True), env, tmp_path / "ref")
+        image = pod.sh(single_file("http", True), env=env)
+    assert ref.returncode != 0, "curl fetched hf:// after all"
+    assert image.returncode == 0, str(image)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+
+
+def test_a_cut_transfer_resumes_in_the_same_start(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """The origin cuts the first GET short: the L0 script's curl fails the
+    start (the pod restarts and fetches from zero); the agent resumes with
+    a range request and publishes in the same start."""
+    origin.put("/m/model.gguf", DATA)
+    env = cache_env(origin.url + "/m/model.gguf")
+    cut = Fault(truncate_after=len(DATA) // 2, methods=("GET",), times=1)
+    origin.set_fault("/m/model.gguf", cut)
+    ref = on_host(single_file("http", True), env, tmp_path / "ref")
+    assert ref.returncode != 0 and not (tmp_path / "ref/models/k1/model.gguf").exists()
+    origin.set_fault("/m/model.gguf", cut)
+    origin.clear_log()
+    image = pod.sh(single_file("http", True), env=env)
+    assert image.returncode == 0, str(image)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+    resumed = [
+        r
+        for r in origin.requests(method="GET")
+        if r.headers.get("range", "bytes=0-").removeprefix("bytes=")[:2] not in ("0-", "")
+    ]
+    assert resumed, "the agent fetched from zero again"
+
+
+def test_file_digest_gates(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    """spec.fileSha256 (MODEL_FILE_SHA256): right pins stage as the script
+    does; a wrong pin publishes nothing under that name, in both."""
+    base = serve_repo(origin)
+    pins = "\n".join(f"{hashlib.sha256(d).hexdigest()} {rel}" for rel, d in FILES.items())
+    env = {**multi_env(base), "MODEL_FILE_SHA256": pins}
+    ref = on_host(pinned_multi(), env, tmp_path / "ref")
+    same_or_better(pod.sh(pinned_multi(), env=env), pod, ref, tmp_path / "ref")
+
+    wrong = {**multi_env(base, "/models/k6"), "MODEL_FILE_SHA256": f"{'0' * 64} config.json"}
+    ref_wrong = on_host(pinned_multi(), wrong, tmp_path / "ref-wrong")
+    image = pod.sh(pinned_multi(), env=wrong)
+    assert ref_wrong.returncode != 0 and image.returncode != 0, (ref_wrong, image)
+    assert not (pod.models / "k6/config.json").exists()
+    assert image.compact_term()["reason"] == "ModelTransferChecksumMismatch"
+
+
+def test_hf_multi_file_without_a_token(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    """A public repo through the hub (HF_ENDPOINT names it, as a mirror's
+    Secret does): the operator's normalized `.../resolve/main/` base."""
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/repo", FILES)
+        env = {**multi_env(f"{hub.url}/org/repo/resolve/main/"), "HF_ENDPOINT": hub.url}
+        ref = on_host(multi_file(False, True), env, tmp_path / "ref")
+        image = pod.sh(multi_file(False, True), env=env)
+        same_or_better(image, pod, ref, tmp_path / "ref")
+        sent = [r for r in hub.requests() if r.authorization]
+        assert sent == [], "no token was given, none may be sent"
+
+
+def _scripts(multi: bool, policy: str) -> str:
+    return multi_file(False, True, policy) if multi else single_file("http", True, policy)
+
+
+def _owned_by_the_image_user(root: Path) -> None:
+    """What curl_user (uid 100) left: the host ran the scripts as root."""
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, UID, GID)
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_an_upgrade_starts_from_the_scripts_cache_with_the_origin_down(
+    pod: ImagePod, origin: Origin, multi: bool, policy: str
+) -> None:
+    """Spec §8.4 item 6: the operator's upgrade rolls every Deployment; the
+    new pods must start from the cache the scripts left, whatever the origin
+    does (here every request gets a 503)."""
+    origin.put("/m/model.gguf", DATA)
+    base = serve_repo(origin)
+    env = multi_env(base) if multi else cache_env(origin.url + "/m/model.gguf")
+    staged = on_host(_scripts(multi, "IfNotPresent"), env, pod.models.parent)
+    assert staged.returncode == 0, str(staged)
+    _owned_by_the_image_user(pod.models)
+    before = model_files(pod.models)
+    for path in ("/m/model.gguf", *(f"/org/repo/resolve/main/{rel}" for rel in FILES)):
+        origin.set_fault(path, Fault(status=503))
+    origin.clear_log()
+    # OnChange asks the origin, which answers 503 to every retry: a short
+    # budget (a source Secret may set one) keeps the wait short.
+    budget = {"LLMKUBE_RETRIES": "1", "LLMKUBE_MAX_RETRY_WAIT": "1"}
+    run = pod.sh(_scripts(multi, policy), env={**env, **budget})
+    assert run.returncode == 0, str(run)
+    assert model_files(pod.models) == before
+    if policy == "IfNotPresent":
+        assert origin.requests() == [], "a warm IfNotPresent start contacted the origin"
+    assert pod.container.writes() == []
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_a_rollback_starts_from_the_agents_cache(
+    pod: ImagePod, origin: Origin, tmp_path: Path, multi: bool
+) -> None:
+    """Back to curlimages/curl: the scripts find the agent's files where
+    they look, and start without a transfer."""
+    origin.put("/m/model.gguf", DATA)
+    base = serve_repo(origin)
+    env = multi_env(base) if multi else cache_env(origin.url + "/m/model.gguf")
+    assert pod.sh(_scripts(multi, "IfNotPresent"), env=env).returncode == 0
+    origin.clear_log()
+    back = on_host(_scripts(multi, "IfNotPresent"), env, pod.models.parent)
+    assert back.returncode == 0, str(back)
+    assert "already cached" in back.stdout and "Downloading" not in back.stdout
+    assert origin.requests() == []
+
+
+def _ca_dir(tmp_path: Path) -> Path:
+    """The CA ConfigMap's volume, for the image and the reference alike."""
+    certs = tmp_path / "ref" / "custom-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    shutil.copy("/etc/ssl/certs/ca-certificates.crt", certs / "ca.crt")
+    return certs
+
+
+def test_onchange_refreshes_a_changed_file_like_the_script(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    origin.put("/m/model.gguf", DATA)
+    script = single_file("http", True, "OnChange")
+    env = cache_env(origin.url + "/m/model.gguf")
+    assert pod.sh(script, env=env).returncode == 0
+    newer = gguf_like(3 << 20, seed=31)
+    origin.put("/m/model.gguf", newer)
+    ref = on_host(script, env, tmp_path / "ref")  # cold on the host: the new bytes
+    image = pod.sh(script, env=env)
+    same_or_better(image, pod, ref, tmp_path / "ref")
+    assert (pod.models / "k1/model.gguf").read_bytes() == newer
+    assert "Model revalidated (downloaded)" in image.stderr
+
+
+def test_hf_with_a_token_from_the_source_secret(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """A private repo: the token goes to the hub (HF_ENDPOINT names it),
+    the CDN's 302 target gets none; the L1 shape with hf_curl and resume."""
+    with FakeHub(origin, tokens={"hf_secret_token"}) as hub:
+        hub.add_repo("org/private", {"model.gguf": DATA}, private=True)
+        env = {
+            **cache_env(f"{hub.url}/org/private/resolve/main/model.gguf"),
+            "HF_TOKEN": "hf_secret_token",
+            "HF_ENDPOINT": hub.url,
+        }
+        script = resumable_single(hf_auth=True)
+        ref = on_host(script, env, tmp_path / "ref")
+        origin.clear_log()
+        hub.clear_log()
+        image = pod.sh(script, env=env)
+        same_or_better(image, pod, ref, tmp_path / "ref")
+        assert (
+            "hf_secret_token" not in image.stderr + image.stdout + (image.term_raw or b"").decode()
+        )
+        assert any(r.authorization == "Bearer hf_secret_token" for r in hub.requests())
+        assert origin.requests(), "the bytes came from the CDN"
+        assert not [r for r in origin.requests() if r.headers.get("authorization")], (
+            "the token followed the redirect to the CDN"
+        )
+        without = pod.sh(script, env={**env, "HF_TOKEN": "", "CACHE_DIR": "/models/k9",
+                                       "MODEL_PATH": "/models/k9/model.gguf"})  # fmt: skip
+        assert without.returncode != 0, "a private repo without a token must fail"
+        assert match(controller_message(without.term_raw, without.stderr)) is not None
+
+
+@pytest.mark.parametrize(
+    ("multi", "cached", "policy"),
+    [
+        (False, True, "IfNotPresent"),
+        (False, False, "IfNotPresent"),
+        (True, True, "IfNotPresent"),
+        (True, True, "OnChange"),
+        (True, False, "IfNotPresent"),
+    ],
+)
+def test_s3(
+    pod: ImagePod,
+    s3: SeaweedS3,
+    bucket: str,
+    tmp_path: Path,
+    multi: bool,
+    cached: bool,
+    policy: str,
+) -> None:
+    for rel, data in FILES.items():
+        s3.put(bucket, f"p/{rel}", data)
+    s3.put(bucket, "m/model.gguf", DATA)
+    secret = s3_env(s3)
+    secret.pop("AWS_EC2_METADATA_DISABLED")  # not in an operator's Secret
+    if multi:
+        env = {
+            **multi_env(f"s3://{bucket}/p", "/models/k2" if cached else "/models/ns-m"),
+            "S3_BUCKET": bucket,
+            "S3_PREFIX": "p",
+            **secret,
+        }
+        script = multi_file(True, cached, policy)
+    else:
+        env = {
+            **cache_env(f"s3://{bucket}/m/model.gguf"),
+            "S3_BUCKET": bucket,
+            "S3_KEY": "m/model.gguf",
+            **secret,
+        }
+        if not cached:
+            env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
+        script = single_file("s3", cached, policy)
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(script, env=env)
+    same_or_better(image, pod, ref, tmp_path / "ref")
+
+
+def test_local_host_path(pod: ImagePod, tmp_path: Path) -> None:
+    host = tmp_path / "ref" / "host-model"
+    host.mkdir(parents=True)
+    (host / "model.gguf").write_bytes(DATA)
+    script = single_file("local", True)
+    env = cache_env("/data/models/m.gguf")
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(
+        script,
+        env=env,
+        extra=[Volume(host / "model.gguf", "/host-model/model.gguf", read_only=True)],
+    )
+    same_or_better(image, pod, ref, tmp_path / "ref")
+    assert "Model copied successfully" in image.stderr
+
+
+def test_digest_gate(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
+    origin.put("/m/model.gguf", DATA)
+    script = resumable_single(hf_auth=False, pinned=True)
+    good = {
+        **cache_env(origin.url + "/m/model.gguf"),
+        "MODEL_SHA256": hashlib.sha256(DATA).hexdigest(),
+    }
+    ref = on_host(script, good, tmp_path / "ref")
+    same_or_better(pod.sh(script, env=good), pod, ref, tmp_path / "ref")
+    assert (pod.models / "k1/model.gguf.sha256").exists(), "the stamp the gate writes"
+
+    wrong = {**cache_env(origin.url + "/m/model.gguf", key="k3"), "MODEL_SHA256": "0" * 64}
+    ref_wrong = on_host(script, wrong, tmp_path / "ref-wrong")
+    image = pod.sh(script, env=wrong)
+    assert (ref_wrong.returncode != 0, image.returncode != 0) == (True, True)
+    assert not (pod.models / "k3/model.gguf").exists()
+    assert image.compact_term()["reason"] == "ModelTransferChecksumMismatch"
+
+    missing = cache_env(origin.url + "/m/model.gguf", key="k4")  # gated script, no pin
+    unpinned = pod.sh(script, env=missing)
+    assert unpinned.returncode != 0 and not (pod.models / "k4/model.gguf").exists()
+
+
+# -- the containers that are not downloads: the real shell ------------------------------------
+
+
+@pytest.mark.parametrize("fs_group", [0, 102], ids=["no fsGroup", "fsGroup 102"])
+def test_prep_then_downloader(pod: ImagePod, origin: Origin, fs_group: int) -> None:
+    """model-cache-prep as uid 0 on a root-owned 0755 volume: without an
+    fsGroup it chowns to 100:100 with 770; with the chart's fsGroup 102 to
+    0:102 with g+rwX. Then the downloader, as the image's user, can write."""
+    os.chown(pod.models, 0, 0)
+    pod.models.chmod(0o755)
+    script = PREP_FSGROUP.format(gid=fs_group) if fs_group else PREP_NO_FSGROUP
+    prep = pod.sh(script, env={}, user="0:0")
+    assert prep.returncode == 0, str(prep)
+    owner = (0, fs_group) if fs_group else (100, 100)
+    assert (pod.models.stat().st_uid, pod.models.stat().st_gid) == owner
+    origin.put("/m/model.gguf", DATA)
+    run = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
+    assert run.returncode == 0, str(run)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+
+
+def test_prefetch_job(pod: ImagePod, origin: Origin) -> None:
+    """The Job's downloader (the stager switch set) and its `prefetch-done`."""
+    base = serve_repo(origin)
+    run = pod.sh(
+        multi_file(False, True), env={**multi_env(base), "LLMKUBE_PREFETCH_STAGER": "true"}
+    )
+    assert run.returncode == 0, str(run)
+    done = pod.sh(PREFETCH_DONE, env={})
+    assert (done.returncode, done.stdout) == (0, "prefetch complete\n")
+
+
+def test_the_operators_error_placeholders_fail_as_they_did(pod: ImagePod) -> None:
+    run = pod.sh(INVALID_FILE_SET, env={})
+    assert run.returncode == 1 and run.stdout.startswith("ERROR: InvalidFileSet"), str(run)
+
+
+def test_an_unrecognised_curl_command_is_refused_by_name(pod: ImagePod, origin: Origin) -> None:
+    """#30 item 2: never a silent exit 0 without the model."""
+    origin.put("/m/model.gguf", DATA)
+    script = single_file("http", True).replace("curl -f", "curl --compressed -f")
+    run = pod.sh(script, env=cache_env(origin.url + "/m/model.gguf"))
+    assert run.returncode == 2, str(run)
+    doc = run.compact_term()
+    assert doc["reason"] == "InvalidConfiguration"
+    assert "--compressed" in doc["message"] and "curlimages/curl" in doc["remedy"]
+    assert origin.requests() == [] and not (pod.models / "k1/model.gguf").exists()
+
+
+# -- #30 item 3: what the Model's condition shows, failure by failure -------------------------
+
+
+def _condition(run: Run) -> tuple[str, str] | None:
+    found = match(controller_message(run.term_raw, run.stderr))
+    return None if found is None else (found.reason, found.line)
+
+
+FAILURES = ["not found", "forbidden", "refused", "unresolvable"]
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_the_condition_reads_at_least_as_well_as_the_scripts(
+    pod: ImagePod, origin: Origin, tmp_path: Path, failure: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    origin.put("/m/model.gguf", DATA)
+    url = origin.url + "/m/model.gguf"
+    if failure == "not found":
+        url = origin.url + "/m/missing.gguf"
+    elif failure == "forbidden":
+        origin.set_fault("/m/model.gguf", Fault(status=403))
+    elif failure == "refused":
+        url = closed_port_url() + "/m/model.gguf"
+    else:
+        url = "http://no-such-host.invalid/m/model.gguf"
+    script = single_file("http", True)
+    env = cache_env(url)
+    ref = on_host(script, env, tmp_path / "ref")
+    image = pod.sh(script, env={**env, "LLMKUBE_RETRIES": "0", "LLMKUBE_CONNECT_TIMEOUT": "2"})
+    assert ref.returncode != 0 and image.returncode != 0
+    want, got = _condition(ref), _condition(image)
+    assert want is not None and got is not None, (ref.stderr, image.stderr)
+    assert got[0] == want[0], (want, got)
+    with capsys.disabled():
+        print(f"\n{failure}: scripts: {want[1]!r}\n{' ' * len(failure)}  agent:   {got[1]!r}")
+
+
+def test_a_draft_model_beside_its_target(pod: ImagePod, origin: Origin) -> None:
+    """The draft's downloader is the same command with its own environment
+    (mergeStorageConfigs renames the container, never the command)."""
+    origin.put("/m/model.gguf", DATA)
+    base = serve_repo(origin)
+    target = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
+    draft = pod.sh(multi_file(False, True), env=multi_env(base, "/models/draftkey"))
+    assert (target.returncode, draft.returncode) == (0, 0), (target, draft)
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA
+    assert model_files(pod.models / "draftkey") == FILES
+
+
+@pytest.mark.parametrize("right", [True, False], ids=["match", "mismatch"])
+def test_pvc_verify(pod: ImagePod, tmp_path: Path, right: bool) -> None:
+    """pvc:// with spec.sha256: the claim read-only at /model-source, hashed
+    on every start, nothing written to it."""
+    claim = tmp_path / "ref" / "model-source"
+    claim.mkdir(parents=True)
+    (claim / "m.gguf").write_bytes(DATA)
+    pin = hashlib.sha256(DATA).hexdigest() if right else "0" * 64
+    env = {
+        "MODEL_SOURCE": "pvc://claim/m.gguf",
+        "MODEL_PATH": "/model-source/m.gguf",
+        "MODEL_SHA256": pin,
+    }
+    ref = on_host(PVC_VERIFY, env, tmp_path / "ref")
+    image = pod.sh(PVC_VERIFY, env=env, extra=[Volume(claim, "/model-source", read_only=True)])
+    assert (image.returncode == 0, ref.returncode == 0) == (right, right), (image, ref)
+    assert sorted(p.name for p in claim.iterdir()) == ["m.gguf"], "the claim was written"
+    if not right:
+        assert image.compact_term()["reason"] == "ModelTransferChecksumMismatch"
+        assert "SHA256 mismatch for the pre-staged" in image.compact_term()["message"]
+
+
+def test_a_script_whose_source_is_of_another_kind_is_refused(pod: ImagePod, origin: Origin) -> None:
+    """A local copy's command with an http MODEL_SOURCE never downloads."""
+    origin.put("/m/model.gguf", DATA)
+    run = pod.sh(single_file("local", True), env=cache_env(origin.url + "/m/model.gguf"))
+    assert run.returncode == 2, str(run)
+    assert "local command, but MODEL_SOURCE is a http:// source" in run.compact_term()["message"]
+    assert origin.requests() == [] and not (pod.models / "k1").exists()
+
+
+def test_tls_through_the_operators_ca_mount(pod: ImagePod, tmp_path: Path) -> None:
+    """--ca-cert-configmap: the CA at /custom-certs, added to the system
+    roots (the agent reads the directory; the prelude's /tmp bundle is not
+    needed). Without it both fail, and the condition says untrusted."""
+    context, ca_dir = tls_server_context(tmp_path)
+    certs = tmp_path / "ref" / "custom-certs"
+    certs.mkdir(parents=True)
+    for pem in ca_dir.iterdir():
+        shutil.copy(pem, certs / pem.name)
+    with Origin(tls=context) as tls_origin:
+        tls_origin.put("/m/model.gguf", DATA)
+        env = cache_env(tls_origin.url + "/m/model.gguf")
+        script = with_ca(single_file("http", True))
+        ref = on_host(script, env, tmp_path / "ref")
+        image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
+        same_or_better(image, pod, ref, tmp_path / "ref")
+
+        bare = single_file("http", True)  # no --ca-cert-configmap
+        env = cache_env(tls_origin.url + "/m/model.gguf", key="k5")
+        ref = on_host(bare, env, tmp_path / "ref-bare")
+        image = pod.sh(bare, env={**env, "LLMKUBE_RETRIES": "0"})
+    want, got = _condition(ref), _condition(image)
+    assert want is not None and got is not None, (ref.stderr, image.stderr)
+    assert got[0] == want[0] == "ModelSourceUntrusted", (want, got)
+
+
+def test_out_of_space_reads_better_than_curls_line(
+    pod: ImagePod, origin: Origin, tmp_path: Path
+) -> None:
+    """A cache volume too small for the model: curl's line matched no
+    signature (curl: (23) Failure writing output); the agent's names it."""
+    origin.put("/m/model.gguf", DATA)
+    env = cache_env(origin.url + "/m/model.gguf")
+    script = single_file("http", True)
+    with tmpfs(pod.models / "k1") as _, tmpfs(tmp_path / "ref" / "models" / "k1") as _:
+        os.chown(pod.models / "k1", UID, GID)
+        ref = on_host(script, env, tmp_path / "ref")
+        image = pod.sh(script, env={**env, "LLMKUBE_RETRIES": "0"})
+        assert not (pod.models / "k1/model.gguf").exists()
+    assert ref.returncode != 0 and image.returncode != 0
+    want, got = _condition(ref), _condition(image)
+    assert got is not None and got[0] == "ModelTransferOutOfSpace", (got, image.stderr)
+    if want is not None:
+        assert got[0] == want[0]
+
+
+def test_curl_reached_some_other_way_says_it_is_not_here(pod: ImagePod, origin: Origin) -> None:
+    """An absolute /bin/sh bypasses the image's sh: its curl fails like any
+    curl (exit 2), names the host, and the script never exits 0 without the
+    model; no key of the source Secret is printed."""
+    origin.put("/m/model.gguf", DATA)
+    env = {**cache_env(origin.url + "/m/model.gguf"), "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
+    script = single_file("http", True).replace("curl -f", 'curl -u "x:$AWS_SECRET_ACCESS_KEY" -f')
+    run = pod.sh(f"exec /bin/sh -c {shlex.quote(script)}", env=env)
+    assert run.returncode == 2, str(run)
+    assert "curl: (2) curl is not in this image" in run.stderr
+    assert "s3cr3t-value" not in run.stdout + run.stderr
+    assert not (pod.models / "k1/model.gguf").exists()
