@@ -112,6 +112,7 @@ image:
 ## End-to-end tests against the built image (pytest marker `image`, not in `make test`).
 ## The operator tests (#30) run each command with curl on the host as the reference.
 image-test: image $(STAMP)
+	@tools/system-deps test
 	@command -v curl >/dev/null || { echo "make image-test needs curl >= 7.84 on the host: the reference of the operator tests (apt-get install curl)" >&2; exit 1; }
 	LLMKUBE_TEST_IMAGE=$(IMAGE) $(BIN)/pytest -q -m image tests/image
 
