@@ -46,6 +46,28 @@ def test_a_stored_coding_proves_only_itself() -> None:
     assert not transforms("gzip", CodingProof(stored=" gzip "))
 
 
+def test_a_stored_coding_vouches_only_for_an_answer_of_the_stored_length() -> None:
+    """A hop that gzips the GET and labels the HEAD `gzip` too: the HEAD
+    says the stored coding is gzip, but the answer is not the stored length."""
+    proof = CodingProof(stored="gzip", stored_bytes=1000)
+    whole = headers(content_encoding="gzip", content_length="1000")
+    assert encoding_header(unproven(whole, proof)) is None
+    shrunk = headers(content_encoding="gzip", content_length="612")
+    assert encoding_header(unproven(shrunk, proof)) == ("Content-Encoding", "gzip")
+    ranged = headers(
+        content_encoding="gzip", content_length="100", content_range="bytes 100-199/1000"
+    )
+    assert encoding_header(unproven(ranged, proof)) is None
+    squeezed = headers(
+        content_encoding="gzip", content_length="61", content_range="bytes 100-199/1000"
+    )
+    assert encoding_header(unproven(squeezed, proof)) == ("Content-Encoding", "gzip")
+    unframed = headers(content_encoding="gzip")  # chunked: no length to agree
+    assert encoding_header(unproven(unframed, proof)) == ("Content-Encoding", "gzip")
+    unknown = CodingProof(stored="gzip")
+    assert encoding_header(unproven(whole, unknown)) == ("Content-Encoding", "gzip")
+
+
 def test_a_transfer_coding_is_judged_whatever_the_proof() -> None:
     """Only Content-Encoding is metadata; a Transfer-Encoding coding is
     applied on the wire (#22 item 1)."""

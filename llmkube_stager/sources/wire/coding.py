@@ -20,10 +20,10 @@ Pure functions; the data path (exchange.py) supplies what it knows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
-from llmkube_stager.sources.wire.status import Origin
+from llmkube_stager.sources.wire.status import Origin, parse_content_range, parse_digits
 
 HeaderGet = Callable[[str], str | None]
 
@@ -126,6 +126,10 @@ class CodingProof:
     # The object's own Content-Encoding as its store keeps it (S3 HEAD):
     # returned with its stored bytes, metadata rather than a hop's coding.
     stored: str | None = None
+    # The object's size as its store says it: the stored coding vouches
+    # only for an answer of the stored length (a hop that compresses the
+    # GET and labels the HEAD too changes the length).
+    stored_bytes: int | None = None
 
 
 NO_PROOF = CodingProof()
@@ -153,7 +157,25 @@ def unproven(get: HeaderGet, proof: CodingProof) -> HeaderGet:
     def filtered(name: str) -> str | None:
         value = get(name)
         if name.lower() == "content-encoding" and value is not None:
-            return value if transforms(value, proof) else None
+            stored_length = _stored_length(get, proof.stored_bytes)
+            proven = proof if stored_length else replace(proof, stored=None)
+            return value if transforms(value, proven) else None
         return value
 
     return filtered
+
+
+def _stored_length(get: HeaderGet, stored_bytes: int | None) -> bool:
+    """The answer carries the stored object's length: all of it (200), or
+    a range of it whose body is the range's length (206)."""
+    if stored_bytes is None:
+        return False
+    length = parse_digits(get("content-length"))
+    span = get("content-range")
+    if span is None:
+        return length == stored_bytes
+    parsed = parse_content_range(span)
+    if parsed is None:
+        return False
+    start, end, total = parsed
+    return total == stored_bytes and length == end - start + 1

@@ -83,7 +83,7 @@ class HttpFetcher:
         url, _ = split_userinfo(meta.url)  # a GET without a probe starts at file.url
         asked, _ = split_userinfo(file.url)
         # A pin checks every byte; an S3 object's stored coding is metadata (#29 item 11).
-        proof = CodingProof(pinned=file.sha256 is not None, stored=meta.stored_encoding)
+        proof = CodingProof(file.sha256 is not None, meta.stored_encoding, meta.size_bytes)
         return open_get(self._pool, url, headers, auth, offset, end, asked_url=asked, proof=proof)
 
     def _auth_from(self, first_url: str, url: str) -> AuthPolicy:
