@@ -1,0 +1,140 @@
+"""LLMKUBE_CONNECT_TIMEOUT bounds the whole connection set-up (TCP, CONNECT,
+TLS) on every client, as `curl --connect-timeout` does (#29 item 4).
+
+A forward proxy that answers CONNECT and then sends its header block one
+byte every half second (tests/harness/proxy.py `dribble_s`) gives every
+read of the client a byte well within its timeout: a timeout per read never
+fires, and the run hung. Each client is tried: the data path (http.client,
+the https HEAD and GET), botocore (s3://) and the hub API (huggingface_hub
+over httpx). The runs are subprocesses with a deadline of their own, so a
+hang fails the test instead of holding it: each must end within its bound
+(two attempts of a 2 s set-up and the wait between them, plus the
+interpreter's start) with the reason and words of a connect timeout.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness.origin import closed_port_url
+from tests.harness.pod import Pod, Run
+from tests.harness.proxy import DribblingTLS, ForwardProxy
+
+pytestmark = pytest.mark.floors
+
+BUDGET = {
+    "LLMKUBE_CONNECT_TIMEOUT": "2",
+    "LLMKUBE_STALL_TIMEOUT": "2",
+    "LLMKUBE_RETRIES": "1",
+    "LLMKUBE_MAX_RETRY_WAIT": "1",
+}
+# Two attempts of 2 s, a wait of at most 1 s, the start: 15 s is slack
+# enough on a loaded machine and a fraction of the hang.
+BOUND_S = 15
+HANG_S = 45
+DRIBBLE_S = 0.5
+
+
+def proxied(url: str) -> dict[str, str]:
+    return {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+
+
+def _https_nowhere() -> str:
+    """An https origin the proxy is asked to tunnel to (it never connects)."""
+    return closed_port_url().replace("http://", "https://")
+
+
+def _bounded(pod: Pod, env: dict[str, str], proxy: ForwardProxy) -> Run:
+    run = pod.run(env={**env, **BUDGET, **proxied(proxy.url)}, timeout=HANG_S)
+    run.failed("ModelSourceUnreachable", retryable=True)
+    assert run.seconds < BOUND_S, run.seconds
+    tunnels = [r for r in proxy.requests() if r.method == "CONNECT"]
+    assert len(tunnels) == 2, tunnels  # one per attempt: LLMKUBE_RETRIES=1
+    return run
+
+
+def test_the_data_path_bounds_a_connect_answer_that_never_ends(pod: Pod) -> None:
+    """Failed before: killed after 45 s (http.client read the CONNECT answer
+    with the connect timeout per read)."""
+    with ForwardProxy(dribble_s=DRIBBLE_S) as proxy:
+        run = _bounded(pod, pod.single_env(f"{_https_nowhere()}/m.gguf"), proxy)
+        where = f"via the proxy 127.0.0.1:{proxy.port}"
+
+    message = run.term["message"]
+    assert "connect timed out" in message and where in message, message
+
+
+def test_botocore_bounds_a_connect_answer_that_never_ends(pod: Pod) -> None:
+    """Failed before: killed after 45 s (urllib3's tunnel, the same
+    per-read timeout)."""
+    env = pod.single_env(
+        "s3://models/m.gguf",
+        AWS_ENDPOINT_URL=_https_nowhere(),
+        AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="AKIAEXAMPLE000000001",
+        AWS_SECRET_ACCESS_KEY="example-secret-not-used",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    with ForwardProxy(dribble_s=DRIBBLE_S) as proxy:
+        run = _bounded(pod, env, proxy)
+        where = f"via the proxy 127.0.0.1:{proxy.port}"
+
+    message = run.term["message"]
+    assert "connect timed out" in message and where in message, message
+
+
+def test_the_hub_api_bounds_a_connect_answer_that_never_ends(pod: Pod) -> None:
+    """Failed before: killed after 45 s (httpcore's tunnel read the CONNECT
+    answer with the read timeout per read)."""
+    env = pod.single_env(
+        "hf://org/repo/config.json", name="config.json", HF_ENDPOINT=_https_nowhere(), HF_TOKEN=""
+    )
+    with ForwardProxy(dribble_s=DRIBBLE_S) as proxy:
+        run = _bounded(pod, env, proxy)
+        where = f"via the proxy 127.0.0.1:{proxy.port}"
+
+    message = run.term["message"]
+    assert "connect timed out" in message and where in message, message
+
+
+# -- a TLS peer that dribbles its handshake, direct ---------------------------------------------
+
+
+def _data_path(url: str, pod: Pod) -> dict[str, str]:
+    return pod.single_env(f"{url}/m.gguf")
+
+
+def _botocore(url: str, pod: Pod) -> dict[str, str]:
+    return pod.single_env(
+        "s3://models/m.gguf",
+        AWS_ENDPOINT_URL=url,
+        AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="AKIAEXAMPLE000000001",
+        AWS_SECRET_ACCESS_KEY="example-secret-not-used",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+
+
+def _hub_api(url: str, pod: Pod) -> dict[str, str]:
+    return pod.single_env(
+        "hf://org/repo/config.json", name="config.json", HF_ENDPOINT=url, HF_TOKEN=""
+    )
+
+
+CLIENTS = {"data path": _data_path, "botocore": _botocore, "hub API": _hub_api}
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_a_tls_handshake_dribbled_one_byte_at_a_time_is_bounded(pod: Pod, client: str) -> None:
+    """A guard more than a repair: Python's ssl gives a handshake one
+    deadline of the socket's timeout, which every client sets to the
+    connect timeout; the set-up bound (TCP and TLS together) keeps it so."""
+    with DribblingTLS(every_s=DRIBBLE_S) as peer:
+        env = {**CLIENTS[client](peer.url, pod), **BUDGET}
+        run = pod.run(env=env, timeout=HANG_S)
+        accepted = peer.accepted
+
+    run.failed("ModelSourceUnreachable", retryable=True)
+    assert run.seconds < BOUND_S, run.seconds
+    assert accepted == 2, accepted  # one per attempt: LLMKUBE_RETRIES=1
+    assert "timed out" in run.term["message"], run.term["message"]
