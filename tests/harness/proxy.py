@@ -9,7 +9,9 @@ through it. A plain request's body (an STS POST) is forwarded with it.
 (an egress proxy whose upstream hangs: #22 item 4). `dribble_s` answers
 CONNECT with its header block one byte every `dribble_s` seconds, a block
 that never ends: each read of the client gets a byte well within its
-timeout, and only a bound on the whole set-up ends it (#29 item 4).
+timeout, and only a bound on the whole set-up ends it (#29 item 4); with
+`dribble_bytes` the block ends after that many dribbled bytes and the
+tunnel then works.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import select
 import socket
 import socketserver
 import threading
+import time
 from dataclasses import dataclass
 from typing import Self
 from urllib.parse import urlsplit
@@ -44,10 +47,12 @@ class _State:
         credentials: tuple[str, str] | None,
         silent_tunnels: bool,
         dribble_s: float | None = None,
+        dribble_bytes: int | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.silent_tunnels = silent_tunnels
         self.dribble_s = dribble_s
+        self.dribble_bytes = dribble_bytes
         self.stop = threading.Event()
         self.log: list[ProxyRecord] = []
         self.expected = (
@@ -99,7 +104,7 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.flush()
             state.stop.wait()  # hold the tunnel open, silent, until the proxy closes
             return False
-        if method == "CONNECT" and state.dribble_s is not None:
+        if method == "CONNECT" and state.dribble_s is not None and state.dribble_bytes is None:
             state.record(ProxyRecord(method, target, True, 200))
             _dribble(self.connection, state.dribble_s, state.stop)
             return False
@@ -115,7 +120,10 @@ class _Handler(socketserver.StreamRequestHandler):
             return False
         state.record(ProxyRecord(method, target, True, 200))
         with upstream:
-            if method == "CONNECT":
+            if method == "CONNECT" and state.dribble_s is not None:
+                if not _dribble_finite(self.connection, state):
+                    return False
+            elif method == "CONNECT":
                 self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 self.wfile.flush()
             else:
@@ -159,6 +167,23 @@ def _dribble(sock: socket.socket, every_s: float, stop: threading.Event) -> None
         except OSError:
             return
         sent += 1
+
+
+def _dribble_finite(sock: socket.socket, state: _State) -> bool:
+    """The status line at once, then `dribble_bytes` of one header line one
+    byte every `dribble_s`, then the block's end; False when the client
+    went first."""
+    assert state.dribble_s is not None and state.dribble_bytes is not None
+    try:
+        sock.sendall(_DRIBBLED_HEAD)
+        for _ in range(state.dribble_bytes):
+            if state.stop.wait(state.dribble_s):
+                return False
+            sock.sendall(b"a")
+        sock.sendall(b"\r\n\r\n")
+    except OSError:
+        return False
+    return True
 
 
 def _is_loopback(host: str) -> bool:
@@ -226,7 +251,11 @@ class DribblingTLS(Lifecycle):
         self._every_s = every_s
         self._stop = threading.Event()
         self._server: socket.socket | None = None
+        self._lock = threading.Lock()
         self.accepted = 0
+        # How long each connection lasted, from its accept to the client's
+        # leaving (or the peer's closing).
+        self.handshakes_s: list[float] = []
 
     def start(self) -> Self:
         self._server = socket.create_server((_HOST, 0))
@@ -244,14 +273,28 @@ class DribblingTLS(Lifecycle):
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
+        started = time.monotonic()
+        try:
+            self._dribble(conn)
+        finally:
+            with self._lock:
+                self.handshakes_s.append(time.monotonic() - started)
+
+    def _dribble(self, conn: socket.socket) -> None:
         with conn:
             try:
                 conn.recv(65536)  # the client hello
             except OSError:
                 return
             sent = 0
-            while not self._stop.wait(self._every_s):
+            while not self._stop.is_set():
+                # The client's leaving ends the connection at once (EOF).
+                readable, _, _ = select.select([conn], [], [], self._every_s)
                 try:
+                    if readable:
+                        if not conn.recv(65536):
+                            return
+                        continue
                     conn.sendall(self._RECORD[sent : sent + 1] or b"\x02")
                 except OSError:
                     return
@@ -279,8 +322,9 @@ class ForwardProxy(Lifecycle):
         *,
         silent_tunnels: bool = False,
         dribble_s: float | None = None,
+        dribble_bytes: int | None = None,
     ) -> None:
-        self._state = _State(credentials, silent_tunnels, dribble_s)
+        self._state = _State(credentials, silent_tunnels, dribble_s, dribble_bytes)
         self._credentials = credentials
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

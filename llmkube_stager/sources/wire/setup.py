@@ -41,37 +41,44 @@ class SetupDeadline:
         self._ends = time.monotonic() + limit_s
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._watched: socket.socket | None = None
         self._done = False
         self.expired = False
 
     def watch(self, sock: socket.socket) -> None:
-        """Shut `sock` down at the deadline, unless `done` comes first."""
+        """Shut `sock`'s connection down at the deadline, unless `done`
+        comes first. Through a duplicate descriptor: TLS detaches the
+        socket object it wraps (its own descriptor becomes -1), and the
+        duplicate's number cannot be reused by another connection before
+        `done` closes it."""
         with self._lock:
-            if self._done or self._timer is not None:
+            if self._done or self._watched is not None:
                 return
+            self._watched = sock.dup()
             remaining_s = max(0.0, self._ends - time.monotonic())
-            timer = threading.Timer(remaining_s, self._expire, args=(sock,))
-            timer.daemon = True
-            self._timer = timer
-        timer.start()
+            self._timer = threading.Timer(remaining_s, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
 
-    def _expire(self, sock: socket.socket) -> None:
+    def _expire(self) -> None:
         with self._lock:
-            if self._done:
+            if self._done or self._watched is None:
                 return
             self.expired = True
-            # shutdown, not close: the client still owns the descriptor, and
-            # its blocked recv returns at once (EOF) on every platform we run.
+            # shutdown, not close: the client still owns its descriptor, and
+            # its blocked recv (or handshake) returns at once with EOF.
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+                self._watched.shutdown(socket.SHUT_RDWR)
 
     def done(self) -> None:
-        """The set-up finished (or failed): the socket is the client's again."""
+        """The set-up finished (or failed): the connection is the client's."""
         with self._lock:
             self._done = True
-            timer = self._timer
+            timer, watched, self._watched = self._timer, self._watched, None
         if timer is not None:
             timer.cancel()
+        if watched is not None:
+            watched.close()
 
 
 @contextlib.contextmanager
