@@ -14,6 +14,8 @@ interpreter's start) with the reason and words of a connect timeout.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.harness.origin import closed_port_url
@@ -167,3 +169,45 @@ def test_connect_and_tls_share_one_bound(pod: Pod, client: str) -> None:
     # less: ssl's own deadline).
     assert max(handshakes_s) < 2.9, handshakes_s
     assert "connect timed out" in run.term["message"], run.term["message"]
+
+
+# -- a set-up's deadline ends with its set-up ------------------------------------------------
+
+
+def test_a_hub_api_redirect_to_another_origin_keeps_its_connection(tmp_path: Path) -> None:
+    """The API redirects once to another origin (`localhost` for
+    `127.0.0.1`: a new connection), which answers after 1.5 s, longer than
+    the 1 s connect timeout but well within the stall timeout: the
+    redirected request's deadline ends with its set-up. A guard of the
+    adversary's pass: httpx hands the redirect the first request's
+    extensions (the first request's trace among them), and a deadline left
+    armed there would cut the answer at 1 s."""
+    import time
+
+    from tests.harness.hub import FakeHub, HubFault
+    from tests.harness.origin import Origin
+    from tests.harness.sample import payload
+
+    pod = Pod(tmp_path)
+    data = payload(4096)
+    with Origin() as cdn, FakeHub(cdn) as hub:
+        hub.add_repo("org/repo", {"config.json": data})
+        port = hub.url.rsplit(":", 1)[1]
+        target = f"http://localhost:{port}/api/models/org/repo/revision/main"
+        hub.set_fault("api", HubFault(302, times=1, headers=(("Location", target),)))
+        hub.on_api(lambda: time.sleep(1.5))
+        env = pod.single_env(
+            "hf://org/repo@main/config.json",
+            name="config.json",
+            HF_ENDPOINT=hub.url,
+            HF_TOKEN="",
+            LLMKUBE_CONNECT_TIMEOUT="1",
+            LLMKUBE_STALL_TIMEOUT="5",
+            LLMKUBE_RETRIES="0",
+        )
+        run = pod.stage(env)
+        api_requests = len(hub.requests("api"))
+
+    assert run.error is None, f"{run.reason}: {run.detail}"
+    assert api_requests == 2
+    assert pod.dest("config.json").read_bytes() == data

@@ -116,7 +116,9 @@ class _SetupTrace:
 
     def __init__(self, connect_s: float, chained: Any) -> None:
         self._connect_s = connect_s
-        self._chained = chained
+        # httpx hands a redirect the first request's extensions: never a
+        # deadline of that request's, which nothing would end.
+        self._chained: Any = chained._chained if isinstance(chained, _SetupTrace) else chained
         self._deadline: SetupDeadline | None = None
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
