@@ -135,8 +135,9 @@ REMEDY_REJECTED = "the origin refused the request; check spec.source and the end
 REMEDY_ENCODED = (
     "the origin or a proxy in between sent the file with a Content-Encoding (compressed) although "
     "the agent asked for identity; encoded bytes are never published as the model: turn off "
-    "compression for these files at the origin, CDN or proxy named (for S3, remove the object's "
-    "Content-Encoding metadata), or exclude the host from the proxy with NO_PROXY, then retry"
+    "compression for these files at the origin, CDN or proxy named, or exclude the host from the "
+    "proxy with NO_PROXY; a file stored compressed (a .tar.gz served with gzip) is saved as "
+    "served when pinned by MODEL_SHA256 or MODEL_FILE_SHA256; then retry"
 )
 REMEDY_GATED = (
     "the Hugging Face repository is gated: its terms must be accepted on the repository's page "

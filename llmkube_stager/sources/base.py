@@ -38,6 +38,9 @@ class RemoteMeta:
     # The URL names one version forever (a commit-pinned HF resolve URL): a
     # partial may be resumed without a validator the origin checks.
     immutable: bool = False
+    # The object's stored Content-Encoding (S3 HEAD): its metadata, which
+    # the store returns with the stored bytes (#29 item 11).
+    stored_encoding: str | None = None
 
 
 class Body(Protocol):

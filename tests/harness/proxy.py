@@ -6,7 +6,12 @@ Upstream connections go to loopback only (the tests' origins); a request for
 anything else is answered 403, so a test can never reach the internet
 through it. A plain request's body (an STS POST) is forwarded with it.
 `silent_tunnels=True` answers CONNECT with 200 and then never moves a byte
-(an egress proxy whose upstream hangs: #22 item 4).
+(an egress proxy whose upstream hangs: #22 item 4). `dribble_s` answers
+CONNECT with its header block one byte every `dribble_s` seconds, a block
+that never ends: each read of the client gets a byte well within its
+timeout, and only a bound on the whole set-up ends it (#29 item 4); with
+`dribble_bytes` the block ends after that many dribbled bytes and the
+tunnel then works.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import select
 import socket
 import socketserver
 import threading
+import time
 from dataclasses import dataclass
 from typing import Self
 from urllib.parse import urlsplit
@@ -36,9 +42,17 @@ class ProxyRecord:
 
 
 class _State:
-    def __init__(self, credentials: tuple[str, str] | None, silent_tunnels: bool) -> None:
+    def __init__(
+        self,
+        credentials: tuple[str, str] | None,
+        silent_tunnels: bool,
+        dribble_s: float | None = None,
+        dribble_bytes: int | None = None,
+    ) -> None:
         self.lock = threading.Lock()
         self.silent_tunnels = silent_tunnels
+        self.dribble_s = dribble_s
+        self.dribble_bytes = dribble_bytes
         self.stop = threading.Event()
         self.log: list[ProxyRecord] = []
         self.expected = (
@@ -90,6 +104,10 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.flush()
             state.stop.wait()  # hold the tunnel open, silent, until the proxy closes
             return False
+        if method == "CONNECT" and state.dribble_s is not None and state.dribble_bytes is None:
+            state.record(ProxyRecord(method, target, True, 200))
+            _dribble(self.connection, state.dribble_s, state.stop)
+            return False
         if not _is_loopback(host):
             state.record(ProxyRecord(method, target, True, 403))
             self._reply(403)
@@ -102,7 +120,10 @@ class _Handler(socketserver.StreamRequestHandler):
             return False
         state.record(ProxyRecord(method, target, True, 200))
         with upstream:
-            if method == "CONNECT":
+            if method == "CONNECT" and state.dribble_s is not None:
+                if not _dribble_finite(self.connection, state):
+                    return False
+            elif method == "CONNECT":
                 self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 self.wfile.flush()
             else:
@@ -130,6 +151,39 @@ class _Handler(socketserver.StreamRequestHandler):
             "Content-Length: 0\r\n\r\n".encode()
         )
         self.wfile.flush()
+
+
+_DRIBBLED_HEAD = b"HTTP/1.1 200 Connection established\r\nX-Pad: "
+
+
+def _dribble(sock: socket.socket, every_s: float, stop: threading.Event) -> None:
+    """A CONNECT answer's status line and then an endless header line, one
+    byte every `every_s`, until the client goes or the proxy closes."""
+    sent = 0
+    while not stop.wait(every_s):
+        byte = _DRIBBLED_HEAD[sent : sent + 1] or b"a"
+        try:
+            sock.sendall(byte)
+        except OSError:
+            return
+        sent += 1
+
+
+def _dribble_finite(sock: socket.socket, state: _State) -> bool:
+    """The status line at once, then `dribble_bytes` of one header line one
+    byte every `dribble_s`, then the block's end; False when the client
+    went first."""
+    assert state.dribble_s is not None and state.dribble_bytes is not None
+    try:
+        sock.sendall(_DRIBBLED_HEAD)
+        for _ in range(state.dribble_bytes):
+            if state.stop.wait(state.dribble_s):
+                return False
+            sock.sendall(b"a")
+        sock.sendall(b"\r\n\r\n")
+    except OSError:
+        return False
+    return True
 
 
 def _is_loopback(host: str) -> bool:
@@ -185,13 +239,92 @@ def _pipe(client: socket.socket, upstream: socket.socket) -> None:
                 return
 
 
+class DribblingTLS(Lifecycle):
+    """A TLS peer on 127.0.0.1 that reads the client's hello and answers a
+    handshake record one byte every `every_s` seconds, never completing it
+    (#29 item 4): `https://127.0.0.1:<port>` for any https client."""
+
+    # A handshake record header announcing 16 KiB that never all arrive.
+    _RECORD = b"\x16\x03\x03\x40\x00"
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._server: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.accepted = 0
+        # How long each connection lasted, from its accept to the client's
+        # leaving (or the peer's closing).
+        self.handshakes_s: list[float] = []
+
+    def start(self) -> Self:
+        self._server = socket.create_server((_HOST, 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        started = time.monotonic()
+        try:
+            self._dribble(conn)
+        finally:
+            with self._lock:
+                self.handshakes_s.append(time.monotonic() - started)
+
+    def _dribble(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)  # the client hello
+            except OSError:
+                return
+            sent = 0
+            while not self._stop.is_set():
+                # The client's leaving ends the connection at once (EOF).
+                readable, _, _ = select.select([conn], [], [], self._every_s)
+                try:
+                    if readable:
+                        if not conn.recv(65536):
+                            return
+                        continue
+                    conn.sendall(self._RECORD[sent : sent + 1] or b"\x02")
+                except OSError:
+                    return
+                sent += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("not started")
+        return f"https://{_HOST}:{self._server.getsockname()[1]}"
+
+
 class ForwardProxy(Lifecycle):
     """`with ForwardProxy() as proxy:`; `proxy.url` for HTTPS_PROXY/HTTP_PROXY."""
 
     def __init__(
-        self, credentials: tuple[str, str] | None = None, *, silent_tunnels: bool = False
+        self,
+        credentials: tuple[str, str] | None = None,
+        *,
+        silent_tunnels: bool = False,
+        dribble_s: float | None = None,
+        dribble_bytes: int | None = None,
     ) -> None:
-        self._state = _State(credentials, silent_tunnels)
+        self._state = _State(credentials, silent_tunnels, dribble_s, dribble_bytes)
         self._credentials = credentials
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -82,6 +82,9 @@ class S3Fault:
     ignore_range: bool = False
     truncate_after: int | None = None
     rate_bytes_per_s: int | None = None
+    # A hop that compresses what it relays (#29 item 11): a GET's 200 body
+    # gzipped, with `Content-Encoding: gzip` and the gzipped length.
+    gzip_body: bool = False
 
 
 @dataclass
@@ -240,6 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _relay(self, method: str, response: http.client.HTTPResponse, fault: S3Fault) -> None:
         self._entry.status = response.status
+        if fault.gzip_body and method == "GET" and response.status == 200:
+            self._relay_gzipped(response)
+            return
         self.send_response_only(response.status, response.reason)
         length = response.getheader("Content-Length")
         for name, value in response.getheaders():
@@ -256,6 +262,19 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "HEAD":
             return
         self._relay_body(response, fault, None if length is None else int(length))
+
+    def _relay_gzipped(self, response: http.client.HTTPResponse) -> None:
+        import gzip
+
+        body = gzip.compress(response.read())
+        self.send_response_only(200, response.reason)
+        for name, value in response.getheaders():
+            if name.lower() not in _HOP_BY_HOP | {"content-length", "content-encoding"}:
+                self.send_header(name, value)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self._write(body)
 
     def _relay_body(
         self, response: http.client.HTTPResponse, fault: S3Fault, length: int | None

@@ -110,6 +110,11 @@ REPLAYS: dict[tuple[str, str], Setup] = {
     ("API", "503"): api(HubFault(503)),
     ("API", "200 not JSON"): api(HubFault(200, body=b"<html>mirror index</html>")),
     ("API", "404 without X-Error-Code, on a mirror"): api(HubFault(404)),
+    # #29 item 10.
+    ("API", "redirect loop"): api(
+        HubFault(302, headers=(("Location", f"/api/models/{REPO}/revision/main"),))
+    ),
+    ("API", "redirect to ftp://"): api(HubFault(302, headers=(("Location", "ftp://127.0.0.1/m"),))),
     ("listing", "file not in the commit"): _missing_file,
     ("resolve", "401 GatedRepo"): _gated,
     ("resolve", "403 GatedRepo"): _gated,

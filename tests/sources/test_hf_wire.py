@@ -1,7 +1,7 @@
 """#22 Wire truth for Hugging Face and S3 sources: encoded bodies from the
 CDN or a mirror (item 1), the Hub's `RateLimit` header on the API,
 `/resolve/` and the CDN (item 5), gated repositories (item 7), and S3
-objects stored with a Content-Encoding (item 1, the presigned GET).
+objects a hop compresses (item 1, the presigned GET).
 
 Through the real huggingface_hub client against the fake hub, the CDN a
 loopback origin; S3 is SeaweedFS behind the recording front.
@@ -19,6 +19,7 @@ from tests.harness.disk import partials, record_of
 from tests.harness.hub import FakeHub, HubFault
 from tests.harness.origin import Fault
 from tests.harness.pod import Pod
+from tests.harness.s3front import S3Fault
 from tests.harness.sample import KIB, payload
 from tests.harness.seaweed import s3_env
 
@@ -89,12 +90,14 @@ def test_a_mirror_that_compresses_its_own_files_is_refused(pod, cdn) -> None:
     assert_unpublished(pod, "config.json")
 
 
-def test_an_s3_object_stored_with_a_content_encoding_is_refused(pod, s3, bucket) -> None:
-    """`aws s3 cp --content-encoding gzip`: S3 answers the presigned GET with
-    the stored Content-Encoding. Before: its bytes were published as the
-    model, exit 0."""
+def test_an_s3_object_a_hop_compresses_is_refused(pod, s3, bucket) -> None:
+    """A hop in front of the store gzips the presigned GET of an object
+    stored without a coding. Before #22: its bytes were published as the
+    model, exit 0. (An object *stored* with a Content-Encoding is saved as
+    stored: #29 item 11, tests/sources/test_stored_encoding.py.)"""
     data = payload(64 * KIB)
-    s3.admin().put_object(Bucket=bucket, Key="models/m.gguf", Body=data, ContentEncoding="gzip")
+    s3.put(bucket, "models/m.gguf", data)
+    s3.set_fault(f"/{bucket}/models/m.gguf", S3Fault(methods=("GET",), gzip_body=True))
     env = pod.single_env(f"s3://{bucket}/models/m.gguf", **s3_env(s3))
 
     run = pod.stage(env).failed("ModelSourceRejected", retryable=False)

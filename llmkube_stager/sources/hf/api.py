@@ -28,7 +28,7 @@ from llmkube_stager.proxy import Proxy
 from llmkube_stager.sources.deps import HF_HUB, release, require
 from llmkube_stager.sources.hf.ref import HfRef
 from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s
-from llmkube_stager.sources.wire.status import status_error
+from llmkube_stager.sources.wire.status import MAX_REDIRECTS, next_hop, status_error
 
 if TYPE_CHECKING:
     import ssl
@@ -118,8 +118,21 @@ def _hub_client(config: Config, context: ssl.SSLContext | None, version: str) ->
         ),
         timeout=hx.Timeout(timeouts.stall_s, connect=timeouts.connect_s),
         follow_redirects=True,
+        # The data path's rules for redirects (#29 item 10): at most 10, and
+        # only to http(s), each refused as ModelSourceRejected, never retried.
+        max_redirects=MAX_REDIRECTS,
+        event_hooks={"response": [_check_redirect]},
         trust_env=False,
     )
+
+
+def _check_redirect(response: Any) -> None:
+    """An httpx response hook, run before the client follows a redirect:
+    a target that is not http(s) is refused as the data path refuses it
+    (status.next_hop), nothing sent to it (#29 item 10)."""
+    location = response.headers.get("location")
+    if response.is_redirect and location is not None:
+        next_hop(str(response.url), location)
 
 
 def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
@@ -160,6 +173,14 @@ def translate_hub_error(
         )
     if isinstance(exc, errors.HfHubHTTPError):
         return _status_based(exc, where, token_sent)
+    if isinstance(exc, _too_many_redirects()):
+        # A loop or an endless chain answers the same way every time
+        # (#29 item 10): rejected, as on the data path, not retried.
+        return SourceError(
+            f"{where}: more than {MAX_REDIRECTS} redirects",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        )
     if isinstance(exc, ValueError | KeyError | TypeError):
         # A 2xx whose body is not model info: not JSON (JSONDecodeError is a
         # ValueError), or JSON without the fields ModelInfo reads.
@@ -169,6 +190,14 @@ def translate_hub_error(
             answered=True,
         )
     return _transport_error(exc, where)
+
+
+def _too_many_redirects() -> tuple[type[BaseException], ...]:
+    """TooManyRedirects of the httpx releases in use (httpx, httpx2)."""
+    import sys
+
+    modules = (sys.modules.get(name) for name in ("httpx", "httpx2"))
+    return tuple(m.TooManyRedirects for m in modules if m is not None)
 
 
 def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:

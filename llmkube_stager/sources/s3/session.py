@@ -136,8 +136,53 @@ class Sender:
                     timeout=self._timeout,
                     socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
                 )
+                # TCP, CONNECT and TLS within one connect timeout (#29 item
+                # 4). The dict is botocore's own (1.32 to today), shared by
+                # its pool manager and every proxy manager it makes.
+                session._pool_classes_by_scheme.update(_bounded_pools(self._timeout[0]))
                 self._sessions[proxy] = session
         return session
+
+
+def _bounded_pools(connect_s: float) -> dict[str, type[Any]]:
+    """botocore's connection pools, each connection's whole set-up bounded
+    by `connect_s` (#29 item 4): urllib3 applies its connect timeout to each
+    read of the CONNECT answer and of the TLS handshake."""
+    from botocore.awsrequest import AWSHTTPConnectionPool, AWSHTTPSConnectionPool
+    from urllib3.exceptions import ConnectTimeoutError
+
+    from llmkube_stager.sources.wire.setup import SetupDeadline, SetupTimeout, bounded_setup
+
+    def bounded(base: type[Any]) -> type[Any]:
+        class Bounded(base):  # type: ignore[misc]
+            _setup: SetupDeadline | None = None
+
+            def connect(self) -> None:
+                try:
+                    with bounded_setup(connect_s) as deadline:
+                        self._setup = deadline
+                        super().connect()
+                except SetupTimeout as exc:
+                    # What botocore reports as ConnectTimeoutError.
+                    raise ConnectTimeoutError(self, str(exc)) from exc
+                finally:
+                    self._setup = None
+
+            def _new_conn(self) -> socket.socket:
+                sock: socket.socket = super()._new_conn()
+                if self._setup is not None:
+                    self._setup.watch(sock)
+                return sock
+
+        return Bounded
+
+    class HTTPPool(AWSHTTPConnectionPool):  # type: ignore[misc]
+        ConnectionCls = bounded(AWSHTTPConnectionPool.ConnectionCls)
+
+    class HTTPSPool(AWSHTTPSConnectionPool):  # type: ignore[misc]
+        ConnectionCls = bounded(AWSHTTPSConnectionPool.ConnectionCls)
+
+    return {"http": HTTPPool, "https": HTTPSPool}
 
 
 def _connect_status(exc: BaseException) -> int | None:

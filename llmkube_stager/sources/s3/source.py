@@ -160,6 +160,8 @@ class S3Fetcher:
         self._clients = clients or S3Clients(config, settings, ref.bucket)
         self._http: HttpFetcher = HttpFetcher(config)
         self._listed = listing.by_rel if listing is not None else {}
+        # Stored Content-Encodings of listed objects, asked once (#29 item 11).
+        self._stored: dict[str, str] = {}
 
     def bind_log(self, log: Log) -> None:
         self._log = log
@@ -186,17 +188,41 @@ class S3Fetcher:
             etag=etag,
             accept_ranges=True,
             if_match=etag,
+            stored_encoding=_stored_encoding(head),
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        from llmkube_stager.sources.wire.coding import EncodedAnswer
+
         key, where = self._where(file)
+        if meta.stored_encoding is None and file.rel in self._stored:
+            meta = replace(meta, stored_encoding=self._stored[file.rel])
         try:
             return self._get(file, meta, key, where, offset, end)
+        except EncodedAnswer:
+            stored = self._stored_encoding(file, meta, key, where)
+            if stored is None:
+                raise
+            # A listed object answered with the coding its store keeps for
+            # it: metadata, not a hop's (#29 item 11). Asked again with it;
+            # its other ranges are asked with it at once.
+            self._stored[file.rel] = stored
+            return self._get(file, replace(meta, stored_encoding=stored), key, where, offset, end)
         except SourceError as err:
             if _status_of(err) == 503:
                 # S3 throttles with 503 SlowDown: back off, as from a 429.
                 err.reason = Reason.SOURCE_RATE_LIMITED
             raise
+
+    def _stored_encoding(
+        self, file: RemoteFile, meta: RemoteMeta, key: str, where: str
+    ) -> str | None:
+        """A listed object's stored Content-Encoding (ListObjectsV2 does not
+        say it): one HEAD, only once an answer carried a coding. None when
+        the probe's HEAD already said it, or the object has none."""
+        if file.rel not in self._listed or meta.stored_encoding is not None:
+            return None
+        return _stored_encoding(self._clients.head(key, where))
 
     def _get(
         self, file: RemoteFile, meta: RemoteMeta, key: str, where: str, offset: int, end: int | None
@@ -221,6 +247,11 @@ class S3Fetcher:
     def close(self) -> None:
         self._http.close()
         self._clients.close()
+
+
+def _stored_encoding(head: dict[str, Any]) -> str | None:
+    value = head.get("ContentEncoding")
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _status_of(err: SourceError) -> int | None:

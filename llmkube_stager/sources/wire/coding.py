@@ -20,9 +20,10 @@ Pure functions; the data path (exchange.py) supplies what it knows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
-from llmkube_stager.sources.wire.status import Origin
+from llmkube_stager.sources.wire.status import Origin, parse_content_range, parse_digits
 
 HeaderGet = Callable[[str], str | None]
 
@@ -60,7 +61,11 @@ def hop_words(asked_url: str, url: str, proxy: str | None, via: str | None) -> s
     request went through (it may rewrite the body; through a CONNECT tunnel
     only a TLS-intercepting proxy could), and any `Via` a proxy added."""
     here, first = Origin.of(url), Origin.of(asked_url)
-    if here == first:
+    if first.scheme not in ("http", "https"):
+        # An s3:// object: its presigned GET went to the S3 endpoint, no
+        # redirect, and the bucket is no host (#29 item 11).
+        who = f"the {first.scheme.upper()} endpoint {_hostport(here)}"
+    elif here == first:
         who = f"the origin {_hostport(here)}"
     else:
         who = f"the redirect target {_hostport(here)} (redirected from {_hostport(first)})"
@@ -73,14 +78,104 @@ def hop_words(asked_url: str, url: str, proxy: str | None, via: str | None) -> s
     return who
 
 
-def encoded_error(where: str, header: tuple[str, str], who: str) -> SourceError:
+class EncodedAnswer(SourceError):
+    """The refusal of an answer whose body may have been transformed."""
+
+    header: tuple[str, str]
+
+
+def encoded_error(where: str, header: tuple[str, str], who: str) -> EncodedAnswer:
     """The refusal of an encoded answer: ModelSourceRejected, exit 4 (the
     same hop answers the same way until someone changes its setup)."""
     name, value = header
-    return SourceError(
+    error = EncodedAnswer(
         f"{where} answered with {name}: {_shown(value)}, sent by {who}; the agent asked for "
         "identity and never writes encoded bytes as the model",
         reason=Reason.SOURCE_REJECTED,
         answered=True,
         remedy=REMEDY_ENCODED,
     )
+    error.header = header
+    return error
+
+
+# #29 item 11: Content-Encoding that no hop applied. The codings that
+# transform a body: the IANA HTTP Content Coding registry, the `x-` aliases
+# and the unregistered compressions clients still decode. Any other token
+# names no transformation (`utf-8`, `binary`; S3's `aws-chunked`, the
+# framing of an upload that the store removed, never applied to an
+# answer): curl, boto3 and KServe's initializer save such a body as it
+# comes, and so does the agent.
+_TRANSFORMING = frozenset(
+    {
+        "gzip", "x-gzip", "deflate", "x-deflate", "br", "compress", "x-compress", "zstd",
+        "aes128gcm", "dcb", "dcz", "exi", "pack200-gzip", "sdch", "bzip2", "x-bzip2", "xz",
+        "lzma", "lz4", "snappy",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CodingProof:
+    """What shows that an answer's Content-Encoding changed nothing of the
+    bytes (#29 item 11)."""
+
+    # A sha256 pin checks every byte before anything is published: bytes
+    # that match it are the file, whatever the header says.
+    pinned: bool = False
+    # The object's own Content-Encoding as its store keeps it (S3 HEAD):
+    # returned with its stored bytes, metadata rather than a hop's coding.
+    stored: str | None = None
+    # The object's size as its store says it: the stored coding vouches
+    # only for an answer of the stored length (a hop that compresses the
+    # GET and labels the HEAD too changes the length).
+    stored_bytes: int | None = None
+
+
+NO_PROOF = CodingProof()
+
+
+def _coding_tokens(value: str) -> list[str]:
+    return [token for part in value.split(",") if (token := part.strip().lower())]
+
+
+def transforms(value: str, proof: CodingProof) -> bool:
+    """Whether a Content-Encoding value may mean a hop transformed the body
+    and nothing proves the bytes."""
+    if proof.pinned:
+        return False
+    if proof.stored is not None and _coding_tokens(value) == _coding_tokens(proof.stored):
+        return False
+    return any(token in _TRANSFORMING for token in _coding_tokens(value))
+
+
+def unproven(get: HeaderGet, proof: CodingProof) -> HeaderGet:
+    """`get` without a Content-Encoding that cannot have changed the body
+    (`transforms`), for `encoding_header`: every other header, and
+    Transfer-Encoding above all, is judged as before."""
+
+    def filtered(name: str) -> str | None:
+        value = get(name)
+        if name.lower() == "content-encoding" and value is not None:
+            stored_length = _stored_length(get, proof.stored_bytes)
+            proven = proof if stored_length else replace(proof, stored=None)
+            return value if transforms(value, proven) else None
+        return value
+
+    return filtered
+
+
+def _stored_length(get: HeaderGet, stored_bytes: int | None) -> bool:
+    """The answer carries the stored object's length: all of it (200), or
+    a range of it whose body is the range's length (206)."""
+    if stored_bytes is None:
+        return False
+    length = parse_digits(get("content-length"))
+    span = get("content-range")
+    if span is None:
+        return length == stored_bytes
+    parsed = parse_content_range(span)
+    if parsed is None:
+        return False
+    start, end, total = parsed
+    return total == stored_bytes and length == end - start + 1

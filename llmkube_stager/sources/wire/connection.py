@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.wire.errors import ProxyRefused, translate_network_error
+from llmkube_stager.sources.wire.setup import bounded_setup
 from llmkube_stager.sources.wire.status import Origin
 
 
@@ -48,14 +49,39 @@ class _TunnelledHTTPSConnection(http.client.HTTPSConnection):
         self._tls = context
 
     def connect(self) -> None:
-        sock = socket.create_connection((self._proxy.host, self._proxy.port), self.timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            open_tunnel(sock, self.host, self.port, self._proxy.authorization())
-            self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
-        except BaseException:
-            sock.close()
-            raise
+        # TCP, CONNECT and TLS within one connect timeout (#29 item 4): the
+        # socket's timeout bounds each read, and a proxy answering one byte
+        # a second never trips it.
+        with bounded_setup(self.timeout or 0.0) as deadline:
+            sock = socket.create_connection((self._proxy.host, self._proxy.port), self.timeout)
+            deadline.watch(sock)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                open_tunnel(sock, self.host, self.port, self._proxy.authorization())
+                self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+
+
+class _BoundedHTTPSConnection(http.client.HTTPSConnection):
+    """An https origin, direct: TCP and TLS within one connect timeout
+    (#29 item 4; the handshake's own deadline starts after TCP)."""
+
+    def __init__(self, origin: Origin, timeout_s: float, context: ssl.SSLContext):
+        super().__init__(origin.host, origin.port, timeout=timeout_s, context=context)
+        self._tls = context
+
+    def connect(self) -> None:
+        with bounded_setup(self.timeout or 0.0) as deadline:
+            sock = socket.create_connection((self.host, self.port), self.timeout)
+            deadline.watch(sock)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
 
 
 class ConnectionPool:
@@ -115,9 +141,7 @@ class ConnectionPool:
         if origin.scheme == "https" and proxy is not None:
             conn = _TunnelledHTTPSConnection(origin, proxy, self._connect_s, self._ssl_context())
         elif origin.scheme == "https":
-            conn = http.client.HTTPSConnection(
-                host, port, timeout=self._connect_s, context=self._ssl_context()
-            )
+            conn = _BoundedHTTPSConnection(origin, self._connect_s, self._ssl_context())
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self._connect_s)
         where = f"{origin.scheme}://{origin.host}:{origin.port}"

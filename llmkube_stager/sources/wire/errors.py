@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 
 from llmkube_stager.errors import Network, Reason, SourceError, Wire, proxy_unauthorized
+from llmkube_stager.sources.wire.setup import SetupTimeout
 from llmkube_stager.sources.wire.status import Origin
 from llmkube_stager.sources.wire.tls import cert_error
 
@@ -25,6 +26,8 @@ def translate_network_error(
     operator's matcher curl's words."""
     if isinstance(exc, ProxyRefused):
         return proxy_refused(f"{exc.status} {exc.reason}", where, phase)
+    if isinstance(exc, SetupTimeout):  # whatever the phase: the set-up's bound (#29 item 4)
+        return timeout_error("connect", where, peer)
     if isinstance(exc, TimeoutError):
         return timeout_error(phase, where, peer)
     cert = cert_error(exc)

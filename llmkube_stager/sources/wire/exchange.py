@@ -17,7 +17,15 @@ import http.client
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.base import RangeUnusable
-from llmkube_stager.sources.wire.coding import HeaderGet, encoded_error, encoding_header, hop_words
+from llmkube_stager.sources.wire.coding import (
+    NO_PROOF,
+    CodingProof,
+    HeaderGet,
+    encoded_error,
+    encoding_header,
+    hop_words,
+    unproven,
+)
 from llmkube_stager.sources.wire.connection import ConnectionPool
 from llmkube_stager.sources.wire.errors import translate_network_error
 from llmkube_stager.sources.wire.status import (
@@ -155,11 +163,13 @@ def open_get(
     offset: int,
     end: int | None = None,
     asked_url: str | None = None,
+    proof: CodingProof = NO_PROOF,
 ) -> WireBody:
     """GET with redirects followed by hand (auth re-decided per hop) and the
     response status turned into a body or a SourceError. `asked_url`: where
     the file was first asked for (before a probe's redirects), to name the
-    hop of an encoded answer."""
+    hop of an encoded answer; `proof`: what proves a Content-Encoding
+    harmless (#29 item 11)."""
     first_url = url
     for _ in range(MAX_REDIRECTS + 1):
         conn, resp = _request(pool, "GET", url, {**headers, **auth.headers_for(url, first_url)})
@@ -174,7 +184,7 @@ def open_get(
                 )
             url = next_hop(url, location)
             continue
-        return _body_for(pool, url, conn, resp, (offset, end), asked_url or first_url)
+        return _body_for(pool, url, conn, resp, (offset, end), asked_url or first_url, proof)
     raise SourceError(
         f"too many redirects from {display_url(first_url)}",
         reason=Reason.SOURCE_REJECTED,
@@ -183,7 +193,11 @@ def open_get(
 
 
 def head(
-    pool: ConnectionPool, url: str, headers: dict[str, str], auth: AuthPolicy
+    pool: ConnectionPool,
+    url: str,
+    headers: dict[str, str],
+    auth: AuthPolicy,
+    proof: CodingProof = NO_PROOF,
 ) -> tuple[str, int, dict[str, str]]:
     """HEAD with redirects followed by hand, as `open_get` does: (the final
     URL, its status, its headers with lowercase names). On the connections
@@ -200,7 +214,7 @@ def head(
             continue
         if 200 <= resp.status < 300:
             # HEAD and GET agree on an encoded answer: refused before any GET.
-            _refuse_encoded(pool, first_url, url, answer.get)
+            _refuse_encoded(pool, first_url, url, answer.get, proof)
         return url, resp.status, answer
     raise SourceError(
         f"too many redirects from {display_url(first_url)}",
@@ -209,9 +223,13 @@ def head(
     )
 
 
-def _refuse_encoded(pool: ConnectionPool, asked_url: str, url: str, get: HeaderGet) -> None:
-    """#22 item 1: a body under a content coding is not the file."""
-    header = encoding_header(get)
+def _refuse_encoded(
+    pool: ConnectionPool, asked_url: str, url: str, get: HeaderGet, proof: CodingProof
+) -> None:
+    """#22 item 1: a body under a content coding is not the file; #29 item
+    11: unless the coding names no transformation, or `proof` shows it
+    changed nothing."""
+    header = encoding_header(unproven(get, proof))
     if header is None:
         return
     proxy = pool.proxy_for(Origin.of(url))
@@ -226,13 +244,14 @@ def _body_for(
     resp: http.client.HTTPResponse,
     asked: tuple[int, int | None],
     asked_url: str,
+    proof: CodingProof,
 ) -> WireBody:
     where = display_url(url)
     offset, end = asked
     body = WireBody(pool, url, conn, resp)
     if resp.status in (200, 206):
         try:
-            _refuse_encoded(pool, asked_url, url, resp.getheader)
+            _refuse_encoded(pool, asked_url, url, resp.getheader, proof)
         except SourceError:
             body.close()  # unread: never reused
             raise

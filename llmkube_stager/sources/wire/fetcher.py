@@ -14,6 +14,7 @@ from llmkube_stager.config import Config
 from llmkube_stager.logs import Log
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.wire.coding import CodingProof
 from llmkube_stager.sources.wire.status import USER_AGENT, AuthPolicy, Origin, split_userinfo
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ class HttpFetcher:
 
         url, _ = split_userinfo(file.url)  # the credentials go in AuthPolicy's header
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-        final, status, answer = head(self._pool, url, headers, self._auth)
+        proof = CodingProof(pinned=file.sha256 is not None)
+        final, status, answer = head(self._pool, url, headers, self._auth, proof)
         return meta_from(status, answer, final)
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -80,7 +82,9 @@ class HttpFetcher:
         auth = self._auth_from(file.url, meta.url)
         url, _ = split_userinfo(meta.url)  # a GET without a probe starts at file.url
         asked, _ = split_userinfo(file.url)
-        return open_get(self._pool, url, headers, auth, offset, end, asked_url=asked)
+        # A pin checks every byte; an S3 object's stored coding is metadata (#29 item 11).
+        proof = CodingProof(file.sha256 is not None, meta.stored_encoding, meta.size_bytes)
+        return open_get(self._pool, url, headers, auth, offset, end, asked_url=asked, proof=proof)
 
     def _auth_from(self, first_url: str, url: str) -> AuthPolicy:
         if Origin.of(first_url) != Origin.of(url):

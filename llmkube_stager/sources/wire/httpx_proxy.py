@@ -23,6 +23,7 @@ from typing import Any
 from llmkube_stager.errors import Reason, SourceError, proxy_unauthorized
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy, ProxySettings
+from llmkube_stager.sources.wire.setup import SetupDeadline, SetupTimeout
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # httpcore reports a refused CONNECT as ProxyError("<status> <reason>"): the
@@ -50,6 +51,25 @@ def routing_transport(
 
     class _Routing(hx.BaseTransport):  # type: ignore[misc]
         def handle_request(self, request: Any) -> Any:
+            if timeouts is None:
+                return self._route(request)
+            # TCP, CONNECT and TLS within one connect timeout (#29 item 4):
+            # httpcore bounds each read of the CONNECT answer by itself.
+            trace = _SetupTrace(timeouts[0], request.extensions.get("trace"))
+            request.extensions["trace"] = trace
+            try:
+                return self._route(request)
+            except Exception:
+                if not trace.expired:
+                    raise
+                # Never raised itself: the innermost cause, which the
+                # hub's error translation classifies (probe.root_cause).
+                cause = SetupTimeout(timeouts[0])
+                raise hx.ConnectTimeout(str(cause), request=request) from cause
+            finally:
+                trace.done()
+
+        def _route(self, request: Any) -> Any:
             url = request.url
             port = url.port or _DEFAULT_PORTS.get(url.scheme, 80)
             proxy = proxies.for_url(url.scheme, url.host, port)
@@ -85,6 +105,46 @@ def routing_transport(
                 transport.close()
 
     return _Routing()
+
+
+class _SetupTrace:
+    """httpcore's documented `trace` extension, driving one request's
+    SetupDeadline: begun with the TCP connect, armed on its socket, done
+    when TLS is up or, over plain http, when the first request that is not
+    a CONNECT goes out. A request on a kept-alive connection sets up
+    nothing. Calls the request's own trace too, if it had one."""
+
+    def __init__(self, connect_s: float, chained: Any) -> None:
+        self._connect_s = connect_s
+        # httpx hands a redirect the first request's extensions: never a
+        # deadline of that request's, which nothing would end.
+        self._chained: Any = chained._chained if isinstance(chained, _SetupTrace) else chained
+        self._deadline: SetupDeadline | None = None
+
+    def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if self._chained is not None:
+            self._chained(event, info)
+        if event.endswith("connect_tcp.started"):
+            self._deadline = SetupDeadline(self._connect_s)
+        elif self._deadline is None:
+            return
+        elif event.endswith("connect_tcp.complete"):
+            sock = info["return_value"].get_extra_info("socket")
+            if sock is not None:
+                self._deadline.watch(sock)
+        elif event.endswith("start_tls.complete") or (
+            event.endswith("send_request_headers.started")
+            and getattr(info.get("request"), "method", b"") != b"CONNECT"
+        ):
+            self._deadline.done()
+
+    @property
+    def expired(self) -> bool:
+        return self._deadline is not None and self._deadline.expired
+
+    def done(self) -> None:
+        if self._deadline is not None:
+            self._deadline.done()
 
 
 def _bounded(extensions: dict[str, Any], timeouts: tuple[float, float]) -> dict[str, float]:

@@ -50,7 +50,12 @@ def make_client(
     verify = ssl_context if ssl_context is not None else True
     return httpx.Client(
         verify=verify,
-        transport=routing_transport(httpx, proxies or ProxySettings(), verify),
+        transport=routing_transport(
+            httpx,
+            proxies or ProxySettings(),
+            verify,
+            timeouts=(timeouts.connect_s, timeouts.stall_s),  # the set-up's bound too (#29 item 4)
+        ),
         timeout=httpx.Timeout(
             connect=timeouts.connect_s,
             read=timeouts.stall_s,
