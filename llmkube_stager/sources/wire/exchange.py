@@ -17,7 +17,14 @@ import http.client
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.base import RangeUnusable
-from llmkube_stager.sources.wire.coding import HeaderGet, encoded_error, encoding_header, hop_words
+from llmkube_stager.sources.wire.coding import (
+    HeaderGet,
+    chunked_framing,
+    encoded_error,
+    encoding_header,
+    hop_words,
+    transfer_codings,
+)
 from llmkube_stager.sources.wire.connection import ConnectionPool
 from llmkube_stager.sources.wire.errors import translate_network_error
 from llmkube_stager.sources.wire.status import (
@@ -119,7 +126,9 @@ def _request(
         conn, reused = pool.take(origin, fresh=attempt > 0)
         try:
             conn.request(method, target, headers={**headers, **proxy_headers})
-            return conn, conn.getresponse()
+            resp = conn.getresponse()
+            _decode_chunks(resp, method)
+            return conn, resp
         except _STALE_ERRORS as exc:
             conn.close()
             # A kept-alive connection the server already closed: retry once
@@ -132,10 +141,42 @@ def _request(
     raise AssertionError("unreachable")
 
 
+# Answers without a body whatever their headers say (RFC 9112 §6.3).
+_BODILESS_STATUSES = frozenset({204, 304})
+
+
+def _decode_chunks(resp: http.client.HTTPResponse, method: str) -> None:
+    """#29 item 3: http.client decodes chunks only under a Transfer-Encoding
+    that is exactly `chunked`, and otherwise reads the chunk framing as
+    body bytes (by the Content-Length beside it, or until the connection
+    closes). Where the header says chunked in another spelling (`chunked `,
+    `identity, chunked`, two lines), make it decode them, as curl does: its
+    own chunk reader then frames the body, and Content-Length is ignored
+    (RFC 9112 §6.1). A value no client can frame by is refused before any
+    byte is read (`encoding_header`; `_drain_and_release` never reads it)."""
+    if method == "HEAD" or resp.status in _BODILESS_STATUSES or resp.status < 200:
+        return
+    if not resp.chunked and chunked_framing(resp.getheader("transfer-encoding")):
+        resp.chunked, resp.chunk_left, resp.length = True, None, None
+
+
+def _framed_by_client(resp: http.client.HTTPResponse) -> bool:
+    """http.client reads this body to its true end: none (HEAD, 204, 304),
+    chunks it decodes, or no Transfer-Encoding coding at all."""
+    if resp.chunked or resp.length == 0:
+        return True
+    return not transfer_codings(resp.getheader("transfer-encoding"))
+
+
 def _drain_and_release(
     pool: ConnectionPool, url: str, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
 ) -> None:
-    """Read a small error/redirect body so the connection can be reused."""
+    """Read a small error/redirect body so the connection can be reused;
+    one whose end the client cannot find (#29 item 3) is never read, its
+    connection closed."""
+    if not _framed_by_client(resp):
+        conn.close()
+        return
     try:
         resp.read(_DRAIN_LIMIT_BYTES)
     except (OSError, http.client.HTTPException):
@@ -192,8 +233,10 @@ def head(
     first_url = url
     for _ in range(MAX_REDIRECTS + 1):
         conn, resp = _request(pool, "HEAD", url, {**headers, **auth.headers_for(url, first_url)})
-        answer = {name.lower(): value for name, value in resp.getheaders()}
         _drain_and_release(pool, url, conn, resp)  # a HEAD has no body
+        # Repeated lines joined, as getheader joins them (#29 item 3: a second
+        # `Transfer-Encoding: chunked` line is not the first one's value).
+        answer = _joined(resp.getheaders())
         location = answer.get("location")
         if resp.status in REDIRECT_STATUSES and location:
             url = next_hop(url, location)
@@ -207,6 +250,16 @@ def head(
         reason=Reason.SOURCE_REJECTED,
         answered=True,
     )
+
+
+def _joined(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """Header lines by lowercase name, a repeated name's values joined with
+    ", " (RFC 9110 §5.3)."""
+    joined: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()
+        joined[key] = f"{joined[key]}, {value}" if key in joined else value
+    return joined
 
 
 def _refuse_encoded(pool: ConnectionPool, asked_url: str, url: str, get: HeaderGet) -> None:
@@ -245,7 +298,8 @@ def _body_for(
         body.start, body.total_bytes = offset, span[2]
         return body
     if resp.status == 200:
-        length = resp.getheader("content-length")
+        # Under chunks a Content-Length is no length (RFC 9112 §6.1, #29 item 3).
+        length = None if resp.chunked else resp.getheader("content-length")
         body.total_bytes = parse_digits(length)
         return body
     if resp.status == 416:
