@@ -44,6 +44,7 @@ DECODABLE = {
     "identity-first": ("identity, chunked",),
     "two-lines": ("identity", "chunked"),
     "tab": ("chunked\t",),
+    "folded": ("\r\n chunked",),  # obs-fold: the value on a continuation line
 }
 # No client can tell where such a body ends (curl refuses them too).
 UNDECODABLE = {

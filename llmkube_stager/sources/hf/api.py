@@ -26,7 +26,8 @@ from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy
 from llmkube_stager.sources.deps import HF_HUB, release, require
 from llmkube_stager.sources.hf.ref import HfRef
-from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s
+from llmkube_stager.sources.wire.bounded import MAX_DIGITS, AbsurdNumber, absurd
+from llmkube_stager.sources.wire.ratelimit import check_waits, rate_limit_wait_s
 from llmkube_stager.sources.wire.status import status_error
 
 if TYPE_CHECKING:
@@ -83,7 +84,11 @@ def resolve_revision(
         raise  # already ours: the transport's (a 407 from the proxy, #22 item 6)
     except Exception as exc:
         raise translate_hub_error(exc, ref, token_sent=bool(token), proxy=proxy) from exc
-    return Resolution(commit=info.sha or ref.revision, files=_hub_files(info.siblings or []))
+    try:
+        files = _hub_files(info.siblings or [])
+    except AbsurdNumber as err:
+        raise err.at(f"{ref.repo}@{ref.revision} on {display_url(ref.endpoint)}") from None
+    return Resolution(commit=info.sha or ref.revision, files=files)
 
 
 def close_hub_session() -> None:
@@ -118,7 +123,20 @@ def _hub_client(config: Config, context: ssl.SSLContext | None, version: str) ->
         timeout=hx.Timeout(timeouts.stall_s, connect=timeouts.connect_s),
         follow_redirects=True,
         trust_env=False,
+        event_hooks={"response": [_bounded_waits]},
     )
+
+
+def _bounded_waits(response: Any) -> None:
+    """#29 item 8: huggingface_hub reads a 429's `RateLimit` with int(),
+    which raises past 4,300 digits. Every wait an answer carries is read
+    here first, with the bound, before the library sees the answer: one
+    beyond it is a bad answer (raised through the library as ours)."""
+    try:
+        check_waits(response.headers.get)
+    except AbsurdNumber as err:
+        where = f"{display_url(str(response.request.url))} returned HTTP {response.status_code},"
+        raise err.at(where) from None
 
 
 def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
@@ -131,6 +149,9 @@ def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
         size = getattr(lfs, "size", None)
         if not isinstance(size, int):
             size = getattr(sibling, "size", None)
+        if isinstance(size, int) and not 0 <= size < 10**MAX_DIGITS:
+            # #29 item 8: JSON holds integers of up to 4,300 digits.
+            raise absurd(f"size for {sibling.rfilename!r} in its model info", len(str(abs(size))))
         files[sibling.rfilename] = HubFile(
             size_bytes=size if isinstance(size, int) else None,
             sha256=sha.lower() if isinstance(sha, str) else None,

@@ -17,6 +17,7 @@ import http.client
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.base import RangeUnusable
+from llmkube_stager.sources.wire.bounded import AbsurdNumber
 from llmkube_stager.sources.wire.coding import (
     HeaderGet,
     chunked_framing,
@@ -58,6 +59,7 @@ class WireBody:
         self._pool = pool
         self._conn = conn
         self._resp = resp
+        self.response = resp
         # Where the bytes come from: the connection's origin, and its name
         # in an error (the URL shown without its query or userinfo).
         self._origin = Origin.of(url)
@@ -281,32 +283,71 @@ def _body_for(
     asked_url: str,
 ) -> WireBody:
     where = display_url(url)
-    offset, end = asked
     body = WireBody(pool, url, conn, resp)
-    if resp.status in (200, 206):
-        try:
-            _refuse_encoded(pool, asked_url, url, resp.getheader)
-        except SourceError:
-            body.close()  # unread: never reused
-            raise
-    if resp.status == 206:
-        span = parse_content_range(resp.getheader("content-range"))
-        # Every returned range is checked (s3transfer's rule).
-        if span is None or span[0] != offset or (end is not None and span[1] != end):
-            body.close()
-            raise RangeUnusable(f"{where} answered bytes={offset}- with a wrong Content-Range")
-        body.start, body.total_bytes = offset, span[2]
-        return body
-    if resp.status == 200:
-        # Under chunks a Content-Length is no length (RFC 9112 §6.1, #29 item 3).
-        length = None if resp.chunked else resp.getheader("content-length")
-        body.total_bytes = parse_digits(length)
-        return body
+    try:
+        if resp.status in (200, 206):
+            return _framed_body(pool, url, body, asked, asked_url)
+        if resp.status == 416:
+            body.complete = True
+            body.total_bytes = parse_unsatisfied_range(resp.getheader("content-range"))
+    except AbsurdNumber as err:
+        body.close()  # unread: never reused
+        raise err.at(where) from None  # #29 item 8
+    except (SourceError, RangeUnusable):
+        body.close()
+        raise
     if resp.status == 416:
-        body.complete = True
-        body.total_bytes = parse_unsatisfied_range(resp.getheader("content-range"))
         _drain_and_release(pool, url, conn, resp)
         return body
     error = status_error(resp.status, resp.getheader, where)
     _drain_and_release(pool, url, conn, resp)
     raise error
+
+
+def _framed_body(
+    pool: ConnectionPool,
+    url: str,
+    body: WireBody,
+    asked: tuple[int, int | None],
+    asked_url: str,
+) -> WireBody:
+    """A 200 or 206 that is the file's bytes as asked, or the refusal."""
+    where = display_url(url)
+    offset, end = asked
+    resp = body.response
+    _refuse_encoded(pool, asked_url, url, resp.getheader)
+    _check_length(resp, where)
+    if resp.status == 206:
+        span = parse_content_range(resp.getheader("content-range"))
+        # Every returned range is checked (s3transfer's rule).
+        if span is None or span[0] != offset or (end is not None and span[1] != end):
+            raise RangeUnusable(f"{where} answered bytes={offset}- with a wrong Content-Range")
+        body.start, body.total_bytes = offset, span[2]
+        return body
+    # Under chunks a Content-Length is no length (RFC 9112 §6.1, #29 item 3).
+    length = None if resp.chunked else resp.getheader("content-length")
+    body.total_bytes = parse_digits(length)
+    return body
+
+
+def _check_length(resp: http.client.HTTPResponse, where: str) -> None:
+    """#29 item 8: http.client frames a body by int() of the first
+    Content-Length line, which takes `1_0` and `+10` and gives up past
+    4,300 digits (then reading until the connection closes). The body's end
+    is trusted only where the agent reads the same length from the header
+    (every line, joined): one plain decimal within the bound."""
+    value = resp.getheader("content-length")
+    if value is None or resp.chunked:
+        return
+    length = parse_digits(value)
+    if length is None or length != resp.length:
+        raise SourceError(
+            f"{where} answered with Content-Length: {_shown(value)}, which is no length the "
+            "agent can frame the body by",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        )
+
+
+def _shown(value: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in value.strip())[:40]

@@ -21,6 +21,7 @@ from llmkube_stager.errors import (
     proxy_unauthorized,
 )
 from llmkube_stager.logs import display_url
+from llmkube_stager.sources.wire.bounded import AbsurdNumber, wire_int
 from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s, retry_after_s
 
 USER_AGENT = "llmkube-stager/0.1"
@@ -29,8 +30,8 @@ MAX_REDIRECTS = 10
 # The only schemes a redirect is followed to (#22 item 8): http.client would
 # speak cleartext HTTP to an ftp://, gopher:// or ftps:// host and port.
 _FOLLOWED_SCHEMES = frozenset({"http", "https"})
-_CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
-_UNSATISFIED_RANGE_RE = re.compile(r"bytes\s+\*/(\d+)")
+_CONTENT_RANGE_RE = re.compile(r"bytes\s+([0-9]+)-([0-9]+)/([0-9]+|\*)", re.ASCII)
+_UNSATISFIED_RANGE_RE = re.compile(r"bytes\s+\*/([0-9]+)", re.ASCII)
 
 HeaderGet = Callable[[str], str | None]
 
@@ -154,11 +155,10 @@ def next_hop(url: str, location: str) -> str:
     return bare
 
 
-def parse_digits(value: str | None) -> int | None:
+def parse_digits(value: str | None, header: str = "Content-Length") -> int | None:
     """A decimal header value; anything else (ASCII digits only: a latin-1
-    '²' passes str.isdigit) is None."""
-    text = (value or "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    '²' passes str.isdigit) is None; AbsurdNumber past the bound (#29 item 8)."""
+    return wire_int(value, header)
 
 
 def content_length(get: HeaderGet) -> int | None:
@@ -171,19 +171,32 @@ def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None
     match = _CONTENT_RANGE_RE.fullmatch((value or "").strip())
     if not match:
         return None
-    total = None if match.group(3) == "*" else int(match.group(3))
-    return int(match.group(1)), int(match.group(2)), total
+    total = None if match.group(3) == "*" else _range_int(match.group(3))
+    return _range_int(match.group(1)), _range_int(match.group(2)), total
 
 
 def parse_unsatisfied_range(value: str | None) -> int | None:
     """`bytes */total` of a 416 -> total."""
     match = _UNSATISFIED_RANGE_RE.fullmatch((value or "").strip())
-    return int(match.group(1)) if match else None
+    return _range_int(match.group(1)) if match else None
+
+
+def _range_int(digits: str) -> int:
+    """The pattern's ASCII digits, read with the bound."""
+    return wire_int(digits, "Content-Range") or 0
 
 
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     """Map an HTTP error status to a contract reason; 429/5xx are transient.
-    The status rides along as a fact (`Wire`), for the operator's matcher."""
+    The status rides along as a fact (`Wire`), for the operator's matcher.
+    A wait of no sane length makes it a bad answer (#29 item 8)."""
+    try:
+        return _status_error(status, get, where)
+    except AbsurdNumber as err:
+        return err.at(f"{where} returned HTTP {status},")
+
+
+def _status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     text = f"{where} returned HTTP {status}"
     wire = Wire(http_status=status)
     if status in (401, 403) and (get("x-error-code") or "").strip() == "GatedRepo":
