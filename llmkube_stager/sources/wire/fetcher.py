@@ -14,7 +14,13 @@ from llmkube_stager.config import Config
 from llmkube_stager.logs import Log
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta
-from llmkube_stager.sources.wire.status import USER_AGENT, AuthPolicy, Origin, split_userinfo
+from llmkube_stager.sources.wire.status import (
+    USER_AGENT,
+    AuthPolicy,
+    Origin,
+    sendable,
+    split_userinfo,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -59,6 +65,7 @@ class HttpFetcher:
         from llmkube_stager.sources.wire.probe import meta_from
 
         url, _ = split_userinfo(file.url)  # the credentials go in AuthPolicy's header
+        url = sendable(url)
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         final, status, answer = head(self._pool, url, headers, self._auth)
         return meta_from(status, answer, final)
@@ -79,6 +86,7 @@ class HttpFetcher:
         # directly, auth is judged against where this request starts.
         auth = self._auth_from(file.url, meta.url)
         url, _ = split_userinfo(meta.url)  # a GET without a probe starts at file.url
+        url = sendable(url)
         asked, _ = split_userinfo(file.url)
         return open_get(self._pool, url, headers, auth, offset, end, asked_url=asked)
 

@@ -22,6 +22,7 @@ from llmkube_stager.errors import (
 )
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.wire.bounded import AbsurdNumber, wire_int
+from llmkube_stager.sources.wire.iri import Unsendable, ascii_host, location_url, wire_url
 from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s, retry_after_s
 
 USER_AGENT = "llmkube-stager/0.1"
@@ -47,7 +48,17 @@ class Origin:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         port = parts.port or (443 if scheme == "https" else 80)
-        return cls(scheme, (parts.hostname or "").lower(), port)
+        return cls(scheme, _host_of(parts.hostname or ""), port)
+
+
+def _host_of(hostname: str) -> str:
+    """The origin's host as requests name it: IDNA A-labels (#29 item 9), so
+    that a URL and its encoded form are one origin for credentials and
+    proxies; one IDNA cannot encode is never sent (wire_url refuses it)."""
+    try:
+        return ascii_host(hostname.lower())
+    except Unsendable:
+        return hostname.lower()
 
 
 def check_http_url(url: str, name: str = "MODEL_SOURCE") -> None:
@@ -60,6 +71,25 @@ def check_http_url(url: str, name: str = "MODEL_SOURCE") -> None:
         _ = parts.port
     except ValueError:
         raise ConfigError(f"{name} has an invalid port: {display_url(url)!r}") from None
+    try:
+        wire_url(url)
+    except Unsendable as exc:
+        # #29 item 9: named, never shown (a URL may carry credentials).
+        raise ConfigError(f"{name} cannot be sent in a request: {exc}") from None
+
+
+def sendable(url: str) -> str:
+    """`url` as a request carries it (iri.wire_url, #29 item 9). MODEL_SOURCE
+    was checked with its name (check_http_url); what else cannot be sent (a
+    file name a listing gave) is a bad answer, the URL never shown."""
+    try:
+        return wire_url(url)
+    except Unsendable as exc:
+        raise SourceError(
+            f"a URL of the source cannot be sent in a request: {exc}",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        ) from None
 
 
 _HF_HOSTS = frozenset({"huggingface.co", "www.huggingface.co"})
@@ -133,10 +163,11 @@ class AuthPolicy:
 
 def next_hop(url: str, location: str) -> str:
     """Where a redirect from `url` to `location` leads, without userinfo
-    (credentials come from AuthPolicy only, #11 item 13). Only http and https are
-    followed; anything else (ftp, ftps, gopher, file, data, ...) is refused
-    before any connection (#22 item 8)."""
-    target = urljoin(url, location.strip())
+    (credentials come from AuthPolicy only, #11 item 13), as a request
+    carries it (#29 item 9). Only http and https are followed; anything else
+    (ftp, ftps, gopher, file, data, ...) is refused before any connection
+    (#22 item 8)."""
+    target = urljoin(url, location_url(location).strip())
     parts = urlsplit(target)
     scheme = parts.scheme.lower()
     if scheme not in _FOLLOWED_SCHEMES:
@@ -152,7 +183,15 @@ def next_hop(url: str, location: str) -> str:
             remedy=REMEDY_REDIRECT_SCHEME,
         )
     bare, _ = split_userinfo(target)
-    return bare
+    try:
+        return wire_url(bare)  # #29 item 9: raw UTF-8 percent-encoded, as curl does
+    except Unsendable as exc:
+        raise SourceError(
+            f"{display_url(url)} redirected to a Location no request can carry ({exc}); "
+            "nothing was fetched from it",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        ) from None
 
 
 def parse_digits(value: str | None, header: str = "Content-Length") -> int | None:
