@@ -256,3 +256,37 @@ def test_a_file_size_without_end_in_the_model_info_is_a_bad_answer(
     assert "size for 'model.gguf'" in run.term["message"], run.term["message"]
     assert "9" * 60 not in run.term["message"] and "1" + "0" * 60 not in run.term["message"]
     _nothing_published(pod)
+
+
+def test_the_hub_apis_unused_rate_limit_number_without_end_is_a_bad_answer(
+    pod: Pod, hub: FakeHub
+) -> None:
+    """A policy with quota left (`r=5`) whose `t` has 5,000 digits: the
+    agent's reading never needs `t`, huggingface_hub's int() reads it all
+    the same. Before: "the hub API answered something that is not model
+    info" (the library's ValueError)."""
+    hub.add_repo(REPO, {"model.gguf": payload(SIZE, 9)})
+    headers = (("RateLimit", f'"api";r=5;t={digits(5000)}'), ("Retry-After", "1"))
+    hub.set_fault("api", HubFault(429, headers=headers))
+
+    run = pod.stage(_hub_env(pod, hub)).failed("ModelSourceRejected", retryable=False)
+
+    _bad_answer(run, "RateLimit")
+
+
+def test_repeated_lines_of_one_content_length_are_that_length(pod: Pod) -> None:
+    """Two identical Content-Length lines (RFC 9110 §8.6 lets a recipient
+    take them as one), on the HEAD and on the GET: the file, resumable."""
+    data = payload(SIZE, 10)
+
+    def script(request: Request) -> Reply:
+        reply = serve(request, data, ETAG)
+        length = len(reply.body)
+        reply.headers = [*reply.headers, ("Content-Length", str(length))]
+        reply.declared = length
+        return reply
+
+    with RawOrigin(script) as origin:
+        pod.stage(pod.single_env(origin.url + PATH)).ok()
+        assert len(origin.requests("HEAD")) == 1
+    assert pod.dest().read_bytes() == data

@@ -35,7 +35,7 @@ from llmkube_stager.sources.wire.status import (
     Origin,
     next_hop,
     parse_content_range,
-    parse_digits,
+    parse_length,
     parse_unsatisfied_range,
     status_error,
 )
@@ -236,8 +236,6 @@ def head(
     for _ in range(MAX_REDIRECTS + 1):
         conn, resp = _request(pool, "HEAD", url, {**headers, **auth.headers_for(url, first_url)})
         _drain_and_release(pool, url, conn, resp)  # a HEAD has no body
-        # Repeated lines joined, as getheader joins them (#29 item 3: a second
-        # `Transfer-Encoding: chunked` line is not the first one's value).
         answer = _joined(resp.getheaders())
         location = answer.get("location")
         if resp.status in REDIRECT_STATUSES and location:
@@ -254,13 +252,21 @@ def head(
     )
 
 
+# Headers whose every line counts (#29 item 3: a second `Transfer-Encoding:
+# chunked` line, a second `Content-Encoding` after `identity`, a second
+# Content-Length), joined as getheader joins them.
+_JOINED = frozenset({"transfer-encoding", "content-encoding", "content-length"})
+
+
 def _joined(headers: list[tuple[str, str]]) -> dict[str, str]:
-    """Header lines by lowercase name, a repeated name's values joined with
-    ", " (RFC 9110 §5.3)."""
+    """Header lines by lowercase name: the last of a repeated name, or for
+    the names of _JOINED, its values joined with ", " (RFC 9110 §5.3)."""
     joined: dict[str, str] = {}
     for name, value in headers:
         key = name.lower()
-        joined[key] = f"{joined[key]}, {value}" if key in joined else value
+        if key in _JOINED and key in joined:
+            value = f"{joined[key]}, {value}"
+        joined[key] = value
     return joined
 
 
@@ -326,7 +332,7 @@ def _framed_body(
         return body
     # Under chunks a Content-Length is no length (RFC 9112 §6.1, #29 item 3).
     length = None if resp.chunked else resp.getheader("content-length")
-    body.total_bytes = parse_digits(length)
+    body.total_bytes = parse_length(length)
     return body
 
 
@@ -339,7 +345,7 @@ def _check_length(resp: http.client.HTTPResponse, where: str) -> None:
     value = resp.getheader("content-length")
     if value is None or resp.chunked:
         return
-    length = parse_digits(value)
+    length = parse_length(value)
     if length is None or length != resp.length:
         raise SourceError(
             f"{where} answered with Content-Length: {_shown(value)}, which is no length the "

@@ -129,10 +129,17 @@ def rate_limit_wait_s(get: HeaderGet, now_s: float | None = None) -> float | Non
 
 
 def check_waits(get: HeaderGet) -> None:
-    """Read every wait an answer carries, each form whatever the others say:
-    AbsurdNumber for one beyond the bound (#29 item 8). For a client whose
-    library reads them itself (huggingface_hub's int() of `RateLimit`)."""
-    structured_window_s(get("ratelimit"), get("ratelimit-policy"))
+    """Read every number of every wait an answer carries, each form whatever
+    the others say, each parameter whether or not it is used: AbsurdNumber
+    for one beyond the bound (#29 item 8). For a client whose library reads
+    them itself (huggingface_hub's int() of `RateLimit`'s r and t and of
+    `RateLimit-Policy`'s q and w)."""
+    for header in ("RateLimit", "RateLimit-Policy"):
+        for params in _members(get(header.lower())).values():
+            for value in params.values():
+                wire_int(value, header)
+        for part in (get(header.lower()) or "").split(","):
+            wire_int(_split_pair(part)[1], header)  # the draft's `reset=55`
     retry_after_s(get("retry-after"))
     reset_s(get("ratelimit-reset"), header="RateLimit-Reset")
     reset_s(get("x-ratelimit-reset"))

@@ -200,9 +200,16 @@ def parse_digits(value: str | None, header: str = "Content-Length") -> int | Non
     return wire_int(value, header)
 
 
+def parse_length(value: str | None) -> int | None:
+    """A Content-Length: one decimal, or repeated lines of the same one
+    joined (RFC 9110 §8.6); different values are no length."""
+    values = {part.strip() for part in (value or "").split(",")}
+    return parse_digits(values.pop()) if len(values) == 1 else None
+
+
 def content_length(get: HeaderGet) -> int | None:
     """Content-Length, with absent or 0 meaning "unknown" (spec §8.1 CL0)."""
-    return parse_digits(get("content-length")) or None
+    return parse_length(get("content-length")) or None
 
 
 def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
