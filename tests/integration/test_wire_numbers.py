@@ -253,7 +253,7 @@ def test_a_file_size_without_end_in_the_model_info_is_a_bad_answer(
 
     run = pod.stage(_hub_env(pod, hub)).failed("ModelSourceRejected", retryable=False)
 
-    assert "size for 'model.gguf'" in run.term["message"], run.term["message"]
+    assert "as the size of 'model.gguf'" in run.term["message"], run.term["message"]
     assert "9" * 60 not in run.term["message"] and "1" + "0" * 60 not in run.term["message"]
     _nothing_published(pod)
 

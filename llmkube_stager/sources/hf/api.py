@@ -26,7 +26,7 @@ from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy
 from llmkube_stager.sources.deps import HF_HUB, release, require
 from llmkube_stager.sources.hf.ref import HfRef
-from llmkube_stager.sources.wire.bounded import MAX_DIGITS, AbsurdNumber, absurd
+from llmkube_stager.sources.wire.bounded import MAX_DIGITS, AbsurdNumber
 from llmkube_stager.sources.wire.ratelimit import check_waits, rate_limit_wait_s
 from llmkube_stager.sources.wire.status import status_error
 
@@ -150,8 +150,14 @@ def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
         if not isinstance(size, int):
             size = getattr(sibling, "size", None)
         if isinstance(size, int) and not 0 <= size < 10**MAX_DIGITS:
-            # #29 item 8: JSON holds integers of up to 4,300 digits.
-            raise absurd(f"size for {sibling.rfilename!r} in its model info", len(str(abs(size))))
+            # #29 item 8: JSON holds integers of up to 4,300 digits, and signs.
+            what = "a negative number" if size < 0 else f"a number of {len(str(size))} digits"
+            raise AbsurdNumber(
+                f"answered with {what} as the size of {sibling.rfilename!r} in its model info: "
+                "no file's size",
+                reason=Reason.SOURCE_REJECTED,
+                answered=True,
+            )
         files[sibling.rfilename] = HubFile(
             size_bytes=size if isinstance(size, int) else None,
             sha256=sha.lower() if isinstance(sha, str) else None,
