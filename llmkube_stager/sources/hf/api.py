@@ -228,6 +228,8 @@ def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:
     elif status == 401:
         text += ": the hub did not accept HF_TOKEN"
     error = status_error(status, headers.get, where)
+    if isinstance(error, AbsurdNumber):
+        return error  # #29 item 8: its words say which header (the response hook reads first)
     error.detail = text
     if status == 429 and error.retry_after_s is None:
         error.retry_after_s = rate_limit_wait_s(headers.get)
