@@ -210,3 +210,27 @@ def test_a_redirect_in_chunks_leaves_the_connection_clean(pod: Pod, lines: tuple
     assert run.sleeps == [], run.stderr
     assert not [w for w in run.warnings if "BadStatusLine" in w], run.warnings
     assert pod.dest().read_bytes() == data
+
+
+def test_a_redirect_no_client_can_end_is_never_read_nor_its_connection_reused(pod: Pod) -> None:
+    """A 302 under `chunked, chunked` with `Content-Length: 0` and chunks
+    after it: by its Content-Length it has no body, by its Transfer-Encoding
+    it runs to the close. Its connection is closed, never reused: the
+    redirect target is asked on a fresh one."""
+    data = payload(SIZE, 39)
+
+    def script(request: Request) -> Reply:
+        if request.method == "HEAD":
+            return Reply(405)
+        if request.path == "/start":
+            reply = Reply(302, [("Location", PATH)], b"moved " * 7000)
+            reply = _chunked(reply, ("chunked, chunked",), with_length=False)
+            reply.declared = 0
+            return reply
+        return serve(request, data, ETAG)
+
+    with RawOrigin(script) as origin:
+        run = pod.stage(pod.single_env(origin.url + "/start")).ok()
+        assert [s.status for s in origin.requests("GET")] == [302, 200]
+    assert run.sleeps == [], run.stderr
+    assert pod.dest().read_bytes() == data

@@ -158,13 +158,21 @@ def _decode_chunks(resp: http.client.HTTPResponse, method: str) -> None:
     byte is read (`encoding_header`; `_drain_and_release` never reads it)."""
     if method == "HEAD" or resp.status in _BODILESS_STATUSES or resp.status < 200:
         return
-    if not resp.chunked and chunked_framing(resp.getheader("transfer-encoding")):
+    value = resp.getheader("transfer-encoding")
+    if resp.chunked or not transfer_codings(value):
+        return
+    if chunked_framing(value):
         resp.chunked, resp.chunk_left, resp.length = True, None, None
+    else:
+        # No end to read by (a Content-Length beside it is none, RFC 9112
+        # §6.3): never read, never reused (`_framed_by_client`).
+        resp.length, resp.will_close = None, True
 
 
 def _framed_by_client(resp: http.client.HTTPResponse) -> bool:
-    """http.client reads this body to its true end: none (HEAD, 204, 304),
-    chunks it decodes, or no Transfer-Encoding coding at all."""
+    """http.client reads this body to its true end: none (HEAD, 204, 304:
+    `_decode_chunks` left their length at 0), chunks it decodes, or no
+    Transfer-Encoding coding at all."""
     if resp.chunked or resp.length == 0:
         return True
     return not transfer_codings(resp.getheader("transfer-encoding"))
