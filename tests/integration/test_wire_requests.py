@@ -218,3 +218,17 @@ def test_an_hf_token_with_a_line_break_on_an_hf_source(pod: Pod, hub: FakeHub) -
     assert "HF_TOKEN" in run.term["message"]
     assert leaks(first, run.outputs) == [] and leaks(second, run.outputs) == []
     assert hub.requests() == []
+
+
+def test_a_location_to_an_idn_host_through_a_proxy(pod: Pod) -> None:
+    """The redirect's target host is written in Unicode (raw UTF-8 on the
+    wire): followed through the proxy by its A-labels. Before: exit 3."""
+    data = payload(64 * KIB, 50)
+    with RawOrigin(_redirecting(data, "/")) as origin, ForwardProxy() as proxy:
+        port = origin.url.rsplit(":", 1)[1]  # the Location names the origin's own port
+        origin.script = _redirecting(data, f"http://{IDN}:{port}/final.gguf")
+        env = pod.single_env(origin.url + "/start", HTTP_PROXY=proxy.url)
+        pod.stage(env).ok()
+        targets = [r.target for r in proxy.requests()]
+    assert f"http://{IDN_ACE}:{port}/final.gguf" in targets, targets
+    assert pod.dest().read_bytes() == data
