@@ -46,7 +46,8 @@ DECODABLE = {
     "tab": ("chunked\t",),
     "folded": ("\r\n chunked",),  # obs-fold: the value on a continuation line
 }
-# No client can tell where such a body ends (curl refuses them too).
+# No client can tell where such a body ends (curl 7.88 decodes one layer of
+# chunks: right only if the sender chunked once).
 UNDECODABLE = {
     "chunked-twice": ("chunked, chunked",),
     "chunked-twice-two-lines": ("chunked", "chunked"),

@@ -15,7 +15,8 @@ and the data path makes the client decode it (`chunked_framing`) whatever
 the spelling: http.client decodes only a value that is exactly `chunked`
 (`chunked `, `identity, chunked` or two header lines left the chunk
 framing in the file). `chunked` twice or not last leaves no way to tell
-where the body ends (RFC 9112 §6.3; curl refuses both): refused.
+where the body ends (RFC 9112 §6.3): refused. (curl 7.88 decodes such a
+body once, right only where the sender chunked it once.)
 
 Why refuse rather than decode: the sizes the agent knows (the HEAD's
 Content-Length, S3's ContentLength) are then the encoded length, ranges

@@ -13,7 +13,10 @@ encoded once, before any client sees it, as curl and browsers do (RFC 3987
   TLS's SNI and the certificate check alike;
 - every byte of the path, query and userinfo above 0x7f (the UTF-8 of the
   text; the raw bytes of an environment that was not UTF-8) and every
-  space percent-encoded (`%C3%A8`, `%20`), what curl does to a Location;
+  space percent-encoded (`%C3%A8`, `%20`). curl 7.88 does the same to the
+  bytes above 0x7f of a URL and of a Location (in lowercase hex, which
+  servers read alike; RFC 3986 §2.1 prefers uppercase), and to a
+  Location's spaces; a space in the URL it refuses, browsers encode it;
   every other character stays as written, so an ASCII URL goes out byte for
   byte (a signed URL's query is part of its signature);
 - a control character, or a host name IDNA cannot encode, cannot be sent:
