@@ -20,7 +20,7 @@ NO_PROXY entries: `*` (everything), a host name (that host and its
 subdomains; a leading `.` or `*.` is the same), `host:port`, an IP address
 (IPv6 bare or bracketed, `[::1]:8080` with a port) or CIDR block
 (`10.0.0.0/8`, as Kubernetes clusters list their pod and service ranges).
-Pure: the environment is read by config.py.
+Pure: the environment is read by config/.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def parse_proxy(text: str, name: str) -> Proxy | None:
     text = text.strip()
     if not text:
         return None
-    # Imported here: most pods have no proxy, and config.py is on the warm path.
+    # Imported here: most pods have no proxy, and config/ is on the warm path.
     from urllib.parse import unquote, urlsplit
 
     if "://" not in text:
