@@ -157,19 +157,19 @@ def shards(read: Reader) -> dict[str, int]:
     LLMKUBE_SHARDS the index is ignored (an Indexed Job that does not shard).
     Only a prefetch stager shards: a serving pod that staged a share would
     start its server on part of a model."""
-    shards = read.count("LLMKUBE_SHARDS")
-    if not 1 <= shards <= MAX_SHARDS:
+    count = read.count("LLMKUBE_SHARDS")
+    if not 1 <= count <= MAX_SHARDS:
         raise ConfigError(f"LLMKUBE_SHARDS must be between 1 and {MAX_SHARDS}")
-    if shards == 1:
+    if count == 1:
         return {"shards": 1, "shard_index": 0}
     if not read.raw("JOB_COMPLETION_INDEX").strip():
         raise ConfigError(
             "LLMKUBE_SHARDS needs JOB_COMPLETION_INDEX (set by a Job with completionMode: Indexed)"
         )
     index = read.count("JOB_COMPLETION_INDEX")
-    if index >= shards:
+    if index >= count:
         raise ConfigError(
-            f"JOB_COMPLETION_INDEX {index} is not a share of LLMKUBE_SHARDS={shards} "
+            f"JOB_COMPLETION_INDEX {index} is not a share of LLMKUBE_SHARDS={count} "
             "(completions must equal LLMKUBE_SHARDS)"
         )
     if read.raw("LLMKUBE_PREFETCH_STAGER") != "true":  # as prefetch_stager reads it
@@ -177,19 +177,19 @@ def shards(read: Reader) -> dict[str, int]:
             "LLMKUBE_SHARDS is for prefetch Jobs (LLMKUBE_PREFETCH_STAGER=true): a serving "
             "pod must stage the whole model"
         )
-    return {"shards": shards, "shard_index": index}
+    return {"shards": count, "shard_index": index}
 
 
 def policy(read: Reader) -> RefreshPolicy:
     """The default (IfNotPresent, the CRD's: spec §5.2) for anything but
     OnChange."""
     text = read.text("LLMKUBE_REFRESH_POLICY")
-    policy = POLICIES.get(text.lower())
-    if policy is None:
+    found = POLICIES.get(text.lower())
+    if found is None:
         default = DEFAULTS["LLMKUBE_REFRESH_POLICY"]
         read.tolerated("LLMKUBE_REFRESH_POLICY", text, f"using {default} (the CRD default)")
         return POLICIES[default.lower()]
-    return policy
+    return found
 
 
 def direct_io_mode(read: Reader) -> DirectIoMode:
