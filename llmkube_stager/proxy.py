@@ -34,6 +34,8 @@ class ProxyConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Proxy:
+    """One forward proxy; its credentials are secrets (`secrets`)."""
+
     host: str
     port: int
     username: str = field(default="", repr=False)
@@ -70,6 +72,8 @@ class Proxy:
 
 @dataclass(frozen=True)
 class ProxySettings:
+    """The proxy for each scheme of origin, and the hosts that go direct."""
+
     https: Proxy | None = None
     http: Proxy | None = None
     no_proxy: tuple[str, ...] = ()
