@@ -191,10 +191,9 @@ class ParallelTransfer:
         self._make_budget = make_budget
         self._validator = identity_of(meta)
         self._direct_io = direct_io
-        self._seed = seed
-        self._adopted = adopted
-        self.claim = claim
-        self.journal = journal
+        # The data file as opened: its holder, its journal, what it holds.
+        self.claim, self.journal = claim, journal
+        self._seed, self._adopted = seed, adopted
         # start_with(): fewer workers first, the rest when the origin is slow.
         self._start_connections = connections
         self._grow_below = 0.0
