@@ -706,6 +706,7 @@ def load_config(
     if not source and require_source:
         raise ConfigError("MODEL_SOURCE is required")
     _check_source_text(source)
+    _check_header_secrets(read)
     cache_dir, model_path, files = _layout_paths(read, source, cwd)
     listed = not files and not model_path
     pins = {} if listed else _pins(read, model_path, files)
@@ -785,6 +786,32 @@ def _check_source_text(source: str) -> None:
         raise ConfigError(
             f"MODEL_SOURCE is not a well-formed URL or path: {_shown(source)}"
         ) from None
+
+
+# Secrets the agent sends as an HTTP header value (Authorization: Bearer).
+_HEADER_SECRETS = ("HF_TOKEN",)
+
+
+def _check_header_secrets(read: _Reader) -> None:
+    """#29 item 9: a header value is one line of printable ASCII. A token
+    with a line break, a control character or a character beyond ASCII
+    cannot be sent (http.client raised a ValueError holding the header,
+    token and all): refused before any request, named, never shown. Its
+    surrounding whitespace (a Secret written with `echo`) is already gone."""
+    for name in _HEADER_SECRETS:
+        bad = next((ch for ch in read.raw(name).strip() if not " " <= ch <= "~"), None)
+        if bad is None:
+            continue
+        if bad in "\r\n":
+            what = "a line break"
+        elif bad.isascii():
+            what = "a control character"
+        else:
+            what = "a character beyond ASCII"
+        raise ConfigError(
+            f"{name} holds {what}, which no HTTP header can carry (it is sent as one); set it "
+            "to the token alone (the value is not shown)"
+        )
 
 
 def _check_url_lengths(read: _Reader) -> None:

@@ -47,6 +47,10 @@ class Reply:
     declared: int | None = None  # a Content-Length other than len(body)
     cut_after: int | None = None  # hang up after this many body bytes
     terminate: bool = True  # chunked: send the final zero chunk
+    # chunked: the Transfer-Encoding header lines sent (#29 item 3: values
+    # http.client does not take for chunked, `chunked ` or `identity, chunked`);
+    # with `declared`, a Content-Length beside them.
+    transfer_encoding: tuple[str, ...] = ("chunked",)
 
 
 @dataclass
@@ -138,7 +142,9 @@ class RawOrigin:
             declared = reply.declared if reply.declared is not None else len(reply.body)
             head.append(f"Content-Length: {declared}")
         elif reply.framing == "chunked":
-            head.append("Transfer-Encoding: chunked")
+            head += [f"Transfer-Encoding: {value}" for value in reply.transfer_encoding]
+            if reply.declared is not None:
+                head.append(f"Content-Length: {reply.declared}")
         if not keep:
             head.append("Connection: close")
         conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))

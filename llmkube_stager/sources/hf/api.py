@@ -27,7 +27,8 @@ from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import Proxy
 from llmkube_stager.sources.deps import HF_HUB, release, require
 from llmkube_stager.sources.hf.ref import HfRef
-from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s
+from llmkube_stager.sources.wire.bounded import MAX_DIGITS, AbsurdNumber
+from llmkube_stager.sources.wire.ratelimit import check_waits, rate_limit_wait_s
 from llmkube_stager.sources.wire.status import MAX_REDIRECTS, next_hop, status_error
 
 if TYPE_CHECKING:
@@ -84,7 +85,11 @@ def resolve_revision(
         raise  # already ours: the transport's (a 407 from the proxy, #22 item 6)
     except Exception as exc:
         raise translate_hub_error(exc, ref, token_sent=bool(token), proxy=proxy) from exc
-    return Resolution(commit=info.sha or ref.revision, files=_hub_files(info.siblings or []))
+    try:
+        files = _hub_files(info.siblings or [])
+    except AbsurdNumber as err:
+        raise err.at(f"{ref.repo}@{ref.revision} on {display_url(ref.endpoint)}") from None
+    return Resolution(commit=info.sha or ref.revision, files=files)
 
 
 def close_hub_session() -> None:
@@ -121,7 +126,9 @@ def _hub_client(config: Config, context: ssl.SSLContext | None, version: str) ->
         # The data path's rules for redirects (#29 item 10): at most 10, and
         # only to http(s), each refused as ModelSourceRejected, never retried.
         max_redirects=MAX_REDIRECTS,
-        event_hooks={"response": [_check_redirect]},
+        # #29 item 8 first: a wait that holds no bounded number is refused
+        # before anything else reads it.
+        event_hooks={"response": [_bounded_waits, _check_redirect]},
         trust_env=False,
     )
 
@@ -135,6 +142,18 @@ def _check_redirect(response: Any) -> None:
         next_hop(str(response.url), location)
 
 
+def _bounded_waits(response: Any) -> None:
+    """#29 item 8: huggingface_hub reads a 429's `RateLimit` with int(),
+    which raises past 4,300 digits. Every wait an answer carries is read
+    here first, with the bound, before the library sees the answer: one
+    beyond it is a bad answer (raised through the library as ours)."""
+    try:
+        check_waits(response.headers.get)
+    except AbsurdNumber as err:
+        where = f"{display_url(str(response.request.url))} returned HTTP {response.status_code},"
+        raise err.at(where) from None
+
+
 def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
     files = {}
     for sibling in siblings:
@@ -145,6 +164,15 @@ def _hub_files(siblings: list[Any]) -> dict[str, HubFile]:
         size = getattr(lfs, "size", None)
         if not isinstance(size, int):
             size = getattr(sibling, "size", None)
+        if isinstance(size, int) and not 0 <= size < 10**MAX_DIGITS:
+            # #29 item 8: JSON holds integers of up to 4,300 digits, and signs.
+            what = "a negative number" if size < 0 else f"a number of {len(str(size))} digits"
+            raise AbsurdNumber(
+                f"answered with {what} as the size of {sibling.rfilename!r} in its model info: "
+                "no file's size",
+                reason=Reason.SOURCE_REJECTED,
+                answered=True,
+            )
         files[sibling.rfilename] = HubFile(
             size_bytes=size if isinstance(size, int) else None,
             sha256=sha.lower() if isinstance(sha, str) else None,
@@ -234,6 +262,8 @@ def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:
     elif status == 401:
         text += ": the hub did not accept HF_TOKEN"
     error = status_error(status, headers.get, where)
+    if isinstance(error, AbsurdNumber):
+        return error  # #29 item 8: its words say which header (the response hook reads first)
     error.detail = text
     if status == 429 and error.retry_after_s is None:
         error.retry_after_s = rate_limit_wait_s(headers.get)

@@ -5,9 +5,18 @@ that answers with a `Content-Encoding` other than `identity` (gzip, br,
 deflate, zstd, ...) sends other bytes than the file: published, they would
 be a wrong file with the encoded length as its size record, and a resume
 would splice ranges of the encoded bytes into it. A `Transfer-Encoding`
-coding other than `chunked` (which http.client removes) is the same. So
-such an answer is refused before a byte of it is written, with a reason
-that names the header and the hop that sent it.
+coding other than `chunked` is the same. So such an answer is refused
+before a byte of it is written, with a reason that names the header and
+the hop that sent it.
+
+Transfer-Encoding is framing too (#29 item 3): `chunked` as the last and
+only chunked coding, after nothing but `identity`s, is how the body ends,
+and the data path makes the client decode it (`chunked_framing`) whatever
+the spelling: http.client decodes only a value that is exactly `chunked`
+(`chunked `, `identity, chunked` or two header lines left the chunk
+framing in the file). `chunked` twice or not last leaves no way to tell
+where the body ends (RFC 9112 §6.3): refused. (curl 7.88 decodes such a
+body once, right only where the sender chunked it once.)
 
 Why refuse rather than decode: the sizes the agent knows (the HEAD's
 Content-Length, S3's ContentLength) are then the encoded length, ranges
@@ -28,20 +37,48 @@ from llmkube_stager.sources.wire.status import Origin, parse_content_range, pars
 HeaderGet = Callable[[str], str | None]
 
 _NOT_CODINGS = frozenset({"", "identity"})
-_FRAMING = frozenset({"", "identity", "chunked"})
 _SHOWN_CHARS = 80
 
 
-def _codings(value: str | None, harmless: frozenset[str]) -> bool:
-    return any(part.strip().lower() not in harmless for part in (value or "").split(","))
+def _tokens(value: str | None) -> list[str]:
+    """A header's comma-separated tokens (every line of it, joined as
+    http.client's getheader joins them), stripped, lowercased."""
+    return [part.strip().lower() for part in (value or "").split(",")]
+
+
+def _codings(value: str | None) -> bool:
+    return any(token not in _NOT_CODINGS for token in _tokens(value))
+
+
+def transfer_codings(value: str | None) -> list[str]:
+    """The Transfer-Encoding tokens that are not `identity` (nor empty)."""
+    return [token for token in _tokens(value) if token not in _NOT_CODINGS]
+
+
+def chunked_framing(value: str | None) -> bool:
+    """Whether a Transfer-Encoding value (every line, joined) says the body
+    comes in chunks: `chunked` its one coding, `identity`s aside. Only for
+    a value `encoding_header` lets through (#29 item 3)."""
+    return transfer_codings(value) == ["chunked"]
+
+
+def _unframeable(value: str) -> bool:
+    """A Transfer-Encoding the agent never reads a body under: any coding
+    but `chunked`, `chunked` twice, or `chunked` not the last token."""
+    tokens = [token for token in _tokens(value) if token]
+    codings = transfer_codings(value)
+    return bool(codings) and (codings != ["chunked"] or tokens[-1] != "chunked")
 
 
 def encoding_header(get: HeaderGet) -> tuple[str, str] | None:
-    """(header name, value) of an answer whose body is encoded, or None."""
-    for name, harmless in (("Content-Encoding", _NOT_CODINGS), ("Transfer-Encoding", _FRAMING)):
-        value = get(name.lower())
-        if value is not None and _codings(value, harmless):
-            return name, value
+    """(header name, value) of an answer whose body is encoded or framed so
+    that no client can tell where it ends, or None."""
+    value = get("content-encoding")
+    if value is not None and _codings(value):
+        return "Content-Encoding", value
+    value = get("transfer-encoding")
+    if value is not None and _unframeable(value):
+        return "Transfer-Encoding", value
     return None
 
 

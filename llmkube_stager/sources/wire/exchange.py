@@ -17,13 +17,16 @@ import http.client
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.base import RangeUnusable
+from llmkube_stager.sources.wire.bounded import AbsurdNumber
 from llmkube_stager.sources.wire.coding import (
     NO_PROOF,
     CodingProof,
     HeaderGet,
+    chunked_framing,
     encoded_error,
     encoding_header,
     hop_words,
+    transfer_codings,
     unproven,
 )
 from llmkube_stager.sources.wire.connection import ConnectionPool
@@ -35,7 +38,7 @@ from llmkube_stager.sources.wire.status import (
     Origin,
     next_hop,
     parse_content_range,
-    parse_digits,
+    parse_length,
     parse_unsatisfied_range,
     status_error,
 )
@@ -59,6 +62,7 @@ class WireBody:
         self._pool = pool
         self._conn = conn
         self._resp = resp
+        self.response = resp
         # Where the bytes come from: the connection's origin, and its name
         # in an error (the URL shown without its query or userinfo).
         self._origin = Origin.of(url)
@@ -127,7 +131,9 @@ def _request(
         conn, reused = pool.take(origin, fresh=attempt > 0)
         try:
             conn.request(method, target, headers={**headers, **proxy_headers})
-            return conn, conn.getresponse()
+            resp = conn.getresponse()
+            _decode_chunks(resp, method)
+            return conn, resp
         except _STALE_ERRORS as exc:
             conn.close()
             # A kept-alive connection the server already closed: retry once
@@ -140,10 +146,50 @@ def _request(
     raise AssertionError("unreachable")
 
 
+# Answers without a body whatever their headers say (RFC 9112 §6.3).
+_BODILESS_STATUSES = frozenset({204, 304})
+
+
+def _decode_chunks(resp: http.client.HTTPResponse, method: str) -> None:
+    """#29 item 3: http.client decodes chunks only under a Transfer-Encoding
+    that is exactly `chunked`, and otherwise reads the chunk framing as
+    body bytes (by the Content-Length beside it, or until the connection
+    closes). Where the header says chunked in another spelling (`chunked `,
+    `identity, chunked`, two lines), make it decode them, as curl does: its
+    own chunk reader then frames the body, and Content-Length is ignored
+    (RFC 9112 §6.1). A value no client can frame by is refused before any
+    byte is read (`encoding_header`; `_drain_and_release` never reads it)."""
+    if method == "HEAD" or resp.status in _BODILESS_STATUSES or resp.status < 200:
+        return
+    value = resp.getheader("transfer-encoding")
+    if resp.chunked or not transfer_codings(value):
+        return
+    if chunked_framing(value):
+        resp.chunked, resp.chunk_left, resp.length = True, None, None
+    else:
+        # No end to read by (a Content-Length beside it is none, RFC 9112
+        # §6.3): never read, never reused (`_framed_by_client`).
+        resp.length, resp.will_close = None, True
+
+
+def _framed_by_client(resp: http.client.HTTPResponse) -> bool:
+    """http.client reads this body to its true end: none (HEAD, 204, 304:
+    `_decode_chunks` left their length at 0), chunks it decodes, or no
+    Transfer-Encoding coding at all."""
+    if resp.chunked or resp.length == 0:
+        return True
+    return not transfer_codings(resp.getheader("transfer-encoding"))
+
+
 def _drain_and_release(
     pool: ConnectionPool, url: str, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
 ) -> None:
-    """Read a small error/redirect body so the connection can be reused."""
+    """Read a small error/redirect body so the connection can be reused;
+    one whose end the client cannot find (#29 item 3) is never read, its
+    connection closed."""
+    if not _framed_by_client(resp):
+        conn.close()
+        return
     try:
         resp.read(_DRAIN_LIMIT_BYTES)
     except (OSError, http.client.HTTPException):
@@ -206,8 +252,8 @@ def head(
     first_url = url
     for _ in range(MAX_REDIRECTS + 1):
         conn, resp = _request(pool, "HEAD", url, {**headers, **auth.headers_for(url, first_url)})
-        answer = {name.lower(): value for name, value in resp.getheaders()}
         _drain_and_release(pool, url, conn, resp)  # a HEAD has no body
+        answer = _joined(resp.getheaders())
         location = answer.get("location")
         if resp.status in REDIRECT_STATUSES and location:
             url = next_hop(url, location)
@@ -221,6 +267,24 @@ def head(
         reason=Reason.SOURCE_REJECTED,
         answered=True,
     )
+
+
+# Headers whose every line counts (#29 item 3: a second `Transfer-Encoding:
+# chunked` line, a second `Content-Encoding` after `identity`, a second
+# Content-Length), joined as getheader joins them.
+_JOINED = frozenset({"transfer-encoding", "content-encoding", "content-length"})
+
+
+def _joined(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """Header lines by lowercase name: the last of a repeated name, or for
+    the names of _JOINED, its values joined with ", " (RFC 9110 §5.3)."""
+    joined: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()
+        if key in _JOINED and key in joined:
+            value = f"{joined[key]}, {value}"
+        joined[key] = value
+    return joined
 
 
 def _refuse_encoded(
@@ -247,31 +311,72 @@ def _body_for(
     proof: CodingProof,
 ) -> WireBody:
     where = display_url(url)
-    offset, end = asked
     body = WireBody(pool, url, conn, resp)
-    if resp.status in (200, 206):
-        try:
-            _refuse_encoded(pool, asked_url, url, resp.getheader, proof)
-        except SourceError:
-            body.close()  # unread: never reused
-            raise
-    if resp.status == 206:
-        span = parse_content_range(resp.getheader("content-range"))
-        # Every returned range is checked (s3transfer's rule).
-        if span is None or span[0] != offset or (end is not None and span[1] != end):
-            body.close()
-            raise RangeUnusable(f"{where} answered bytes={offset}- with a wrong Content-Range")
-        body.start, body.total_bytes = offset, span[2]
-        return body
-    if resp.status == 200:
-        length = resp.getheader("content-length")
-        body.total_bytes = parse_digits(length)
-        return body
+    try:
+        if resp.status in (200, 206):
+            return _framed_body(pool, url, body, asked, asked_url, proof)
+        if resp.status == 416:
+            body.complete = True
+            body.total_bytes = parse_unsatisfied_range(resp.getheader("content-range"))
+    except AbsurdNumber as err:
+        body.close()  # unread: never reused
+        raise err.at(where) from None  # #29 item 8
+    except (SourceError, RangeUnusable):
+        body.close()
+        raise
     if resp.status == 416:
-        body.complete = True
-        body.total_bytes = parse_unsatisfied_range(resp.getheader("content-range"))
         _drain_and_release(pool, url, conn, resp)
         return body
     error = status_error(resp.status, resp.getheader, where)
     _drain_and_release(pool, url, conn, resp)
     raise error
+
+
+def _framed_body(
+    pool: ConnectionPool,
+    url: str,
+    body: WireBody,
+    asked: tuple[int, int | None],
+    asked_url: str,
+    proof: CodingProof,
+) -> WireBody:
+    """A 200 or 206 that is the file's bytes as asked, or the refusal."""
+    where = display_url(url)
+    offset, end = asked
+    resp = body.response
+    _refuse_encoded(pool, asked_url, url, resp.getheader, proof)
+    _check_length(resp, where)
+    if resp.status == 206:
+        span = parse_content_range(resp.getheader("content-range"))
+        # Every returned range is checked (s3transfer's rule).
+        if span is None or span[0] != offset or (end is not None and span[1] != end):
+            raise RangeUnusable(f"{where} answered bytes={offset}- with a wrong Content-Range")
+        body.start, body.total_bytes = offset, span[2]
+        return body
+    # Under chunks a Content-Length is no length (RFC 9112 §6.1, #29 item 3).
+    length = None if resp.chunked else resp.getheader("content-length")
+    body.total_bytes = parse_length(length)
+    return body
+
+
+def _check_length(resp: http.client.HTTPResponse, where: str) -> None:
+    """#29 item 8: http.client frames a body by int() of the first
+    Content-Length line, which takes `1_0` and `+10` and gives up past
+    4,300 digits (then reading until the connection closes). The body's end
+    is trusted only where the agent reads the same length from the header
+    (every line, joined): one plain decimal within the bound."""
+    value = resp.getheader("content-length")
+    if value is None or resp.chunked:
+        return
+    length = parse_length(value)
+    if length is None or length != resp.length:
+        raise SourceError(
+            f"{where} answered with Content-Length: {_shown(value)}, which is no length the "
+            "agent can frame the body by",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        )
+
+
+def _shown(value: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in value.strip())[:40]

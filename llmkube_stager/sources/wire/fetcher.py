@@ -15,7 +15,13 @@ from llmkube_stager.logs import Log
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta
 from llmkube_stager.sources.wire.coding import CodingProof
-from llmkube_stager.sources.wire.status import USER_AGENT, AuthPolicy, Origin, split_userinfo
+from llmkube_stager.sources.wire.status import (
+    USER_AGENT,
+    AuthPolicy,
+    Origin,
+    sendable,
+    split_userinfo,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -60,6 +66,7 @@ class HttpFetcher:
         from llmkube_stager.sources.wire.probe import meta_from
 
         url, _ = split_userinfo(file.url)  # the credentials go in AuthPolicy's header
+        url = sendable(url)
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         proof = CodingProof(pinned=file.sha256 is not None)
         final, status, answer = head(self._pool, url, headers, self._auth, proof)
@@ -81,6 +88,7 @@ class HttpFetcher:
         # directly, auth is judged against where this request starts.
         auth = self._auth_from(file.url, meta.url)
         url, _ = split_userinfo(meta.url)  # a GET without a probe starts at file.url
+        url = sendable(url)
         asked, _ = split_userinfo(file.url)
         # A pin checks every byte; an S3 object's stored coding is metadata (#29 item 11).
         proof = CodingProof(file.sha256 is not None, meta.stored_encoding, meta.size_bytes)

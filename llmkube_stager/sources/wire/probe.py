@@ -14,6 +14,7 @@ from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import ProxySettings
 from llmkube_stager.sources.base import RemoteMeta
+from llmkube_stager.sources.wire.bounded import AbsurdNumber
 from llmkube_stager.sources.wire.errors import (
     proxy_refused,
     timeout_error,
@@ -138,9 +139,13 @@ def meta_from(status: int, headers: Mapping[str, str], url: str) -> RemoteMeta:
     """What a HEAD's answer says (headers: case-insensitive or lowercase)."""
     if 200 <= status < 300:
         etag = headers.get("etag")
+        try:
+            size = content_length(headers.get)
+        except AbsurdNumber as err:
+            raise err.at(display_url(url)) from None  # #29 item 8
         return RemoteMeta(
             url=url,
-            size_bytes=content_length(headers.get),
+            size_bytes=size,
             etag=etag,
             accept_ranges=headers.get("accept-ranges", "").strip().lower() == "bytes",
             if_range=strong(etag) or headers.get("last-modified"),

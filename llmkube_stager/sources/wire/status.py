@@ -21,6 +21,8 @@ from llmkube_stager.errors import (
     proxy_unauthorized,
 )
 from llmkube_stager.logs import display_url
+from llmkube_stager.sources.wire.bounded import AbsurdNumber, wire_int
+from llmkube_stager.sources.wire.iri import Unsendable, ascii_host, location_url, wire_url
 from llmkube_stager.sources.wire.ratelimit import rate_limit_wait_s, retry_after_s
 
 USER_AGENT = "llmkube-stager/0.1"
@@ -29,8 +31,8 @@ MAX_REDIRECTS = 10
 # The only schemes a redirect is followed to (#22 item 8): http.client would
 # speak cleartext HTTP to an ftp://, gopher:// or ftps:// host and port.
 _FOLLOWED_SCHEMES = frozenset({"http", "https"})
-_CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
-_UNSATISFIED_RANGE_RE = re.compile(r"bytes\s+\*/(\d+)")
+_CONTENT_RANGE_RE = re.compile(r"bytes\s+([0-9]+)-([0-9]+)/([0-9]+|\*)", re.ASCII)
+_UNSATISFIED_RANGE_RE = re.compile(r"bytes\s+\*/([0-9]+)", re.ASCII)
 
 HeaderGet = Callable[[str], str | None]
 
@@ -46,7 +48,17 @@ class Origin:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         port = parts.port or (443 if scheme == "https" else 80)
-        return cls(scheme, (parts.hostname or "").lower(), port)
+        return cls(scheme, _host_of(parts.hostname or ""), port)
+
+
+def _host_of(hostname: str) -> str:
+    """The origin's host as requests name it: IDNA A-labels (#29 item 9), so
+    that a URL and its encoded form are one origin for credentials and
+    proxies; one IDNA cannot encode is never sent (wire_url refuses it)."""
+    try:
+        return ascii_host(hostname.lower())
+    except Unsendable:
+        return hostname.lower()
 
 
 def check_http_url(url: str, name: str = "MODEL_SOURCE") -> None:
@@ -59,6 +71,25 @@ def check_http_url(url: str, name: str = "MODEL_SOURCE") -> None:
         _ = parts.port
     except ValueError:
         raise ConfigError(f"{name} has an invalid port: {display_url(url)!r}") from None
+    try:
+        wire_url(url)
+    except Unsendable as exc:
+        # #29 item 9: named, never shown (a URL may carry credentials).
+        raise ConfigError(f"{name} cannot be sent in a request: {exc}") from None
+
+
+def sendable(url: str) -> str:
+    """`url` as a request carries it (iri.wire_url, #29 item 9). MODEL_SOURCE
+    was checked with its name (check_http_url); what else cannot be sent (a
+    file name a listing gave) is a bad answer, the URL never shown."""
+    try:
+        return wire_url(url)
+    except Unsendable as exc:
+        raise SourceError(
+            f"a URL of the source cannot be sent in a request: {exc}",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        ) from None
 
 
 _HF_HOSTS = frozenset({"huggingface.co", "www.huggingface.co"})
@@ -132,10 +163,11 @@ class AuthPolicy:
 
 def next_hop(url: str, location: str) -> str:
     """Where a redirect from `url` to `location` leads, without userinfo
-    (credentials come from AuthPolicy only, #11 item 13). Only http and https are
-    followed; anything else (ftp, ftps, gopher, file, data, ...) is refused
-    before any connection (#22 item 8)."""
-    target = urljoin(url, location.strip())
+    (credentials come from AuthPolicy only, #11 item 13), as a request
+    carries it (#29 item 9). Only http and https are followed; anything else
+    (ftp, ftps, gopher, file, data, ...) is refused before any connection
+    (#22 item 8)."""
+    target = urljoin(url, location_url(location).strip())
     parts = urlsplit(target)
     scheme = parts.scheme.lower()
     if scheme not in _FOLLOWED_SCHEMES:
@@ -151,19 +183,33 @@ def next_hop(url: str, location: str) -> str:
             remedy=REMEDY_REDIRECT_SCHEME,
         )
     bare, _ = split_userinfo(target)
-    return bare
+    try:
+        return wire_url(bare)  # #29 item 9: raw UTF-8 percent-encoded, as curl does
+    except Unsendable as exc:
+        raise SourceError(
+            f"{display_url(url)} redirected to a Location no request can carry ({exc}); "
+            "nothing was fetched from it",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+        ) from None
 
 
-def parse_digits(value: str | None) -> int | None:
+def parse_digits(value: str | None, header: str = "Content-Length") -> int | None:
     """A decimal header value; anything else (ASCII digits only: a latin-1
-    '²' passes str.isdigit) is None."""
-    text = (value or "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    '²' passes str.isdigit) is None; AbsurdNumber past the bound (#29 item 8)."""
+    return wire_int(value, header)
+
+
+def parse_length(value: str | None) -> int | None:
+    """A Content-Length: one decimal, or repeated lines of the same one
+    joined (RFC 9110 §8.6); different values are no length."""
+    values = {part.strip() for part in (value or "").split(",")}
+    return parse_digits(values.pop()) if len(values) == 1 else None
 
 
 def content_length(get: HeaderGet) -> int | None:
     """Content-Length, with absent or 0 meaning "unknown" (spec §8.1 CL0)."""
-    return parse_digits(get("content-length")) or None
+    return parse_length(get("content-length")) or None
 
 
 def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
@@ -171,19 +217,32 @@ def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None
     match = _CONTENT_RANGE_RE.fullmatch((value or "").strip())
     if not match:
         return None
-    total = None if match.group(3) == "*" else int(match.group(3))
-    return int(match.group(1)), int(match.group(2)), total
+    total = None if match.group(3) == "*" else _range_int(match.group(3))
+    return _range_int(match.group(1)), _range_int(match.group(2)), total
 
 
 def parse_unsatisfied_range(value: str | None) -> int | None:
     """`bytes */total` of a 416 -> total."""
     match = _UNSATISFIED_RANGE_RE.fullmatch((value or "").strip())
-    return int(match.group(1)) if match else None
+    return _range_int(match.group(1)) if match else None
+
+
+def _range_int(digits: str) -> int:
+    """The pattern's ASCII digits, read with the bound."""
+    return wire_int(digits, "Content-Range") or 0
 
 
 def status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     """Map an HTTP error status to a contract reason; 429/5xx are transient.
-    The status rides along as a fact (`Wire`), for the operator's matcher."""
+    The status rides along as a fact (`Wire`), for the operator's matcher.
+    A wait of no sane length makes it a bad answer (#29 item 8)."""
+    try:
+        return _status_error(status, get, where)
+    except AbsurdNumber as err:
+        return err.at(f"{where} returned HTTP {status},")
+
+
+def _status_error(status: int, get: HeaderGet, where: str) -> SourceError:
     text = f"{where} returned HTTP {status}"
     wire = Wire(http_status=status)
     if status in (401, 403) and (get("x-error-code") or "").strip() == "GatedRepo":
