@@ -13,18 +13,42 @@
   defect 12): files transferred this run, and kept files whose validator
   was verified.
 - The intent of an OnChange set's publish (#10 defect 13).
+- Whether the files a Hugging Face run over the whole model published are
+  still its own (#29 item 1): two writers that no claim covers (a pod on a
+  partitioned node and its replacement, two Jobs for one model) may resolve
+  a moving branch to two commits and rename over each other's files. The
+  writer whose commit the record names last owns the model: the other stops
+  before its next publish (`guard_commit`). At the end (`settle`) a file
+  this run published that holds other bytes now is another writer's: its
+  validator is not recorded (no writer vouches for bytes it did not write),
+  and a run that leaves files of its own beside another commit's marks the
+  model mixed (every reader refuses it) and fails, retryable.
 
 Bookkeeping writes are best effort: the copy is servable anyway.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable, Iterable
 
 from llmkube_stager.acting.session import Session
 from llmkube_stager.cache.listrec import write_listing
-from llmkube_stager.cache.runrecord import MAIN, PublishEntry, RunRecord, Update, write_run
+from llmkube_stager.cache.runrecord import (
+    MAIN,
+    PublishEntry,
+    RunRecord,
+    Update,
+    clear_mixed,
+    mark_mixed,
+    read_mixed,
+    read_run_record,
+    record_name,
+    write_run,
+)
+from llmkube_stager.errors import Reason, SourceError, StagerError
 from llmkube_stager.model import Decision, FileResult, Manifest
 from llmkube_stager.sources.base import ListingSource, RemoteMeta, Source
 
@@ -49,6 +73,14 @@ class Recorder:
         self.keeps_validators = manifest.kind == "hf" or self._listing is not None
         self._run_recorded = False
         self._recording = threading.Lock()
+        self._manifest = manifest
+        # #29 item 1: a Hugging Face run over the whole model (a share has
+        # its Job's claim and a record of its own) watches for another
+        # writer's commit: what it published, the main record as last read.
+        self.watches_commit = manifest.kind == "hf" and session.writer == MAIN
+        self._published: dict[str, os.stat_result] = {}
+        self._foreign: frozenset[str] = frozenset()
+        self._record_seen: tuple[int, int, int] | None = None
 
     def before_first_publish(self) -> None:
         with self._recording:  # files in flight: the first publish waits for it
@@ -62,13 +94,117 @@ class Recorder:
 
     def begin_publish(self, entries: Iterable[PublishEntry]) -> None:
         """A set's renames are about to start: its intent, with the run's
-        commit, in one write."""
+        commit, in one write; unless another writer's commit owns the model
+        (#29 item 1), checked before the intent: a set stopped halfway
+        would leave a publish for the next writer to finish."""
+        self.guard_commit()
         self._record_listing()
         self._run_recorded = True
         self.write(self._run_update() | Update(intent=tuple(entries)))
 
     def end_publish(self) -> None:
         self.write(Update(intent=()))
+
+    # -- #29 item 1: writers no claim covers ------------------------------------------------
+
+    def published(self, rel: str, st: os.stat_result) -> None:
+        """This run renamed `rel` into place: the inode it published."""
+        with self._recording:
+            self._published[rel] = st
+
+    def guard_commit(self) -> None:
+        """Before a publish: the main record still names this run's commit
+        (or, until this run recorded it, the commit it named at the start).
+        Another writer that recorded another commit since owns the model:
+        this run publishes nothing more (ModelSourceChanged, retryable).
+        Read again only when the record changed (one lstat a publish)."""
+        mine = self._commit()
+        if not self.watches_commit or mine is None:
+            return
+        path = os.path.join(self._root, record_name(MAIN))
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._recording:
+            if key == self._record_seen:
+                return
+            self._record_seen = key
+        owner = read_run_record(self._root).run(MAIN).commit
+        # Until this run recorded its commit, the one the record named when
+        # it began (an OnChange run replaces it as it publishes).
+        expected = mine if self._run_recorded else self._record.run(MAIN).commit
+        if owner and owner != expected:
+            raise self._overtaken(owner, mine)
+
+    def settle(self, kept_files: bool) -> StagerError | None:
+        """After the transfers, whole or failed: which files this run
+        published hold other bytes now (another writer's: their validators
+        are not recorded), and whether another writer's commit owns the
+        model. A run that leaves files of its own (published, or kept:
+        `kept_files`) beside another commit's marks the model mixed. The
+        error this run ends with, or None."""
+        mine = self._commit()
+        if not self.watches_commit or mine is None or not self._published:
+            return None
+        mark = read_mixed(self._root)  # before the files are looked at
+        foreign = frozenset(rel for rel, st in self._published.items() if not self._still(rel, st))
+        self._foreign = foreign
+        owner = read_run_record(self._root).run(MAIN).commit
+        overtaken = bool(owner) and owner != mine
+        if not foreign and not overtaken:
+            if mark and {f.rel for f in self._manifest.files} <= self._published.keys():
+                # Every file of the model is this run's, of its commit: a
+                # mark an overtaken writer left meanwhile is answered.
+                self.best_effort(lambda: clear_mixed(self._root, mark))
+            return None
+        left = len(self._published) > len(foreign) or kept_files
+        other = owner if overtaken else None
+        if left:
+            commits = sorted({mine, other or "another"})
+            text = json.dumps({"commits": commits, "replaced": sorted(foreign)[:8]})
+            self.best_effort(lambda: mark_mixed(self._root, text))
+        return self._overtaken(other, mine, foreign=sorted(foreign))
+
+    def _still(self, rel: str, st: os.stat_result) -> bool:
+        """`rel` still holds what this run published: the inode it renamed,
+        or bytes of this run's version (a writer of the same commit renamed
+        the same bytes over it)."""
+        dest = self._manifest.file(rel).dest
+        try:
+            now = os.lstat(dest)
+        except OSError:
+            return False
+        if os.path.samestat(now, st) and (now.st_size, now.st_mtime_ns) == (
+            st.st_size,
+            st.st_mtime_ns,
+        ):
+            return True
+        from llmkube_stager.cache.state import holds_version
+
+        meta = self._session.metas.get(rel)
+        return meta is not None and holds_version(dest, meta.sha256, meta.etag)
+
+    def _commit(self) -> str | None:
+        resolved = self._session.resolved()
+        return resolved.commit if resolved is not None else None
+
+    def _overtaken(
+        self, owner: str | None, mine: str, foreign: list[str] | None = None
+    ) -> SourceError:
+        resolved = self._session.resolved()
+        revision = resolved.revision if resolved is not None else "the revision"
+        theirs = f"commit {owner[:12]}" if owner else "other bytes"
+        replaced = f" ({', '.join(foreign[:3])} replaced)" if foreign else ""
+        return SourceError(
+            f"another writer of the model staged {theirs} of {revision} while this run "
+            f"staged commit {mine[:12]}{replaced} (the revision moved between their listings): "
+            "this run stops, and a model left with files of both commits is refused until a "
+            "writer stages it again from one; run it again (pin a commit to avoid it)",
+            reason=Reason.SOURCE_CHANGED,
+            answered=True,
+        )
 
     def record_validators(self, results: tuple[FileResult, ...], whole_set: bool) -> None:
         """Which version each copy is, so that OnChange sees a same-size
@@ -83,7 +219,7 @@ class Recorder:
             if r.decision in moved or (r.decision is Decision.REUSE and r.rel in self.verified)
         ]
         update = Update(validators=self._validators_of(rels))
-        if len(rels) == len(results) and whole_set:
+        if len(rels) == len(results) and whole_set and not self._foreign:
             update = update | self._run_update()
         if update and update.changes(self._record, self._session.writer):
             self.write(update)
@@ -102,7 +238,12 @@ class Recorder:
 
     def _validators_of(self, rels: list[str]) -> dict[str, str]:
         metas = self._session.metas
-        return {rel: etag for rel in rels if (etag := _etag(metas.get(rel)))}
+        # Never a validator for bytes this run did not write (#29 item 1).
+        return {
+            rel: etag
+            for rel in rels
+            if rel not in self._foreign and (etag := _etag(metas.get(rel)))
+        }
 
     def _run_update(self) -> Update:
         """The revision and commit this run publishes from (Hugging Face)."""

@@ -143,6 +143,7 @@ class Transfers:
                 "partial_lost", f"another writer adopted the partial of {file.rel}", file=file.rel
             )
             return None
+        self._recorder.published(file.rel, st)
         if file.sha256:
             pin = file.sha256
             self._recorder.best_effort(lambda: stamp_published(file.dest, pin, st), file.rel)
@@ -155,6 +156,11 @@ class Transfers:
         try:
             done = self.stage_partial(action)
             self._recorder.before_first_publish()
+            try:
+                self._recorder.guard_commit()  # #29 item 1
+            except StagerError:
+                discard(done)
+                raise
             return self._publish(action, done)
         except StagerError as err:
             raise self.failed(action, err) from None
