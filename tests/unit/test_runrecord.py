@@ -116,3 +116,54 @@ def test_an_intent_entry_inside_the_model_still_counts(tmp_path: Path) -> None:
     (tmp_path / record_name(MAIN)).write_text(json.dumps({"/publishing": json.dumps([entry])}))
     refusal = judge_set(read_run_record(str(tmp_path)), str(tmp_path))
     assert refusal is not None and refusal.file == "sub/x.bin"
+
+
+# -- #29 item 1: the mixed mark; #29 item 6: a claim names its Job -----------------------
+
+
+def test_the_mixed_mark_is_read_as_any_reader_must_refuse_it(tmp_path: Path) -> None:
+    """Whatever sits at the mark's name is a mark: an empty file (a writer
+    killed between create and write) and a directory (no regular file)
+    refuse the model as well as a mark with its text; a mark cleared only
+    by the writer that saw that very text."""
+    from llmkube_stager.cache.runrecord import MIXED_NAME, clear_mixed, mark_mixed
+
+    root = str(tmp_path)
+    assert read_run_record(root).mixed == ""
+    (tmp_path / MIXED_NAME).write_bytes(b"")
+    assert read_run_record(root).mixed
+    (tmp_path / MIXED_NAME).unlink()
+    (tmp_path / MIXED_NAME).mkdir()
+    assert read_run_record(root).mixed
+    (tmp_path / MIXED_NAME).rmdir()
+
+    mark_mixed(root, '{"commits": ["a", "b"]}')
+    seen = read_run_record(root).mixed
+    mark_mixed(root, '{"commits": ["a", "c"]}')  # another writer marked since
+    clear_mixed(root, seen)
+    assert read_run_record(root).mixed == '{"commits": ["a", "c"]}'
+    clear_mixed(root, read_run_record(root).mixed)
+    assert not (tmp_path / MIXED_NAME).exists()
+
+
+def test_a_claim_names_its_job_and_one_without_is_read_as_before(tmp_path: Path) -> None:
+    from llmkube_stager.cache.jobclaim import JOB_COMMIT_NAME, JobCommit, read_job_commit
+
+    ticks = iter(range(0, 10**6, 10))  # every look at the clock: 10 s later
+
+    def read() -> JobCommit | None:
+        return read_job_commit(str(tmp_path), lambda _s: None, lambda: float(next(ticks)))
+
+    path = tmp_path / JOB_COMMIT_NAME
+    path.write_bytes(JobCommit("main", "c0ffee", "id1").encode())
+    assert "job" not in json.loads(path.read_bytes())  # what an older agent wrote
+    old = read()
+    assert old == JobCommit("main", "c0ffee", "id1", "")
+    assert old.of_another_job("uid-2") and not old.of_another_job("")
+    path.write_bytes(JobCommit("main", "c0ffee", "id1", "uid-1").encode())
+    mine = read()
+    assert mine is not None and mine.job == "uid-1"
+    assert not mine.of_another_job("uid-1") and mine.of_another_job("uid-2")
+    assert not mine.of_another_job("")  # a pod not told its Job: as before
+    path.write_text('{"revision": "main", "commit": "c0ffee", "id": "id1", "job": 7}')
+    assert read() is None  # no claim (debris: removed, a new one made)
