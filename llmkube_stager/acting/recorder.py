@@ -16,34 +16,35 @@
 - Whether the files a Hugging Face run over the whole model published are
   still its own (#29 item 1): two writers that no claim covers (a pod on a
   partitioned node and its replacement, two Jobs for one model) may resolve
-  a moving branch to two commits and rename over each other's files. The
-  writer whose commit the record names last owns the model: the other stops
-  before its next publish (`guard_commit`). At the end (`settle`) a file
-  this run published that holds other bytes now is another writer's: its
-  validator is not recorded (no writer vouches for bytes it did not write),
-  and a run that leaves files of its own beside another commit's marks the
-  model mixed (every reader refuses it) and fails, retryable.
+  a moving branch to two commits and rename over each other's files. Where
+  no lock excludes them, each writes its entry (cache/writers.py) before
+  its first publish, so that readers refuse the model while writers of two
+  commits are at it, or were and died. The writer whose commit the record
+  names last owns the model: the other stops before its next publish
+  (`guard_commit`). At the end (`settle`) a file this run published that
+  holds other bytes now is another writer's: its validator is not recorded
+  (no writer vouches for bytes it did not write); a run that leaves files
+  of its own beside another commit's leaves its entry as mixed and fails,
+  retryable; any other end removes its entry.
 
 Bookkeeping writes are best effort: the copy is servable anyway.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import secrets
 import threading
 from collections.abc import Callable, Iterable
 
 from llmkube_stager.acting.session import Session
+from llmkube_stager.cache import writers
 from llmkube_stager.cache.listrec import write_listing
 from llmkube_stager.cache.runrecord import (
     MAIN,
     PublishEntry,
     RunRecord,
     Update,
-    clear_mixed,
-    mark_mixed,
-    read_mixed,
     read_run_record,
     record_name,
     write_run,
@@ -80,7 +81,10 @@ class Recorder:
         self.watches_commit = manifest.kind == "hf" and session.writer == MAIN
         self._published: dict[str, os.stat_result] = {}
         self._foreign: frozenset[str] = frozenset()
-        self._record_seen: tuple[int, int, int] | None = None
+        self._record_seen: tuple[int, int, int, float] | None = None
+        # This run's entry among the writers (where no lock excludes them).
+        self._entry = secrets.token_hex(8)
+        self._entered = False
 
     def before_first_publish(self) -> None:
         with self._recording:  # files in flight: the first publish waits for it
@@ -91,6 +95,7 @@ class Recorder:
             update = self._run_update()
             if update and update.changes(self._record, self._session.writer):
                 self.write(update)
+            self._enter()
 
     def begin_publish(self, entries: Iterable[PublishEntry]) -> None:
         """A set's renames are about to start: its intent, with the run's
@@ -101,11 +106,23 @@ class Recorder:
         self._record_listing()
         self._run_recorded = True
         self.write(self._run_update() | Update(intent=tuple(entries)))
+        self._enter()
 
     def end_publish(self) -> None:
         self.write(Update(intent=()))
 
     # -- #29 item 1: writers no claim covers ------------------------------------------------
+
+    def _enter(self) -> None:
+        """This run's entry, its commit, once it recorded the commit and
+        before its first rename: where a lock excludes other writers, none."""
+        mine = self._commit()
+        if self._entered or not self.watches_commit or mine is None:
+            return
+        if self._session.strategy.lock_excludes:
+            return
+        self._entered = True
+        self.best_effort(lambda: writers.enter(self._root, self._entry, mine))
 
     def published(self, rel: str, st: os.stat_result) -> None:
         """This run renamed `rel` into place: the inode it published."""
@@ -126,7 +143,12 @@ class Recorder:
             st = os.lstat(path)
         except OSError:
             return
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        # The record is read again when it changed, and at least once a
+        # second: a FUSE driver's attribute cache (blobfuse2: 120 s) may
+        # show the old attributes of a record another node replaced, while
+        # an open reads it anew.
+        now_s = self._session.clock.monotonic()
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, float(int(now_s)))
         with self._recording:
             if key == self._record_seen:
                 return
@@ -143,29 +165,41 @@ class Recorder:
         published hold other bytes now (another writer's: their validators
         are not recorded), and whether another writer's commit owns the
         model. A run that leaves files of its own (published, or kept:
-        `kept_files`) beside another commit's marks the model mixed. The
-        error this run ends with, or None."""
+        `kept_files`) beside another commit's leaves its entry as mixed;
+        any other end removes it. The error this run ends with, or None."""
         mine = self._commit()
-        if not self.watches_commit or mine is None or not self._published:
+        if not self.watches_commit or mine is None:
             return None
-        mark = read_mixed(self._root)  # before the files are looked at
+        if not (self._published or self._entered):
+            return None
+        seen = writers.read_writers(self._root)  # before the files are looked at
         foreign = frozenset(rel for rel, st in self._published.items() if not self._still(rel, st))
         self._foreign = foreign
         owner = read_run_record(self._root).run(MAIN).commit
         overtaken = bool(owner) and owner != mine
         if not foreign and not overtaken:
-            if mark and {f.rel for f in self._manifest.files} <= self._published.keys():
-                # Every file of the model is this run's, of its commit: a
-                # mark an overtaken writer left meanwhile is answered.
-                self.best_effort(lambda: clear_mixed(self._root, mark))
+            self._leave()
+            others = [e for e in seen if e.name != self._entry]
+            if others and {f.rel for f in self._manifest.files} <= self._published.keys():
+                # Every file of the model is this run's, of its commit (and
+                # the record names it): the other writers' entries it saw
+                # are answered, a dead writer's too. An overtaken writer
+                # still alive publishes nothing more (its guard), and one
+                # that still renamed a file rewrites its entry as mixed at
+                # its end.
+                self.best_effort(lambda: writers.clear(self._root, others))
             return None
         left = len(self._published) > len(foreign) or kept_files
-        other = owner if overtaken else None
         if left:
-            commits = sorted({mine, other or "another"})
-            text = json.dumps({"commits": commits, "replaced": sorted(foreign)[:8]})
-            self.best_effort(lambda: mark_mixed(self._root, text))
-        return self._overtaken(other, mine, foreign=sorted(foreign))
+            self._entered = True
+            self.best_effort(lambda: writers.enter(self._root, self._entry, mine, mixed=True))
+        else:
+            self._leave()  # none of this run's files is left: the set is another's
+        return self._overtaken(owner if overtaken else None, mine, foreign=sorted(foreign))
+
+    def _leave(self) -> None:
+        if self._entered:
+            self.best_effort(lambda: writers.leave(self._root, self._entry))
 
     def _still(self, rel: str, st: os.stat_result) -> bool:
         """`rel` still holds what this run published: the inode it renamed,

@@ -30,13 +30,9 @@ sharded costs one failed open. A file's validator comes from the record
 written last (a later unsharded run rewrites the main file, a later
 sharded run its share's).
 
-Beside them, `.llmkube-validators.mixed`: the mark a writer leaves when
-it finds its files among another writer's of another commit (#29 item 1:
-two writers of one model that no claim covers, while a branch moves). A
-file of its own, created whole, never merged: a concurrent writer's merge
-of the main record cannot lose it. Every reader refuses the model while it
-is there; a writer proves every file by its bytes and removes it
-(staging/run.py).
+Beside them, the entries of the writers at work where no lock excludes
+them (cache/writers.py, #29 item 1): the record read here carries them, so
+that every reader judges them with the rest (`RunRecord.mixed`).
 
 In memory the record is typed (`RunRecord`, `WriterRun`, `PublishEntry`);
 one reader merges the files (`read_run_record`), one writer updates one
@@ -55,14 +51,12 @@ from dataclasses import dataclass, field, replace
 
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.cache.writers import WriterEntry, conflict, read_writers
 from llmkube_stager.config import MAX_SHARDS
 from llmkube_stager.errors import InvalidFileSet
 from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME, parse_file_list
 from llmkube_stager.share import share_id
 
-# #29 item 1: files of two commits, left by writers no claim covered.
-MIXED_NAME = VALIDATORS_NAME + ".mixed"
-_MAX_MIXED_BYTES = 4096
 MAIN = ""  # the writer of the whole model; a share's id is "<i>-of-<n>"
 _MAX_RECORD_BYTES = 1 << 20
 _MAX_SHARDS_BYTES = 32
@@ -112,8 +106,8 @@ class RunRecord:
 
     validators: Mapping[str, str] = field(default_factory=dict)
     runs: Mapping[str, WriterRun] = field(default_factory=dict)
-    # The mixed mark's text ("" without one): what a writer found (#29 item 1).
-    mixed: str = ""
+    # The writers at work where no lock excludes them (#29 item 1).
+    writers: tuple[WriterEntry, ...] = ()
 
     def run(self, writer: str = MAIN) -> WriterRun:
         return self.runs.get(writer) or WriterRun(writer)
@@ -136,6 +130,14 @@ class RunRecord:
         if self.run().commit and not _covers_all(live):
             live[MAIN] = self.run().commit
         return live
+
+    @property
+    def mixed(self) -> str:
+        """Why the writers' entries say the files may come from two
+        commits (#29 item 1); "" when they do not."""
+        if not self.writers:
+            return ""
+        return conflict(self.writers, set(self.commits().values()))
 
     def revisions(self) -> set[str]:
         return {run.revision for run in self.runs.values() if run.revision}
@@ -176,18 +178,7 @@ def read_run_record(root: str) -> RunRecord:
         run = _parse_run(writer, doc)
         if run != WriterRun(writer):
             runs[writer] = run
-    return RunRecord(validators, runs, read_mixed(root))
-
-
-def read_mixed(root: str) -> str:
-    """The mixed mark's text; "" without one. Anything at the name that is
-    not a small regular file we can read counts as a mark too: a reader
-    that cannot tell refuses rather than serve (#29 item 1)."""
-    small = read_small(os.path.join(root, MIXED_NAME), _MAX_MIXED_BYTES)
-    if small.absent:
-        return ""
-    text = (small.data or b"").decode("utf-8", "replace").strip()
-    return text or "an unreadable mark"
+    return RunRecord(validators, runs, read_writers(root))
 
 
 def _mtime(root: str, name: str) -> float:
@@ -352,19 +343,6 @@ def write_run(root: str, writer: str, update: Update) -> None:
     merged = {**current, **update.validators, **update.run_keys()}
     data = json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
     write_atomic(os.path.join(root, name), data)
-
-
-def mark_mixed(root: str, text: str) -> None:
-    """Every reader refuses the model until a writer proves its files."""
-    write_atomic(os.path.join(root, MIXED_NAME), text.encode("utf-8", "replace"))
-
-
-def clear_mixed(root: str, seen: str) -> None:
-    """A writer proved every file by its bytes: the mark it saw goes, and
-    only it (a mark another writer left since says something new)."""
-    if read_mixed(root) == seen:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, MIXED_NAME))
 
 
 def write_shard_count(root: str, shards: int) -> None:

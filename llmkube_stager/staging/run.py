@@ -16,8 +16,9 @@ from dataclasses import replace
 from llmkube_stager import messages
 from llmkube_stager.acting.executor import execute
 from llmkube_stager.acting.session import Clock, Session
+from llmkube_stager.cache import writers
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.runrecord import clear_mixed, read_run_record, writer_of
+from llmkube_stager.cache.runrecord import read_run_record, writer_of
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, TransferError, from_source
 from llmkube_stager.model import Decision, FileResult, Outcome, PinState
@@ -57,16 +58,17 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
     if prepared.manifest.kind == "pvc":
         return prepared, _verify_pvc(prepared, effects)
     mixed = _mixed_to_settle(config, prepared)
+    seen = prepared.record.writers
     if mixed:
-        # Files of two commits, marked by a writer that found them (#29 item
-        # 1): this run stages the model as OnChange does, every present
-        # file proven by its bytes against one commit (no record trusted),
-        # the rest fetched, and only then removes the mark.
+        # Writers of two commits were at it (#29 item 1, cache/writers.py):
+        # this run stages the model as OnChange does, every present file
+        # proven by its bytes against one commit (no record trusted), the
+        # rest fetched, and only then clears the entries it found.
         effects.log.warning(
             "mixed_commits",
             "the model's files were left from more than one commit by writers of it; "
             "proving every file by its bytes and staging the set again from one commit",
-            mark=mixed,
+            why=mixed,
         )
         config = replace(config, refresh_policy="OnChange")
         prepared = replan(config, prepared)
@@ -108,15 +110,18 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             if prepared.strategy.may_write:
                 finish_share(root, prepared.share, prepared.claim, session)
         if mixed and all(r.decision is not Decision.KEEP for r in results):
-            clear_mixed(root, mixed)  # every file proven or staged from one commit
+            # Every file proven or staged from one commit: the entries this
+            # run found are answered (one written since is not among them).
+            writers.clear(root, seen)
     finally:
         session.close()
     return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
 
 
 def _mixed_to_settle(config: Config, prepared: Prepared) -> str:
-    """The mixed mark this run settles: a writer of the whole model (a
-    share stages only its files: it cannot prove the set)."""
+    """Why the writers' entries refuse the model, when this run settles it
+    (cache/writers.py): a writer of the whole model (a share stages only
+    its files: it cannot prove the set)."""
     if config.shards > 1 or not prepared.strategy.may_write:
         return ""
     return prepared.record.mixed

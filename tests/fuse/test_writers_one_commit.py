@@ -14,13 +14,18 @@ set."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from llmkube_stager.cache.runrecord import MIXED_NAME, read_run_record
+from llmkube_stager.cache.runrecord import read_run_record
+from llmkube_stager.cache.writers import WRITERS_NAME
 from tests.harness.hub import FakeHub
 from tests.harness.mounts import TwoNodes
 from tests.harness.pause import await_stopped, pause_flags
@@ -142,6 +147,20 @@ def _reap(proc: subprocess.Popen[str]) -> None:
 def test_two_writers_while_main_moves_never_leave_a_set_of_two_commits_accepted(
     hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
 ) -> None:
+    race_and_judge(hub, two_nodes, tmp_path)
+
+
+def test_the_same_on_nodes_that_cache_entries_and_attributes(
+    hub: FakeHub, caching_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    """Each node's kernel keeps what it saw of the other's renames for 30 s
+    (blobfuse2: 120 s): a writer's lstat of the run record shows the old
+    attributes after the other node replaced it; the guard reads it anew
+    at least once a second."""
+    race_and_judge(hub, caching_nodes, tmp_path)
+
+
+def race_and_judge(hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path) -> None:
     one, two = commit_files(1), commit_files(50)
     first = hub.add_repo(REPO, one)
     rels = sorted(one)
@@ -186,19 +205,15 @@ def test_two_writers_while_main_moves_never_leave_a_set_of_two_commits_accepted(
     )
 
 
-def test_an_overtaken_writer_stops_and_marks_its_files_and_the_owner_answers_the_mark(
-    hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
-) -> None:
-    """Deterministic: A (commit 1) publishes its first file and stops; B,
-    which listed main at commit 2 before A recorded anything, records
-    commit 2 and stops. A goes on: before its next publish it sees B's
-    commit, publishes nothing more, marks the model mixed (its file is
-    still there) and fails, retryable; a reader refuses the model. B goes
-    on, publishes every file of commit 2 over A's and, its end finding
-    every file its own, removes the mark: one commit, accepted."""
-    one, two = commit_files(1), commit_files(50)
-    first = hub.add_repo(REPO, one)
-    rels = sorted(one)
+@contextlib.contextmanager
+def paused_pair(
+    hub: FakeHub, nodes: TwoNodes, tmp_path: Path, rels: list[str], two: dict[str, bytes]
+) -> Iterator[tuple[Paused, Paused]]:
+    """A (commit 1) recorded its commit and published rels[0], and is
+    stopped; B, which listed main at commit 2 before A recorded anything
+    (its listing held until A stopped), recorded commit 2 and is stopped
+    before its first publish. Both are killed on the way out if still
+    running."""
     a_listed, b_listed, release_b = threading.Event(), threading.Event(), threading.Event()
     calls: list[int] = []
 
@@ -213,7 +228,7 @@ def test_an_overtaken_writer_stops_and_marks_its_files_and_the_owner_answers_the
             release_b.wait(60)
 
     hub.on_api(hold_listings)
-    cache_a, cache_b = two_nodes.node1 / "model", two_nodes.node2 / "model"
+    cache_a, cache_b = nodes.node1 / "model", nodes.node2 / "model"
     flags_a, pause_a = pause_flags([cache_a / rels[0]])
     flags_b, pause_b = pause_flags([cache_b / ".llmkube-validators"], times=1)
     a, b = Pod(tmp_path, stager=True), Pod(tmp_path, stager=True)
@@ -221,51 +236,108 @@ def test_an_overtaken_writer_stops_and_marks_its_files_and_the_owner_answers_the
         env={**env(hub, cache_a, rels, **PATIENT, **ONE_AT_A_TIME), **pause_a},
         python_flags=flags_a,
     )
-    assert a_listed.wait(60), "writer A never listed"
-    proc_b = b.popen(
-        env={**env(hub, cache_b, rels, **PATIENT, **ONE_AT_A_TIME), **pause_b},
-        python_flags=flags_b,
-    )
-    backing = two_nodes.backing / "model"
+    procs = [proc_a]
     try:
+        assert a_listed.wait(60), "writer A never listed"
+        proc_b = b.popen(
+            env={**env(hub, cache_b, rels, **PATIENT, **ONE_AT_A_TIME), **pause_b},
+            python_flags=flags_b,
+        )
+        procs.append(proc_b)
         await_stopped(proc_a, 60)  # A recorded commit 1 and published rels[0]
         release_b.set()
         await_stopped(proc_b, 60)  # B recorded commit 2, published nothing yet
-        os.kill(proc_a.pid, signal.SIGCONT)
-        run_a = a.finish(proc_a, timeout=120)
-        run_a.failed("ModelSourceChanged", retryable=True)
-        assert "another writer of the model staged commit" in run_a.term["message"]
-        assert on_disk(backing, one, two) == {rels[0]: "1", **{r: "?" for r in rels[1:]}}
-        assert (backing / MIXED_NAME).is_file(), "A left its file beside commit 2 unmarked"
-        # A's file is A's: if a validator is recorded for it, commit 1's.
-        recorded = read_run_record(str(backing)).validators.get(rels[0], "")
-        assert recorded.strip('"') in ("", hub.file(REPO, rels[0], first).sha256)
-
-        os.kill(proc_b.pid, signal.SIGCONT)
-        run_b = b.finish(proc_b, timeout=120)
+        yield Paused(a, proc_a), Paused(b, proc_b)
     finally:
         hub.on_api(None)
         release_b.set()
-        for proc in (proc_a, proc_b):
+        for proc in procs:
             _reap(proc)
+
+
+@dataclass
+class Paused:
+    pod: Pod
+    proc: subprocess.Popen[str]
+
+    def resume(self) -> Run:
+        os.kill(self.proc.pid, signal.SIGCONT)
+        return self.pod.finish(self.proc, timeout=120)
+
+
+def test_an_overtaken_writer_stops_and_leaves_its_entry_mixed_and_the_owner_answers_it(
+    hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    """Deterministic (paused_pair): A goes on: before its next publish it
+    sees B's commit, publishes nothing more, leaves its writer's entry as
+    mixed (its file is still there) and fails, retryable; a reader refuses
+    the model. B goes on, publishes every file of commit 2 over A's and,
+    its end finding every file its own, clears A's entry: one commit,
+    accepted."""
+    one, two = commit_files(1), commit_files(50)
+    first = hub.add_repo(REPO, one)
+    rels = sorted(one)
+    backing = two_nodes.backing / "model"
+    with paused_pair(hub, two_nodes, tmp_path, rels, two) as (a, b):
+        run_a = a.resume()
+        run_a.failed("ModelSourceChanged", retryable=True)
+        assert "another writer of the model staged commit" in run_a.term["message"]
+        assert on_disk(backing, one, two) == {rels[0]: "1", **{r: "?" for r in rels[1:]}}
+        assert read_run_record(str(backing)).mixed, "A left its file beside commit 2 unmarked"
+        # A's file is A's: if a validator is recorded for it, commit 1's.
+        recorded = read_run_record(str(backing)).validators.get(rels[0], "")
+        assert recorded.strip('"') in ("", hub.file(REPO, rels[0], first).sha256)
+        run_b = b.resume()
     run_b.ok(files=len(rels), fetched=len(rels))
     assert on_disk(backing, one, two) == dict.fromkeys(rels, "2")
-    assert not (backing / MIXED_NAME).exists(), "the owner of every file left the mark"
+    assert not read_run_record(str(backing)).mixed, "the owner of every file left A's entry"
     reader = Pod(tmp_path)
+    cache_b = two_nodes.node2 / "model"
     reader.run("verify", env=env(hub, cache_b, rels)).ok()
     reader.run(env=env(hub, cache_b, rels)).ok(files=len(rels), fetched=0, reused=len(rels))
 
 
-def test_a_set_marked_mixed_is_refused_by_readers_and_settled_by_a_writer_from_its_bytes(
+def test_two_writers_killed_leave_a_file_of_one_commit_under_the_others_record(
+    hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    """Both writers die where paused_pair stops them: A's file of commit 1
+    is on disk, the run record names B's commit 2. Before the writers'
+    entries, the Job's retry finished the model from the recorded commit
+    2, kept A's file (its size matches) and exited 0 on a mixed set that
+    `verify` accepted. A's entry (commit 1, beside a record of commit 2)
+    now refuses it, and the retry proves every file by its bytes."""
+    one, two = commit_files(1), commit_files(50)
+    first = hub.add_repo(REPO, one)
+    rels = sorted(one)
+    backing = two_nodes.backing / "model"
+    with paused_pair(hub, two_nodes, tmp_path, rels, two) as (a, b):
+        for paused in (a, b):
+            paused.proc.kill()
+            paused.proc.wait()
+            paused.pod.finish(paused.proc)
+    assert on_disk(backing, one, two)[rels[0]] == "1"
+    assert read_run_record(str(backing)).run().commit == hub.commit_of(REPO)
+
+    retry = Pod(tmp_path, stager=True).run(env=env(hub, two_nodes.node1 / "model", rels))
+    assert on_disk(backing, one, two) == dict.fromkeys(rels, "2"), "a mixed set was finished"
+    retry.ok()
+    assert retry.has_line("proving every file by its bytes"), retry.stderr
+    commits = {"1": first, "2": hub.commit_of(REPO)}
+    assert recorded_validators_name_the_bytes(hub, backing, commits, dict.fromkeys(rels, "2")) == []
+    reader = Pod(tmp_path)
+    reader.run("verify", env=env(hub, two_nodes.node2 / "model", rels)).ok()
+
+
+def test_a_set_left_mixed_is_refused_by_readers_and_settled_by_a_writer_from_its_bytes(
     hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
 ) -> None:
     """A complete set of commit 1 whose second file holds commit 2's bytes
     (another writer renamed its file over it: the same size, so every file
     matches its size record, and the record still names commit 1's sha256
-    for it), with the mark the overtaken writer left. `verify` and a
+    for it), with the entry the overtaken writer left. `verify` and a
     serving pod's warm start refuse it without a fetch; the next writer
     proves each file by its bytes (no recorded validator trusted), fetches
-    only the foreign one and removes the mark."""
+    only the foreign one and clears the entry."""
     one, two = commit_files(1), commit_files(50)
     first = hub.add_repo(REPO, one)
     second = hub.move_branch(REPO, "main", two)
@@ -278,7 +350,11 @@ def test_a_set_marked_mixed_is_refused_by_readers_and_settled_by_a_writer_from_i
     tmp = backing / (foreign + ".other-writer")
     tmp.write_bytes(two[foreign])
     os.replace(tmp, backing / foreign)
-    (backing / MIXED_NAME).write_text(f'{{"commits": ["{first}", "{second}"], "replaced": []}}')
+    # What the overtaken writer left: its entry, mixed.
+    (backing / WRITERS_NAME).mkdir(exist_ok=True)  # a writer left it, empty
+    (backing / WRITERS_NAME / "0123456789abcdef").write_text(
+        json.dumps({"commit": second, "mixed": True})
+    )
 
     reader = Pod(tmp_path)
     hub.cdn.clear_log()
@@ -293,7 +369,7 @@ def test_a_set_marked_mixed_is_refused_by_readers_and_settled_by_a_writer_from_i
     settled.ok(files=4, fetched=1, reused=3)
     assert settled.has_line("proving every file by its bytes"), settled.stderr
     assert on_disk(backing, one, two) == dict.fromkeys(rels, "1")
-    assert not (backing / MIXED_NAME).exists()
+    assert list((backing / WRITERS_NAME).iterdir()) == []
     commits = {"1": first, "2": second}
     assert recorded_validators_name_the_bytes(hub, backing, commits, dict.fromkeys(rels, "1")) == []
     reader.run("verify", env=env(hub, two_nodes.node2 / "model", rels)).ok()

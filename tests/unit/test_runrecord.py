@@ -118,32 +118,49 @@ def test_an_intent_entry_inside_the_model_still_counts(tmp_path: Path) -> None:
     assert refusal is not None and refusal.file == "sub/x.bin"
 
 
-# -- #29 item 1: the mixed mark; #29 item 6: a claim names its Job -----------------------
+# -- #29 item 1: the writers' entries; #29 item 6: a claim names its Job -----------------------
 
 
-def test_the_mixed_mark_is_read_as_any_reader_must_refuse_it(tmp_path: Path) -> None:
-    """Whatever sits at the mark's name is a mark: an empty file (a writer
-    killed between create and write) and a directory (no regular file)
-    refuse the model as well as a mark with its text; a mark cleared only
-    by the writer that saw that very text."""
-    from llmkube_stager.cache.runrecord import MIXED_NAME, clear_mixed, mark_mixed
+def test_the_writers_entries_refuse_what_they_cannot_vouch_for(tmp_path: Path) -> None:
+    """cache/writers.py as a reader meets it: no directory, an empty one, one
+    writer of the recorded commit: nothing to refuse. Another commit than
+    the record's, a mixed entry, an entry that is no JSON, something at the
+    directory's name that is no directory (a symlink: never followed), more
+    entries than it reads: refused. A writer clears only what it saw."""
+    import os
+
+    from llmkube_stager.cache import writers
 
     root = str(tmp_path)
+    write_run(root, MAIN, Update(revision="main", commit="c1"))
     assert read_run_record(root).mixed == ""
-    (tmp_path / MIXED_NAME).write_bytes(b"")
+    writers.enter(root, "w1", "c1")
+    assert read_run_record(root).mixed == ""  # a writer of the recorded commit at work
+    writers.enter(root, "w2", "c2")
+    assert "c1, c2" in read_run_record(root).mixed
+    writers.leave(root, "w2")
+    writers.enter(root, "w1", "c1", mixed=True)
     assert read_run_record(root).mixed
-    (tmp_path / MIXED_NAME).unlink()
-    (tmp_path / MIXED_NAME).mkdir()
+    seen = read_run_record(root).writers
+    writers.enter(root, "w3", "c1", mixed=True)  # written after it was seen
+    writers.clear(root, seen)
+    assert [e.name for e in read_run_record(root).writers] == ["w3"]
+    writers.leave(root, "w3")
+    (tmp_path / writers.WRITERS_NAME / "w4").write_text("not json")
     assert read_run_record(root).mixed
-    (tmp_path / MIXED_NAME).rmdir()
-
-    mark_mixed(root, '{"commits": ["a", "b"]}')
-    seen = read_run_record(root).mixed
-    mark_mixed(root, '{"commits": ["a", "c"]}')  # another writer marked since
-    clear_mixed(root, seen)
-    assert read_run_record(root).mixed == '{"commits": ["a", "c"]}'
-    clear_mixed(root, read_run_record(root).mixed)
-    assert not (tmp_path / MIXED_NAME).exists()
+    writers.leave(root, "w4")
+    for i in range(70):
+        writers.enter(root, f"w{i:03d}", "c1")
+    assert read_run_record(root).mixed  # more than it reads: not vouched for
+    for i in range(70):
+        writers.leave(root, f"w{i:03d}")
+    os.rmdir(tmp_path / writers.WRITERS_NAME)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / writers.WRITERS_NAME)
+    assert read_run_record(root).mixed
+    writers.clear(root, read_run_record(root).writers)
+    assert not os.path.lexists(tmp_path / writers.WRITERS_NAME)
+    assert (tmp_path / "elsewhere").is_dir()
 
 
 def test_a_claim_names_its_job_and_one_without_is_read_as_before(tmp_path: Path) -> None:
