@@ -180,16 +180,24 @@ class Recorder:
         if not foreign and not overtaken:
             self._leave()
             others = [e for e in seen if e.name != self._entry]
-            if others and {f.rel for f in self._manifest.files} <= self._published.keys():
-                # Every file of the model is this run's, of its commit (and
-                # the record names it): the other writers' entries it saw
-                # are answered, a dead writer's too. An overtaken writer
-                # still alive publishes nothing more (its guard), and one
-                # that still renamed a file rewrites its entry as mixed at
-                # its end.
+            covered = self._published.keys() | self.verified
+            if not {f.rel for f in self._manifest.files} <= covered:
+                # Only the entries that say what the record says (a writer
+                # of this commit killed before its end) are answered.
+                others = [e for e in others if e.commit == mine and not e.mixed]
+            if others:
+                # Every file of the model was published by this run or
+                # verified against its commit (which the record names): the
+                # other writers' entries it saw are answered, a dead
+                # writer's too. An overtaken writer still alive publishes
+                # nothing more (its guard); one that still renamed a file
+                # rewrites its entry as mixed at its end.
                 self.best_effort(lambda: writers.clear(self._root, others))
             return None
         left = len(self._published) > len(foreign) or kept_files
+        # A node's attribute cache may show this run's inode where another
+        # writer's now is: beside another commit, no file is vouched for.
+        self._foreign = frozenset(self._published)
         if left:
             self._entered = True
             self.best_effort(lambda: writers.enter(self._root, self._entry, mine, mixed=True))

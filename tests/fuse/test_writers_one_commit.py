@@ -374,3 +374,55 @@ def test_a_set_left_mixed_is_refused_by_readers_and_settled_by_a_writer_from_its
     assert recorded_validators_name_the_bytes(hub, backing, commits, dict.fromkeys(rels, "1")) == []
     reader.run("verify", env=env(hub, two_nodes.node2 / "model", rels)).ok()
     reader.run(env=env(hub, two_nodes.node2 / "model", rels)).ok(files=4, fetched=0, reused=4)
+
+
+def test_two_writers_of_one_commit_replace_each_others_files_and_both_succeed(
+    hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    """No false alarm: a pod and its replacement at the same commit (main
+    does not move), both listing before either publishes. A publishes its
+    first file and stops; B publishes all four, the first over A's; A goes
+    on and publishes the other three over B's. The file A finds replaced
+    holds its bytes (hashed once): both exit 0, no writer's entry is left,
+    readers accept."""
+    one = commit_files(1)
+    hub.add_repo(REPO, one)
+    rels = sorted(one)
+    a_listed, b_listed = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def list_both_first() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            a_listed.set()
+            b_listed.wait(30)
+        elif len(calls) == 2:
+            b_listed.set()
+
+    hub.on_api(list_both_first)
+    cache_a, cache_b = two_nodes.node1 / "model", two_nodes.node2 / "model"
+    flags_a, pause_a = pause_flags([cache_a / rels[0]], times=1)
+    a, b = Pod(tmp_path, stager=True), Pod(tmp_path, stager=True)
+    proc_a = a.popen(
+        env={**env(hub, cache_a, rels, **PATIENT, **ONE_AT_A_TIME), **pause_a},
+        python_flags=flags_a,
+    )
+    try:
+        assert a_listed.wait(60), "writer A never listed"
+        proc_b = b.popen(env=env(hub, cache_b, rels, **PATIENT, **ONE_AT_A_TIME))
+        await_stopped(proc_a, 60)
+        run_b = b.finish(proc_b, timeout=120)
+        os.kill(proc_a.pid, signal.SIGCONT)
+        run_a = a.finish(proc_a, timeout=120)
+    finally:
+        hub.on_api(None)
+        _reap(proc_a)
+    run_b.ok(files=len(rels), fetched=len(rels))
+    run_a.ok(files=len(rels), fetched=len(rels))
+    backing = two_nodes.backing / "model"
+    assert on_disk(backing, one, one) == dict.fromkeys(rels, "1")
+    assert not read_run_record(str(backing)).mixed
+    assert not any((backing / WRITERS_NAME).iterdir())
+    reader = Pod(tmp_path)
+    reader.run("verify", env=env(hub, cache_b, rels)).ok()
+    reader.run(env=env(hub, cache_b, rels)).ok(files=len(rels), fetched=0, reused=len(rels))
