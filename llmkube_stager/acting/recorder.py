@@ -179,21 +179,7 @@ class Recorder:
         overtaken = bool(owner) and owner != mine
         if not foreign and not overtaken:
             self._leave()
-            others = [e for e in seen if e.name != self._entry]
-            covered = self._published.keys() | self.verified
-            if not {f.rel for f in self._manifest.files} <= covered:
-                # Only the entries that say what the record says (a writer
-                # of this commit killed before its end) are answered.
-                others = [e for e in others if e.commit == mine and not e.mixed]
-            if others:
-                # Every file of the model was published by this run or
-                # verified against its commit (which the record names): the
-                # other writers' entries it saw are answered, a dead
-                # writer's too. An overtaken writer still alive publishes
-                # nothing more (its guard); one that still renamed a file
-                # rewrites its entry as mixed at its end.
-                self.best_effort(lambda: writers.clear(self._root, others))
-            return None
+            return self._answer([e for e in seen if e.name != self._entry], mine)
         left = len(self._published) > len(foreign) or kept_files
         # A node's attribute cache may show this run's inode where another
         # writer's now is: beside another commit, no file is vouched for.
@@ -204,6 +190,45 @@ class Recorder:
         else:
             self._leave()  # none of this run's files is left: the set is another's
         return self._overtaken(owner if overtaken else None, mine, foreign=sorted(foreign))
+
+    def _answer(self, others: list[writers.WriterEntry], mine: str) -> StagerError | None:
+        """A clean end and the other writers' entries it saw: one of this
+        commit and not mixed says what the record says (a writer of it
+        killed before its end): answered. Any other (a writer of another
+        commit, or one that ended beside one) is answered only when every
+        file of the model is proven this commit's: published by this run
+        and its bytes hashed now (an attribute cache may show this run's
+        inode where another writer's is), or verified against the origin
+        by this run. Else the model stays refused and the run fails,
+        retryable: its retry proves the set (staging/run.py)."""
+        same = [e for e in others if e.commit == mine and not e.mixed]
+        rest = [e for e in others if e not in same]
+        if rest and self._proves_every_file():
+            same, rest = same + rest, []
+        if same:
+            self.best_effort(lambda: writers.clear(self._root, same))
+        if not rest:
+            return None
+        return SourceError(
+            "another writer of the model left files of another commit, or died while "
+            f"writing them, while this run staged commit {mine[:12]}: the model is refused "
+            "until a writer proves every file by its bytes; run it again",
+            reason=Reason.SOURCE_CHANGED,
+            answered=True,
+        )
+
+    def _proves_every_file(self) -> bool:
+        from llmkube_stager.cache.state import holds_version
+
+        for file in self._manifest.files:
+            if file.rel in self.verified:
+                continue
+            meta = self._session.metas.get(file.rel)
+            if file.rel not in self._published or meta is None:
+                return False
+            if not holds_version(file.dest, meta.sha256, meta.etag):
+                return False
+        return True
 
     def _leave(self) -> None:
         if self._entered:

@@ -426,3 +426,28 @@ def test_two_writers_of_one_commit_replace_each_others_files_and_both_succeed(
     reader = Pod(tmp_path)
     reader.run("verify", env=env(hub, cache_b, rels)).ok()
     reader.run(env=env(hub, cache_b, rels)).ok(files=len(rels), fetched=0, reused=len(rels))
+
+
+def test_the_owner_proves_the_set_when_the_overtaken_writer_was_killed(
+    hub: FakeHub, two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    """A dies where paused_pair stops it (its entry of commit 1 left, its
+    file still there); B goes on and publishes every file. B's entry check
+    at its end finds A's entry of another commit: B hashes every file it
+    published against commit 2 and, all of them proven, clears it: exit 0,
+    one commit, accepted without a retry."""
+    one, two = commit_files(1), commit_files(50)
+    hub.add_repo(REPO, one)
+    rels = sorted(one)
+    backing = two_nodes.backing / "model"
+    with paused_pair(hub, two_nodes, tmp_path, rels, two) as (a, b):
+        a.proc.kill()
+        a.proc.wait()
+        a.pod.finish(a.proc)
+        assert read_run_record(str(backing)).mixed, "a dead writer of commit 1 went unseen"
+        run_b = b.resume()
+    run_b.ok(files=len(rels), fetched=len(rels))
+    assert on_disk(backing, one, two) == dict.fromkeys(rels, "2")
+    assert not read_run_record(str(backing)).mixed
+    reader = Pod(tmp_path)
+    reader.run("verify", env=env(hub, two_nodes.node2 / "model", rels)).ok()
