@@ -33,7 +33,6 @@ Bookkeeping writes are best effort: the copy is servable anyway.
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from collections.abc import Callable, Iterable
 
@@ -83,7 +82,7 @@ class Recorder:
         self._foreign: frozenset[str] = frozenset()
         self._record_seen: tuple[int, int, int, float] | None = None
         # This run's entry among the writers (where no lock excludes them).
-        self._entry = secrets.token_hex(8)
+        self._entry = os.urandom(8).hex()  # no `secrets` import on a warm start
         self._entered = False
 
     def before_first_publish(self) -> None:
