@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -150,6 +151,11 @@ VARS: tuple[Var, ...] = (
     ),
     Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),
     Var(
+        "LLMKUBE_JOB_ID",
+        "the prefetch Job this pod belongs to (its batch.kubernetes.io/controller-uid "
+        "label, through the downward API): a sharded Job's commit claim is its own",
+    ),
+    Var(
         "LLMKUBE_DIRECT_IO",
         "auto (the page cache while the model fits memory, then O_DIRECT on "
         "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
@@ -255,6 +261,9 @@ class Config:
     # `shards` (1: the whole model).
     shards: int = int(DEFAULTS["LLMKUBE_SHARDS"])
     shard_index: int = 0
+    # LLMKUBE_JOB_ID (#29 item 6): the Job whose pods share a commit claim
+    # (cache/jobclaim.py); "" when the pod was not told.
+    job_id: str = ""
     # LLMKUBE_DIRECT_IO: "auto" keeps files that fit memory in the page cache
     # (transfer/writemode.py); "auto" and "on" write the rest with O_DIRECT,
     # still only where FsInfo.direct_io_ok; "off" never.
@@ -745,6 +754,7 @@ def load_config(
         connections=_connections(read),
         files_in_flight=_files_in_flight(read),
         **_shards(read),
+        job_id=_job_id(read),
         direct_io_mode=_direct_io_mode(read),
         proxy=load_proxy(read),
         allow_patterns=_patterns(read, "STORAGE_ALLOW_PATTERNS"),
@@ -886,6 +896,22 @@ def _shards(read: _Reader) -> dict[str, int]:
             "pod must stage the whole model"
         )
     return {"shards": shards, "shard_index": index}
+
+
+_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
+
+
+def _job_id(read: _Reader) -> str:
+    """LLMKUBE_JOB_ID: a Job's uid or name as its labels carry them (a
+    label value: letters, digits, `-`, `_`, `.`); it is written into the
+    commit claim and logged, so nothing else is taken (#29 item 6)."""
+    text = read.raw("LLMKUBE_JOB_ID").strip()
+    if text and not _JOB_ID_RE.fullmatch(text):
+        raise ConfigError(
+            "LLMKUBE_JOB_ID must be the Job's batch.kubernetes.io/controller-uid (or job-name) "
+            f"label: letters, digits, '-', '_' and '.', at most 253, got {_shown(text)}"
+        )
+    return text
 
 
 def _policy(read: _Reader) -> RefreshPolicy:

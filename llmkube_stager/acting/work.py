@@ -148,6 +148,7 @@ class Transfers:
                 file=file.rel,
             )
             return None
+        self._recorder.published(file.rel, published.st)
         if file.sha256:
             pin = file.sha256
             self._recorder.best_effort(lambda: stamp_published(file.dest, pin, published), file.rel)
@@ -160,6 +161,11 @@ class Transfers:
         try:
             done = self.stage_partial(action)
             self._recorder.before_first_publish()
+            try:
+                self._recorder.guard_commit()  # #29 item 1
+            except StagerError:
+                discard(done)
+                raise
             return self._publish(action, done)
         except StagerError as err:
             raise self.failed(action, err) from None
