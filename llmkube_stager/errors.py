@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Self
 
 SourceKind = Literal["http", "hf", "s3", "local", "pvc"]
 
@@ -322,9 +322,10 @@ def from_source(kind: SourceKind) -> Iterator[None]:
     try:
         yield
     except StagerError as err:
-        if err.source_kind is None:
-            err.source_kind = kind
-        raise
+        if err.source_kind is not None:
+            raise
+        # #32 item 5: a new error; the one raised is never changed.
+        raise err.amended(source_kind=kind) from err.__cause__
 
 
 class Network(StrEnum):
@@ -385,6 +386,28 @@ class StagerError(Exception):
     @property
     def retryable(self) -> bool:
         return self.reason in RETRYABLE
+
+    def amended(
+        self,
+        *,
+        detail: str | None = None,
+        reason: Reason | None = None,
+        source_kind: SourceKind | None = None,
+        file: str | None = None,
+    ) -> Self:
+        """This error as a layer above means it (None: as it is): a new one
+        of the same type carrying everything else, its cause and traceback,
+        so that an error already raised is never changed in place (#32 item
+        5: a layer that kept a raised error, hf/source.py's `_again`, saw
+        another's edits). Built without calling the type's `__init__`,
+        whose arguments differ per type (kserve's ArchiveRefused)."""
+        kind = type(self)
+        new = kind.__new__(kind, *self.args)
+        new.__dict__.update(self.__dict__)
+        changes = {"detail": detail, "reason": reason, "source_kind": source_kind, "file": file}
+        new.__dict__.update({k: v for k, v in changes.items() if v is not None})
+        new.__cause__ = self.__cause__
+        return new.with_traceback(self.__traceback__)
 
     @property
     def exit_code(self) -> int:

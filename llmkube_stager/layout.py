@@ -22,7 +22,7 @@ ATOMIC_TMP_INFIX = ".llmkube-tmp."
 # The old scripts' resumable partial `<dest>.<key>.tmp` (adopted, never written).
 LEGACY_PARTIAL_SUFFIX = ".tmp"
 # The agent's own partials: `<dest>.<key>.<writer>.llmkube-part.tmp`, one per
-# writer, so that two writers never share an inode (LLMKube #2158, see partials.py).
+# writer, so that two writers never share an inode (LLMKube #2158, see cache/heldpartial.py).
 # Every partial name ends in `.tmp` so that the scripts' `*.tmp` sweeps
 # (spec §10) remove them after a rollback to the scripts (#14 item 7).
 PART_SUFFIX = ".llmkube-part.tmp"

@@ -18,6 +18,7 @@ from llmkube_stager.acting.recorder import Recorder
 from llmkube_stager.acting.session import Session
 from llmkube_stager.acting.warm import settle
 from llmkube_stager.cache.runrecord import RunRecord
+from llmkube_stager.errors import StagerError
 from llmkube_stager.model import CacheState, FileResult, Manifest, Plan
 from llmkube_stager.sources.base import Source
 
@@ -51,11 +52,20 @@ def execute(session: Session, work: Work, plan: Plan) -> tuple[FileResult, ...]:
     if transfers:
         policy = _transfers(session, work, recorder, whole_set)
         policy.open(transfers)
-        moved = policy.run(transfers)
+        try:
+            moved = policy.run(transfers)
+        except StagerError:
+            # What this run published may sit beside another writer's
+            # files of another commit: marked before it fails (#29 item 1).
+            recorder.settle(kept_files=bool(settled))
+            raise
+    overtaken = recorder.settle(kept_files=bool(settled))
     done = {**settled, **moved}
     results = tuple(done[a.rel] for a in plan.actions)
     if plan.may_write and (moved or work.verified) and recorder.keeps_validators:
         recorder.record_validators(results, whole_set)
+    if overtaken is not None:
+        raise overtaken
     return results
 
 

@@ -34,7 +34,8 @@ def settle(
 def _stamp_hashed(file: RemoteFile, cache: CacheState) -> None:
     """The warm path stamps only the inode it hashed, while the path still
     names it (#10 defect 3)."""
-    from llmkube_stager.cache.publish import stamp_published
+    from llmkube_stager.cache import evidence
+    from llmkube_stager.cache.publish import Published, stamp_published
 
     local = cache.files.get(file.rel)
     hashed = local.hashed_as if local is not None else None
@@ -43,4 +44,5 @@ def _stamp_hashed(file: RemoteFile, cache: CacheState) -> None:
     st = os.lstat(file.dest)
     if (st.st_dev, st.st_ino, st.st_size, st.st_mtime) != hashed:
         return
-    stamp_published(file.dest, file.sha256 or "", st)
+    # The hash's evidence, kept by cache/state.hash_file for this stamp.
+    stamp_published(file.dest, file.sha256 or "", Published(st, evidence.recall(st)))

@@ -20,7 +20,7 @@ from llmkube_stager.acting.inflight import ByteBudget, Done, run_in_flight
 from llmkube_stager.acting.recorder import Recorder
 from llmkube_stager.acting.session import Session
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.partials import without_partials
+from llmkube_stager.cache.partialnames import without_partials
 from llmkube_stager.cache.publish import PartialLost, stamp_published
 from llmkube_stager.cache.records import write_marker
 from llmkube_stager.cache.state import read_local_file
@@ -137,7 +137,7 @@ class Transfers:
         adopted it meanwhile (the caller decides what then)."""
         file = self._manifest.file(action.rel)
         try:
-            st = publish_completed(done)
+            published = publish_completed(done)
         except PartialLost:
             self._log.warning(
                 "partial_lost",
@@ -148,11 +148,12 @@ class Transfers:
                 file=file.rel,
             )
             return None
+        self._recorder.published(file.rel, published.st)
         if file.sha256:
             pin = file.sha256
-            self._recorder.best_effort(lambda: stamp_published(file.dest, pin, st), file.rel)
+            self._recorder.best_effort(lambda: stamp_published(file.dest, pin, published), file.rel)
         self._log.info(
-            "download_done", self.done_text(action), file=file.rel, size_bytes=st.st_size
+            "download_done", self.done_text(action), file=file.rel, size_bytes=published.st.st_size
         )
         return FileResult(file.rel, action.decision, done.bytes_received)
 
@@ -160,6 +161,11 @@ class Transfers:
         try:
             done = self.stage_partial(action)
             self._recorder.before_first_publish()
+            try:
+                self._recorder.guard_commit()  # #29 item 1
+            except StagerError:
+                discard(done)
+                raise
             return self._publish(action, done)
         except StagerError as err:
             raise self.failed(action, err) from None
@@ -191,7 +197,8 @@ class Transfers:
 
     def failed(self, action: Action, err: StagerError) -> StagerError:
         """The error a failed file ends the run with, its line logged."""
-        err.file = err.file or action.rel
+        if not err.file:
+            err = err.amended(file=action.rel)  # #32 item 5: never changed once raised
         if action.decision is Decision.REPAIR and isinstance(err, SourceError):
             # One reason for both policies: the copy fails its own checks (its
             # record, or its pin) and the origin cannot repair it now.

@@ -216,6 +216,5 @@ def _refusal(exc: OSError, path: str, shown: str | None) -> StagerError:
         )
     fault = storage_fault(exc, f"creating {path}", None, path)
     if fault is not None:
-        fault.file = shown
-        return fault
+        return fault.amended(file=shown)
     return CacheError(f"cannot create {path}: {reason}", file=shown)

@@ -48,8 +48,11 @@ SCHEME = "b4k3"
 # CIFS, Ceph, unknown) is read past the cache.
 _LOCAL_MAGICS = frozenset({0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0x794C7630})
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-# What publish and the warm path's hash saw, for the stamp written right
-# after in the same run: (dev, ino, size, mtime_ns) -> evidence.
+# What the warm path's hash saw (cache/state.hash_file), for the stamp
+# written right after in the same run (acting/warm.py): (dev, ino, size,
+# mtime_ns) -> evidence. A publish hands its evidence to its stamp itself
+# (cache/publish.Published, #32 item 5); this hand-off is the warm hash's
+# only, left until cache/state.py returns its evidence (not this branch's).
 # Bounded: files published without a pin are never stamped (the oldest go).
 _SEEN: dict[tuple[int, int, int, int], str] = {}
 _SEEN_MAX = 4096
@@ -153,7 +156,7 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def remember(st: os.stat_result, evidence: str) -> None:
-    """What the descriptor described by `st` held (publish, the warm hash)."""
+    """What the descriptor described by `st` held (the warm hash)."""
     with _SEEN_LOCK:
         while len(_SEEN) >= _SEEN_MAX:
             del _SEEN[next(iter(_SEEN))]

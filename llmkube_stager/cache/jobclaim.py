@@ -1,5 +1,6 @@
 """The commit a sharded Hugging Face prefetch Job agreed on (#21 item 4):
-`.llmkube-validators.job-commit`, JSON `{"revision", "commit", "id"}`.
+`.llmkube-validators.job-commit`, JSON `{"revision", "commit", "id",
+"job"}`.
 
 The shares of a Job have no coordinator, and a branch may move between two
 shares' listings: then share 0 staged commit 1 and share 1 commit 2, the set
@@ -13,6 +14,15 @@ nodes (an object store's FUSE driver), two first shares may both believe
 they won: their listings differ, the last to finish fails
 ModelSourceChanged as before, and its retry reads the one claim that
 remains: the Job converges.
+
+A claim says which Job made it (#29 item 6): `job` is the Job's identity
+the pod was given (LLMKUBE_JOB_ID: its `batch.kubernetes.io/controller-uid`
+label through the downward API). A Job that dies before every share is
+whole leaves its claim; a retried pod of the same Job keeps it, a pod of
+another Job resolves the revision anew. A claim without `job` (an agent
+before #29, or a Job not given the variable) is a Job's whose identity
+is unknown: a pod that has one takes it for another Job's; a pod without
+one takes it as its own Job's, as before (the manifest should set it).
 """
 
 from __future__ import annotations
@@ -30,7 +40,9 @@ from llmkube_stager.layout import VALIDATORS_NAME
 
 # A reserved name (`.llmkube-validators.` + anything is never a model file).
 JOB_COMMIT_NAME = VALIDATORS_NAME + ".job-commit"
-_MAX_JOB_COMMIT_BYTES = 512
+# A revision (a branch name, up to 255 bytes), a commit, an id, a Job's
+# identity (up to 253) and the JSON around them.
+_MAX_JOB_COMMIT_BYTES = 1024
 # A claim is created, then written: a reader that finds it empty waits for
 # its bytes this long before it takes it for a crashed writer's debris.
 _CLAIM_WRITE_S = 2.0
@@ -42,10 +54,19 @@ class JobCommit:
     revision: str
     commit: str
     id: str
+    job: str = ""  # the Job that made it ("" unknown: #29 item 6)
 
     def encode(self) -> bytes:
         doc = {"revision": self.revision, "commit": self.commit, "id": self.id}
+        if self.job:
+            doc["job"] = self.job
         return json.dumps(doc, sort_keys=True).encode()
+
+    def of_another_job(self, job: str) -> bool:
+        """Made by another Job than `job` (this pod's; "" when it was not
+        told): a claim of unknown identity is another Job's only to a pod
+        that knows its own."""
+        return bool(job) and self.job != job
 
 
 def read_job_commit(
@@ -82,7 +103,11 @@ def _parse_claim(data: bytes | None) -> JobCommit | None:
     values = [doc.get(k) for k in ("revision", "commit", "id")]
     if not all(isinstance(v, str) and v for v in values):
         return None
-    return JobCommit(*(str(v) for v in values))
+    job = doc.get("job", "")
+    if not isinstance(job, str):
+        return None
+    revision, commit, claim_id = (str(v) for v in values)
+    return JobCommit(revision, commit, claim_id, job)
 
 
 def claim_job_commit(

@@ -1,15 +1,9 @@
-"""Partials: one private file per writer, held open and flocked, adopted
-across restarts by rename.
+"""Partials' liveness and adoption: whether a partial's writer is gone,
+and taking its bytes over by rename across restarts (the held file itself
+is heldpartial.py, the names partialnames.py: #32 item 4).
 
-Why private: on FUSE, flock does not exclude across nodes, and two pods that
-resumed into one shared partial published a truncated file that every later
-pod accepted (LLMKube #2158, #2254). Here a writer only ever creates a file whose
-name carries its own random id, holds it open (`Claim`) with an exclusive
-flock, and heartbeats it through its descriptor. To resume, it adopts a
-partial whose writer is gone by renaming it to its own name; if two writers
-race for it, only one rename finds the source. A writer whose file was
-adopted away notices (its name no longer names its inode) and never
-publishes that inode.
+To resume, a writer adopts a partial whose writer is gone by renaming it to
+its own name; if two writers race for it, only one rename finds the source.
 
 Whether a writer is gone is judged in layers (#10 defect 2): its flock
 (proof of life on this node, and across nodes where flock works), then the
@@ -22,34 +16,28 @@ resumes), so correctness does not rest on them: writers never shrink a
 partial, never create one at an offset, write every response only at its
 own Content-Range start and only for the partial's validators, so two
 writers sharing an inode write the same bytes at the same offsets.
-
-Every name the agent did not just create is opened with O_NOFOLLOW and
-O_NONBLOCK and must be a regular file with one link (#11: a planted
-symlink, FIFO, directory or hard link is never adopted or written through).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import stat
-from dataclasses import dataclass
 
-from llmkube_stager.cache.evidence import is_local
+from llmkube_stager.cache.heldpartial import (
+    FILE_MODE,
+    OPEN_FLAGS,
+    HeldPartial,
+    close_quietly,
+    flock_exclusive,
+    same_file,
+)
+from llmkube_stager.cache.partialnames import PartialFile, list_partials
 from llmkube_stager.layout import (
     ATOMIC_TMP_INFIX,
-    JOURNAL_SUFFIX,
     LEGACY_PARTIAL_SUFFIX,
-    OLD_JOURNAL_SUFFIX,
-    OLD_PART_SUFFIX,
-    OLD_SEGS_SUFFIX,
-    PART_SUFFIX,
-    SEGS_SUFFIX,
     atomic_tmp_path,
     journal_of,
-    parse_partial,
     partial_key,
     private_partial_path,
     ranged_of_stream,
@@ -67,189 +55,6 @@ FUTURE_TOLERANCE_S = HEARTBEAT_S
 # watched: unchanged for more than two heartbeats, its writer is gone
 # (transfer/predecessor.py, cache/setstate.py).
 FUTURE_OBSERVE_S = 2 * HEARTBEAT_S + 1.0
-FILE_MODE = 0o664
-_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-# same_file: mtimes of one file seen through two inode numbers (rclone).
-_SAME_MTIME_NS = 1_000_000_000
-
-
-def new_writer_id() -> str:
-    import secrets
-
-    return secrets.token_hex(4)
-
-
-class Claim:
-    """Our private partial: its name, and a descriptor holding an exclusive
-    flock on its inode for as long as we write it (a dead process loses the
-    lock at once, a live one keeps it). Writes, heartbeats and the hash go
-    through the descriptor, so a name swapped underneath is never followed."""
-
-    def __init__(self, path: str, fd: int) -> None:
-        self.path = path
-        self.fd = fd
-
-    @classmethod
-    def create(cls, path: str) -> Claim:
-        fd = os.open(
-            path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE
-        )
-        _lock(fd)
-        return cls(path, fd)
-
-    def recreate(self) -> None:
-        """Our name again, a fresh empty file (after `discard`)."""
-        fresh = Claim.create(self.path)
-        self.fd = fresh.fd
-
-    def reclaim(self) -> None:
-        """Hold what our name names now: a file a rename of ours put there
-        from a candidate's name (a partial of the same version by its name)
-        that was swapped after we opened the candidate. Checked as any
-        candidate is; OSError when it cannot be held."""
-        fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS)
-        st = os.fstat(fd)
-        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and _lock(fd)):
-            os.close(fd)
-            raise OSError(errno.EBUSY, "a partial renamed onto our name is not ours", self.path)
-        self.fd = fd
-
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def size(self) -> int:
-        return os.fstat(self.fd).st_size
-
-    def fs_now(self) -> float:
-        """The filesystem's clock: touch our inode, read its mtime."""
-        os.utime(self.fd)
-        return os.fstat(self.fd).st_mtime
-
-    def beat(self) -> None:
-        """Tell other writers this partial is alive (IDLE_S)."""
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.utime(self.fd)
-
-    def owned(self) -> bool:
-        """Our name still names our inode (not adopted away or replaced)."""
-        try:
-            named = os.lstat(self.path)
-            held = os.fstat(self.fd)
-        except OSError:
-            return False
-        return same_file(named, held, self.path)
-
-    def rename_to(self, path: str) -> bool:
-        """Move our partial to another of our names; False when it was
-        adopted away meanwhile."""
-        if not self.owned():
-            return False
-        try:
-            os.rename(self.path, path)
-        except FileNotFoundError:
-            return False
-        self.path = path
-        self.follow_rename()
-        self.beat()
-        return True
-
-    def follow_rename(self) -> None:
-        """After a rename of ours, hold the file through its new name:
-        rclone (--vfs-cache-mode writes) dropped what was written through a
-        descriptor opened under the old name (#21 item 8), and its inode
-        numbers, which follow the path, cannot say when that is the case
-        (the descriptor's fstat shows the new number once the old name's
-        file is closed). So everywhere but on a local filesystem (a rename
-        of ours is rare: an adoption, a widening): reopened, checked to be
-        the same file (same_file), locked; else we keep the descriptor we
-        had (`owned` judges it)."""
-        try:
-            held = os.fstat(self.fd)
-            named = os.lstat(self.path)
-            if _same_inode(named, held) and is_local(os.path.dirname(self.path) or "."):
-                return  # one kernel's inode numbers: the descriptor is the file
-            fd = os.open(self.path, os.O_RDWR | _OPEN_FLAGS)
-        except OSError:
-            return
-        try:
-            fresh = os.fstat(fd)
-        except OSError:
-            os.close(fd)
-            return
-        if not (same_file(fresh, held, self.path) and fresh.st_nlink == 1):
-            os.close(fd)
-            return
-        # One inode to the kernel's locks: ours is released before the new
-        # descriptor takes it (a flock is per open file). A racer taking it
-        # in between gains nothing: adopting needs a rename of our name,
-        # which `owned` notices.
-        old, self.fd = self.fd, fd
-        _close(old)
-        _lock(fd)
-
-    def discard(self) -> None:
-        """Remove our name (if it is still ours) and let go of the inode."""
-        if self.fd >= 0 and self.owned():
-            # Gone already, or the volume fails (EIO, ENOTCONN: #21 item 7):
-            # the error being handled is the one to report.
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-        self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def same_file(named: os.stat_result, held: os.stat_result, path: str) -> bool:
-    """Whether the stat of a name (`named`) and the fstat of a descriptor
-    (`held`) describe one file. The inode number says so where it is stable;
-    rclone's inode numbers follow the path (#21 item 8): after a rename the
-    descriptor keeps the old number and the new name gets another one, so
-    an inode-only check took our own adopted partial for another writer's
-    and threw it away (a whole download again, a full-size partial left).
-    There, one file still shows one size and about one mtime through both
-    (rclone --vfs-cache-mode off moves it by microseconds after a rename).
-    Good enough for what asks: our names carry our random writer id and
-    only a rename of ours ever puts a file there; a size record vouches
-    for a size only; a stamp's truth rests on evidence read from the bytes
-    (records.py, #21 item 2), never on this. `path`: the name stat'ed; on
-    a local filesystem its inode number is the truth, and the fallback
-    there let another writer's file of one size published within the same
-    second count as ours: a stamp of ours stood on its bytes wherever they
-    differ outside the sampled blocks (#21 review)."""
-    if _same_inode(named, held):
-        return True
-    if is_local(os.path.dirname(path) or "."):
-        return False
-    return (
-        named.st_dev == held.st_dev
-        and stat.S_ISREG(named.st_mode)
-        and stat.S_ISREG(held.st_mode)
-        and named.st_size == held.st_size
-        and abs(named.st_mtime_ns - held.st_mtime_ns) < _SAME_MTIME_NS
-    )
-
-
-def _same_inode(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _lock(fd: int) -> bool:
-    """Exclusive flock without waiting; False when another holds it. A
-    filesystem that refuses flock gives no proof either way: True."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return False
-    return True
 
 
 def fs_now(directory: str) -> float:
@@ -260,93 +65,9 @@ def fs_now(directory: str) -> float:
     try:
         return os.fstat(fd).st_mtime
     finally:
-        _close(fd)  # rclone (--vfs-cache-mode off) may fail the close: still removed
+        close_quietly(fd)  # rclone (--vfs-cache-mode off) may fail the close: still removed
         with contextlib.suppress(OSError):
             os.unlink(path)
-
-
-@dataclass(frozen=True)
-class PartialFile:
-    path: str
-    key: str
-    size_bytes: int
-    mtime_s: float
-    kind: str = "part"  # "part", "segs", "journal", "legacy" (layout.parse_partial)
-    ctime_s: float = 0.0
-    inode: int = 0
-
-    @property
-    def sequential(self) -> bool:
-        """Written front to back: its size is its progress."""
-        return self.kind in ("part", "legacy")
-
-
-def list_partials(dest: str) -> list[PartialFile]:
-    """Every partial of `dest` in its directory, both namings; regular files
-    only (lstat: a symlink, FIFO or directory with such a name is no partial)."""
-    directory = os.path.dirname(dest) or "."
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        path = os.path.join(directory, name)
-        parsed = parse_partial(dest, path)
-        if parsed is None:
-            continue
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                found.append(
-                    PartialFile(
-                        path, parsed[0], st.st_size, st.st_mtime, parsed[1], st.st_ctime, st.st_ino
-                    )
-                )
-    return found
-
-
-def without_partials(dests: list[str]) -> frozenset[str]:
-    """The destinations that have nothing beside them a transfer could
-    resume or must remove (a partial, journal or legacy temp of any
-    validator), from one listing per directory: O(entries), where asking
-    `list_partials` for each file is O(files x entries). Conservative: a
-    name that could belong to a destination (it starts with the
-    destination's name and a dot, and ends like a partial) keeps it out."""
-    by_dir: dict[str, list[str]] = {}
-    for dest in dests:
-        by_dir.setdefault(os.path.dirname(dest) or ".", []).append(dest)
-    clear: set[str] = set()
-    for directory, group in by_dir.items():
-        try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            clear.update(group)  # a new directory holds nothing yet
-            continue
-        except OSError:
-            continue
-        owners = {owner for name in names for owner in _possible_owners(name)}
-        clear.update(d for d in group if os.path.basename(d) not in owners)
-    return frozenset(clear)
-
-
-_PARTIAL_ENDINGS = (
-    PART_SUFFIX,
-    SEGS_SUFFIX,
-    JOURNAL_SUFFIX,
-    LEGACY_PARTIAL_SUFFIX,
-    OLD_PART_SUFFIX,
-    OLD_SEGS_SUFFIX,
-    OLD_JOURNAL_SUFFIX,
-)
-
-
-def _possible_owners(name: str) -> list[str]:
-    """Every file name `name` could be a partial of: each prefix that ends
-    before one of its dots."""
-    if not name.endswith(_PARTIAL_ENDINGS):
-        return []
-    return [name[:i] for i, ch in enumerate(name) if ch == "." and i]
 
 
 def is_idle(partial: PartialFile, now_s: float, idle_s: float) -> bool:
@@ -366,13 +87,13 @@ def _open_candidate(partial: PartialFile) -> int | None:
     """A descriptor on the candidate, flocked by us; None when it is not a
     plain regular file of ours to take, or its writer still holds it."""
     try:
-        fd = os.open(partial.path, os.O_RDWR | _OPEN_FLAGS)
+        fd = os.open(partial.path, os.O_RDWR | OPEN_FLAGS)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
         plain = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_ino == partial.inode
-        if plain and _lock(fd):
+        if plain and flock_exclusive(fd):
             return fd
     except OSError:
         pass
@@ -380,7 +101,7 @@ def _open_candidate(partial: PartialFile) -> int | None:
     return None
 
 
-def _take(partial: PartialFile, own: Claim) -> Claim | None:
+def _take(partial: PartialFile, own: HeldPartial) -> HeldPartial | None:
     """Adopt `partial` into our name: one rename wins among racers."""
     fd = _open_candidate(partial)
     if fd is None:
@@ -397,7 +118,7 @@ def _take(partial: PartialFile, own: Claim) -> Claim | None:
         with contextlib.suppress(OSError):
             if same_file(os.lstat(partial.path), os.fstat(fd), partial.path):
                 os.unlink(partial.path)
-        _close(fd)  # rclone reports the refused write again at close (EPERM)
+        close_quietly(fd)  # rclone reports the refused write again at close (EPERM)
         return None
     # Our empty file goes first: rclone (--vfs-cache-mode writes) renaming a
     # file onto a name that is open showed the open, empty file under the
@@ -410,7 +131,7 @@ def _take(partial: PartialFile, own: Claim) -> Claim | None:
         os.close(fd)
         own.recreate()
         return None
-    taken = Claim(own.path, fd)
+    taken = HeldPartial(own.path, fd)
     if not taken.owned():
         # Renamed something else onto our name: never ours; its name no
         # longer names `own`, so that is never published either.
@@ -420,11 +141,6 @@ def _take(partial: PartialFile, own: Claim) -> Claim | None:
     taken.follow_rename()
     taken.beat()  # a rename keeps the old mtime: refresh it at once
     return taken
-
-
-def _close(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
 
 
 def _writable_in_place(fd: int) -> bool:
@@ -441,7 +157,7 @@ def _writable_in_place(fd: int) -> bool:
         return False
 
 
-def _copy(partial: PartialFile, own: Claim) -> Claim | None:
+def _copy(partial: PartialFile, own: HeldPartial) -> HeldPartial | None:
     """The old scripts' `<dest>.<key>.tmp` was written by curl in append
     mode: a frozen shell writer that resumes appends wherever the file ends.
     Its bytes are copied into our own inode instead of renamed (the figures
@@ -474,11 +190,11 @@ def adopt_partial(
     writer_id: str,
     idle_s: float,
     proven_idle: frozenset[str] = frozenset(),
-) -> Claim:
+) -> HeldPartial:
     """Our private partial, created and claimed; holding the largest idle
     partial of the same validator when there is one (resume). `proven_idle`:
     partials watched long enough to be known dead (predecessor.py)."""
-    own = Claim.create(private_partial_path(dest, validator, writer_id))
+    own = HeldPartial.create(private_partial_path(dest, validator, writer_id))
     now_s = own.fs_now()
     key = partial_key(validator)
     candidates = [
@@ -571,13 +287,13 @@ def adopt_segmented(
     writer_id: str,
     idle_s: float,
     proven_idle: frozenset[str] = frozenset(),
-) -> tuple[Claim, str, bool]:
+) -> tuple[HeldPartial, str, bool]:
     """(data claim, journal path, adopted) for a parallel transfer. The data
     file is the claim (one rename wins); its journal follows. Data whose
     journal is gone (a crash between the two renames) proves nothing and is
     dropped."""
     data, journal = segmented_paths(dest, validator, writer_id)
-    own = Claim.create(data)
+    own = HeldPartial.create(data)
     now_s = own.fs_now()
     key = partial_key(validator)
     candidates = [
@@ -600,7 +316,7 @@ def adopt_segmented(
             _drop_journal_temps(old_journal)
         except OSError:
             taken.discard()
-            own = Claim.create(data)
+            own = HeldPartial.create(data)
             continue
         return taken, journal, True
     return own, journal, False

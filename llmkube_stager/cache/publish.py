@@ -16,17 +16,30 @@ import contextlib
 import errno
 import os
 import stat
+from dataclasses import dataclass
 
 from llmkube_stager.cache import evidence
 from llmkube_stager.cache.disk import disk_error
-from llmkube_stager.cache.partials import Claim, same_file
+from llmkube_stager.cache.heldpartial import HeldPartial, same_file
 from llmkube_stager.cache.records import fsync_dir, retire_stamp, write_size_record
 from llmkube_stager.errors import Reason, TransferError
 
 
 class PartialLost(Exception):
     """Our private partial was adopted by another writer (it looked idle):
-    never publish it; start over (see partials.py)."""
+    never publish it; start over (see heldpartial.py)."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a publish put into place: the inode's fstat (size and mtime a
+    stamp may vouch for) and the evidence of its bytes read through our
+    descriptor (None: it could not be read; such a file is never stamped).
+    Handed to `stamp_published` by the caller (#32 item 5: it went through
+    a process-wide dict in cache/evidence.py)."""
+
+    st: os.stat_result
+    evidence: str | None
 
 
 def names_inode(path: str, st: os.stat_result) -> bool:
@@ -39,9 +52,10 @@ def names_inode(path: str, st: os.stat_result) -> bool:
     return same_file(named, st, path)
 
 
-def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os.stat_result:
+def publish(claim: HeldPartial, dest: str, expected_bytes: int | None, rel: str) -> Published:
     """Rename our partial onto `dest` and record its size. Returns the
-    published inode's fstat (size and mtime a stamp may vouch for)."""
+    published inode's fstat and the evidence of its bytes (what a stamp may
+    vouch for)."""
     try:
         os.fsync(claim.fd)
         st = os.fstat(claim.fd)
@@ -84,10 +98,11 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
     except OSError as exc:
         claim.close()
         raise disk_error(exc, "publishing", rel, dest) from exc
+    seen = None
     with contextlib.suppress(OSError):
         # The bytes a stamp of this file may vouch for, read through our
         # own descriptor, never the name (#21 item 2, cache/evidence.py).
-        evidence.remember(st, evidence.of_descriptor(claim.fd, st.st_size))
+        seen = evidence.of_descriptor(claim.fd, st.st_size)
     try:
         # Another writer may already have renamed its own file over ours:
         # its record is its own to write.
@@ -106,13 +121,14 @@ def publish(claim: Claim, dest: str, expected_bytes: int | None, rel: str) -> os
         raise disk_error(exc, "recording the size of", rel, dest) from exc
     finally:
         claim.close()
-    return st
+    return Published(st, seen)
 
 
-def stamp_published(dest: str, digest: str, st: os.stat_result) -> None:
-    """Stamp `digest` for the inode described by `st` (the descriptor that
-    was hashed or written), with the evidence of its bytes taken through
-    that descriptor, and only while `dest` still names it: a stamp never
+def stamp_published(dest: str, digest: str, published: Published) -> None:
+    """Stamp `digest` for the inode described by `published.st` (the
+    descriptor that was hashed or written), with the evidence of its bytes
+    taken through that descriptor (`published.evidence`), and only while
+    `dest` still names it: a stamp never
     vouches for bytes it did not see (#10 defect 3). Written, then checked
     again against the bytes an open of `dest` reads now: on FUSE a name's
     cached identity may be another writer's file (#21 item 2), so the check
@@ -123,7 +139,7 @@ def stamp_published(dest: str, digest: str, st: os.stat_result) -> None:
     from llmkube_stager.cache.records import read_stamp, write_stamp
     from llmkube_stager.layout import stamp_path
 
-    seen = evidence.recall(st)
+    st, seen = published.st, published.evidence
     if seen is None or not names_inode(dest, st):
         return
     write_stamp(dest, digest, st, seen)

@@ -30,6 +30,10 @@ sharded costs one failed open. A file's validator comes from the record
 written last (a later unsharded run rewrites the main file, a later
 sharded run its share's).
 
+Beside them, the entries of the writers at work where no lock excludes
+them (cache/writers.py, #29 item 1): the record read here carries them, so
+that every reader judges them with the rest (`RunRecord.mixed`).
+
 In memory the record is typed (`RunRecord`, `WriterRun`, `PublishEntry`);
 one reader merges the files (`read_run_record`), one writer updates one
 writer's file (`write_run`). The commit a sharded Job's shares agree on
@@ -47,6 +51,7 @@ from dataclasses import dataclass, field, replace
 
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.cache.writers import WriterEntry, conflict, read_writers
 from llmkube_stager.config import MAX_SHARDS
 from llmkube_stager.errors import InvalidFileSet
 from llmkube_stager.layout import SHARDS_NAME, VALIDATORS_NAME, parse_file_list
@@ -101,6 +106,8 @@ class RunRecord:
 
     validators: Mapping[str, str] = field(default_factory=dict)
     runs: Mapping[str, WriterRun] = field(default_factory=dict)
+    # The writers at work where no lock excludes them (#29 item 1).
+    writers: tuple[WriterEntry, ...] = ()
 
     def run(self, writer: str = MAIN) -> WriterRun:
         return self.runs.get(writer) or WriterRun(writer)
@@ -123,6 +130,14 @@ class RunRecord:
         if self.run().commit and not _covers_all(live):
             live[MAIN] = self.run().commit
         return live
+
+    @property
+    def mixed(self) -> str:
+        """Why the writers' entries say the files may come from two
+        commits (#29 item 1); "" when they do not."""
+        if not self.writers:
+            return ""
+        return conflict(self.writers, set(self.commits().values()))
 
     def revisions(self) -> set[str]:
         return {run.revision for run in self.runs.values() if run.revision}
@@ -163,7 +178,7 @@ def read_run_record(root: str) -> RunRecord:
         run = _parse_run(writer, doc)
         if run != WriterRun(writer):
             runs[writer] = run
-    return RunRecord(validators, runs)
+    return RunRecord(validators, runs, read_writers(root))
 
 
 def _mtime(root: str, name: str) -> float:

@@ -7,8 +7,10 @@ record, cache/runrecord.py, names a partial that is still there: some
 files were renamed into place, others not; #10 defect 13), nor when its
 writers recorded files of two commits of one revision (the shares of a
 sharded prefetch that resolved a moving branch at different moments, #21
-item 4). Every file of such a set may match its own size record: only the
-run record tells.
+item 4), nor while a writer's mark says it found its files among another
+writer's of another commit (writers no claim covers, #29 item 1). Every
+file of such a set may match its own size record: only the run record
+tells.
 
 Whether the writer of a publish in progress is alive (#21 item 5) is told
 by its partials: a live writer holds each one's flock and heartbeats its
@@ -74,6 +76,13 @@ def judge_set(
             "a writer must finish it",
             reason=Reason.CACHE_INCOMPLETE,
             file=rel,
+            source_kind=source_kind,
+        )
+    if commits and record.mixed:
+        return CacheError(
+            f"the model's files come from more than one commit ({record.mixed}): a writer "
+            "must stage it again from one commit, proving every file by its bytes",
+            reason=Reason.CACHE_INCOMPLETE,
             source_kind=source_kind,
         )
     found = record.commits() if commits else {}

@@ -68,6 +68,7 @@ def _assemble(
         connections=rules.connections(read),
         files_in_flight=rules.files_in_flight(read),
         **rules.shards(read),
+        job_id=rules.job_id(read),
         direct_io_mode=rules.direct_io_mode(read),
         proxy=rules.load_proxy(read),
         allow_patterns=rules.patterns(read, "STORAGE_ALLOW_PATTERNS"),

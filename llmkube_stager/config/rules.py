@@ -4,6 +4,7 @@ the proxy). Paths and the model's files have theirs in paths.py."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from llmkube_stager.config.kserve_env import storage_spec_docs
@@ -178,6 +179,22 @@ def shards(read: Reader) -> dict[str, int]:
             "pod must stage the whole model"
         )
     return {"shards": count, "shard_index": index}
+
+
+_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
+
+
+def job_id(read: Reader) -> str:
+    """LLMKUBE_JOB_ID: a Job's uid or name as its labels carry them (a
+    label value: letters, digits, `-`, `_`, `.`); it is written into the
+    commit claim and logged, so nothing else is taken (#29 item 6)."""
+    text = read.raw("LLMKUBE_JOB_ID").strip()
+    if text and not _JOB_ID_RE.fullmatch(text):
+        raise ConfigError(
+            "LLMKUBE_JOB_ID must be the Job's batch.kubernetes.io/controller-uid (or job-name) "
+            f"label: letters, digits, '-', '_' and '.', at most 253, got {shown(text)}"
+        )
+    return text
 
 
 def policy(read: Reader) -> RefreshPolicy:

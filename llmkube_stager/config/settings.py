@@ -94,6 +94,9 @@ class Config:
     # `shards` (1: the whole model).
     shards: int = int(DEFAULTS["LLMKUBE_SHARDS"])
     shard_index: int = 0
+    # LLMKUBE_JOB_ID (#29 item 6): the Job whose pods share a commit claim
+    # (cache/jobclaim.py); "" when the pod was not told.
+    job_id: str = ""
     # LLMKUBE_DIRECT_IO: "auto" keeps files that fit memory in the page cache
     # (transfer/writemode.py); "auto" and "on" write the rest with O_DIRECT,
     # still only where FsInfo.direct_io_ok; "off" never.

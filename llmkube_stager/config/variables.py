@@ -112,6 +112,11 @@ VARS: tuple[Var, ...] = (
     ),
     Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),
     Var(
+        "LLMKUBE_JOB_ID",
+        "the prefetch Job this pod belongs to (its batch.kubernetes.io/controller-uid "
+        "label, through the downward API): a sharded Job's commit claim is its own",
+    ),
+    Var(
         "LLMKUBE_DIRECT_IO",
         "auto (the page cache while the model fits memory, then O_DIRECT on "
         "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",

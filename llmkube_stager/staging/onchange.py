@@ -3,7 +3,6 @@ the plan is made again with what the origin said."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -37,7 +36,7 @@ def _check_unrecorded(
     scripts, or by a run that was interrupted) is not "unchanged" because
     its size matches: its bytes are checked against the hub's LFS sha256 or
     git blob id, once (#10 defect 12). The result stands in for the record."""
-    from llmkube_stager.cache.state import hash_file
+    from llmkube_stager.cache.state import holds_version
 
     checked: dict[str, str] = {}
     if prepared.manifest.kind != "hf":
@@ -47,27 +46,9 @@ def _check_unrecorded(
         meta = session.metas.get(rel)
         if local.validator or not answer.validator or meta is None or not local.present:
             continue
-        dest = prepared.manifest.file(rel).dest
-        try:
-            if meta.sha256 is not None:
-                same = hash_file(dest)[0] == meta.sha256
-            else:
-                same = _git_blob_id(dest) == (meta.etag or "").strip('"')
-        except OSError:
-            same = False
+        same = holds_version(prepared.manifest.file(rel).dest, meta.sha256, meta.etag)
         checked[rel] = answer.validator if same else "unverified"
     return checked
-
-
-def _git_blob_id(path: str) -> str:
-    import hashlib
-
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        sha = hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False)
-        while chunk := handle.read(1 << 20):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def _probe_one(

@@ -16,6 +16,7 @@ from dataclasses import replace
 from llmkube_stager import messages
 from llmkube_stager.acting.executor import execute
 from llmkube_stager.acting.session import Clock, Session
+from llmkube_stager.cache import writers
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.cache.runrecord import read_run_record, writer_of
 from llmkube_stager.config import Config
@@ -56,6 +57,21 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
 def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepared, Outcome]:
     if prepared.manifest.kind == "pvc":
         return prepared, _verify_pvc(prepared, effects)
+    mixed = _mixed_to_settle(config, prepared)
+    seen = prepared.record.writers
+    if mixed:
+        # Writers of two commits were at it (#29 item 1, cache/writers.py):
+        # this run stages the model as OnChange does, every present file
+        # proven by its bytes against one commit (no record trusted), the
+        # rest fetched, and only then clears the entries it found.
+        effects.log.warning(
+            "mixed_commits",
+            "the model's files were left from more than one commit by writers of it; "
+            "proving every file by its bytes and staging the set again from one commit",
+            why=mixed,
+        )
+        config = replace(config, refresh_policy="OnChange")
+        prepared = replan(config, prepared)
     clock = Clock(effects.sleep, effects.monotonic, effects.wall_clock)
     writer = writer_of(config.shard_index, config.shards)
     session = Session(config, effects.log, clock, prepared.fs, prepared.strategy, writer)
@@ -93,9 +109,22 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             check_views(read_run_record(root), prepared.share)
             if prepared.strategy.may_write:
                 finish_share(root, prepared.share, prepared.claim, session)
+        if mixed and all(r.decision is not Decision.KEEP for r in results):
+            # Every file proven or staged from one commit: the entries this
+            # run found are answered (one written since is not among them).
+            writers.clear(root, seen)
     finally:
         session.close()
     return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
+
+
+def _mixed_to_settle(config: Config, prepared: Prepared) -> str:
+    """Why the writers' entries refuse the model, when this run settles it
+    (cache/writers.py): a writer of the whole model (a share stages only
+    its files: it cannot prove the set)."""
+    if config.shards > 1 or not prepared.strategy.may_write:
+        return ""
+    return prepared.record.mixed
 
 
 def _take_share(config: Config, effects: Effects, prepared: Prepared, session: Session) -> Prepared:

@@ -20,7 +20,9 @@ A Hugging Face revision is resolved once for the whole Job (#21 item 4):
 the first share to resolve it claims the commit (cache/jobclaim.py), every
 other share lists at the claimed commit, a share that had resolved another
 lists again, and a retried share takes the claim too. The claim goes when
-every share is whole under it; the next Job resolves the revision anew.
+every share is whole under it; the next Job resolves the revision anew,
+also when the Job before died with its claim in place: a claim names its
+Job (LLMKUBE_JOB_ID, #29 item 6).
 """
 
 from __future__ import annotations
@@ -153,6 +155,18 @@ def agree_share(
     if held is not None and held.revision != revision:
         drop_job_commit(root, held)  # a Job of another revision: not this one's
         held = None
+    if held is not None and held.of_another_job(config.job_id):
+        # Another Job's claim (#29 item 6): it died before every share was
+        # whole (a finished Job removes its claim), and this Job resolves
+        # the revision anew; its own retried pods keep their claim.
+        session.log.info(
+            "share_commit",
+            f"a claim of commit {held.commit[:12]} of {revision} by another Job "
+            f"({held.job or 'unknown'}) is left; resolving {revision} anew",
+            commit=held.commit,
+        )
+        drop_job_commit(root, held)
+        held = None
     if held is not None:
         session.fetch_at(held.commit)
         try:
@@ -171,7 +185,10 @@ def agree_share(
     resolved = _commit(session)
     if resolved is None:
         return share, None  # a mirror without the hub API: no commit to agree on
-    claim = claim_job_commit(root, JobCommit(revision, resolved, new_claim_id()), *clock)
+    wanted = JobCommit(revision, resolved, new_claim_id(), config.job_id)
+    claim = claim_job_commit(root, wanted, *clock)
+    # A claim another Job made between our read and ours is a live Job's
+    # (two Jobs at once): this share joins its commit rather than mix.
     if claim.commit != resolved:
         session.log.info(
             "share_commit",

@@ -19,16 +19,18 @@ import contextlib
 import dataclasses
 import os
 
-from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle, list_partials
-from llmkube_stager.cache.publish import publish
+from llmkube_stager.cache.partialnames import list_partials
+from llmkube_stager.cache.partials import HEARTBEAT_S, fs_now, is_idle
+from llmkube_stager.cache.publish import Published, publish
 from llmkube_stager.errors import OriginChecksumMismatch, Reason, StagerError, TransferError
 from llmkube_stager.layout import partial_key
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
-from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, ParallelTransfer
+from llmkube_stager.transfer.parallel import open_segmented
 from llmkube_stager.transfer.predecessor import await_dead_writer
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.segments import MIN_ITEM_BYTES
 from llmkube_stager.transfer.stream import fetch_stream
 from llmkube_stager.transfer.target import Target, identity_of, resumable
 from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
@@ -199,7 +201,7 @@ def _fetch_parallel(
             reason=Reason.OUT_OF_SPACE,
             file=file.rel,
         )
-    transfer = ParallelTransfer(
+    transfer = open_segmented(
         target, effects.connections, budget, effects.idle_s, seed, effects.direct_io, proven
     )
     if start_connections:
@@ -247,17 +249,18 @@ def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
     return done
 
 
-def publish_completed(done: Completed) -> os.stat_result:
+def publish_completed(done: Completed) -> Published:
     """Publish by rename; raises PartialLost when another writer adopted it.
-    Returns the published inode's fstat (what a stamp may vouch for)."""
+    Returns the published inode's fstat and evidence (what a stamp may
+    vouch for)."""
     try:
-        st = publish(done.claim, done.dest, done.expected_bytes, done.rel)
+        published = publish(done.claim, done.dest, done.expected_bytes, done.rel)
     except StagerError:
         if done.claim.closed:
             _remove(done.journal)  # its data file is gone (a failed fsync, #21 item 1)
         raise
     _remove(done.journal)
-    return st
+    return published
 
 
 def discard(done: Completed) -> None:

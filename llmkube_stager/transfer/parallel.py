@@ -5,18 +5,19 @@ times as much. Workers take byte ranges from a queue, each on its own
 keep-alive connection, and `pwrite` into one sparse file (O_DIRECT where it
 fits: directio.py). A journal records the completed ranges (fdatasync
 first, so it never claims bytes the disk may not hold), so a killed pod
-resumes the missing ranges only. When the file is pinned or the origin
-declares a digest, a hash thread follows the contiguous completed prefix
-and reads it back (from the page cache, or from the disk after direct
-writes), overlapping with the download. Memory is bounded: one buffer per
-worker plus the hasher's.
+resumes the missing ranges only (the ranges and the journal's schedule:
+segments.py). When the file is pinned or the origin declares a digest, a
+hash thread follows the contiguous completed prefix (prefixhash.py),
+overlapping with the download. Memory is bounded: one buffer per worker
+plus the hasher's.
+
+Opening a transfer (adopting a partial, or taking over a stream's) is
+`open_segmented`; the transfer's constructor only assigns (#32 item 4).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import mmap
 import os
 import queue
@@ -24,131 +25,33 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from llmkube_stager.cache.disk import disk_error
+from llmkube_stager.cache.heldpartial import HeldPartial
 from llmkube_stager.cache.journal import load_journal, write_journal
-from llmkube_stager.cache.partials import HEARTBEAT_S, Claim, adopt_segmented, new_writer_id
+from llmkube_stager.cache.partialnames import new_writer_id
+from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented
 from llmkube_stager.errors import Reason, SourceError, TransferError
 from llmkube_stager.layout import ranged_of_stream
 from llmkube_stager.sources.base import RangeUnusable
-from llmkube_stager.transfer.directio import (
-    ALIGN_BYTES,
-    DirectReader,
-    PartialWriter,
-    aligned_buffer,
-    fill_limit,
-)
-from llmkube_stager.transfer.pipeline import MEMORY_BUDGET_BYTES, resident_bytes
+from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer, fill_limit
+from llmkube_stager.transfer.prefixhash import PrefixHasher
 from llmkube_stager.transfer.progress import ProgressTicker
 from llmkube_stager.transfer.retry import RetryBudget
+from llmkube_stager.transfer.segments import (
+    JOURNAL_EVERY_BYTES,
+    Ranges,
+    journal_interval_s,
+    work_items,
+)
 from llmkube_stager.transfer.target import Target, check_resumed, identity_of
 from llmkube_stager.transfer.types import Handover
 from llmkube_stager.transfer.writeback import Writeback, WritebackError, sync_data, sync_file
 
-if TYPE_CHECKING:
-    from hashlib import _Hash
-
 BUFFER_BYTES = 1 << 20
-MIN_ITEM_BYTES = 16 << 20
-MAX_ITEM_BYTES = 256 << 20
-# Progress journaled at least this often: a SIGKILL re-fetches at most this
-# much plus the ranges in flight.
-JOURNAL_EVERY_BYTES = 64 << 20
-JOURNAL_EVERY_S = 2.0
-# While a transfer is young its journal is committed more often (#21 item 9):
-# every quarter of its age, JOURNAL_FIRST_S at the least, so that a kill loses
-# about a quarter of a second of transfer per connection early on and a
-# quarter of what the attempt did later, never the whole attempt (SIGKILLs at
-# 0.3-1.8 s of a 64 MiB transfer capped at 16 MiB/s per connection made the
-# origin serve 3.95-5.6x the file when the first commit came after 2 s;
-# 1.07-1.39x now: tests/torture/test_kill_loop_ratio.py). A commit is an
-# fdatasync of the bytes since the last one plus a small atomic write: ~13 in
-# the first 8 s, then one every JOURNAL_EVERY_S as before. Measured on the
-# test VM, 512 MiB at 4 x 64 MiB/s: 2.29-2.47 s against 2.35-2.46 s with the
-# old 2 s schedule (no difference beyond the noise).
-JOURNAL_FIRST_S = 0.25
-JOURNAL_AGE_SHARE = 0.25
-
-
-def journal_interval_s(age_s: float) -> float:
-    """Seconds between two journal commits of a transfer `age_s` old."""
-    return min(JOURNAL_EVERY_S, max(JOURNAL_FIRST_S, age_s * JOURNAL_AGE_SHARE))
-
-
 SUPERVISE_S = 0.1
 # start_with(): the rate of the first workers is judged this long after they start.
 GROW_AFTER_S = 0.3
-HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: not allocated, but resident (RSS)
-_SMALLEST_WINDOW_BYTES = 2 << 20
-HASH_READ_BYTES = 4 << 20  # read back after direct writes: allocated, counts in RSS
-
-
-class Ranges:
-    """Completed byte ranges, merged; thread-safe; wakes the hasher."""
-
-    def __init__(self, done: list[tuple[int, int]] | None = None) -> None:
-        self._spans: list[tuple[int, int]] = []
-        self._cond = threading.Condition()
-        for start, end in done or []:
-            self.add(start, end)
-
-    def add(self, start: int, end: int) -> None:
-        with self._cond:
-            spans = sorted([*self._spans, (start, end)])
-            merged: list[tuple[int, int]] = []
-            for s, e in spans:
-                if merged and s <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-                else:
-                    merged.append((s, e))
-            self._spans = merged
-            self._cond.notify_all()
-
-    def snapshot(self) -> list[tuple[int, int]]:
-        with self._cond:
-            return list(self._spans)
-
-    def total(self) -> int:
-        return sum(e - s for s, e in self.snapshot())
-
-    def prefix(self) -> int:
-        spans = self.snapshot()
-        return spans[0][1] if spans and spans[0][0] == 0 else 0
-
-    def wait_prefix_beyond(self, position: int, timeout_s: float) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self._prefix_locked() > position, timeout_s)
-            return self._prefix_locked()
-
-    def _prefix_locked(self) -> int:
-        return self._spans[0][1] if self._spans and self._spans[0][0] == 0 else 0
-
-    def missing(self, size: int) -> list[tuple[int, int]]:
-        gaps, cursor = [], 0
-        for s, e in self.snapshot():
-            if s > cursor:
-                gaps.append((cursor, s))
-            cursor = max(cursor, e)
-        if cursor < size:
-            gaps.append((cursor, size))
-        return gaps
-
-
-def work_items(gaps: list[tuple[int, int]], connections: int) -> list[tuple[int, int]]:
-    """Split the missing ranges into items small enough to balance N workers;
-    item boundaries fall on ALIGN_BYTES inside a gap (direct writes)."""
-    remaining = sum(e - s for s, e in gaps)
-    item = min(MAX_ITEM_BYTES, max(MIN_ITEM_BYTES, remaining // (connections * 4) + 1))
-    item += -item % ALIGN_BYTES
-    items = []
-    for start, end in gaps:
-        cut = start
-        while cut < end:
-            nxt = min(end, cut + item - cut % ALIGN_BYTES)
-            items.append((cut, nxt))
-            cut = nxt
-    return items
 
 
 @dataclass
@@ -177,7 +80,7 @@ class _Shared:
 
 @dataclass(frozen=True)
 class ParallelResult:
-    claim: Claim
+    claim: HeldPartial
     journal: str
     sha256: str | None
     received: int
@@ -196,6 +99,68 @@ def save_journal(shared: _Shared, path: str, validator: str, size: int) -> None:
     write_journal(path, validator, size, done)
 
 
+def open_segmented(
+    target: Target,
+    connections: int,
+    make_budget: Callable[[], RetryBudget],
+    idle_s: float,
+    seed: Handover | None = None,
+    direct_io: bool = False,
+    proven_idle: frozenset[str] = frozenset(),
+) -> ParallelTransfer:
+    """A transfer of `target` over `connections` ranged connections, its
+    data file held: the stream's partial `seed` when it can be taken over
+    (else closed), or an idle partial of the same version adopted, or a
+    fresh one. Raises StagerError."""
+    meta = target.meta
+    assert meta.size_bytes is not None
+    validator = identity_of(meta)
+    if seed is not None:
+        # Carry on from a stream's partial (engine.py's widening), under
+        # the stream's own writer id: a writer that adopts the stream
+        # partial after a kill between the journal and the rename knows
+        # the journal for an orphan (cache/partials._drop_orphan_journal).
+        data, journal = ranged_of_stream(seed.claim.path)
+        if _take_over(seed, data, journal, validator, meta.size_bytes):
+            return ParallelTransfer(
+                target,
+                connections,
+                make_budget,
+                seed.claim,
+                journal,
+                seed=seed,
+                direct_io=direct_io,
+            )
+        seed.claim.close()
+    try:
+        claim, journal, adopted = adopt_segmented(
+            target.file.dest, validator, new_writer_id(), idle_s, proven_idle
+        )
+    except OSError as exc:
+        raise disk_error(exc, "creating the partial of", target.file.rel) from exc
+    return ParallelTransfer(
+        target, connections, make_budget, claim, journal, adopted=adopted, direct_io=direct_io
+    )
+
+
+def _take_over(seed: Handover, data: str, journal: str, validator: str, size: int) -> bool:
+    """Write a journal, then rename the stream's partial to ours: killed
+    in between, the stream partial is still there to resume, and a data
+    file never exists without its journal. The journal claims nothing
+    yet: the stream's bytes are claimed by the first save, after its
+    fdatasync (#16: an fdatasync here flushed the device on the
+    hand-over's critical path, 0.05-0.2 s on the benchmark VM; a kill
+    before the first save costs the stream's bytes, never a wrong one)."""
+    if not seed.claim.owned():
+        return False  # adopted away meanwhile
+    write_journal(journal, validator, size, [])
+    if seed.claim.rename_to(data):
+        return True
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(journal)
+    return False
+
+
 class ParallelTransfer:
     """One file over `connections` ranged connections. Raises StagerError;
     RangeUnusable when the origin does not honour ranges (the caller falls
@@ -206,11 +171,17 @@ class ParallelTransfer:
         target: Target,
         connections: int,
         make_budget: Callable[[], RetryBudget],
-        idle_s: float,
+        claim: HeldPartial,
+        journal: str,
+        *,
         seed: Handover | None = None,
+        adopted: bool = False,
         direct_io: bool = False,
-        proven_idle: frozenset[str] = frozenset(),
     ) -> None:
+        """`claim`: the data file, held; `journal`: its journal's path;
+        `seed`: the stream this carries on from (its bytes are the data
+        file's); `adopted`: the data file was another writer's, its journal
+        tells what it holds. Made by `open_segmented`."""
         meta = target.meta
         assert meta.size_bytes is not None
         self._target = target
@@ -220,31 +191,13 @@ class ParallelTransfer:
         self._make_budget = make_budget
         self._validator = identity_of(meta)
         self._direct_io = direct_io
-        self._seed: Handover | None = None
-        self._adopted = False
+        # The data file as opened: its holder, its journal, what it holds.
+        self.claim, self.journal = claim, journal
+        self._seed, self._adopted = seed, adopted
         # start_with(): fewer workers first, the rest when the origin is slow.
         self._start_connections = connections
         self._grow_below = 0.0
         self._on_grow: Callable[[float, int, int], None] | None = None
-        self.claim: Claim
-        if seed is not None:
-            # Carry on from a stream's partial (engine.py's widening), under
-            # the stream's own writer id: a writer that adopts the stream
-            # partial after a kill between the journal and the rename knows
-            # the journal for an orphan (cache/partials._drop_orphan_journal).
-            data, self.journal = ranged_of_stream(seed.claim.path)
-            if self._take_over(seed, data):
-                self._seed = seed
-                self.claim = seed.claim
-            else:
-                seed.claim.close()
-        if self._seed is None:
-            try:
-                self.claim, self.journal, self._adopted = adopt_segmented(
-                    self._file.dest, self._validator, new_writer_id(), idle_s, proven_idle
-                )
-            except OSError as exc:
-                raise disk_error(exc, "creating the partial of", self._file.rel) from exc
 
     def beat(self) -> None:
         self.claim.beat()
@@ -263,23 +216,6 @@ class ParallelTransfer:
         self._start_connections = min(connections, self._connections)
         self._grow_below = grow_below_bytes_per_s
         self._on_grow = on_grow
-
-    def _take_over(self, seed: Handover, data: str) -> bool:
-        """Write a journal, then rename the stream's partial to ours: killed
-        in between, the stream partial is still there to resume, and a data
-        file never exists without its journal. The journal claims nothing
-        yet: the stream's bytes are claimed by the first save, after its
-        fdatasync (#16: an fdatasync here flushed the device on the
-        hand-over's critical path, 0.05-0.2 s on the benchmark VM; a kill
-        before the first save costs the stream's bytes, never a wrong one)."""
-        if not seed.claim.owned():
-            return False  # adopted away meanwhile
-        write_journal(self.journal, self._validator, self._size, [])
-        if seed.claim.rename_to(data):
-            return True
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.journal)
-        return False
 
     def run(self, hash_it: bool, ticker: ProgressTicker) -> ParallelResult:
         done = self._open_data()
@@ -347,7 +283,7 @@ class ParallelTransfer:
             if size > self._size:
                 # Longer than the file: not a partial of it. Start over.
                 self.claim.discard()
-                self.claim = Claim.create(self.claim.path)
+                self.claim = HeldPartial.create(self.claim.path)
                 done, size = [], 0
             if size < self._size:
                 os.ftruncate(self.claim.fd, self._size)
@@ -381,10 +317,13 @@ class ParallelTransfer:
         hasher = None
         if hash_it:
             seed = self._seed
+            direct = shared.writer.direct
             if seed is not None and seed.sha is not None:
-                hasher = _PrefixHasher(shared, self._size, seed.sha, seed.offset)
+                hasher = PrefixHasher(
+                    shared.fd, shared.ranges, direct, self._size, seed.sha, seed.offset
+                )
             else:
-                hasher = _PrefixHasher(shared, self._size)
+                hasher = PrefixHasher(shared.fd, shared.ranges, direct, self._size)
             shared.threads.append(hasher.thread)
         for thread in workers:
             thread.start()
@@ -517,16 +456,6 @@ class ParallelTransfer:
         return position
 
 
-def window_bytes_within(budget_bytes: int, resident: int) -> int:
-    """The hash window (halved from HASH_WINDOW_BYTES, 2 MiB at the least)
-    that keeps the process within the RSS budget: the mapped pages count
-    (#16: ~58 MiB for HTTP, more with huggingface_hub loaded)."""
-    window = HASH_WINDOW_BYTES
-    while window > _SMALLEST_WINDOW_BYTES and resident + window > budget_bytes:
-        window //= 2
-    return window
-
-
 class _Growth:
     """Decides once, GROW_AFTER_S after the workers started, whether the
     spare connections are wanted: the workers together moved less than
@@ -550,93 +479,3 @@ class _Growth:
         self._decided = True
         self.rate_bytes_per_s = (self._ranges.total() - start_bytes) / elapsed_s
         return self.rate_bytes_per_s < self._below
-
-
-def _direct_reader(shared: _Shared) -> DirectReader | None:
-    try:
-        return DirectReader(shared.fd, HASH_READ_BYTES)
-    except OSError:
-        return None  # read through the page cache instead
-
-
-class _PrefixHasher:
-    """sha256 of the file in order, over what the workers wrote. After
-    buffered writes it hashes the page cache through a read-only mmap (no
-    copy into a user buffer: pread cost ~0.25 ms/MB more CPU in the
-    benchmark); after direct writes it reads the disk with O_DIRECT."""
-
-    def __init__(
-        self, shared: _Shared, size: int, sha: _Hash | None = None, position: int = 0
-    ) -> None:
-        self._shared = shared
-        self._size = size
-        self._sha = sha if sha is not None else hashlib.sha256()
-        self._position = position if sha is not None else 0
-        self._cancelled = threading.Event()
-        self._reader = _direct_reader(shared) if shared.writer.direct else None
-        self._window = window_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
-        self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        position = self._position
-        try:
-            while position < self._size and not self._cancelled.is_set():
-                if self._reader is not None:
-                    position = self._read_direct(position)
-                else:
-                    position = self._hash_window(position)
-        except BaseException as exc:  # raised by finish(): never a silent mismatch
-            self._error = exc
-        finally:
-            if self._reader is not None:
-                self._reader.close()
-
-    def _read_direct(self, position: int) -> int:
-        ready = self._shared.ranges.wait_prefix_beyond(position, 0.5)
-        if ready <= position:
-            return position
-        assert self._reader is not None
-        try:
-            chunk = self._reader.read(position, ready - position)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            self._reader.close()  # this file does not take direct reads: the cache then
-            self._reader = None
-            return position
-        self._sha.update(chunk)
-        return position + len(chunk)
-
-    def _hash_window(self, position: int) -> int:
-        """Map one window at a time: mapped file pages count as resident,
-        so a whole-file map would put the file size into peak RSS."""
-        window = self._window
-        start = position - position % window
-        length = min(window, self._size - start)
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        with mmap.mmap(
-            self._shared.fd, length, flags=flags, prot=mmap.PROT_READ, offset=start
-        ) as mapped:
-            view = memoryview(mapped)
-            try:
-                while position < start + length and not self._cancelled.is_set():
-                    ready = self._shared.ranges.wait_prefix_beyond(position, 0.5)
-                    end = min(ready, start + length)
-                    if end > position:
-                        self._sha.update(view[position - start : end - start])
-                        position = end
-            finally:
-                view.release()
-        return position
-
-    def finish(self) -> str:
-        self.thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._sha.hexdigest()
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        self.thread.join(timeout=HEARTBEAT_S)

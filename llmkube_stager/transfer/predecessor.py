@@ -25,14 +25,13 @@ import os
 from collections.abc import Callable
 
 from llmkube_stager.cache.journal import load_journal
+from llmkube_stager.cache.partialnames import PartialFile, list_partials
 from llmkube_stager.cache.partials import (
     FUTURE_OBSERVE_S,
     HEARTBEAT_S,
-    PartialFile,
     fs_now,
     in_future,
     is_idle,
-    list_partials,
 )
 from llmkube_stager.layout import journal_of, partial_key
 from llmkube_stager.logs import Log

@@ -54,15 +54,13 @@ class RetryBudget:
         if not error.transient:
             raise error
         if self._used >= self._retries:
-            _say_window(error, f"after {self._used} retries")
-            raise error
+            raise _with_window(error, f"after {self._used} retries")
         wait = self.wait_s(error)
         if wait > self._max_wait_s:
             # #22 item 5: no request inside a window longer than the agent
             # may wait; the message says how long it is (a controller can
             # requeue after it: the termination message's retryAfterSeconds).
-            _say_window(error, f"more than LLMKUBE_MAX_RETRY_WAIT={self._max_wait_s:g}s")
-            raise error
+            raise _with_window(error, f"more than LLMKUBE_MAX_RETRY_WAIT={self._max_wait_s:g}s")
         self._used += 1
         self._log.warning(
             "retry",
@@ -80,12 +78,14 @@ class RetryBudget:
                 self.spend(error, what)
 
 
-def _say_window(error: SourceError, why: str) -> None:
-    """How long the origin asked to be left alone, in the final message."""
+def _with_window(error: SourceError, why: str) -> SourceError:
+    """The final error: how long the origin asked to be left alone, in its
+    message (a new error: the one raised is never changed, #32 item 5)."""
     if error.retry_after_s is None:
-        return
+        return error
     seconds = math.ceil(error.retry_after_s)
     if error.reason is Reason.SOURCE_RATE_LIMITED:
-        error.detail += f" (rate limited: the origin's window reopens in {seconds} s; {why})"
+        said = f" (rate limited: the origin's window reopens in {seconds} s; {why})"
     else:
-        error.detail += f" (the origin asked to wait {seconds} s; {why})"
+        said = f" (the origin asked to wait {seconds} s; {why})"
+    return error.amended(detail=error.detail + said)

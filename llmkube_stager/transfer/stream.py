@@ -40,14 +40,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmkube_stager.cache.disk import disk_error
-from llmkube_stager.cache.partials import (
-    HEARTBEAT_S,
-    Claim,
-    adopt_partial,
-    fs_now,
-    new_writer_id,
-    remove_stale,
-)
+from llmkube_stager.cache.heldpartial import HeldPartial
+from llmkube_stager.cache.partialnames import new_writer_id
+from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_partial, fs_now, remove_stale
 from llmkube_stager.errors import Reason, SourceError, TransferError
 from llmkube_stager.layout import private_partial_path
 from llmkube_stager.model import RemoteFile
@@ -77,7 +72,7 @@ _REFUND_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Streamed:
-    claim: Claim
+    claim: HeldPartial
     expected_bytes: int | None
     sha256: str | None
     received: int
@@ -133,7 +128,7 @@ def fetch_stream(
 class _State:
     """Where the partial stands; mutated as attempts go."""
 
-    claim: Claim
+    claim: HeldPartial
     dest: str
     identity: str
     offset: int
@@ -192,7 +187,7 @@ def _open_state(
     ranges = resumable(meta)
     try:
         if file.dest in effects.no_partials:
-            claim = Claim.create(private_partial_path(file.dest, identity, new_writer_id()))
+            claim = HeldPartial.create(private_partial_path(file.dest, identity, new_writer_id()))
             return _new_state(claim, file, meta, identity, ranges, effects)
         now_s = fs_now(directory)
         removed = remove_stale(file.dest, identity, now_s, effects.idle_s, effects.listed, ranges)
@@ -203,14 +198,14 @@ def _open_state(
         if ranges:
             claim = adopt_partial(file.dest, identity, new_writer_id(), effects.idle_s, proven_idle)
         else:
-            claim = Claim.create(private_partial_path(file.dest, identity, new_writer_id()))
+            claim = HeldPartial.create(private_partial_path(file.dest, identity, new_writer_id()))
     except OSError as exc:
         raise disk_error(exc, "creating the partial of", file.rel) from exc
     return _new_state(claim, file, meta, identity, ranges, effects)
 
 
 def _new_state(
-    claim: Claim,
+    claim: HeldPartial,
     file: RemoteFile,
     meta: RemoteMeta,
     identity: str,
@@ -236,12 +231,12 @@ def _new_state(
     )
 
 
-def _fresh_claim(old: Claim, dest: str, identity: str, rel: str) -> Claim:
+def _fresh_claim(old: HeldPartial, dest: str, identity: str, rel: str) -> HeldPartial:
     """Start over in a new private file: the old one is let go, never cut
     (another writer that shares its inode may still be writing it)."""
     old.discard()
     try:
-        return Claim.create(private_partial_path(dest, identity, new_writer_id()))
+        return HeldPartial.create(private_partial_path(dest, identity, new_writer_id()))
     except OSError as exc:
         raise disk_error(exc, "creating the partial of", rel) from exc
 

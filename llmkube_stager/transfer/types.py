@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmkube_stager.cache.partials import Claim
+from llmkube_stager.cache.heldpartial import HeldPartial
 from llmkube_stager.config import Timeouts
 from llmkube_stager.logs import Log
 from llmkube_stager.transfer.writemode import PageCacheBudget
@@ -42,7 +42,7 @@ class TransferEffects:
     # For rates (the widening decision), not for file times.
     monotonic: Callable[[], float] = time.monotonic
     # Destinations with nothing beside them to resume or remove when the run
-    # began (cache/partials.without_partials): their transfer starts a new
+    # began (cache/partialnames.without_partials): their transfer starts a new
     # partial without listing the directory (#16: one listing per file is
     # O(files^2) for a model of many files).
     no_partials: frozenset[str] = frozenset()
@@ -54,7 +54,7 @@ class Completed:
     (open, flocked) until it is published or discarded."""
 
     rel: str
-    claim: Claim
+    claim: HeldPartial
     dest: str
     expected_bytes: int | None
     sha256: str | None  # of the received bytes, when the file is pinned
@@ -71,7 +71,7 @@ class Handover:
     """A stream stopped early for ranged connections: its partial holds
     bytes [0, offset); `sha` covers them when the file is hashed."""
 
-    claim: Claim
+    claim: HeldPartial
     offset: int
     sha: _Hash | None
     received: int

@@ -7,7 +7,8 @@ agent's modules (#21 item 2).
 `os.rename` audit event (raised before the rename) whose destination is
 one of `paths` (resolved, also when given relative to a directory
 descriptor) and stops the process at the next audit event, i.e. once the
-rename returned and before the next file operation. `stopped(pid)` tells
+rename returned and before the next file operation; `times=N` stops only
+after the first N such renames. `stopped(pid)` tells
 when it is; SIGCONT resumes it.
 """
 
@@ -23,19 +24,21 @@ PAUSE_VAR = "LLMKUBE_TEST_PAUSE_AFTER_RENAME_TO"
 _PAUSING_CLI = r"""
 import os, runpy, signal, sys
 targets = set(os.environ.pop("LLMKUBE_TEST_PAUSE_AFTER_RENAME_TO").split("\n"))
+left = [int(os.environ.pop("LLMKUBE_TEST_PAUSE_TIMES", "0")) or -1]
 armed = []
 def hook(event, args):
     if armed:
         armed.clear()
         os.kill(os.getpid(), signal.SIGSTOP)
         return
-    if event != "os.rename":
+    if event != "os.rename" or left[0] == 0:
         return
     dst, dst_fd = os.fsdecode(os.fspath(args[1])), args[3]
     if not dst.startswith("/") and isinstance(dst_fd, int) and dst_fd >= 0:
         dst = os.path.join(os.readlink(f"/proc/self/fd/{dst_fd}"), dst)
     if os.path.realpath(dst) in targets:
         armed.append(dst)
+        left[0] -= 1
 sys.addaudithook(hook)
 # python -c CODE -m llmkube_stager ARGS...: argv is ["-c", "-m", "llmkube_stager", ARGS...]
 sys.argv = ["llmkube-stager", *sys.argv[3:]]
@@ -43,10 +46,16 @@ runpy.run_module("llmkube_stager", run_name="__main__", alter_sys=True)
 """
 
 
-def pause_flags(paths: Iterable[os.PathLike[str] | str]) -> tuple[list[str], dict[str, str]]:
-    """(python_flags, env) for Pod.popen: stop after a rename onto `paths`."""
+def pause_flags(
+    paths: Iterable[os.PathLike[str] | str], times: int | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """(python_flags, env) for Pod.popen: stop after a rename onto `paths`;
+    `times`: only after the first so many (None: after every one)."""
     targets = "\n".join(os.path.realpath(p) for p in paths)
-    return ["-c", _PAUSING_CLI], {PAUSE_VAR: targets}
+    env = {PAUSE_VAR: targets}
+    if times is not None:
+        env["LLMKUBE_TEST_PAUSE_TIMES"] = str(times)
+    return ["-c", _PAUSING_CLI], env
 
 
 def stopped(pid: int) -> bool:

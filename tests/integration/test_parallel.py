@@ -22,7 +22,7 @@ from pathlib import Path
 from llmkube_stager.cache.fs import probe_fs
 from llmkube_stager.layout import segmented_paths, validator_of
 from llmkube_stager.model import Decision
-from llmkube_stager.transfer.parallel import MIN_ITEM_BYTES, Ranges, work_items
+from llmkube_stager.transfer.segments import MIN_ITEM_BYTES, Ranges, work_items
 from tests.harness.disk import record_of
 from tests.harness.features import missing_feature
 from tests.harness.origin import Fault, RequestRecord

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmkube_stager.cache import evidence
-from llmkube_stager.cache.partials import Claim
+from llmkube_stager.cache.heldpartial import HeldPartial
 from llmkube_stager.cache.publish import publish, stamp_published
 from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.model import PinState
@@ -28,8 +28,8 @@ from tests.harness.pod import Pod
 SIZE_BYTES = 16 * evidence.BLOCK_BYTES
 
 
-def _write_claim(path: str, data: bytes) -> Claim:
-    claim = Claim.create(path)
+def _write_claim(path: str, data: bytes) -> HeldPartial:
+    claim = HeldPartial.create(path)
     os.write(claim.fd, data)
     return claim
 
@@ -56,15 +56,17 @@ def test_a_stamp_never_vouches_for_another_writers_file_of_one_size_on_a_local_f
     pin_y = hashlib.sha256(y_bytes).hexdigest()
 
     a = _write_claim(os.path.join(root, "model.bin.llmkube-partial.aaaaaaaa"), x_bytes)
-    st_a = publish(a, dest, SIZE_BYTES, "model.bin")
+    published_a = publish(a, dest, SIZE_BYTES, "model.bin")
+    st_a = published_a.st
     # A pauses here; B publishes its own file and stamps it.
     b = _write_claim(os.path.join(root, "model.bin.llmkube-partial.bbbbbbbb"), y_bytes)
     os.utime(b.fd, ns=(st_a.st_atime_ns, st_a.st_mtime_ns))  # the same second, as a race gives
-    st_b = publish(b, dest, SIZE_BYTES, "model.bin")
-    stamp_published(dest, pin_y, st_b)
+    published_b = publish(b, dest, SIZE_BYTES, "model.bin")
+    st_b = published_b.st
+    stamp_published(dest, pin_y, published_b)
     assert st_b.st_ino != st_a.st_ino
     # A resumes and stamps what it published.
-    stamp_published(dest, pin_x, st_a)
+    stamp_published(dest, pin_x, published_a)
 
     with open(dest, "rb") as handle:
         assert handle.read() == y_bytes

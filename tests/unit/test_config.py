@@ -96,6 +96,7 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("LLMKUBE_FILES_IN_FLIGHT", "4", SINGLE, "files_in_flight", 4, "2"),
     ("LLMKUBE_SHARDS", "4", SHARDED, "shards", 4, "3"),
     ("JOB_COMPLETION_INDEX", "3", SHARDED, "shard_index", 3, "0"),
+    ("LLMKUBE_JOB_ID", "0c1d2e3f-1234", SHARDED, "job_id", "0c1d2e3f-1234", "other-job"),
     ("LLMKUBE_DIRECT_IO", "off", SINGLE, "direct_io", False, "auto"),
     ("LLMKUBE_ARCHIVE_MAX_BYTES", "4096", SINGLE, "archive_max_bytes", 4096, "8192"),
     ("LLMKUBE_ARCHIVE_MAX_FILES", "10", SINGLE, "archive_max_files", 10, "20"),
@@ -651,3 +652,17 @@ def test_a_model_path_named_like_the_agents_records_is_refused(name: str) -> Non
     review, found for KServe's URL names, true of MODEL_PATH too)."""
     with pytest.raises(ConfigError, match="reserved for cache records"):
         load({"MODEL_PATH": f"/models/k/{name}"})
+
+
+@pytest.mark.parametrize(
+    "value", ["a b", "job\n1", "-leading-dash", "x" * 254, "caf\u00e9", "{}", "uid;rm"]
+)
+def test_a_job_id_that_is_no_label_value_is_refused(value: str) -> None:
+    """#29 item 6: the identity is written into the commit claim and
+    logged; only what a Job's uid or name label can hold is taken."""
+    with pytest.raises(ConfigError, match="LLMKUBE_JOB_ID"):
+        load({"LLMKUBE_JOB_ID": value}, base=SHARDED)
+
+
+def test_a_blank_job_id_is_none() -> None:
+    assert load({"LLMKUBE_JOB_ID": "  "}, base=SHARDED).job_id == ""

@@ -46,3 +46,13 @@ def test_every_index_gets_a_valid_configuration() -> None:
         assert config.prefetch_stager and config.cache_dir.startswith("/models/")
         shares.append(config.shard_index)
     assert shares == list(range(job["spec"]["completions"]))
+
+
+def test_the_job_gives_its_pods_its_identity_through_the_downward_api() -> None:
+    """#29 item 6: a sharded Job's commit claim names the Job, from the
+    pod's controller-uid label (a retried pod keeps the claim, the next Job
+    resolves anew)."""
+    container = _job()["spec"]["template"]["spec"]["containers"][0]
+    by_name = {e["name"]: e for e in container["env"]}
+    field = by_name["LLMKUBE_JOB_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == "metadata.labels['batch.kubernetes.io/controller-uid']"

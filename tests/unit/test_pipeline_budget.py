@@ -26,7 +26,7 @@ def test_never_below_one_mebibyte() -> None:
 def test_the_parallel_hash_window_shrinks_when_the_process_holds_much() -> None:
     """#16: the mapped window counts in RSS; huggingface_hub or boto3 loaded
     leaves less room for it under the 64 MiB budget."""
-    from llmkube_stager.transfer.parallel import HASH_WINDOW_BYTES, window_bytes_within
+    from llmkube_stager.transfer.prefixhash import HASH_WINDOW_BYTES, window_bytes_within
 
     budget = 64 << 20
     assert window_bytes_within(budget, 30 << 20) == HASH_WINDOW_BYTES

@@ -116,3 +116,71 @@ def test_an_intent_entry_inside_the_model_still_counts(tmp_path: Path) -> None:
     (tmp_path / record_name(MAIN)).write_text(json.dumps({"/publishing": json.dumps([entry])}))
     refusal = judge_set(read_run_record(str(tmp_path)), str(tmp_path))
     assert refusal is not None and refusal.file == "sub/x.bin"
+
+
+# -- #29 item 1: the writers' entries; #29 item 6: a claim names its Job -----------------------
+
+
+def test_the_writers_entries_refuse_what_they_cannot_vouch_for(tmp_path: Path) -> None:
+    """cache/writers.py as a reader meets it: no directory, an empty one, one
+    writer of the recorded commit: nothing to refuse. Another commit than
+    the record's, a mixed entry, an entry that is no JSON, something at the
+    directory's name that is no directory (a symlink: never followed), more
+    entries than it reads: refused. A writer clears only what it saw."""
+    import os
+
+    from llmkube_stager.cache import writers
+
+    root = str(tmp_path)
+    write_run(root, MAIN, Update(revision="main", commit="c1"))
+    assert read_run_record(root).mixed == ""
+    writers.enter(root, "w1", "c1")
+    assert read_run_record(root).mixed == ""  # a writer of the recorded commit at work
+    writers.enter(root, "w2", "c2")
+    assert "c1, c2" in read_run_record(root).mixed
+    writers.leave(root, "w2")
+    writers.enter(root, "w1", "c1", mixed=True)
+    assert read_run_record(root).mixed
+    seen = read_run_record(root).writers
+    writers.enter(root, "w3", "c1", mixed=True)  # written after it was seen
+    writers.clear(root, seen)
+    assert [e.name for e in read_run_record(root).writers] == ["w3"]
+    writers.leave(root, "w3")
+    (tmp_path / writers.WRITERS_NAME / "w4").write_text("not json")
+    assert read_run_record(root).mixed
+    writers.leave(root, "w4")
+    for i in range(70):
+        writers.enter(root, f"w{i:03d}", "c1")
+    assert read_run_record(root).mixed  # more than it reads: not vouched for
+    for i in range(70):
+        writers.leave(root, f"w{i:03d}")
+    os.rmdir(tmp_path / writers.WRITERS_NAME)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / writers.WRITERS_NAME)
+    assert read_run_record(root).mixed
+    writers.clear(root, read_run_record(root).writers)
+    assert not os.path.lexists(tmp_path / writers.WRITERS_NAME)
+    assert (tmp_path / "elsewhere").is_dir()
+
+
+def test_a_claim_names_its_job_and_one_without_is_read_as_before(tmp_path: Path) -> None:
+    from llmkube_stager.cache.jobclaim import JOB_COMMIT_NAME, JobCommit, read_job_commit
+
+    ticks = iter(range(0, 10**6, 10))  # every look at the clock: 10 s later
+
+    def read() -> JobCommit | None:
+        return read_job_commit(str(tmp_path), lambda _s: None, lambda: float(next(ticks)))
+
+    path = tmp_path / JOB_COMMIT_NAME
+    path.write_bytes(JobCommit("main", "c0ffee", "id1").encode())
+    assert "job" not in json.loads(path.read_bytes())  # what an older agent wrote
+    old = read()
+    assert old == JobCommit("main", "c0ffee", "id1", "")
+    assert old.of_another_job("uid-2") and not old.of_another_job("")
+    path.write_bytes(JobCommit("main", "c0ffee", "id1", "uid-1").encode())
+    mine = read()
+    assert mine is not None and mine.job == "uid-1"
+    assert not mine.of_another_job("uid-1") and mine.of_another_job("uid-2")
+    assert not mine.of_another_job("")  # a pod not told its Job: as before
+    path.write_text('{"revision": "main", "commit": "c0ffee", "id": "id1", "job": 7}')
+    assert read() is None  # no claim (debris: removed, a new one made)

@@ -173,10 +173,14 @@ class RunMemo:
 def _again(err: SourceError) -> SourceError:
     """A copy that is not retried and that later edits (the executor adds the
     file and a prefix) do not touch."""
-    copy = type(err)(err.detail, reason=err.reason, answered=err.answered)
-    copy.retry_after_s = err.retry_after_s
-    copy._remedy = err._remedy  # a gated repo's remedy stays the gated one (#22 item 7)
-    return copy
+    # A gated repo's remedy stays the gated one (#22 item 7).
+    return type(err)(
+        err.detail,
+        reason=err.reason,
+        answered=err.answered,
+        retry_after_s=err.retry_after_s,
+        remedy=err._remedy,
+    )
 
 
 class HfFetcher:

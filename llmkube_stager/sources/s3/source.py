@@ -211,7 +211,7 @@ class S3Fetcher:
         except SourceError as err:
             if _status_of(err) == 503:
                 # S3 throttles with 503 SlowDown: back off, as from a 429.
-                err.reason = Reason.SOURCE_RATE_LIMITED
+                raise err.amended(reason=Reason.SOURCE_RATE_LIMITED) from err.__cause__
             raise
 
     def _stored_encoding(
