@@ -1,6 +1,9 @@
 """Value types passed between the stages of the pipeline.
 
 env -> Config -> Manifest -> FsInfo + CacheState -> Plan -> actions -> Outcome
+
+Each class has a docstring: without one, dataclass builds one from the
+class's signature at import, on every warm start (#32 item 2).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ class RemoteFile:
 
 @dataclass(frozen=True)
 class Manifest:
+    """What a source says the model is: its files, where they come from,
+    and the source as a message names it."""
+
     kind: SourceKind
     root: str
     files: tuple[RemoteFile, ...]
@@ -112,6 +118,8 @@ class PinState(StrEnum):
 
 @dataclass(frozen=True)
 class LocalFile:
+    """What the cache holds for one file, read locally (cache/state.py)."""
+
     rel: str
     state: LocalState
     size_bytes: int | None = None
@@ -153,6 +161,8 @@ class LocalFile:
 
 @dataclass(frozen=True)
 class CacheState:
+    """The model's directory as read before the plan, by relative path."""
+
     root_exists: bool
     files: dict[str, LocalFile] = field(default_factory=dict)
 
@@ -179,6 +189,8 @@ class Decision(StrEnum):
 
 @dataclass(frozen=True)
 class Action:
+    """The plan's decision for one file, and why."""
+
     rel: str
     decision: Decision
     why: str
@@ -195,6 +207,8 @@ class Action:
 
 @dataclass(frozen=True)
 class Plan:
+    """Every file's action; whether this pod may write the cache at all."""
+
     actions: tuple[Action, ...]
     may_write: bool
     warnings: tuple[str, ...] = ()
@@ -210,6 +224,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class FileResult:
+    """What a run did with one file."""
+
     rel: str
     decision: Decision
     bytes_fetched: int = 0
@@ -217,6 +233,8 @@ class FileResult:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What a run did: each file's result and the seconds it took."""
+
     results: tuple[FileResult, ...]
     seconds: float
 

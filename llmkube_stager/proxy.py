@@ -20,7 +20,7 @@ NO_PROXY entries: `*` (everything), a host name (that host and its
 subdomains; a leading `.` or `*.` is the same), `host:port`, an IP address
 (IPv6 bare or bracketed, `[::1]:8080` with a port) or CIDR block
 (`10.0.0.0/8`, as Kubernetes clusters list their pod and service ranges).
-Pure: the environment is read by config.py.
+Pure: the environment is read by config/.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class ProxyConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Proxy:
+    """One forward proxy; its credentials are secrets (`secrets`)."""
+
     host: str
     port: int
     username: str = field(default="", repr=False)
@@ -70,6 +72,8 @@ class Proxy:
 
 @dataclass(frozen=True)
 class ProxySettings:
+    """The proxy for each scheme of origin, and the hosts that go direct."""
+
     https: Proxy | None = None
     http: Proxy | None = None
     no_proxy: tuple[str, ...] = ()
@@ -102,7 +106,7 @@ def parse_proxy(text: str, name: str) -> Proxy | None:
     text = text.strip()
     if not text:
         return None
-    # Imported here: most pods have no proxy, and config.py is on the warm path.
+    # Imported here: most pods have no proxy, and config/ is on the warm path.
     from urllib.parse import unquote, urlsplit
 
     if "://" not in text:

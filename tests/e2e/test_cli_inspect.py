@@ -1,5 +1,5 @@
 """`inspect` from the command line: which directory it reports. The
-argument wins; without one, CACHE_DIR as config.py reads it (#23 item 4:
+argument wins; without one, CACHE_DIR as config/ reads it (#23 item 4:
 cli.py read os.environ itself); neither a directory: InvalidConfiguration,
 exit 2, and no termination message (inspect is not a staging run)."""
 

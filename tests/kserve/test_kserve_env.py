@@ -2,7 +2,7 @@
 storage initializer (S3_ENDPOINT without a scheme, S3_USE_HTTPS,
 S3_VERIFY_SSL, awsAnonymousCredential, AWS_CA_BUNDLE, the AWS keys,
 AWS_DEFAULT_REGION; IRSA's AWS_ROLE_ARN and token file; HF_TOKEN) works as
-it is, mapped in config.py onto the agent's settings; an agent variable
+it is, mapped in config/kserve_env.py onto the agent's settings; an agent variable
 that is set wins; no secret is ever shown."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ IRSA, a shared credentials file and AWS_PROFILE, container credentials (EKS
 Pod Identity), instance metadata; unsigned requests only when nothing is
 found. Every source is real on loopback: SeaweedFS's STS verifies the web
 identity token against the test issuer and its S3 API accepts the temporary
-credentials it issued (sts.py). Only what config.py collected reaches
+credentials it issued (sts.py). Only what config/ collected reaches
 botocore: the test process's own environment never does.
 """
 
@@ -186,7 +186,7 @@ def test_the_test_process_environment_never_reaches_botocore(
     pod, s3, monkeypatch, tmp_path
 ) -> None:
     """botocore reads os.environ by default; the agent hands it only what
-    config.py collected. Here the process has keys (and a profile) that the
+    config/ collected. Here the process has keys (and a profile) that the
     pod's configuration does not: nothing may be signed with them."""
     data = payload(4 * KIB)
     s3.put(PUBLIC_BUCKET, "env/m.gguf", data)

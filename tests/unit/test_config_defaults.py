@@ -1,6 +1,6 @@
 """Every default is written once, in config.VARS (#23 item 4): the reader
 falls back on it, Config and Timeouts start from it, `--help` shows it; and
-`inspect`'s directory comes from config.py too."""
+`inspect`'s directory comes from config/ too."""
 
 from __future__ import annotations
 

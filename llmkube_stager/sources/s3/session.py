@@ -1,11 +1,11 @@
-"""botocore for the S3 control path, fed only what config.py collected.
+"""botocore for the S3 control path, fed only what config/ collected.
 
 boto3's default credential chain is what pods use (#12): static keys,
 IRSA (`AWS_ROLE_ARN` + `AWS_WEB_IDENTITY_TOKEN_FILE`), a profile of the shared
 credentials/config files (`AWS_PROFILE`), container credentials (EKS Pod
 Identity, ECS) and instance metadata, in botocore's order. botocore reads
 `os.environ` by default; here every provider and the configuration store get
-`Config.aws_env` instead (the project's rule: config.py is the only reader of
+`Config.aws_env` instead (the project's rule: config/ is the only reader of
 the environment), which also keeps in-process tests hermetic.
 
 `AWS_ENDPOINT_URL` is the *S3* endpoint in this contract (the operator sets
@@ -213,7 +213,7 @@ _ENV_WEB_IDENTITY = "llmkube-environment"
 
 def botocore_env(aws_env: Mapping[str, str]) -> dict[str, str]:
     """The variables botocore may read, with "~/.aws" resolved against the
-    HOME that config.py saw (botocore would expand "~" from os.environ)."""
+    HOME that config/ saw (botocore would expand "~" from os.environ)."""
     env = {k: v for k, v in aws_env.items() if k != "HOME"}
     home = aws_env.get("HOME", "")
     for name, default in (

@@ -1,7 +1,7 @@
 """The transport of the httpx clients (the HEAD probe, and the Hugging Face
 API client, which speaks httpx2: the same API, passed in as `hx`).
 
-httpx's own environment handling is off (`trust_env=False`: config.py is
+httpx's own environment handling is off (`trust_env=False`: config/ is
 the only reader of the environment, and httpx's NO_PROXY has no CIDR
 blocks), so the transport routes each request by `ProxySettings.for_url`,
 the same decision the data path makes (connection.py).

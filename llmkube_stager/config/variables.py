@@ -1,0 +1,159 @@
+"""The variable table: every environment variable of the contract, its
+flag and its default, written once (#23 item 4). A new variable is a row
+here, a field of `Config` (settings.py), a rule (rules.py or paths.py)
+and its line in the assembly (load.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Var:
+    """One environment variable of the contract, its flag, and its default
+    as it would be written in the environment ("": none)."""
+
+    env: str
+    help: str
+    secret: bool = False
+    default: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.env.lower().replace("_", "-")
+
+
+VARS: tuple[Var, ...] = (
+    Var("MODEL_SOURCE", "model source URL (http(s)://, hf://, s3://, file://, /path, pvc://)"),
+    Var("CACHE_DIR", "the model's directory in the cache"),
+    Var("MODEL_PATH", "single-file: the destination file"),
+    Var("MODEL_FILES", "multi-file: newline-separated repo-relative paths, primary first"),
+    Var("S3_BUCKET", "S3 bucket (derived from MODEL_SOURCE when absent)"),
+    Var("S3_KEY", "S3 key of a single-file model"),
+    Var("S3_PREFIX", "S3 prefix of a multi-file model"),
+    Var("MODEL_SHA256", "single-file sha256 pin (64 hex)"),
+    Var("MODEL_FILE_SHA256", "multi-file pins, lines '<digest> <rel>'"),
+    Var("LLMKUBE_REFRESH_POLICY", "IfNotPresent or OnChange", default="IfNotPresent"),
+    Var("LLMKUBE_PREFETCH_STAGER", "true in prefetch Jobs (may stage on FUSE)", default="false"),
+    Var("HF_TOKEN", "Hugging Face token", secret=True),
+    Var("HF_ENDPOINT", "Hugging Face mirror endpoint"),
+    Var("AWS_ACCESS_KEY_ID", "S3 access key id", secret=True),
+    Var("AWS_SECRET_ACCESS_KEY", "S3 secret key", secret=True),
+    Var("AWS_SESSION_TOKEN", "S3 session token", secret=True),
+    Var("AWS_REGION", "S3 region"),
+    Var("AWS_ENDPOINT_URL", "S3 endpoint URL"),
+    # The rest of the AWS credential chain and endpoint settings (docs/sources.md);
+    # handed to botocore as an explicit mapping, never through os.environ.
+    Var("AWS_ENDPOINT_URL_S3", "S3 endpoint URL (wins over AWS_ENDPOINT_URL)"),
+    Var("AWS_ENDPOINT_URL_STS", "STS endpoint for web identity and role credentials"),
+    Var("AWS_DEFAULT_REGION", "S3 region when AWS_REGION is not set"),
+    Var("AWS_S3_ADDRESSING_STYLE", "auto (default), virtual or path"),
+    Var("AWS_PROFILE", "profile of the shared credentials/config files"),
+    Var("AWS_SHARED_CREDENTIALS_FILE", "shared credentials file (default ~/.aws/credentials)"),
+    Var("AWS_CONFIG_FILE", "shared config file (default ~/.aws/config)"),
+    Var("AWS_ROLE_ARN", "role to assume with the web identity token (IRSA)"),
+    Var("AWS_WEB_IDENTITY_TOKEN_FILE", "web identity token file (IRSA)"),
+    Var("AWS_ROLE_SESSION_NAME", "session name of the assumed role"),
+    Var("AWS_CONTAINER_CREDENTIALS_FULL_URI", "container credentials endpoint (EKS Pod Identity)"),
+    Var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "container credentials path (ECS)"),
+    Var("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container credentials token", secret=True),
+    Var("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "file holding the container credentials token"),
+    Var("AWS_EC2_METADATA_DISABLED", "true: never ask the instance metadata service"),
+    Var("AWS_EC2_METADATA_SERVICE_ENDPOINT", "instance metadata service endpoint"),
+    Var(
+        "LLMKUBE_CA_DIR",
+        "extra CA certificates, added to the system roots",
+        default="/custom-certs",
+    ),
+    Var(
+        "LLMKUBE_HOST_MODEL",
+        "host-path model file for local sources",
+        default="/host-model/model.gguf",
+    ),
+    Var(
+        "LLMKUBE_ALLOWED_HOST_ROOTS",
+        "colon-separated roots a local source must lie in (unset: no restriction)",
+    ),
+    Var("LLMKUBE_TERMINATION_LOG", "termination message path", default="/dev/termination-log"),
+    Var("PROGRESS_INTERVAL", "seconds between progress lines", default="10"),
+    Var("LLMKUBE_LOG_FORMAT", "text or json", default="text"),
+    Var("LLMKUBE_CONNECT_TIMEOUT", "seconds to establish a connection", default="10"),
+    Var(
+        "LLMKUBE_STALL_TIMEOUT",
+        "seconds without a received byte before an attempt is retried",
+        default="60",
+    ),
+    Var(
+        "LLMKUBE_RETRIES",
+        "attempts per request after the first, for transient failures",
+        default="5",
+    ),
+    Var(
+        "LLMKUBE_MAX_RETRY_WAIT",
+        "longest single wait between attempts, Retry-After included",
+        default="60",
+    ),
+    Var("LLMKUBE_LOCK_TIMEOUT", "seconds a writer waits for the cache lock", default="3600"),
+    Var(
+        "LLMKUBE_CONNECTIONS",
+        "parallel ranged connections per large file (1 disables)",
+        default="8",
+    ),
+    Var(
+        "LLMKUBE_FILES_IN_FLIGHT",
+        "files of a multi-file model transferred at once (1: in turn)",
+        default="8",
+    ),
+    Var(
+        "LLMKUBE_SHARDS",
+        "prefetch Jobs: split the model's files into this many shares (#16)",
+        default="1",
+    ),
+    Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),
+    Var(
+        "LLMKUBE_JOB_ID",
+        "the prefetch Job this pod belongs to (its batch.kubernetes.io/controller-uid "
+        "label, through the downward API): a sharded Job's commit claim is its own",
+    ),
+    Var(
+        "LLMKUBE_DIRECT_IO",
+        "auto (the page cache while the model fits memory, then O_DIRECT on "
+        "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
+        default="auto",
+    ),
+    # KServe mode (#24 item 2): bounds of an unpacked archive (kserve/archive.py).
+    Var(
+        "LLMKUBE_ARCHIVE_MAX_BYTES",
+        "bytes an archive may unpack to (KServe mode)",
+        default=str(1 << 40),  # 1 TiB
+    ),
+    Var("LLMKUBE_ARCHIVE_MAX_FILES", "members an archive may hold (KServe mode)", default="100000"),
+    # Credentials in a proxy URL are secrets (proxy.py); the lowercase
+    # spellings are read too and win, as in curl.
+    Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
+    Var("HTTP_PROXY", "http:// proxy for http origins (also http_proxy)", secret=True),
+    Var("NO_PROXY", "hosts, domains, IPs or CIDRs that go direct (also no_proxy)"),
+)
+
+SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)
+# Written once, in VARS: the reader, `--help` and the defaults of Config and
+# Timeouts (settings.py) all take them from here (#23 item 4).
+DEFAULTS: Mapping[str, str] = {v.env: v.default for v in VARS if v.default}
+
+# botocore settings honoured without a flag of their own (docs/sources.md).
+AWS_PASSTHROUGH_VARS: tuple[str, ...] = (
+    "AWS_STS_REGIONAL_ENDPOINTS",
+    "AWS_USE_FIPS_ENDPOINT",
+    "AWS_USE_DUALSTACK_ENDPOINT",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE",
+    "AWS_EC2_METADATA_V1_DISABLED",
+    "AWS_METADATA_SERVICE_TIMEOUT",
+    "AWS_METADATA_SERVICE_NUM_ATTEMPTS",
+)
+# Every variable the S3 source hands to botocore, HOME for its "~/.aws" defaults.
+AWS_ENV_VARS: tuple[str, ...] = (
+    *(v.env for v in VARS if v.env.startswith("AWS_")),
+    *AWS_PASSTHROUGH_VARS,
+    "HOME",
+)
