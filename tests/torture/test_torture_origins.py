@@ -113,7 +113,7 @@ def _lie(kind: str) -> Script:
                 reply.cut_after = MIB
                 return reply
             return serve(request, OTHER, '"v2"')
-        if kind == "gzip-on-binary":
+        if kind.startswith("gzip-on-binary"):
             import gzip
 
             body = gzip.compress(DATA)
@@ -128,7 +128,11 @@ LIES = {
     "long-close": "ModelTransferSizeMismatch",
     "short-length": None,  # resumed: the rest comes from the next attempts
     "etag-changes-on-resume": "ModelSourceChanged",
-    "gzip-on-binary": "ModelSourceRejected",  # an encoded body is refused (#22 item 1)
+    # Pinned, a Content-Encoding is no refusal (#29 item 11): the pin checks
+    # every byte, and a body a hop compressed fails its size or its digest.
+    "gzip-on-binary": "ModelTransferSizeMismatch",
+    # Unpinned, nothing proves the bytes: an encoded body is refused (#22 item 1).
+    "gzip-on-binary-unpinned": "ModelSourceRejected",
 }
 
 
@@ -146,6 +150,7 @@ def test_lying_origin(kind: str, pod: Pod, tmp_path: Path, stats: Stats) -> None
 
     with RawOrigin(script) as raw:
         pin = hashlib.sha256(DATA).hexdigest()
-        env = _env(tmp_path, raw.url + PATH, LLMKUBE_RETRIES="2", MODEL_SHA256=pin)
+        pins = {} if kind.endswith("-unpinned") else {"MODEL_SHA256": pin}
+        env = _env(tmp_path, raw.url + PATH, LLMKUBE_RETRIES="2", **pins)
         ran = pod.run(env=env, timeout=90)
     _judge(ran, reason, tmp_path, stats, kind)
