@@ -77,7 +77,7 @@ class Recorder:
         # #29 item 1: a Hugging Face run over the whole model (a share has
         # its Job's claim and a record of its own) watches for another
         # writer's commit: what it published, the main record as last read.
-        self.watches_commit = manifest.kind == "hf" and session.writer == MAIN
+        self.watches_commit = manifest.kind == "hf" and session.over_whole_model
         self._published: dict[str, os.stat_result] = {}
         self._foreign: frozenset[str] = frozenset()
         self._record_seen: tuple[int, int, int, float] | None = None
@@ -317,7 +317,7 @@ class Recorder:
         if resolved is None or resolved.commit is None:
             return Update()
         update = Update(revision=resolved.revision, commit=resolved.commit)
-        if self._session.writer == MAIN:
+        if self._session.over_whole_model:
             # A run over the whole model supersedes the shares' commits
             # (RunRecord.commits); a model never sharded keeps the record it had.
             shares = self._record.share_commits()

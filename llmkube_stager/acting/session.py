@@ -72,6 +72,12 @@ class Session:
     _opening: threading.Lock = field(default_factory=threading.Lock, init=False)
     _page_cache: PageCacheBudget | None = field(default=None, init=False)
 
+    @property
+    def over_whole_model(self) -> bool:
+        """The run stages the whole model, not one share (the run's mode,
+        staging/mode.py, #32 item 3): its record is the model's own."""
+        return self.writer == MAIN
+
     def fetcher(self, source: Source) -> Fetcher:
         with self._opening:  # files in flight: one fetcher for all
             if self._fetcher is None:

@@ -1,14 +1,13 @@
 """What an earlier run left in the model directory: a publish interrupted
-halfway (#10 defect 13), which a writer finishes (staging/write.py), a
-reader refuses and an unsharded writer waits for while its writer lives
-(#21 item 5); and the
+halfway (#10 defect 13), which a writer finishes (staging/write.py: the
+intents its mode owns, staging/mode.py), a reader refuses and an
+unsharded writer waits for while its writer lives (#21 item 5); and the
 commit the files present come from, which an IfNotPresent run finishes
 from (#10 defect 11), never mixing two (#21 item 4).
 """
 
 from __future__ import annotations
 
-from llmkube_stager.cache.runrecord import MAIN, PublishEntry, RunRecord
 from llmkube_stager.cache.setstate import (
     FutureWatch,
     Pending,
@@ -19,20 +18,6 @@ from llmkube_stager.cache.setstate import (
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason
 from llmkube_stager.staging.prepare import Effects, Prepared, replan
-from llmkube_stager.staging.share import Share
-
-
-def own_intents(record: RunRecord, share: Share | None, root: str) -> list[PublishEntry]:
-    """The publish intents this pod finishes: a share only its own; an
-    unsharded writer its own and those of shares whose partials are still
-    there (the whole model is its own; a share's intent it finished stays in
-    that share's record, which only the share rewrites)."""
-    if share is not None:
-        return list(record.run(share.id).intent)
-    own = list(record.run(MAIN).intent)
-    left = [e for p in pending_publishes(record, root) for e in p.entries if e not in own]
-    return own + left
-
 
 _PUBLISH_POLL_S = 0.5
 

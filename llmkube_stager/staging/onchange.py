@@ -14,11 +14,10 @@ from llmkube_stager.model import Remote
 from llmkube_stager.plan import probes_needed
 from llmkube_stager.sources.base import RemoteMeta
 from llmkube_stager.staging.prepare import Prepared, replan
-from llmkube_stager.staging.share import narrowed
 
 
 def revalidate(config: Config, prepared: Prepared, session: Session) -> Prepared:
-    own = narrowed(prepared.manifest, prepared.share)
+    own = prepared.mode.own(prepared.manifest)
     rels = probes_needed(own, prepared.cache, config.refresh_policy)
     remote: dict[str, Remote] = {}
     unreachable: dict[str, str] = {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from llmkube_stager.acting.executor import Work
 from llmkube_stager.cache.runrecord import RunRecord, read_run_record
@@ -32,10 +31,7 @@ from llmkube_stager.model import (
 from llmkube_stager.plan import failed, make_plan, strategy_for
 from llmkube_stager.sources import open_source
 from llmkube_stager.sources.base import ListingSource, Source
-from llmkube_stager.staging.share import Share, narrowed
-
-if TYPE_CHECKING:
-    from llmkube_stager.cache.jobclaim import JobCommit
+from llmkube_stager.staging.mode import WHOLE_MODEL, RunMode
 
 
 @dataclass(frozen=True)
@@ -63,10 +59,9 @@ class Prepared:
     # OnChange: the validators present files were verified to have (or
     # "unverified"), in place of a missing record (#10 defect 12).
     checked: Mapping[str, str] = field(default_factory=dict)
-    # A sharded prefetch: the files this pod stages (staging/share.py), and
-    # the commit its Job agreed on (Hugging Face, #21 item 4).
-    share: Share | None = None
-    claim: JobCommit | None = None
+    # The whole model, or one share of a sharded prefetch (#32 item 3,
+    # staging/mode.py): chosen once by the run; `plan` plans the whole model.
+    mode: RunMode = WHOLE_MODEL
 
 
 def role_of(config: Config) -> Role:
@@ -114,7 +109,7 @@ def replan(config: Config, prepared: Prepared) -> Prepared:
         }
         cache = replace(cache, files=files)
     plan = make_plan(
-        narrowed(prepared.manifest, prepared.share),
+        prepared.mode.own(prepared.manifest),
         cache,
         prepared.fs,
         prepared.role,

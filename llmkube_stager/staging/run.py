@@ -1,8 +1,9 @@
 """A staging run: resolve -> probe fs -> inspect -> plan -> act -> Outcome.
 
 `prepare` (staging/prepare.py) does everything up to the plan with local
-reads only. `run_stage` takes this pod's share of a sharded prefetch
-(staging/share.py), revalidates (OnChange, staging/onchange.py), and then
+reads only. `run_stage` chooses the run's mode once (staging/mode.py: the
+whole model, or this pod's share of a sharded prefetch, staging/share.py),
+begins it, revalidates (OnChange, staging/onchange.py), and then
 either serves what is there, a warm start: no lock, no mkdir, no sweep
 (spec §8.4, §9.3), or writes (staging/write.py, imported only then). A plan
 with nothing to write returns before any fetcher exists, so a warm
@@ -11,6 +12,7 @@ IfNotPresent start opens no connection and imports no HTTP library.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from llmkube_stager import messages
@@ -18,17 +20,16 @@ from llmkube_stager.acting.executor import execute
 from llmkube_stager.acting.session import Clock, Session
 from llmkube_stager.cache import writers
 from llmkube_stager.cache.disk import ensure_dir
-from llmkube_stager.cache.runrecord import read_run_record, writer_of
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, TransferError, from_source
 from llmkube_stager.model import Decision, FileResult, Outcome, PinState
 from llmkube_stager.sources import check_libraries
 from llmkube_stager.staging.interrupted import (
     kept_commit,
-    own_intents,
     refuse_unwhole,
     wait_for_live_publishes,
 )
+from llmkube_stager.staging.mode import WHOLE_MODEL, OneShare, RunMode
 from llmkube_stager.staging.onchange import revalidate
 from llmkube_stager.staging.prepare import (
     Effects,
@@ -39,13 +40,7 @@ from llmkube_stager.staging.prepare import (
     verified,
     work_of,
 )
-from llmkube_stager.staging.share import (
-    agree_share,
-    check_views,
-    finish_share,
-    record_share,
-    take_share,
-)
+from llmkube_stager.staging.share import agree_share, record_share, take_share
 
 
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
@@ -57,7 +52,9 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
 def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepared, Outcome]:
     if prepared.manifest.kind == "pvc":
         return prepared, _verify_pvc(prepared, effects)
-    mixed = _mixed_to_settle(config, prepared)
+    mode, begin = _mode_of(config)
+    prepared = replace(prepared, mode=mode)
+    mixed = _mixed_to_settle(prepared)
     seen = prepared.record.writers
     if mixed:
         # Writers of two commits were at it (#29 item 1, cache/writers.py):
@@ -73,15 +70,11 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
         config = replace(config, refresh_policy="OnChange")
         prepared = replan(config, prepared)
     clock = Clock(effects.sleep, effects.monotonic, effects.wall_clock)
-    writer = writer_of(config.shard_index, config.shards)
-    session = Session(config, effects.log, clock, prepared.fs, prepared.strategy, writer)
+    session = Session(config, effects.log, clock, prepared.fs, prepared.strategy, mode.writer)
     try:
-        if config.shards > 1:
-            prepared = _take_share(config, effects, prepared, session)
-        elif prepared.strategy.may_write:
-            prepared = wait_for_live_publishes(config, effects, prepared)
+        prepared = begin(config, effects, prepared, session)
         root = prepared.manifest.root
-        pending = bool(own_intents(prepared.record, prepared.share, root))
+        pending = bool(prepared.mode.own_intents(prepared.record, root))
         if not prepared.strategy.may_write:
             refuse_unwhole(prepared)
         if config.refresh_policy == "OnChange" or any(a.transfers for a in prepared.plan.actions):
@@ -98,17 +91,14 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
         if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
             # set a reader would refuse is not served either (#21 items 3, 4).
-            if prepared.share is None:
+            if prepared.mode.judges_set:
                 refuse_unwhole(prepared, commits=not _all_verified(config, prepared))
             results = execute(session, work_of(prepared), prepared.plan)
         else:
             from llmkube_stager.staging.write import write  # the write path begins
 
             results = write(config, effects, prepared, session)
-        if prepared.share is not None:
-            check_views(read_run_record(root), prepared.share)
-            if prepared.strategy.may_write:
-                finish_share(root, prepared.share, prepared.claim, session)
+        prepared.mode.finish(root, session, may_write=prepared.strategy.may_write)
         if mixed and all(r.decision is not Decision.KEEP for r in results):
             # Every file proven or staged from one commit: the entries this
             # run found are answered (one written since is not among them).
@@ -118,13 +108,35 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
     return prepared, Outcome(results, effects.monotonic() - prepared.started_s)
 
 
-def _mixed_to_settle(config: Config, prepared: Prepared) -> str:
+Begin = Callable[[Config, Effects, Prepared, Session], Prepared]
+
+
+def _mode_of(config: Config) -> tuple[RunMode, Begin]:
+    """The run's mode, chosen once (#32 item 3, staging/mode.py), and how
+    it begins: a share of a sharded prefetch lists the model and takes its
+    files; a writer of the whole model waits for a live writer's publish."""
+    if config.shards > 1:
+        return OneShare.unlisted(config.shard_index, config.shards), _take_share
+    return WHOLE_MODEL, _wait_for_writers
+
+
+def _mixed_to_settle(prepared: Prepared) -> str:
     """Why the writers' entries refuse the model, when this run settles it
     (cache/writers.py): a writer of the whole model (a share stages only
     its files: it cannot prove the set)."""
-    if config.shards > 1 or not prepared.strategy.may_write:
+    if not (prepared.mode.judges_set and prepared.strategy.may_write):
         return ""
     return prepared.record.mixed
+
+
+def _wait_for_writers(
+    config: Config, effects: Effects, prepared: Prepared, session: Session
+) -> Prepared:
+    """A writer of the whole model rolls forward only a dead writer's
+    publish (#21 item 5, staging/interrupted.py)."""
+    if not prepared.strategy.may_write:
+        return prepared
+    return wait_for_live_publishes(config, effects, prepared)
 
 
 def _take_share(config: Config, effects: Effects, prepared: Prepared, session: Session) -> Prepared:
@@ -147,7 +159,7 @@ def _take_share(config: Config, effects: Effects, prepared: Prepared, session: S
     if prepared.strategy.may_write:
         ensure_dir(root, root, "")
         record_share(root, share, session, claim)
-    return replan(config, replace(prepared, share=share, claim=claim))
+    return replan(config, replace(prepared, mode=OneShare(share, claim)))
 
 
 def _all_verified(config: Config, prepared: Prepared) -> bool:

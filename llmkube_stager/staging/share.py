@@ -27,7 +27,7 @@ Job (LLMKUBE_JOB_ID, #29 item 6).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from llmkube_stager.acting.inflight import run_in_flight
 from llmkube_stager.acting.session import Session
@@ -211,9 +211,3 @@ def finish_share(root: str, share: Share, claim: JobCommit | None, session: Sess
     ids = [record.run(share_id(i, share.shards)).complete for i in range(share.shards)]
     if all(found == claim.id for found in ids):
         drop_job_commit(root, claim)
-
-
-def narrowed(manifest: Manifest, share: Share | None) -> Manifest:
-    if share is None:
-        return manifest
-    return replace(manifest, files=tuple(f for f in manifest.files if f.rel in share.rels))

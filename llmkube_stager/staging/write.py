@@ -19,7 +19,7 @@ from llmkube_stager.cache.sweep import sweep
 from llmkube_stager.config import Config
 from llmkube_stager.logs import Log
 from llmkube_stager.model import FileResult
-from llmkube_stager.staging.interrupted import own_intents, recorded_commit
+from llmkube_stager.staging.interrupted import recorded_commit
 from llmkube_stager.staging.prepare import Effects, Prepared, check_plan, replan, work_of
 
 
@@ -31,17 +31,15 @@ def write(
         if prepared.strategy.take_lock:
             # Another writer may have staged while we waited for the lock.
             prepared = replan(config, prepared)
-        if own_intents(prepared.record, prepared.share, prepared.manifest.root):
+        mode = prepared.mode
+        if mode.own_intents(prepared.record, prepared.manifest.root):
             roll_forward(prepared, effects.log, session.writer)
             prepared = replan(config, prepared)
         if prepared.strategy.take_lock or prepared.checked:
             check_plan(prepared, effects.log, warn=False)
-        if prepared.share is None:
-            # A share never sweeps: the age gate is all that tells a dead
-            # writer's debris from another share's partial, and a pod of
-            # another share may wait for its retry longer than that.
+        if mode.sweeps:  # a share never sweeps (staging/mode.py)
             _sweep(prepared, effects)
-        if config.refresh_policy == "IfNotPresent" and prepared.share is None:
+        if config.refresh_policy == "IfNotPresent" and mode.fetches_recorded_commit:
             session.fetch_at(recorded_commit(prepared))
         return execute(session, work_of(prepared), prepared.plan)
 
@@ -51,7 +49,7 @@ def roll_forward(prepared: Prepared, log: Log, writer: str) -> None:
     manifest = prepared.manifest
     validators: dict[str, str] = {}
     listed = {f.rel: f for f in manifest.files}
-    for entry in own_intents(prepared.record, prepared.share, manifest.root):
+    for entry in prepared.mode.own_intents(prepared.record, manifest.root):
         if entry.rel not in listed:
             continue
         done = finish(listed[entry.rel].dest, entry.partial, entry.size_bytes)
@@ -72,10 +70,8 @@ def _writer_lock(
 ) -> contextlib.AbstractContextManager[object]:
     """Off FUSE (and when the type is unknown: the previous behavior, spec
     §16 item 3) writers take the flock; on FUSE nobody does (spec §9.3)."""
-    if not prepared.strategy.take_lock or prepared.share is not None:
-        # The shares of a sharded prefetch write disjoint files: one pod
-        # waiting for another's lock would only serialize them.
-        return contextlib.nullcontext()
+    if not (prepared.strategy.take_lock and prepared.mode.locks):
+        return contextlib.nullcontext()  # a share takes no lock (staging/mode.py)
     return CacheLock(
         prepared.manifest.root,
         config.timeouts.lock_s,
