@@ -83,8 +83,10 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     if done is not None:
         # A warm restart of an unpacked archive (an http(s) URL, an s3://
         # key or the one object of a prefix): nothing to fetch or move.
-        results = tuple(FileResult(rel, Decision.REUSE) for rel in sorted(done))
-        boundary.log.info("unpacked_hit", f"{len(done)} unpacked files in {pair.dest}")
+        # One result repeated: a 100,000-member archive's warm start holds
+        # no object per file (#31 item 6).
+        results = (FileResult(display_url(pair.uri), Decision.REUSE),) * done.files
+        boundary.log.info("unpacked_hit", f"{done.files} unpacked files in {pair.dest}")
         return Outcome(results, 0.0), display_url(pair.uri)
     # The private directory first: a TMPDIR there (a read-only root
     # filesystem's only writable place, docs/kubernetes/kserve/) exists
@@ -138,7 +140,7 @@ def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, 
     rel, path = archive
     limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)
     try:
-        sizes = unpack(path, rel, pair.uri, pair.dest, limits)
+        done = unpack(path, rel, pair.uri, pair.dest, limits)
     except OSError as exc:
         translated = disk_error(exc, "unpacking", rel)
         if isinstance(translated, OSError):
@@ -146,7 +148,7 @@ def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, 
         raise translated from None
     boundary.log.info(
         "unpacked",
-        f"Unpacked {len(sizes)} files of {rel} into {pair.dest}",
-        files=len(sizes),
-        size_bytes=sum(sizes.values()),
+        f"Unpacked {done.files} files of {rel} into {pair.dest}",
+        files=done.files,
+        size_bytes=done.size_bytes,
     )
