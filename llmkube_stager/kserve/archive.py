@@ -110,8 +110,13 @@ class ArchiveRefused(StagerError):
         )
 
 
-def is_archive(name: str) -> bool:
-    return name.lower().endswith(ARCHIVE_SUFFIXES)
+def archive_kind(name: str) -> str | None:
+    """ "tar" or "zip" for a name KServe unpacks (mimetypes' application/x-tar
+    or application/zip), else None."""
+    lower = name.lower()
+    if not lower.endswith(ARCHIVE_SUFFIXES):
+        return None
+    return "zip" if lower.endswith(".zip") else "tar"
 
 
 def unpacked_record(private: str, source: str, dest: str) -> Unpacked | None:
@@ -150,8 +155,10 @@ def _record_lines(path: str, source: str) -> Iterator[tuple[int, str]]:
             yield int(size), rel
 
 
-def unpack(archive: str, name: str, source: str, dest: str, limits: ArchiveLimits) -> Unpacked:
-    """Unpack the staged `archive` (file name `name`) into `dest`, or finish
+def unpack(
+    archive: str, name: str, kind: str, source: str, dest: str, limits: ArchiveLimits
+) -> Unpacked:
+    """Unpack the staged `archive` (file name `name`, `kind` tar or zip) into `dest`, or finish
     the publish a killed container left (#31 item 7)."""
     import shutil
 
@@ -159,7 +166,7 @@ def unpack(archive: str, name: str, source: str, dest: str, limits: ArchiveLimit
     work = _pending_publish(private, source)
     if work is None:
         _clear_stale_work(private)
-        work = _unpack_to_work(archive, name, source, private, limits)
+        work = _unpack_to_work(archive, name, kind, source, private, limits)
         # One sync for every member's bytes and names, where KServe's
         # initializer syncs none and #24 synced each file (#31 item 8).
         sync_filesystem(private)
@@ -218,19 +225,21 @@ def _clear_stale_work(private: str) -> None:
 
 
 def _unpack_to_work(
-    archive: str, name: str, source: str, private: str, limits: ArchiveLimits
+    archive: str, name: str, kind: str, source: str, private: str, limits: ArchiveLimits
 ) -> str:
     work = f"unpack.{os.urandom(6).hex()}"
     os.mkdir(posixpath.join(private, work), 0o700)
     try:
-        _write_work(archive, name, source, posixpath.join(private, work), limits)
+        _write_work(archive, name, kind, source, posixpath.join(private, work), limits)
     except BaseException:
         _clear_stale_work(private)
         raise
     return work
 
 
-def _write_work(archive: str, name: str, source: str, work: str, limits: ArchiveLimits) -> None:
+def _write_work(
+    archive: str, name: str, kind: str, source: str, work: str, limits: ArchiveLimits
+) -> None:
     """Every member under `work`, its record beside it (`<work>.list`)."""
     import json
 
@@ -244,23 +253,23 @@ def _write_work(archive: str, name: str, source: str, work: str, limits: Archive
         record.write(json.dumps({"v": _RECORD_VERSION, "source": source}) + "\n")
         writer = _Writer(work, name, limits, record)
         try:
-            with _bad_bytes(name):
-                for member in _members(archive, name, limits):
+            with _bad_bytes(name, kind):
+                for member in _members(archive, kind, limits):
                     writer.add(member)
         except Bound as bound:
             raise ArchiveRefused(name, str(bound)) from None
 
 
-def _members(archive: str, name: str, limits: ArchiveLimits) -> Iterator[Member]:
+def _members(archive: str, kind: str, limits: ArchiveLimits) -> Iterator[Member]:
     from llmkube_stager.kserve.reading import tar_members, zip_members
 
-    if name.lower().endswith(".zip"):
+    if kind == "zip":
         return zip_members(archive, limits.max_files)
     return tar_members(archive)
 
 
 @contextlib.contextmanager
-def _bad_bytes(name: str) -> Iterator[None]:
+def _bad_bytes(name: str, kind: str) -> Iterator[None]:
     """The archive's own bytes are bad: ArchiveRefused. An OSError with an
     errno is the volume's failure (ENOSPC, EROFS...) and passes; one without
     (gzip.BadGzipFile, bz2's "Invalid data stream") is the bytes again."""
@@ -269,7 +278,6 @@ def _bad_bytes(name: str) -> Iterator[None]:
     import zipfile
     import zlib
 
-    kind = "zip" if name.lower().endswith(".zip") else "tar"
     why = f"it is not a valid {kind} archive"
     # An encrypted zip member (zipfile asks for a password: RuntimeError), a
     # bad bzip2 or lzma stream: the bytes, not a bug (#24 review).

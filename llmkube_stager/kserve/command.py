@@ -95,22 +95,37 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     prepared, outcome = run_stage(config, effects)
     manifest = prepared.manifest
     files = [(f.rel, f.dest) for f in manifest.files]
-    if _is_archive_set(pair, files):
-        _unpack(boundary, pair, config, files[0])
+    archive = _archive_of(pair, files)
+    if archive is not None:
+        _unpack(boundary, pair, config, archive)
     else:
         _expose(boundary, pair, files, drop=config.refresh_policy == "OnChange")
     return outcome, manifest.display_source
 
 
-def _is_archive_set(pair: Pair, files: list[tuple[str, str]]) -> bool:
-    """KServe unpacks an archive it fetched alone (a URL, or the one object
-    of an s3:// prefix); never a Hugging Face repo's file (its _download_hf
-    does not unpack, #24 review)."""
-    from llmkube_stager.kserve.archive import is_archive
+def _archive_of(pair: Pair, files: list[tuple[str, str]]) -> tuple[str, str, str] | None:
+    """(rel, staged path, kind) of the archive KServe would unpack: the one
+    file it fetched, a URL or the one object of an s3:// prefix beside empty
+    ones (`_SUCCESS` markers: KServe skips empty objects, #31 item 1);
+    never a Hugging Face repo's file (its _download_hf does not unpack, #24
+    review)."""
+    from llmkube_stager.kserve.archive import archive_kind
 
     if pair.uri.lower().startswith("hf://"):
-        return False
-    return len(files) == 1 and is_archive(files[0][0])
+        return None
+    filled = files
+    if len(files) > 1:
+        filled = []
+        for rel, path in files:
+            if os.stat(path).st_size > 0:
+                filled.append((rel, path))
+                if len(filled) > 1:
+                    return None
+    if len(filled) != 1:
+        return None
+    rel, path = filled[0]
+    kind = archive_kind(pair.archive_name or rel)
+    return None if kind is None else (rel, path, kind)
 
 
 def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: bool) -> None:
@@ -133,14 +148,14 @@ def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: 
         )
 
 
-def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str]) -> None:
+def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str, str]) -> None:
     from llmkube_stager.cache.disk import disk_error
     from llmkube_stager.kserve.archive import ArchiveLimits, unpack
 
-    rel, path = archive
+    rel, path, kind = archive
     limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)
     try:
-        done = unpack(path, rel, pair.uri, pair.dest, limits)
+        done = unpack(path, rel, kind, pair.uri, pair.dest, limits)
     except OSError as exc:
         translated = disk_error(exc, "unpacking", rel)
         if isinstance(translated, OSError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import unquote, urlsplit
 
 from llmkube_stager.errors import ConfigError, InvalidFileSet
@@ -62,6 +62,9 @@ class Pair:
     # The contract's variables for this pair, given as flags (flags win over
     # the environment, so a stray MODEL_FILES of the pod cannot change it).
     flags: dict[str, str]
+    # The name whose suffix says whether KServe unpacks the file, when it is
+    # not the file's own: an http(s) URL's query (#31 item 1).
+    archive_name: str | None = None
 
     @property
     def private(self) -> str:
@@ -108,7 +111,8 @@ def pair_for(uri: str, dest_text: str, cwd: str) -> Pair:
     if lower.startswith("hf://"):
         return _listed(_hf_source(uri), dest)
     if lower.startswith(("http://", "https://")):
-        return _single(uri, dest, _name_from_url(uri))
+        single = _single(uri, dest, _name_from_url(uri))
+        return replace(single, archive_name=_archive_name_of_url(uri))
     if lower.startswith("file://") or uri.startswith("/"):
         path = uri[7:] if lower.startswith("file://") else uri
         return _single(uri, dest, _name_from_path(path, uri))
@@ -190,6 +194,19 @@ def _name_from_url(uri: str) -> str:
     except ValueError:
         raise ConfigError(f"the storage URI is not a well-formed URL: {_shown(uri)}") from None
     return _plain_name(unquote(posixpath.basename(path)), uri)
+
+
+def _archive_name_of_url(uri: str) -> str | None:
+    """KServe's _download_from_uri types the file by mimetypes.guess_type of
+    the URL's path or, when the path has no type, of its query
+    (`.../download?file=model.tar.gz` is a tar): the query then, else None.
+    Python's own table only (MimeTypes() reads no system file into it)."""
+    import mimetypes
+
+    parts = urlsplit(uri)
+    if parts.query and mimetypes.MimeTypes().guess_type(parts.path)[0] is None:
+        return parts.query
+    return None
 
 
 def _name_from_path(path: str, uri: str) -> str:

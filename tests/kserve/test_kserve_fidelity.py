@@ -1,0 +1,115 @@
+"""#31 items 1-4: where KServe's initializer (kserve-storage 0.21) leaves a
+model its server can load and the agent did not: archives as they come,
+what unpacking keeps, names as KServe writes them, keys as users upload
+them. Each test builds its inputs here and runs the real CLI against the
+suite's origin or SeaweedFS; test_kserve_differential.py runs KServe's own
+initializer on the same inputs and compares the trees."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.harness.origin import Origin
+from tests.harness.pod import Pod
+from tests.harness.sample import payload
+from tests.harness.seaweed import SeaweedS3, s3_env
+from tests.kserve.test_archives import visible
+
+pytestmark = pytest.mark.e2e
+
+WEIGHTS = payload(200 << 10, seed=31)
+CONFIG = b'{"model_type": "sklearn"}'
+
+
+def model_tar(mode: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
+        for name, data in (("model/weights.bin", WEIGHTS), ("config.json", CONFIG)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return bytes(buffer.getvalue())
+
+
+MODEL = {"model/weights.bin": WEIGHTS, "config.json": CONFIG}
+
+
+# -- item 1: archives as they come ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [("m.tar.bz2", "w:bz2"), ("m.tbz2", "w:bz2"), ("m.tar.xz", "w:xz"), ("m.txz", "w:xz")],
+)
+def test_a_bzip2_or_xz_tar_is_unpacked(pod: Pod, origin: Origin, name: str, mode: str) -> None:
+    origin.put(f"/a/{name}", model_tar(mode))
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/a/{name}", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == MODEL
+    assert sorted(p.name for p in dest.iterdir()) == [".llmkube-stager", "config.json", "model"]
+
+
+def test_a_prefix_of_one_archive_and_empty_markers_is_an_archive_set(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """A Spark/Hadoop job's output: the archive and a `_SUCCESS` marker (and
+    an empty `.keep`); KServe skips empty objects and unpacks the one left."""
+    s3.put(bucket, "job/out/model.tar.gz", model_tar("w:gz"))
+    s3.put(bucket, "job/out/_SUCCESS", b"")
+    s3.put(bucket, "job/out/logs/.keep", b"")
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"s3://{bucket}/job/out", str(dest), env=s3_env(s3))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == MODEL
+    assert not (dest / "model.tar.gz").exists()
+    assert not (dest / "_SUCCESS").exists()
+    warm = pod.run(f"s3://{bucket}/job/out", str(dest), env=s3_env(s3))
+    assert warm.returncode == 0, str(warm)
+    assert visible(dest) == MODEL
+
+
+def test_an_http_url_whose_query_names_the_archive_is_unpacked(
+    pod: Pod, origin: Origin
+) -> None:
+    """KServe types the file by its URL's query when the path has no type
+    (`mimetypes.guess_type(url.query)`) and names it by the path."""
+    origin.put("/api/download", model_tar("w:gz"))
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/api/download?file=model.tar.gz", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == MODEL
+    assert not (dest / "download").exists()
+
+
+def test_a_query_does_not_make_a_typed_file_an_archive(pod: Pod, origin: Origin) -> None:
+    """`model.bin` has a type (application/octet-stream): KServe reads no
+    query then, and the file is served as it is."""
+    origin.put("/api/model.bin", WEIGHTS)
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/api/model.bin?file=model.tar.gz", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.bin": WEIGHTS}
+
+
+def tree_of(dest: Path) -> dict[str, str]:
+    """Every visible path: 'dir', or the file's mode and bytes' length."""
+    out: dict[str, str] = {}
+    for path in dest.rglob("*"):
+        rel = path.relative_to(dest)
+        if rel.parts[0].startswith("."):
+            continue
+        out[str(rel)] = "dir" if path.is_dir() else f"{path.stat().st_mode & 0o7777:o}"
+    return out
