@@ -97,6 +97,7 @@ class ArchiveLimits:
 class Unpacked:
     files: int
     size_bytes: int
+    archive: str  # the staged archive's path, deleted once the set is recorded
 
 
 class ArchiveRefused(StagerError):
@@ -124,8 +125,9 @@ def unpacked_record(private: str, source: str, dest: str) -> Unpacked | None:
     their sizes; None otherwise (the archive is unpacked again)."""
     files = 0
     total = 0
+    archive: list[str] = []
     try:
-        for size, rel in _record_lines(posixpath.join(private, RECORD_NAME), source):
+        for size, rel in _record_lines(posixpath.join(private, RECORD_NAME), source, archive):
             st = os.stat(posixpath.join(dest, rel), follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                 return None
@@ -133,12 +135,13 @@ def unpacked_record(private: str, source: str, dest: str) -> Unpacked | None:
             total += size
     except (OSError, ValueError):
         return None
-    return Unpacked(files, total)
+    return Unpacked(files, total, archive[0])
 
 
-def _record_lines(path: str, source: str) -> Iterator[tuple[int, str]]:
-    """(size, rel) of each file of a record of `source`; ValueError for a
-    record of another source or version, OSError when there is none."""
+def _record_lines(path: str, source: str, archive: list[str]) -> Iterator[tuple[int, str]]:
+    """(size, rel) of each file of a record of `source` (its archive's path
+    appended to `archive`); ValueError for a record of another source or
+    version, OSError when there is none."""
     import json
 
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -148,6 +151,7 @@ def _record_lines(path: str, source: str) -> Iterator[tuple[int, str]]:
         head = json.loads(lines.readline(_HEADER_MAX_BYTES))
         if head.get("v") != _RECORD_VERSION or head.get("source") != source:
             raise ValueError("another record")
+        archive.append(str(head.get("archive", "")))
         for line in lines:
             size, sep, rel = line.rstrip("\n").partition(" ")
             if not sep:
@@ -160,8 +164,6 @@ def unpack(
 ) -> Unpacked:
     """Unpack the staged `archive` (file name `name`, `kind` tar or zip) into `dest`, or finish
     the publish a killed container left (#31 item 7)."""
-    import shutil
-
     private = posixpath.join(dest, PRIVATE_DIR)
     work = _pending_publish(private, source)
     if work is None:
@@ -175,18 +177,30 @@ def unpack(
     sync_filesystem(dest)
     os.replace(posixpath.join(private, f"{work}.list"), posixpath.join(private, RECORD_NAME))
     _fsync_dir(private)
-    shutil.rmtree(posixpath.join(private, work), ignore_errors=True)
-    with contextlib.suppress(OSError):
-        os.unlink(posixpath.join(private, _INTENT_NAME))
-    # The set is recorded: the archive and its records go (the volume holds
-    # the model once, as with KServe's initializer).
-    for path in (archive, record_path(archive), stamp_path(archive)):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
     done = unpacked_record(private, source, dest)
     if done is None:
         raise CacheError(f"the files unpacked from {name} changed in {dest} while publishing")
+    tidy(private, done)
     return done
+
+
+def tidy(private: str, done: Unpacked) -> None:
+    """The set is recorded: its work directory, the intent, the archive and
+    its records go (the volume holds the model once, as with KServe's
+    initializer). Also on a warm start, for a container killed in between."""
+    import shutil
+
+    if done.archive:
+        for path in (done.archive, record_path(done.archive), stamp_path(done.archive)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    if os.path.lexists(posixpath.join(private, _INTENT_NAME)):
+        with contextlib.suppress(OSError):
+            os.unlink(posixpath.join(private, _INTENT_NAME))
+        with contextlib.suppress(OSError), os.scandir(private) as entries:
+            for entry in entries:
+                if entry.name.startswith("unpack.") and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _pending_publish(private: str, source: str) -> str | None:
@@ -250,7 +264,8 @@ def _write_work(
     with open(
         os.open(listing, flags, 0o644), "w", encoding="utf-8", errors="surrogateescape"
     ) as record:
-        record.write(json.dumps({"v": _RECORD_VERSION, "source": source}) + "\n")
+        head = {"v": _RECORD_VERSION, "source": source, "archive": archive}
+        record.write(json.dumps(head) + "\n")
         writer = _Writer(work, name, limits, record)
         try:
             with _bad_bytes(name, kind):
@@ -381,7 +396,9 @@ class _Writer:
         )
         size = 0
         try:
-            os.fchmod(fd, 0o644)
+            # The owner's exec bit only (#31 item 2): never setuid/setgid,
+            # never writable by others; the owner is the agent's uid.
+            os.fchmod(fd, 0o755 if mode & 0o100 else 0o644)
             while chunk := stream.read(_CHUNK_BYTES):
                 size += len(chunk)
                 self._bytes += len(chunk)

@@ -73,7 +73,7 @@ def _stage_all(
 
 def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) -> tuple[Any, str]:
     from llmkube_stager.cache.disk import ensure_dir
-    from llmkube_stager.kserve.archive import unpacked_record
+    from llmkube_stager.kserve.archive import tidy, unpacked_record
     from llmkube_stager.kserve.uris import PRIVATE_DIR
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Decision, FileResult, Outcome
@@ -81,6 +81,7 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
 
     done = unpacked_record(pair.private, pair.uri, pair.dest)
     if done is not None:
+        tidy(pair.private, done)
         # A warm restart of an unpacked archive (an http(s) URL, an s3://
         # key or the one object of a prefix): nothing to fetch or move.
         # One result repeated: a 100,000-member archive's warm start holds

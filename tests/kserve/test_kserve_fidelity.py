@@ -77,9 +77,7 @@ def test_a_prefix_of_one_archive_and_empty_markers_is_an_archive_set(
     assert visible(dest) == MODEL
 
 
-def test_an_http_url_whose_query_names_the_archive_is_unpacked(
-    pod: Pod, origin: Origin
-) -> None:
+def test_an_http_url_whose_query_names_the_archive_is_unpacked(pod: Pod, origin: Origin) -> None:
     """KServe types the file by its URL's query when the path has no type
     (`mimetypes.guess_type(url.query)`) and names it by the path."""
     origin.put("/api/download", model_tar("w:gz"))
@@ -113,3 +111,71 @@ def tree_of(dest: Path) -> dict[str, str]:
             continue
         out[str(rel)] = "dir" if path.is_dir() else f"{path.stat().st_mode & 0o7777:o}"
     return out
+
+
+# -- item 2: what unpacking keeps -------------------------------------------------------
+
+
+def _kept_tree_tar() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, mode in (("ensemble", 0o755), ("ensemble/1", 0o700), ("ensemble/2", 0o755)):
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = mode
+            tar.addfile(info)
+        for name, mode, data in (
+            ("ensemble/config.pbtxt", 0o600, CONFIG),
+            ("ensemble/2/run.sh", 0o4755, b"#!/bin/sh\n"),  # setuid: never kept
+            ("ensemble/2/tool", 0o2751, b"\x7fELF"),  # setgid: never kept
+        ):
+            info = tarfile.TarInfo(name)
+            info.mode, info.size, info.uid, info.gid = mode, len(data), 4321, 4321
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _kept_tree_zip() -> bytes:
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for name, mode, data in (
+            ("ensemble/1/", 0o40755, b""),
+            ("ensemble/config.pbtxt", 0o100600, CONFIG),
+            ("ensemble/2/run.sh", 0o104755, b"#!/bin/sh\n"),
+            ("ensemble/2/tool", 0o102751, b"\x7fELF"),
+        ):
+            info = zipfile.ZipInfo(name)
+            info.create_system = 3  # Unix: the mode is in the high 16 bits
+            info.external_attr = mode << 16 | (0x10 if name.endswith("/") else 0)
+            zipped.writestr(info, data)
+    return buffer.getvalue()
+
+
+KEPT = {
+    "ensemble": "dir",
+    "ensemble/1": "dir",
+    "ensemble/2": "dir",
+    "ensemble/config.pbtxt": "644",
+    "ensemble/2/run.sh": "755",
+    "ensemble/2/tool": "755",
+}
+
+
+@pytest.mark.parametrize(("name", "build"), [("m.tgz", _kept_tree_tar), ("m.zip", _kept_tree_zip)])
+def test_empty_directories_and_the_owners_exec_bit_are_kept_setuid_and_owner_never(
+    pod: Pod, origin: Origin, name: str, build: object
+) -> None:
+    """A Triton ensemble's empty version directory `1/` and an executable
+    script survive; setuid/setgid and the archive's owner never apply."""
+    origin.put(f"/k/{name}", build())  # type: ignore[operator]
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/k/{name}", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert tree_of(dest) == KEPT
+    for path in dest.rglob("*"):
+        assert path.stat().st_uid == pod.tmp.stat().st_uid, path
+        assert not path.stat().st_mode & 0o7000, path
