@@ -21,7 +21,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, replace
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from llmkube_stager.errors import ConfigError, InvalidFileSet
 from llmkube_stager.layout import KSERVE_PRIVATE_NAME, parse_file_list
@@ -187,13 +187,14 @@ def _hf_source(uri: str) -> str:
 
 
 def _name_from_url(uri: str) -> str:
-    """The file's name: the last part of the URL's path (KServe's rule),
-    percent-decoded, and a plain name."""
+    """The file's name: the last part of the URL's path as written, not
+    percent-decoded (KServe's os.path.basename(urlparse(uri).path), #31
+    item 3: `model%2Bv2.onnx` stays so, `a%2Fb` is a name, not a path)."""
     try:
         path = urlsplit(uri).path
     except ValueError:
         raise ConfigError(f"the storage URI is not a well-formed URL: {_shown(uri)}") from None
-    return _plain_name(unquote(posixpath.basename(path)), uri)
+    return _plain_name(posixpath.basename(path), uri)
 
 
 def _archive_name_of_url(uri: str) -> str | None:

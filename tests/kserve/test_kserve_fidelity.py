@@ -179,3 +179,24 @@ def test_empty_directories_and_the_owners_exec_bit_are_kept_setuid_and_owner_nev
     for path in dest.rglob("*"):
         assert path.stat().st_uid == pod.tmp.stat().st_uid, path
         assert not path.stat().st_mode & 0o7000, path
+
+
+# -- item 3: names as KServe writes them ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["model%2Bv2.onnx", "weights%2Fpart1.bin", "my%20model.pt", "caf%C3%A9.bin"]
+)
+def test_an_http_file_name_is_not_percent_decoded(pod: Pod, origin: Origin, name: str) -> None:
+    """KServe names the file os.path.basename(urlparse(uri).path): the
+    escapes stay, and `%2F` is part of a name, no error."""
+    from urllib.parse import unquote
+
+    origin.put(f"/m/{unquote(name)}", WEIGHTS)  # the origin decodes the request's path
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/m/{name}", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {name: WEIGHTS}
+    assert [r.path for r in origin.requests()][-1:] == [f"/m/{name}"]
