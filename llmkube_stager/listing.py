@@ -33,6 +33,9 @@ class Listing:
     # Where the relative paths start (S3: the key prefix, "" for the bucket).
     base: str
     files: tuple[ListedFile, ...]
+    # The one object the URI names (s3://b/dir/model.onnx), not a prefix:
+    # KServe never filters it by STORAGE_*_PATTERNS (#31 item 4).
+    exact: bool = False
 
     @cached_property
     def by_rel(self) -> dict[str, ListedFile]:

@@ -200,3 +200,40 @@ def test_an_http_file_name_is_not_percent_decoded(pod: Pod, origin: Origin, name
     assert run.returncode == 0, str(run)
     assert visible(dest) == {name: WEIGHTS}
     assert [r.path for r in origin.requests()][-1:] == [f"/m/{name}"]
+
+
+# -- item 4: keys as users upload them --------------------------------------------------
+
+
+def test_a_refusing_check_runs_after_the_patterns(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
+    """A checksum file beside each weight (`model.bin.sha256`, a name the
+    agent keeps its stamps under) that STORAGE_IGNORE_PATTERNS leaves out
+    is no reason to refuse the listing: KServe filters first."""
+    s3.put(bucket, "sums/model.bin", WEIGHTS)
+    s3.put(bucket, "sums/model.bin.sha256", b"abc  model.bin\n")
+    s3.put(bucket, "sums/config.json", CONFIG)
+    dest = pod.tmp / "mnt" / "models"
+    env = {**s3_env(s3), "STORAGE_IGNORE_PATTERNS": "*.sha256"}
+
+    run = pod.run(f"s3://{bucket}/sums", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.bin": WEIGHTS, "config.json": CONFIG}
+
+
+def test_an_exact_key_is_never_filtered_by_the_patterns(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """KServe's _download_s3 skips the filter for the object the URI names."""
+    s3.put(bucket, "one/model.onnx", WEIGHTS)
+    dest = pod.tmp / "mnt" / "models"
+    env = {
+        **s3_env(s3),
+        "STORAGE_ALLOW_PATTERNS": "*.safetensors",
+        "STORAGE_IGNORE_PATTERNS": "*.onnx",
+    }
+
+    run = pod.run(f"s3://{bucket}/one/model.onnx", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.onnx": WEIGHTS}
