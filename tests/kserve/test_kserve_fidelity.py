@@ -237,3 +237,32 @@ def test_an_exact_key_is_never_filtered_by_the_patterns(
 
     assert run.returncode == 0, str(run)
     assert visible(dest) == {"model.onnx": WEIGHTS}
+
+
+def test_a_listed_key_with_an_empty_part_is_fetched_by_its_own_key(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """`prefix//model.joblib` is staged at `model.joblib` (test_listing_rules.py
+    lists it; SeaweedFS stores such a key under its clean path, so its own
+    listing cannot show one) and fetched by its own key: here the listing
+    recorded by a run that was interrupted, as the next start reads it."""
+    import json
+
+    s3.put(bucket, "iris/model.joblib", WEIGHTS)
+    etag = s3.admin().head_object(Bucket=bucket, Key="iris/model.joblib")["ETag"]
+    dest = pod.tmp / "mnt" / "models"
+    root = dest / ".llmkube-stager" / "model"
+    root.mkdir(parents=True)
+    record = {
+        "v": 1,
+        "source": f"s3://{bucket}/iris",
+        "base": "iris",
+        "files": [["model.joblib", len(WEIGHTS), etag, "/model.joblib"]],
+    }
+    (root / ".llmkube-listing").write_text(json.dumps(record))
+
+    run = pod.run(f"s3://{bucket}/iris", str(dest), env=s3_env(s3))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.joblib": WEIGHTS}
+    assert {r.path for r in s3.requests("GET")} == {f"/{bucket}/iris//model.joblib"}

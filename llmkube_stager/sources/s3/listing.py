@@ -70,6 +70,12 @@ def _pages(prefix: str, page: ListPage) -> Iterator[Mapping[str, Any]]:
     )
 
 
-def _listed(rel: str, item: Mapping[str, Any]) -> ListedFile:
+def _listed(raw: str, item: Mapping[str, Any]) -> ListedFile:
     size = item.get("Size")
-    return ListedFile(rel, size if isinstance(size, int) else 0, str(item.get("ETag") or ""))
+    # Empty and '.' parts dropped, as KServe's target path has them (#31
+    # item 4); '..' stays, for check_listed to refuse.
+    rel = "/".join(p for p in raw.split("/") if p not in ("", "."))
+    key = raw if rel != raw and rel else ""
+    return ListedFile(
+        rel if rel else raw, size if isinstance(size, int) else 0, str(item.get("ETag") or ""), key
+    )
