@@ -14,11 +14,12 @@ Imports no click (entry.py dispatches here first): a warm start stays cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError
+from llmkube_stager.errors import ConfigError, StagerError
 from llmkube_stager.kserve.uris import Pair, parse_pairs
 
 
@@ -38,7 +39,30 @@ def kserve_command(args: list[str]) -> NoReturn:
         configs = [boundary.config(_flags(pair)) for pair in pairs_or_error]
         return _stage_all(boundary, pairs_or_error, configs)
 
-    boundary.run(body)
+    boundary.run(lambda: _in_kserve_words(body))
+
+
+def _in_kserve_words(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A failure names what an InferenceService has, never LLMKube's spec.*
+    fields (#31 item 5): translated here, once, before the boundary reports it."""
+    from llmkube_stager.kserve.words import kserve_remedy, kserve_words
+
+    try:
+        return body()
+    except StagerError as err:
+        err.detail = kserve_words(err.detail)
+        err._remedy = kserve_remedy(err.remedy)  # one error, reworded once
+        raise
+    except OSError as exc:
+        # What the boundary would make of it (a fault of the volume), reworded too.
+        from llmkube_stager.cache.disk import storage_fault
+
+        where = exc.filename if isinstance(exc.filename, str) else ""
+        fault = storage_fault(exc, f"using {where}" if where else "using the cache")
+        if fault is None:
+            raise
+        fault._remedy = kserve_remedy(fault.remedy)
+        raise fault from None
 
 
 def _flags(pair: Pair) -> Flags:
