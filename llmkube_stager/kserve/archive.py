@@ -72,6 +72,7 @@ _HEADER_MAX_BYTES = 64 << 10
 # Deeper than any model tree; keeps the publish's merge recursion and the
 # open directories it holds small.
 _MAX_DEPTH = 128
+_MADE_DIRS = 4096
 # What KServe unpacks (mimetypes: application/x-tar or application/zip).
 ARCHIVE_SUFFIXES = (
     ".tar",
@@ -319,7 +320,10 @@ class _Writer:
         self.record = record
         self._members = 0
         self._bytes = 0
-        self._last_dir = ""  # the parent the last member needed, made already
+        # Directories made and checked already (a bounded LRU: #31 item 8,
+        # members of many directories interleave; item 6, no set that grows
+        # with the archive).
+        self._made: dict[str, None] = {}
 
     def refuse(self, why: str) -> ArchiveRefused:
         return ArchiveRefused(self.archive, why)
@@ -358,8 +362,8 @@ class _Writer:
         if parts[0] == PRIVATE_DIR:
             raise self.refuse(f"the member {raw_name!r:.100} is the agent's own directory")
         rel = "/".join(parts)
-        encoded = os.fsencode(rel)
-        if len(encoded) > 4095 or any(len(os.fsencode(p)) > 255 for p in parts):
+        length = len(os.fsencode(rel))
+        if length > 4095 or (length > 255 and any(len(os.fsencode(p)) > 255 for p in parts)):
             raise self.refuse(
                 f"the member {raw_name!r:.100} has a name longer than Linux allows "
                 "(4095 bytes, 255 a part)"
@@ -376,16 +380,18 @@ class _Writer:
             )
 
     def directory(self, rel: str) -> None:
-        if not rel or rel == self._last_dir:
+        if not rel or rel in self._made:
             return
         try:
             ensure_dir(posixpath.join(self.root, rel), self.root, rel)
         except CacheError:
             # A part of the way is a symlink or a file the archive made.
             raise self.refuse(f"the member {rel!r:.100} passes through a link or a file") from None
-        # Members of one directory come together: its way is checked once
-        # (a later member cannot change it: a name twice is refused).
-        self._last_dir = rel
+        # Its way is checked once: a later member cannot change it (a name
+        # twice is refused, so no link or file ever replaces it).
+        self._made[rel] = None
+        if len(self._made) > _MADE_DIRS:
+            del self._made[next(iter(self._made))]
 
     def file(self, rel: str, stream: IO[bytes], mode: int) -> None:
         if not rel:
