@@ -14,7 +14,7 @@ Imports no click (entry.py dispatches here first): a warm start stays cheap.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
@@ -36,6 +36,7 @@ def kserve_command(args: list[str]) -> NoReturn:
     def body() -> dict[str, Any]:
         if isinstance(pairs_or_error, ConfigError):
             raise pairs_or_error
+        _refuse_confidential(os.environ)
         configs = [boundary.config(_flags(pair)) for pair in pairs_or_error]
         return _stage_all(boundary, pairs_or_error, configs)
 
@@ -63,6 +64,20 @@ def _in_kserve_words(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             raise
         fault._remedy = kserve_remedy(fault.remedy)
         raise fault from None
+
+
+def _refuse_confidential(environ: Mapping[str, str]) -> None:
+    """KServe's webhook sets CONFIDENTIAL_ENABLED for an InferenceService
+    annotated for confidential model serving: its initializer then decrypts
+    the model (kserve-decrypt). This image does not; the server must never
+    get still-encrypted bytes (#31 item 11)."""
+    if environ.get("CONFIDENTIAL_ENABLED", "").strip().lower() == "true":
+        raise ConfigError(
+            "CONFIDENTIAL_ENABLED=true: this InferenceService asks for confidential model serving, "
+            "whose models KServe's own initializer decrypts; this image does not decrypt and "
+            "stages nothing rather than hand the model server encrypted bytes: name KServe's "
+            "default ClusterStorageContainer with the predictor's storageContainerName"
+        )
 
 
 def _flags(pair: Pair) -> Flags:

@@ -35,6 +35,9 @@ MODEL_SUBDIR = "model"
 _AZURE_BLOB_RE = re.compile(r"https://(.+?)\.blob\.core\.windows\.net/(.+)")
 _AZURE_DFS_RE = re.compile(r"https://(.+?)\.dfs\.core\.windows\.net/(.+)")
 _AZURE_FILE_RE = re.compile(r"https://(.+?)\.file\.core\.windows\.net/(.+)")
+# Azure's DNS-zone endpoints (kserve_storage 0.21: `*.z<N>.blob.storage.azure.net`, #31 item 11).
+_AZURE_ZONE_BLOB_RE = re.compile(r"https://(.+?)\.z[0-9]{1,2}\.blob\.storage\.azure\.net/(.+)")
+_AZURE_ZONE_FILE_RE = re.compile(r"https://(.+?)\.z[0-9]{1,2}\.file\.storage\.azure\.net/(.+)")
 _GIT_RE = re.compile(r"https://.+\.git(?:[/?#]|$)")
 # Prefix -> the name shown in the refusal.
 _REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
@@ -138,8 +141,12 @@ def _refuse_unsupported(uri: str) -> None:
             raise _refused(name, uri)
     if _AZURE_BLOB_RE.match(uri) or _AZURE_DFS_RE.match(uri):
         raise _refused("Azure Blob (https://*.blob.core.windows.net)", uri)
+    if _AZURE_ZONE_BLOB_RE.match(uri):
+        raise _refused("Azure Blob (https://*.z<N>.blob.storage.azure.net)", uri)
     if _AZURE_FILE_RE.match(uri):
         raise _refused("Azure File (https://*.file.core.windows.net)", uri)
+    if _AZURE_ZONE_FILE_RE.match(uri):
+        raise _refused("Azure File (https://*.z<N>.file.storage.azure.net)", uri)
     if _GIT_RE.match(uri):
         raise _refused("git (https://...git)", uri)
 
@@ -147,7 +154,9 @@ def _refuse_unsupported(uri: str) -> None:
 def _refused(name: str, uri: str) -> ConfigError:
     return ConfigError(
         f"the storage URI scheme {name} of {_shown(uri)} is not staged by this image; keep "
-        "KServe's default ClusterStorageContainer for it (docs/migration-kserve.md)"
+        "KServe's default ClusterStorageContainer for it (KServe picks the container by the "
+        "first storageUri: with several, name it with the predictor's storageContainerName; "
+        "docs/migration-kserve.md)"
     )
 
 
