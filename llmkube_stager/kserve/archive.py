@@ -55,7 +55,7 @@ from llmkube_stager.errors import (
     Reason,
     StagerError,
 )
-from llmkube_stager.kserve.uris import PRIVATE_DIR
+from llmkube_stager.kserve.uris import MODEL_SUBDIR, PRIVATE_DIR
 from llmkube_stager.layout import record_path, stamp_path
 
 if TYPE_CHECKING:
@@ -185,13 +185,21 @@ def unpack(
     return done
 
 
+def _staged_here(private: str, archive: str) -> bool:
+    """Whether the record's archive path is a file the engine staged in the
+    pair's model directory: a record is read from the volume, and one that
+    names anything else (corrupted, another writer) deletes nothing."""
+    model = posixpath.join(private, MODEL_SUBDIR) + "/"
+    return archive.startswith(model) and posixpath.normpath(archive) == archive
+
+
 def tidy(private: str, done: Unpacked) -> None:
     """The set is recorded: its work directory, the intent, the archive and
     its records go (the volume holds the model once, as with KServe's
     initializer). Also on a warm start, for a container killed in between."""
     import shutil
 
-    if done.archive:
+    if _staged_here(private, done.archive):
         for path in (done.archive, record_path(done.archive), stamp_path(done.archive)):
             with contextlib.suppress(OSError):
                 os.unlink(path)

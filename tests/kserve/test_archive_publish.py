@@ -121,3 +121,29 @@ def test_the_strace_table_is_read(tmp_path: Path) -> None:
         "100.00    0.101000          50      2004         1 total\n"
     )
     assert syscalls(table) == {"fsync": 2003, "syncfs": 1, "total": 2004}
+
+
+def test_a_record_naming_an_archive_outside_the_model_deletes_nothing_there(
+    pod: Pod, origin: Origin
+) -> None:
+    """The record of an unpacked set names the staged archive, deleted on a
+    warm start after a kill (its size record too): a record rewritten to
+    name a file outside the agent's model directory (corrupted, or another
+    writer on the volume) never makes the agent delete it."""
+    import json
+
+    origin.put("/k/m.tar", plain_tar({"config.json": b"{}"}))
+    dest = pod.tmp / "mnt" / "models"
+    assert pod.run(f"{origin.url}/k/m.tar", str(dest)).returncode == 0
+    victim = pod.tmp / "victim.bin"
+    victim.write_bytes(b"keep me")
+    (victim.parent / "victim.bin.llmkube-size").write_text("7")
+    record = dest / ".llmkube-stager" / "unpacked.list"
+    head, _, rest = record.read_text().partition("\n")
+    record.write_text(json.dumps({**json.loads(head), "archive": str(victim)}) + "\n" + rest)
+
+    warm = pod.run(f"{origin.url}/k/m.tar", str(dest))
+
+    assert warm.returncode == 0, str(warm)
+    assert victim.read_bytes() == b"keep me"
+    assert (victim.parent / "victim.bin.llmkube-size").exists()
