@@ -190,7 +190,8 @@ def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: 
 
 def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str, str]) -> None:
     from llmkube_stager.cache.disk import disk_error
-    from llmkube_stager.kserve.archive import ArchiveLimits, unpack
+    from llmkube_stager.kserve.archive import unpack
+    from llmkube_stager.kserve.members import ArchiveLimits
 
     rel, path, kind = archive
     limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)
