@@ -382,12 +382,17 @@ class Target:
     min_ratio: float | None = None
     max_s: float | None = None
     holds: bool = True  # a condition the case checked itself
+    # The ratio to the durable peer (the peer + fsync), not to the baseline
+    # (#31 item 12: the agent against KServe's initializer made as durable).
+    durable: bool = False
 
     def met(self, row: Row) -> bool:
         if not self.holds:
             return False
         if self.min_ratio is not None:
             ratio = row.ratio()
+            if self.durable:
+                ratio = row.durable_peer_s / row.sample.wall_s if row.durable_peer_s else None
             if ratio is None or ratio < self.min_ratio:
                 return False
         return self.max_s is None or row.sample.wall_s <= self.max_s

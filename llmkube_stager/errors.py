@@ -226,7 +226,8 @@ REMEDY_LEADS_OUTSIDE = (
 REMEDY_ARCHIVE_UNSAFE = (
     "rebuild the archive with plain files and directories under relative names (no '..', no "
     "absolute names, no links pointing out, no devices or FIFOs), within "
-    "LLMKUBE_ARCHIVE_MAX_BYTES and LLMKUBE_ARCHIVE_MAX_FILES"
+    "LLMKUBE_ARCHIVE_MAX_BYTES and LLMKUBE_ARCHIVE_MAX_FILES, headers under 64 KiB, no sparse "
+    "files, xz at -8 or lower (#31 item 6)"
 )
 # Something in the cache is there but this uid cannot read it (#11): not
 # absent, and never overwritten.

@@ -24,6 +24,10 @@ class ListedFile:
     rel: str  # relative to `Listing.base`
     size_bytes: int
     validator: str  # the S3 ETag as listed (quoted)
+    # The object's key below `Listing.base` where it is not `rel`: a key
+    # `prefix//model.joblib` or `prefix/./config.json` is staged at the clean
+    # path, as KServe writes it, and fetched by its own key (#31 item 4).
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class Listing:
     # Where the relative paths start (S3: the key prefix, "" for the bucket).
     base: str
     files: tuple[ListedFile, ...]
+    # The one object the URI names (s3://b/dir/model.onnx), not a prefix:
+    # KServe never filters it by STORAGE_*_PATTERNS (#31 item 4).
+    exact: bool = False
 
     @cached_property
     def by_rel(self) -> dict[str, ListedFile]:
@@ -44,7 +51,9 @@ def encode_listing(listing: Listing) -> bytes:
         "v": LISTING_VERSION,
         "source": listing.source,
         "base": listing.base,
-        "files": [[f.rel, f.size_bytes, f.validator] for f in listing.files],
+        "files": [
+            [f.rel, f.size_bytes, f.validator, *([f.key] if f.key else [])] for f in listing.files
+        ],
     }
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -56,8 +65,8 @@ def decode_listing(raw: bytes) -> Listing | None:
         if not isinstance(doc, dict) or doc.get("v") != LISTING_VERSION:
             return None
         files = tuple(
-            ListedFile(str(rel), int(size), str(validator))
-            for rel, size, validator in doc["files"]
+            ListedFile(str(rel), int(size), str(validator), *(str(k) for k in key[:1]))
+            for rel, size, validator, *key in doc["files"]
             if isinstance(rel, str) and isinstance(size, int) and size >= 0
         )
         return Listing(str(doc["source"]), str(doc["base"]), files)

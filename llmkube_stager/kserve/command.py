@@ -14,11 +14,12 @@ Imports no click (entry.py dispatches here first): a warm start stays cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError
+from llmkube_stager.errors import ConfigError, StagerError
 from llmkube_stager.kserve.uris import Pair, parse_pairs
 
 
@@ -35,10 +36,48 @@ def kserve_command(args: list[str]) -> NoReturn:
     def body() -> dict[str, Any]:
         if isinstance(pairs_or_error, ConfigError):
             raise pairs_or_error
+        _refuse_confidential(os.environ)
         configs = [boundary.config(_flags(pair)) for pair in pairs_or_error]
         return _stage_all(boundary, pairs_or_error, configs)
 
-    boundary.run(body)
+    boundary.run(lambda: _in_kserve_words(body))
+
+
+def _in_kserve_words(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A failure names what an InferenceService has, never LLMKube's spec.*
+    fields (#31 item 5): translated here, once, before the boundary reports it."""
+    from llmkube_stager.kserve.words import kserve_remedy, kserve_words
+
+    try:
+        return body()
+    except StagerError as err:
+        err.detail = kserve_words(err.detail)
+        err._remedy = kserve_remedy(err.remedy)  # one error, reworded once
+        raise
+    except OSError as exc:
+        # What the boundary would make of it (a fault of the volume), reworded too.
+        from llmkube_stager.cache.disk import storage_fault
+
+        where = exc.filename if isinstance(exc.filename, str) else ""
+        fault = storage_fault(exc, f"using {where}" if where else "using the cache")
+        if fault is None:
+            raise
+        fault._remedy = kserve_remedy(fault.remedy)
+        raise fault from None
+
+
+def _refuse_confidential(environ: Mapping[str, str]) -> None:
+    """KServe's webhook sets CONFIDENTIAL_ENABLED for an InferenceService
+    annotated for confidential model serving: its initializer then decrypts
+    the model (kserve-decrypt). This image does not; the server must never
+    get still-encrypted bytes (#31 item 11)."""
+    if environ.get("CONFIDENTIAL_ENABLED", "").strip().lower() == "true":
+        raise ConfigError(
+            "CONFIDENTIAL_ENABLED=true: this InferenceService asks for confidential model serving, "
+            "whose models KServe's own initializer decrypts; this image does not decrypt and "
+            "stages nothing rather than hand the model server encrypted bytes: name KServe's "
+            "default ClusterStorageContainer with the predictor's storageContainerName"
+        )
 
 
 def _flags(pair: Pair) -> Flags:
@@ -73,7 +112,7 @@ def _stage_all(
 
 def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) -> tuple[Any, str]:
     from llmkube_stager.cache.disk import ensure_dir
-    from llmkube_stager.kserve.archive import unpacked_record
+    from llmkube_stager.kserve.archive import tidy, unpacked_record
     from llmkube_stager.kserve.uris import PRIVATE_DIR
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Decision, FileResult, Outcome
@@ -81,10 +120,13 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
 
     done = unpacked_record(pair.private, pair.uri, pair.dest)
     if done is not None:
+        tidy(pair.private, done)
         # A warm restart of an unpacked archive (an http(s) URL, an s3://
         # key or the one object of a prefix): nothing to fetch or move.
-        results = tuple(FileResult(rel, Decision.REUSE) for rel in sorted(done))
-        boundary.log.info("unpacked_hit", f"{len(done)} unpacked files in {pair.dest}")
+        # One result repeated: a 100,000-member archive's warm start holds
+        # no object per file (#31 item 6).
+        results = (FileResult(display_url(pair.uri), Decision.REUSE),) * done.files
+        boundary.log.info("unpacked_hit", f"{done.files} unpacked files in {pair.dest}")
         return Outcome(results, 0.0), display_url(pair.uri)
     # The private directory first: a TMPDIR there (a read-only root
     # filesystem's only writable place, docs/kubernetes/kserve/) exists
@@ -93,22 +135,37 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     prepared, outcome = run_stage(config, effects)
     manifest = prepared.manifest
     files = [(f.rel, f.dest) for f in manifest.files]
-    if _is_archive_set(pair, files):
-        _unpack(boundary, pair, config, files[0])
+    archive = _archive_of(pair, files)
+    if archive is not None:
+        _unpack(boundary, pair, config, archive)
     else:
         _expose(boundary, pair, files, drop=config.refresh_policy == "OnChange")
     return outcome, manifest.display_source
 
 
-def _is_archive_set(pair: Pair, files: list[tuple[str, str]]) -> bool:
-    """KServe unpacks an archive it fetched alone (a URL, or the one object
-    of an s3:// prefix); never a Hugging Face repo's file (its _download_hf
-    does not unpack, #24 review)."""
-    from llmkube_stager.kserve.archive import is_archive
+def _archive_of(pair: Pair, files: list[tuple[str, str]]) -> tuple[str, str, str] | None:
+    """(rel, staged path, kind) of the archive KServe would unpack: the one
+    file it fetched, a URL or the one object of an s3:// prefix beside empty
+    ones (`_SUCCESS` markers: KServe skips empty objects, #31 item 1);
+    never a Hugging Face repo's file (its _download_hf does not unpack, #24
+    review)."""
+    from llmkube_stager.kserve.archive import archive_kind
 
     if pair.uri.lower().startswith("hf://"):
-        return False
-    return len(files) == 1 and is_archive(files[0][0])
+        return None
+    filled = files
+    if len(files) > 1:
+        filled = []
+        for rel, path in files:
+            if os.stat(path).st_size > 0:
+                filled.append((rel, path))
+                if len(filled) > 1:
+                    return None
+    if len(filled) != 1:
+        return None
+    rel, path = filled[0]
+    kind = archive_kind(pair.archive_name or rel)
+    return None if kind is None else (rel, path, kind)
 
 
 def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: bool) -> None:
@@ -131,14 +188,15 @@ def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: 
         )
 
 
-def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str]) -> None:
+def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str, str]) -> None:
     from llmkube_stager.cache.disk import disk_error
-    from llmkube_stager.kserve.archive import ArchiveLimits, unpack
+    from llmkube_stager.kserve.archive import unpack
+    from llmkube_stager.kserve.members import ArchiveLimits
 
-    rel, path = archive
+    rel, path, kind = archive
     limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)
     try:
-        sizes = unpack(path, rel, pair.uri, pair.dest, limits)
+        done = unpack(path, rel, kind, pair.uri, pair.dest, limits)
     except OSError as exc:
         translated = disk_error(exc, "unpacking", rel)
         if isinstance(translated, OSError):
@@ -146,7 +204,7 @@ def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, 
         raise translated from None
     boundary.log.info(
         "unpacked",
-        f"Unpacked {len(sizes)} files of {rel} into {pair.dest}",
-        files=len(sizes),
-        size_bytes=sum(sizes.values()),
+        f"Unpacked {done.files} files of {rel} into {pair.dest}",
+        files=done.files,
+        size_bytes=done.size_bytes,
     )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 from llmkube_stager.errors import ConfigError, InvalidFileSet
 from llmkube_stager.layout import KSERVE_PRIVATE_NAME, parse_file_list
@@ -35,6 +35,9 @@ MODEL_SUBDIR = "model"
 _AZURE_BLOB_RE = re.compile(r"https://(.+?)\.blob\.core\.windows\.net/(.+)")
 _AZURE_DFS_RE = re.compile(r"https://(.+?)\.dfs\.core\.windows\.net/(.+)")
 _AZURE_FILE_RE = re.compile(r"https://(.+?)\.file\.core\.windows\.net/(.+)")
+# Azure's DNS-zone endpoints (kserve_storage 0.21: `*.z<N>.blob.storage.azure.net`, #31 item 11).
+_AZURE_ZONE_BLOB_RE = re.compile(r"https://(.+?)\.z[0-9]{1,2}\.blob\.storage\.azure\.net/(.+)")
+_AZURE_ZONE_FILE_RE = re.compile(r"https://(.+?)\.z[0-9]{1,2}\.file\.storage\.azure\.net/(.+)")
 _GIT_RE = re.compile(r"https://.+\.git(?:[/?#]|$)")
 # Prefix -> the name shown in the refusal.
 _REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
@@ -62,6 +65,9 @@ class Pair:
     # The contract's variables for this pair, given as flags (flags win over
     # the environment, so a stray MODEL_FILES of the pod cannot change it).
     flags: dict[str, str]
+    # The name whose suffix says whether KServe unpacks the file, when it is
+    # not the file's own: an http(s) URL's query (#31 item 1).
+    archive_name: str | None = None
 
     @property
     def private(self) -> str:
@@ -108,7 +114,8 @@ def pair_for(uri: str, dest_text: str, cwd: str) -> Pair:
     if lower.startswith("hf://"):
         return _listed(_hf_source(uri), dest)
     if lower.startswith(("http://", "https://")):
-        return _single(uri, dest, _name_from_url(uri))
+        single = _single(uri, dest, _name_from_url(uri))
+        return replace(single, archive_name=_archive_name_of_url(uri))
     if lower.startswith("file://") or uri.startswith("/"):
         path = uri[7:] if lower.startswith("file://") else uri
         return _single(uri, dest, _name_from_path(path, uri))
@@ -134,8 +141,12 @@ def _refuse_unsupported(uri: str) -> None:
             raise _refused(name, uri)
     if _AZURE_BLOB_RE.match(uri) or _AZURE_DFS_RE.match(uri):
         raise _refused("Azure Blob (https://*.blob.core.windows.net)", uri)
+    if _AZURE_ZONE_BLOB_RE.match(uri):
+        raise _refused("Azure Blob (https://*.z<N>.blob.storage.azure.net)", uri)
     if _AZURE_FILE_RE.match(uri):
         raise _refused("Azure File (https://*.file.core.windows.net)", uri)
+    if _AZURE_ZONE_FILE_RE.match(uri):
+        raise _refused("Azure File (https://*.z<N>.file.storage.azure.net)", uri)
     if _GIT_RE.match(uri):
         raise _refused("git (https://...git)", uri)
 
@@ -143,7 +154,9 @@ def _refuse_unsupported(uri: str) -> None:
 def _refused(name: str, uri: str) -> ConfigError:
     return ConfigError(
         f"the storage URI scheme {name} of {_shown(uri)} is not staged by this image; keep "
-        "KServe's default ClusterStorageContainer for it (docs/migration-kserve.md)"
+        "KServe's default ClusterStorageContainer for it (KServe picks the container by the "
+        "first storageUri: with several, name it with the predictor's storageContainerName; "
+        "docs/migration-kserve.md)"
     )
 
 
@@ -183,13 +196,27 @@ def _hf_source(uri: str) -> str:
 
 
 def _name_from_url(uri: str) -> str:
-    """The file's name: the last part of the URL's path (KServe's rule),
-    percent-decoded, and a plain name."""
+    """The file's name: the last part of the URL's path as written, not
+    percent-decoded (KServe's os.path.basename(urlparse(uri).path), #31
+    item 3: `model%2Bv2.onnx` stays so, `a%2Fb` is a name, not a path)."""
     try:
         path = urlsplit(uri).path
     except ValueError:
         raise ConfigError(f"the storage URI is not a well-formed URL: {_shown(uri)}") from None
-    return _plain_name(unquote(posixpath.basename(path)), uri)
+    return _plain_name(posixpath.basename(path), uri)
+
+
+def _archive_name_of_url(uri: str) -> str | None:
+    """KServe's _download_from_uri types the file by mimetypes.guess_type of
+    the URL's path or, when the path has no type, of its query
+    (`.../download?file=model.tar.gz` is a tar): the query then, else None.
+    Python's own table only (MimeTypes() reads no system file into it)."""
+    import mimetypes
+
+    parts = urlsplit(uri)
+    if parts.query and mimetypes.MimeTypes().guess_type(parts.path)[0] is None:
+        return parts.query
+    return None
 
 
 def _name_from_path(path: str, uri: str) -> str:

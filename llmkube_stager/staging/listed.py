@@ -25,7 +25,7 @@ from llmkube_stager.layout import check_path_room
 from llmkube_stager.listing import Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest
-from llmkube_stager.sources.base import ListingSource
+from llmkube_stager.sources.base import ListingSource, check_listed
 
 
 def listed_manifest(
@@ -47,6 +47,9 @@ def listed_manifest(
         return budget.call(ask, "the listing")
 
     listing = _filtered(config, source, source.list_files(retry))
+    # After the patterns, as KServe filters first (#31 item 4): a key the
+    # user leaves out (a `.sha256` checksum beside each weight) refuses nothing.
+    check_listed(source.listing_source, listing.files)
     check_path_room(config.cache_dir, tuple(f.rel for f in listing.files), pinned=frozenset())
     log.info(
         "listed",
@@ -69,7 +72,7 @@ def _answers(config: Config, source: ListingSource) -> str:
 
 def _filtered(config: Config, source: ListingSource, listing: Listing) -> Listing:
     """KServe's _should_download: fnmatch on the relative path; allow first."""
-    if not (config.allow_patterns or config.ignore_patterns):
+    if not (config.allow_patterns or config.ignore_patterns) or listing.exact:
         return listing
     from fnmatch import fnmatch
 

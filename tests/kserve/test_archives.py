@@ -89,7 +89,8 @@ def test_a_tar_is_unpacked_into_dest_and_a_restart_moves_no_byte(
         "copy.bin": WEIGHTS,
     }
     assert (dest / "model" / "latest.bin").is_symlink()
-    assert (dest / "model" / "weights.bin").stat().st_mode & 0o7777 == 0o644
+    # 0o4755 in the archive: the owner's exec bit kept, setuid never (#31 item 2).
+    assert (dest / "model" / "weights.bin").stat().st_mode & 0o7777 == 0o755
     # The archive is gone once unpacked (as in KServe); no temp is left.
     private = dest / ".llmkube-stager"
     assert not list(private.rglob("m.t*")), list(private.rglob("*"))

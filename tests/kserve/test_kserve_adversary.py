@@ -468,6 +468,7 @@ def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_f
     which the user never set (the page function is the listing's injected
     dependency, as in test_listing_rules.py)."""
     from llmkube_stager.errors import InvalidFileSet
+    from llmkube_stager.sources.base import check_listed
     from llmkube_stager.sources.s3.listing import list_objects
 
     answers = [["m/a.bin", "m/b.bin"], ["m/b.bin", "m/c.bin"]]
@@ -480,8 +481,9 @@ def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_f
             "NextContinuationToken": str(i + 1),
         }
 
+    listing = list_objects("s3://b/m", "b", "m", page)
     with pytest.raises(InvalidFileSet) as caught:
-        list_objects("s3://b/m", "b", "m", page)
+        check_listed(listing.source, listing.files)  # after the patterns (#31 item 4)
 
     assert "MODEL_FILES" not in caught.value.detail, caught.value.detail
     assert "'b.bin' twice" in caught.value.detail

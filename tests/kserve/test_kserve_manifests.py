@@ -73,6 +73,9 @@ def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> No
         "hdfs://n/m",
         "https://acct.blob.core.windows.net/c/m",
         "https://acct.file.core.windows.net/s/m",
+        "https://acct.z20.blob.storage.azure.net/c/m",
+        "https://acct.z3.file.storage.azure.net/s/m",
+        "modelscope://org/model",
     ],
 )
 def test_what_the_agent_refuses_stays_with_kserves_default(uri: str) -> None:
@@ -85,10 +88,67 @@ def test_what_the_agent_refuses_stays_with_kserves_default(uri: str) -> None:
 
 @pytest.mark.parametrize("isvc", docs("InferenceService"), ids=lambda d: d["metadata"]["name"])
 def test_every_storage_uri_is_taken_once_and_parses(isvc: dict[str, Any]) -> None:
-    uri = isvc["spec"]["predictor"]["model"]["storageUri"]
+    """The container KServe picks: by name (storageContainerName, which must
+    support the URI), else the one matching the FIRST URI (#31 items 9, 10);
+    the args it passes (`uri path ...`) parse."""
+    predictor = isvc["spec"]["predictor"]
+    if "storageUris" in predictor:
+        pairs = [(u["uri"], u["mountPath"]) for u in predictor["storageUris"]]
+    else:
+        pairs = [(predictor["model"]["storageUri"], "/mnt/models")]
+    first = pairs[0][0]
     every = docs("ClusterStorageContainer")
-    assert [c["metadata"]["name"] for c in every if matches(c, uri)] in (
-        [c["metadata"]["name"]] for c in ours()
-    )
-    (pair,) = parse_pairs([uri, "/mnt/models"], "/")
-    assert pair.dest == "/mnt/models"
+    if "storageContainerName" in predictor:
+        (named,) = [c for c in every if c["metadata"]["name"] == predictor["storageContainerName"]]
+        assert named in ours() and matches(named, first)
+    else:
+        assert [c["metadata"]["name"] for c in every if matches(c, first)] in (
+            [c["metadata"]["name"]] for c in ours()
+        )
+    parsed = parse_pairs([part for pair in pairs for part in pair], "/")
+    assert [p.dest for p in parsed] == [path for _, path in pairs]
+
+
+# -- #31 items 9, 10: as KServe's webhook matches and wires them ----------------------
+
+
+def every_csc() -> list[dict[str, Any]]:
+    return docs("ClusterStorageContainer")
+
+
+@pytest.mark.parametrize("csc", every_csc(), ids=lambda c: c["metadata"]["name"])
+def test_every_regex_is_anchored(csc: dict[str, Any]) -> None:
+    """KServe matches a regex anywhere in the URI (regexp.MatchString in
+    storage_container_types.go): unanchored, a host named in another URL's
+    path or query would pick the container."""
+    for fmt in csc["spec"]["supportedUriFormats"]:
+        if "regex" in fmt:
+            assert fmt["regex"].startswith("^"), fmt
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https://mirror.example.net/fetch?u=https://models.example.com/iris/model.joblib",
+        "http://proxy.example.net/https://acct.blob.core.windows.net/c/m",
+    ],
+)
+def test_a_host_named_inside_another_url_picks_no_container(uri: str) -> None:
+    assert [c["metadata"]["name"] for c in every_csc() if matches(c, uri)] == []
+
+
+@pytest.mark.parametrize("csc", every_csc(), ids=lambda c: c["metadata"]["name"])
+def test_every_container_takes_several_uris_as_an_init_container(csc: dict[str, Any]) -> None:
+    """An InferenceService's storageUris need supportsMultiModelDownload
+    (the webhook refuses the pod otherwise); the agent takes the form
+    (test_kserve_wiring.py), and KServe's own default keeps its flag."""
+    assert csc["spec"]["supportsMultiModelDownload"] is True
+    assert csc["spec"]["workloadType"] == "initContainer"
+
+
+def test_the_default_names_todays_kserve_image() -> None:
+    from tests.kserve.test_kserve_differential import KSERVE_STORAGE
+
+    (default,) = [c for c in every_csc() if c["metadata"]["name"] == "default"]
+    version = KSERVE_STORAGE.split("==")[1]
+    assert default["spec"]["container"]["image"] == f"kserve/storage-initializer:v{version}"

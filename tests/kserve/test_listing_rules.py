@@ -12,6 +12,7 @@ import pytest
 from llmkube_stager.config import load_config
 from llmkube_stager.errors import ConfigError, InvalidFileSet, SourceError
 from llmkube_stager.listing import ListedFile, Listing, decode_listing, encode_listing
+from llmkube_stager.sources.base import check_listed
 from llmkube_stager.sources.s3.listing import list_objects
 
 
@@ -62,12 +63,33 @@ def test_the_whole_bucket_for_an_empty_key() -> None:
     assert listing.base == ""
 
 
+def test_empty_and_dot_parts_of_a_key_are_dropped_and_its_key_kept() -> None:
+    """#31 item 4: KServe stages `m//a` and `m/./b` at `a` and `b`."""
+    listing = list_objects("s3://b/m", "b", "m", pages(["m//a", "m/./b", "m/c"]))
+    assert sorted((f.rel, f.key) for f in listing.files) == [("a", "/a"), ("b", "./b"), ("c", "")]
+    assert decode_listing(encode_listing(listing)) == listing
+    # Two keys of one clean path: which one a server reads is not guessed.
+    twice = list_objects("s3://b/m", "b", "m", pages(["m//a", "m/a"]))
+    with pytest.raises(InvalidFileSet, match="twice"):
+        check_listed(twice.source, twice.files)
+
+
 @pytest.mark.parametrize(
-    "hostile", ["m/../etc/passwd", "m/./a", "m//a", "m/a.llmkube-size", "m/.llmkube-listing"]
+    "hostile",
+    [
+        "m/../etc/passwd",
+        "m/a/../../x",
+        "m/.",
+        "m/a.llmkube-size",
+        "m/.llmkube-listing",
+    ],
 )
 def test_a_hostile_key_is_an_invalid_file_set(hostile: str) -> None:
+    """Checked once STORAGE_*_PATTERNS have filtered the listing (#31 item 4:
+    staging/listed.py runs check_listed on what is left)."""
+    listing = list_objects("s3://b/m", "b", "m", pages(["m/ok.bin", hostile]))
     with pytest.raises(InvalidFileSet):
-        list_objects("s3://b/m", "b", "m", pages(["m/ok.bin", hostile]))
+        check_listed(listing.source, listing.files)
 
 
 def test_nothing_under_the_prefix_is_not_found() -> None:

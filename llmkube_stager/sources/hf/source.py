@@ -29,7 +29,7 @@ from llmkube_stager.layout import dest_path
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest, check_listed
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 from llmkube_stager.sources.hf.ref import HF_DEFAULT_ENDPOINT, HfRef, parse_hf_source
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ class HfSource:
             ListedFile(rel, f.size_bytes or 0, f.sha256 or f.blob_id or "")
             for rel, f in paths.items()
         )
-        check_listed(self.listing_source, files)
+        # Checked (check_listed) once STORAGE_*_PATTERNS have filtered them
+        # (staging/listed.py, #31 item 4).
         return Listing(self.listing_source, resolution.commit, files)
 
     def use_listing(self, listing: Listing) -> None:

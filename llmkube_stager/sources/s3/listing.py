@@ -43,16 +43,16 @@ def list_objects(source: str, bucket: str, key: str, page: ListPage) -> Listing:
         # Its name is checked as a prefix's keys are (#24 review: a key
         # `.llmkube.lock` was staged onto the engine's lock file).
         check_listed(source, (exact,))
-        return Listing(source, posixpath.dirname(stem), (exact,))
+        return Listing(source, posixpath.dirname(stem), (exact,), exact=True)
     if not below:
         raise SourceError(
             f"no object under s3://{bucket}/{stem + '/' if stem else ''} (NoSuchKey)",
             reason=Reason.SOURCE_NOT_FOUND,
             answered=True,
         )
-    files = tuple(_listed(rel, item) for rel, item in below)
-    check_listed(source, files)
-    return Listing(source, stem, files)
+    # Checked (check_listed) once STORAGE_*_PATTERNS have filtered them
+    # (staging/listed.py, #31 item 4).
+    return Listing(source, stem, tuple(_listed(rel, item) for rel, item in below))
 
 
 def _pages(prefix: str, page: ListPage) -> Iterator[Mapping[str, Any]]:
@@ -70,6 +70,12 @@ def _pages(prefix: str, page: ListPage) -> Iterator[Mapping[str, Any]]:
     )
 
 
-def _listed(rel: str, item: Mapping[str, Any]) -> ListedFile:
+def _listed(raw: str, item: Mapping[str, Any]) -> ListedFile:
     size = item.get("Size")
-    return ListedFile(rel, size if isinstance(size, int) else 0, str(item.get("ETag") or ""))
+    # Empty and '.' parts dropped, as KServe's target path has them (#31
+    # item 4); '..' stays, for check_listed to refuse.
+    rel = "/".join(p for p in raw.split("/") if p not in ("", "."))
+    key = raw if rel != raw and rel else ""
+    return ListedFile(
+        rel if rel else raw, size if isinstance(size, int) else 0, str(item.get("ETag") or ""), key
+    )

@@ -128,7 +128,7 @@ def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
     files = tuple(
         RemoteFile(
             rel=f.rel,
-            url=f"s3://{ref.bucket}/{object_key(ref, f.rel, True)}",
+            url=f"s3://{ref.bucket}/{object_key(ref, f.key or f.rel, True)}",
             dest=dest_path(root, f.rel),
             size_bytes=f.size_bytes,
         )
@@ -168,7 +168,9 @@ class S3Fetcher:
         self._clients.log = log
 
     def _where(self, file: RemoteFile) -> tuple[str, str]:
-        key = object_key(self._ref, file.rel, self._config.multi_file)
+        listed = self._listed.get(file.rel)
+        rel = listed.key if listed is not None and listed.key else file.rel  # #31 item 4
+        key = object_key(self._ref, rel, self._config.multi_file)
         return key, f"s3://{self._ref.bucket}/{key}"
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
