@@ -128,9 +128,7 @@ def _pin_state(
     return PinState.HASHED, (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime)
 
 
-def read_cache_state(
-    manifest: Manifest, validators: Mapping[str, str] | None = None
-) -> CacheState:
+def read_cache_state(manifest: Manifest, validators: Mapping[str, str] | None = None) -> CacheState:
     """`validators`: the run record's (cache/runrecord.py), when the caller
     read it already; else it is read here."""
     if validators is None:
