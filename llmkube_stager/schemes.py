@@ -57,103 +57,76 @@ class Scheme:
     url_schemes: tuple[str, ...]
     # "module:Class", imported by the registry only when the scheme is used.
     source: str
-    # Distributions the source module imports lazily (floors in sources/deps.py).
-    libraries: tuple[str, ...]
-    # Whether its files are listed when MODEL_FILES is not given (#24 items 2, 5).
-    lists: bool
-    # Whether the origin has commits (a revision the run watches, spec §8.4).
-    has_commits: bool
-    # Whether the source is only verified where it is mounted (spec §3.5),
-    # links followed: it is never downloaded.
-    verify_only: bool
-    # Whether the single-file lines say "copy" rather than "download" (spec §13).
-    copies: bool
-    # The single-file "starting" line when not the generic one (spec §13).
-    starting_line: str | None
-    # Whether the source logs what it decides (the hub mirror fallback).
-    takes_log: bool
     kserve: KserveForm | None
     # The remedies that depend on the kind (errors.REMEDIES_BY_KIND); a local
     # copy is never rate limited: it gets the plain origin's text.
     lock_remedy: str
-    rate_limited_remedy: str
+    rate_limited_remedy: str = REMEDY_RATE_LIMITED_HTTP
+    # Distributions the source module imports lazily (floors in sources/deps.py).
+    libraries: tuple[str, ...] = ()
+    # Whether its files are listed when MODEL_FILES is not given (#24 items 2, 5).
+    lists: bool = False
+    # Whether the origin has commits (a revision the run watches, spec §8.4).
+    has_commits: bool = False
+    # Whether the source is only verified where it is mounted (spec §3.5),
+    # links followed: it is never downloaded.
+    verify_only: bool = False
+    # Whether the single-file lines say "copy" rather than "download" (spec §13).
+    copies: bool = False
+    # The single-file "starting" line when not the generic one (spec §13).
+    starting_line: str | None = None
+    # Whether the source logs what it decides (the hub mirror fallback).
+    takes_log: bool = False
 
 
+# One row per source kind; what a row leaves out is the plain origin's.
 SCHEMES: tuple[Scheme, ...] = (
     Scheme(
-        kind="http",
-        url_schemes=("http", "https"),
-        source="llmkube_stager.sources.http:HttpSource",
-        libraries=(),
-        lists=False,
-        has_commits=False,
-        verify_only=False,
-        copies=False,
-        starting_line=None,
-        takes_log=False,
+        "http",
+        ("http", "https"),
+        "llmkube_stager.sources.http:HttpSource",
         kserve="url",
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_PREFETCH,
-        rate_limited_remedy=REMEDY_RATE_LIMITED_HTTP,
     ),
     Scheme(
-        kind="hf",
-        url_schemes=("hf",),
-        source="llmkube_stager.sources.hf.source:HfSource",
-        libraries=("huggingface_hub",),
-        lists=True,
-        has_commits=True,
-        verify_only=False,
-        copies=False,
-        starting_line=None,
-        takes_log=True,
+        "hf",
+        ("hf",),
+        "llmkube_stager.sources.hf.source:HfSource",
         kserve="repo",
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_PREFETCH,
         rate_limited_remedy=REMEDY_RATE_LIMITED_HF,
+        libraries=("huggingface_hub",),
+        lists=True,
+        has_commits=True,
+        takes_log=True,
     ),
     Scheme(
-        kind="s3",
-        url_schemes=("s3",),
-        source="llmkube_stager.sources.s3.source:S3Source",
-        libraries=("boto3", "botocore"),
-        lists=True,
-        has_commits=False,
-        verify_only=False,
-        copies=False,
-        starting_line="Downloading model from S3...",
-        takes_log=False,
+        "s3",
+        ("s3",),
+        "llmkube_stager.sources.s3.source:S3Source",
         kserve="prefix",
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_S3,
         rate_limited_remedy=REMEDY_RATE_LIMITED_S3,
+        libraries=("boto3", "botocore"),
+        lists=True,
+        starting_line="Downloading model from S3...",
     ),
     Scheme(
-        kind="local",
-        url_schemes=("file",),
-        source="llmkube_stager.sources.local:LocalSource",
-        libraries=(),
-        lists=False,
-        has_commits=False,
-        verify_only=False,
-        copies=True,
-        starting_line="Copying model from local source...",
-        takes_log=False,
+        "local",
+        ("file",),
+        "llmkube_stager.sources.local:LocalSource",
         kserve="path",
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_LOCAL,
-        rate_limited_remedy=REMEDY_RATE_LIMITED_HTTP,
+        copies=True,
+        starting_line="Copying model from local source...",
     ),
     Scheme(
-        kind="pvc",
-        url_schemes=("pvc",),
-        source="llmkube_stager.sources.local:PvcSource",
-        libraries=(),
-        lists=False,
-        has_commits=False,
-        verify_only=True,
-        copies=False,
-        starting_line=None,
-        takes_log=False,
+        "pvc",
+        ("pvc",),
+        "llmkube_stager.sources.local:PvcSource",
         kserve=None,
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_LOCAL,
-        rate_limited_remedy=REMEDY_RATE_LIMITED_HTTP,
+        verify_only=True,
     ),
 )
 

@@ -14,13 +14,11 @@ from llmkube_stager.errors import ConfigError
 from llmkube_stager.logs import Log
 from llmkube_stager.schemes import SCHEMES, of_url_scheme
 from llmkube_stager.sources.base import Source
-from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB, Requirement, require
+from llmkube_stager.sources.deps import FLOORS, require
 
 # The registry is the scheme table's (#32 item 1); a scheme refused as
 # not yet built would be named here.
 _PLANNED: tuple[str, ...] = ()
-# The floors of the libraries a row names (deps.py).
-_REQUIREMENTS: dict[str, Requirement] = {r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE)}
 
 
 def scheme_of(source: str) -> str:
@@ -57,7 +55,7 @@ def check_libraries(source: Source) -> None:
     for row in SCHEMES:
         if row.source.partition(":")[0] == type(source).__module__:
             for dist in row.libraries:
-                require(_REQUIREMENTS[dist])
+                require(FLOORS[dist])
             return
 
 
