@@ -13,9 +13,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, Self
+from typing import Self
 
-SourceKind = Literal["http", "hf", "s3", "local", "pvc"]
+# The kind-specific remedies live with their scheme's row (#32 item 1);
+# named here too, where every other remedy is.
+from llmkube_stager.schemes import (
+    REMEDY_LOCK_UNSUPPORTED_LOCAL as REMEDY_LOCK_UNSUPPORTED_LOCAL,
+)
+from llmkube_stager.schemes import (
+    REMEDY_LOCK_UNSUPPORTED_PREFETCH as REMEDY_LOCK_UNSUPPORTED_PREFETCH,
+)
+from llmkube_stager.schemes import (
+    REMEDY_LOCK_UNSUPPORTED_S3 as REMEDY_LOCK_UNSUPPORTED_S3,
+)
+from llmkube_stager.schemes import REMEDY_RATE_LIMITED_HF as REMEDY_RATE_LIMITED_HF
+from llmkube_stager.schemes import REMEDY_RATE_LIMITED_HTTP as REMEDY_RATE_LIMITED_HTTP
+from llmkube_stager.schemes import REMEDY_RATE_LIMITED_S3 as REMEDY_RATE_LIMITED_S3
+from llmkube_stager.schemes import SCHEMES
+from llmkube_stager.schemes import SourceKind as SourceKind
 
 
 class Reason(StrEnum):
@@ -112,20 +127,6 @@ REMEDY_OUT_OF_INODES = (
 REMEDY_UNREACHABLE = (
     "check the endpoint address, cluster DNS, and any NetworkPolicy or egress restriction"
 )
-# spec/behavior.md §9.4: one constant per source kind. The http/hf text is the
-# operator's (seed-000, TestCacheLockRemedyLogMatchesCondition).
-REMEDY_LOCK_UNSUPPORTED_PREFETCH = (
-    "set spec.modelCache.prefetch: true on every InferenceService using this claim, or use "
-    "storage with cross-node flock support"
-)
-REMEDY_LOCK_UNSUPPORTED_S3 = (
-    "s3:// sources cannot be prefetched: stage the model onto this claim from a pod on storage "
-    "with cross-node flock support (NFSv4, CephFS), or use such storage for the model cache"
-)
-REMEDY_LOCK_UNSUPPORTED_LOCAL = (
-    "local/hostPath sources cannot be prefetched: copy the model onto the claim from a single "
-    "writer first, or use storage with cross-node flock support for the model cache"
-)
 REMEDY_UNAVAILABLE = (
     "the origin answered with a server error after every retry; check the origin's health, "
     "or raise LLMKUBE_RETRIES"
@@ -147,20 +148,6 @@ REMEDY_GATED = (
 REMEDY_REDIRECT_SCHEME = (
     "the origin redirected to a URL the agent does not fetch (only http and https redirects are "
     "followed); point spec.source at the final http(s) location or fix the origin's redirect"
-)
-# One constant per source kind: HF_TOKEN means nothing to S3 or a plain origin.
-REMEDY_RATE_LIMITED_HF = (
-    "the origin is rate limiting this client; set HF_TOKEN (authenticated quotas are higher), "
-    "prefetch the model once into a shared cache, or retry later"
-)
-REMEDY_RATE_LIMITED_S3 = (
-    "S3 is throttling this client (SlowDown); lower LLMKUBE_CONNECTIONS and "
-    "LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared cache, or retry later"
-)
-REMEDY_RATE_LIMITED_HTTP = (
-    "the origin is rate limiting this client; lower LLMKUBE_CONNECTIONS and "
-    "LLMKUBE_FILES_IN_FLIGHT, ask the origin's operator for a higher limit, prefetch the model "
-    "once into a shared cache, or retry later"
 )
 REMEDY_CHANGED = (
     "the origin's content changed during the transfer; pin a revision or retry once the "
@@ -290,20 +277,8 @@ REMEDIES: dict[Reason, str] = {
 # The reasons whose remedy depends on the source kind (a local copy is never
 # rate limited: it gets the plain origin's text).
 REMEDIES_BY_KIND: dict[Reason, dict[SourceKind, str]] = {
-    Reason.CACHE_LOCK_UNSUPPORTED: {
-        "http": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
-        "hf": REMEDY_LOCK_UNSUPPORTED_PREFETCH,
-        "s3": REMEDY_LOCK_UNSUPPORTED_S3,
-        "local": REMEDY_LOCK_UNSUPPORTED_LOCAL,
-        "pvc": REMEDY_LOCK_UNSUPPORTED_LOCAL,
-    },
-    Reason.SOURCE_RATE_LIMITED: {
-        "http": REMEDY_RATE_LIMITED_HTTP,
-        "hf": REMEDY_RATE_LIMITED_HF,
-        "s3": REMEDY_RATE_LIMITED_S3,
-        "local": REMEDY_RATE_LIMITED_HTTP,
-        "pvc": REMEDY_RATE_LIMITED_HTTP,
-    },
+    Reason.CACHE_LOCK_UNSUPPORTED: {s.kind: s.lock_remedy for s in SCHEMES},
+    Reason.SOURCE_RATE_LIMITED: {s.kind: s.rate_limited_remedy for s in SCHEMES},
 }
 
 

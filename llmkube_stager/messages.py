@@ -7,13 +7,15 @@ logs print them whole, with no prefix or fields, when logged under one of
 
 from __future__ import annotations
 
+from llmkube_stager.schemes import of_kind
+
 REVALIDATING = "Revalidating model against upstream (RefreshPolicy=OnChange)..."
 
 
 def hit(multi: bool, rel: str, cached: bool = True, kind: str = "http") -> str:
     if multi:
         return f"Model artifact {rel} already cached, skipping download"
-    if kind == "local":
+    if _copies(kind):
         return "Model already cached, skipping copy"
     if not cached:
         return "Model already exists, skipping download"
@@ -23,16 +25,15 @@ def hit(multi: bool, rel: str, cached: bool = True, kind: str = "http") -> str:
 def starting(kind: str, multi: bool, rel: str) -> str:
     if multi:
         return f"Downloading model artifact {rel}..."
-    return {
-        "s3": "Downloading model from S3...",
-        "local": "Copying model from local source...",
-    }.get(kind, "Downloading model...")
+    row = of_kind(kind)
+    line = row.starting_line if row is not None else None
+    return line or "Downloading model..."
 
 
 def finished(kind: str, multi: bool, rel: str) -> str:
     if multi:
         return f"Model artifact {rel} downloaded"
-    return "Model copied successfully" if kind == "local" else "Model downloaded successfully"
+    return "Model copied successfully" if _copies(kind) else "Model downloaded successfully"
 
 
 def unchanged(multi: bool, rel: str) -> str:
@@ -94,3 +95,9 @@ def pinned_kept(multi: bool, rel: str) -> str:
 
 def pin_field(multi: bool) -> str:
     return "spec.fileSha256" if multi else "spec.sha256"
+
+
+def _copies(kind: str) -> bool:
+    """A local copy's lines say "copy" (spec §13): the scheme table's row."""
+    row = of_kind(kind)
+    return row is not None and row.copies

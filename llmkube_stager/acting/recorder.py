@@ -50,6 +50,7 @@ from llmkube_stager.cache.runrecord import (
 )
 from llmkube_stager.errors import Reason, SourceError, StagerError
 from llmkube_stager.model import Decision, FileResult, Manifest
+from llmkube_stager.schemes import has_commits
 from llmkube_stager.sources.base import ListingSource, RemoteMeta, Source
 
 
@@ -70,14 +71,14 @@ class Recorder:
         # OnChange: present files whose validator was verified against the
         # origin's (recorded, or hashed this run): only those are recorded.
         self.verified = verified
-        self.keeps_validators = manifest.kind == "hf" or self._listing is not None
+        self.keeps_validators = has_commits(manifest.kind) or self._listing is not None
         self._run_recorded = False
         self._recording = threading.Lock()
         self._manifest = manifest
         # #29 item 1: a Hugging Face run over the whole model (a share has
         # its Job's claim and a record of its own) watches for another
         # writer's commit: what it published, the main record as last read.
-        self.watches_commit = manifest.kind == "hf" and session.over_whole_model
+        self.watches_commit = has_commits(manifest.kind) and session.over_whole_model
         self._published: dict[str, os.stat_result] = {}
         self._foreign: frozenset[str] = frozenset()
         self._record_seen: tuple[int, int, int, float] | None = None

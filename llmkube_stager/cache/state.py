@@ -26,6 +26,7 @@ from llmkube_stager.cache.records import (
 from llmkube_stager.cache.runrecord import read_run_record
 from llmkube_stager.cache.safeio import PathCheck, check_parents, kind_of, open_regular
 from llmkube_stager.model import CacheState, LocalFile, LocalState, Manifest, PinState
+from llmkube_stager.schemes import verify_only
 
 ParentsCheck = Callable[[str, str], PathCheck]
 
@@ -128,14 +129,12 @@ def _pin_state(
     return PinState.HASHED, (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime)
 
 
-def read_cache_state(
-    manifest: Manifest, validators: Mapping[str, str] | None = None
-) -> CacheState:
+def read_cache_state(manifest: Manifest, validators: Mapping[str, str] | None = None) -> CacheState:
     """`validators`: the run record's (cache/runrecord.py), when the caller
     read it already; else it is read here."""
     if validators is None:
         validators = read_run_record(manifest.root).validators
-    follow = manifest.kind == "pvc"
+    follow = verify_only(manifest.kind)
     parents = _per_directory(check_parents)
     return CacheState(
         root_exists=os.path.isdir(manifest.root),

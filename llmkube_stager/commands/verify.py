@@ -28,6 +28,7 @@ from llmkube_stager.errors import (
 from llmkube_stager.layout import LOCK_NAME, dest_path, destinations
 from llmkube_stager.logs import Log
 from llmkube_stager.model import LocalState, PinState
+from llmkube_stager.schemes import of_source
 
 # What an "empty" volume holds: filesystem furniture and our own lock file.
 _FURNITURE = frozenset({"lost+found", ".snapshot", LOCK_NAME})
@@ -91,7 +92,8 @@ def check_files(config: Config) -> VerifyReport:
             f"the model directory {root} is missing or empty",
             reason=Reason.CACHE_EMPTY,
         )
-    follow = config.source.lower().startswith("pvc://")
+    row = of_source(config.source)
+    follow = row is not None and row.verify_only
     for rel, dest in pairs:
         local = read_local_file(rel, dest, config.pins.get(rel), None, root, follow)
         if local.state is LocalState.UNREADABLE:

@@ -20,16 +20,15 @@ from llmkube_stager.layout import (
     parse_file_list,
 )
 from llmkube_stager.pins import file_pins, single_pin
-
-# Sources whose files are listed when MODEL_FILES is not given (#24 items 2, 5).
-_LISTABLE_SCHEMES = ("s3://", "hf://")
+from llmkube_stager.schemes import of_source
 
 
 def layout_paths(read: Reader, source: str, cwd: str | None) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
     cache_dir = _local_path("CACHE_DIR", read.raw("CACHE_DIR").strip(), cwd)
     model_path = _local_path("MODEL_PATH", read.raw("MODEL_PATH").strip(), cwd)
-    if not model_path and source.lower().startswith("pvc://"):
+    row = of_source(source)
+    if not model_path and row is not None and row.verify_only:
         # pvc:// is verified where the claim is mounted (spec §3.5).
         claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
         model_path = posixpath.join("/model-source", claim_path) if claim_path else ""
@@ -91,9 +90,10 @@ def _model_files(read: Reader) -> tuple[str, ...]:
 
 
 def _listable(read: Reader, source: str) -> bool:
-    return source.lower().startswith(_LISTABLE_SCHEMES) or (
-        not source and bool(read.raw("S3_BUCKET").strip())
-    )
+    # Sources whose files are listed when MODEL_FILES is not given (#24
+    # items 2, 5): the scheme table's rows that list (#32 item 1).
+    row = of_source(source)
+    return (row is not None and row.lists) or (not source and bool(read.raw("S3_BUCKET").strip()))
 
 
 def _pins(read: Reader, model_path: str, files: tuple[str, ...]) -> Mapping[str, str]:

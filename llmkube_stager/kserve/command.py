@@ -21,6 +21,7 @@ from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, StagerError
 from llmkube_stager.kserve.uris import Pair, parse_pairs
+from llmkube_stager.schemes import of_source
 
 
 def kserve_command(args: list[str]) -> NoReturn:
@@ -151,7 +152,8 @@ def _archive_of(pair: Pair, files: list[tuple[str, str]]) -> tuple[str, str, str
     review)."""
     from llmkube_stager.kserve.archive import archive_kind
 
-    if pair.uri.lower().startswith("hf://"):
+    row = of_source(pair.uri)
+    if row is not None and row.kserve == "repo":
         return None
     filled = files
     if len(files) > 1:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from llmkube_stager.errors import ConfigError, InvalidFileSet
 from llmkube_stager.layout import KSERVE_PRIVATE_NAME, parse_file_list
+from llmkube_stager.schemes import SCHEMES, of_source
 
 # Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4);
 # a reserved name for model files (layout.py).
@@ -46,13 +47,14 @@ _REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
     ("webhdfs://", "webhdfs://"),
     ("oci://", "oci://"),
     ("modelscope://", "modelscope://"),
-    ("pvc://", "pvc://"),
     ("abfs://", "abfs:// (Azure Data Lake)"),
     ("abfss://", "abfss:// (Azure Data Lake)"),
     ("wasb://", "wasb:// (Azure Blob)"),
     ("wasbs://", "wasbs:// (Azure Blob)"),
     ("az://", "az:// (Azure Blob)"),
     ("git://", "git"),
+    # The agent's schemes with no KServe form (pvc://) are refused too (#32 item 1).
+    *((f"{u}://", f"{u}://") for row in SCHEMES if row.kserve is None for u in row.url_schemes),
 )
 
 
@@ -108,16 +110,17 @@ def pair_for(uri: str, dest_text: str, cwd: str) -> Pair:
     uri = uri.strip()
     dest = _dest(dest_text, cwd)
     _refuse_unsupported(uri)
-    lower = uri.lower()
-    if lower.startswith("s3://"):
+    row = of_source(uri)
+    form = row.kserve if row is not None else None
+    if form == "prefix":
         return _listed(uri, dest)
-    if lower.startswith("hf://"):
+    if form == "repo":
         return _listed(_hf_source(uri), dest)
-    if lower.startswith(("http://", "https://")):
+    if form == "url":
         single = _single(uri, dest, _name_from_url(uri))
         return replace(single, archive_name=_archive_name_of_url(uri))
-    if lower.startswith("file://") or uri.startswith("/"):
-        path = uri[7:] if lower.startswith("file://") else uri
+    if form == "path":
+        path = uri if uri.startswith("/") else uri.partition("://")[2]
         return _single(uri, dest, _name_from_path(path, uri))
     raise ConfigError(
         f"cannot recognize the storage type of {_shown(uri)}: this image stages s3://, hf://, "

@@ -12,25 +12,13 @@ from urllib.parse import urlsplit
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.logs import Log
+from llmkube_stager.schemes import SCHEMES, of_url_scheme
 from llmkube_stager.sources.base import Source
-from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB, Requirement, require
+from llmkube_stager.sources.deps import FLOORS, require
 
-_REGISTRY: dict[str, str] = {
-    "http": "llmkube_stager.sources.http:HttpSource",
-    "https": "llmkube_stager.sources.http:HttpSource",
-    "hf": "llmkube_stager.sources.hf.source:HfSource",
-    "s3": "llmkube_stager.sources.s3.source:S3Source",
-    "file": "llmkube_stager.sources.local:LocalSource",
-    "pvc": "llmkube_stager.sources.local:PvcSource",
-}
+# The registry is the scheme table's (#32 item 1); a scheme refused as
+# not yet built would be named here.
 _PLANNED: tuple[str, ...] = ()
-# Sources that log what they decide (the hub mirror fallback) take the run's log.
-_TAKES_LOG = frozenset({"hf"})
-# The libraries each source module imports lazily; deps.py has the floors.
-_LIBRARIES: dict[str, tuple[Requirement, ...]] = {
-    "llmkube_stager.sources.hf.source": (HF_HUB,),
-    "llmkube_stager.sources.s3.source": (BOTO3, BOTOCORE),
-}
 
 
 def scheme_of(source: str) -> str:
@@ -49,14 +37,14 @@ def open_source(config: Config, log: Log | None = None) -> Source:
 
         if is_hf_url(config.source, config.hf_endpoint):
             scheme = "hf"
-    target = _REGISTRY.get(scheme)
-    if target is None:
+    row = of_url_scheme(scheme)
+    if row is None:
         if scheme in _PLANNED:
             raise ConfigError(f"MODEL_SOURCE scheme {scheme}:// is not supported by this build yet")
         raise ConfigError(f"MODEL_SOURCE has an unknown scheme {scheme!r}")
-    module_name, _, class_name = target.partition(":")
+    module_name, _, class_name = row.source.partition(":")
     factory = getattr(importlib.import_module(module_name), class_name)
-    source: Source = factory(config, log) if scheme in _TAKES_LOG else factory(config)
+    source: Source = factory(config, log) if row.takes_log else factory(config)
     return source
 
 
@@ -64,8 +52,11 @@ def check_libraries(source: Source) -> None:
     """InvalidConfiguration when a library the source will import is missing
     or too old (#13 item 1). Metadata only; called before anything is written,
     and only when the origin will be asked (never on a warm start)."""
-    for requirement in _LIBRARIES.get(type(source).__module__, ()):
-        require(requirement)
+    for row in SCHEMES:
+        if row.source.partition(":")[0] == type(source).__module__:
+            for dist in row.libraries:
+                require(FLOORS[dist])
+            return
 
 
 def _may_be_hf(scheme: str, hf_endpoint: str) -> bool:

@@ -17,6 +17,7 @@ from llmkube_stager.cache.setstate import (
 )
 from llmkube_stager.config import Config
 from llmkube_stager.errors import CacheError, Reason
+from llmkube_stager.schemes import has_commits
 from llmkube_stager.staging.prepare import Effects, Prepared, replan
 
 _PUBLISH_POLL_S = 0.5
@@ -98,7 +99,7 @@ def recorded_commit(prepared: Prepared) -> str | None:
     another revision: fail closed rather than mix."""
     record = prepared.record
     commits = record.commits()
-    if prepared.manifest.kind != "hf" or not commits or not prepared.plan.needs_network:
+    if not has_commits(prepared.manifest.kind) or not commits or not prepared.plan.needs_network:
         return None
     if len(set(commits.values())) > 1:
         # Files of two commits (a sharded Job's, #21 item 4): finishing

@@ -12,6 +12,7 @@ from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceError
 from llmkube_stager.model import Remote
 from llmkube_stager.plan import probes_needed
+from llmkube_stager.schemes import has_commits
 from llmkube_stager.sources.base import RemoteMeta
 from llmkube_stager.staging.prepare import Prepared, replan
 
@@ -38,7 +39,7 @@ def _check_unrecorded(
     from llmkube_stager.cache.state import holds_version
 
     checked: dict[str, str] = {}
-    if prepared.manifest.kind != "hf":
+    if not has_commits(prepared.manifest.kind):
         return checked
     for rel, answer in remote.items():
         local = prepared.cache.files[rel]

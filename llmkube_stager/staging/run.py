@@ -23,6 +23,7 @@ from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, TransferError, from_source
 from llmkube_stager.model import Decision, FileResult, Outcome, PinState
+from llmkube_stager.schemes import has_commits, verify_only
 from llmkube_stager.sources import check_libraries
 from llmkube_stager.staging.interrupted import (
     kept_commit,
@@ -50,7 +51,7 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
 
 
 def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepared, Outcome]:
-    if prepared.manifest.kind == "pvc":
+    if verify_only(prepared.manifest.kind):
         return prepared, _verify_pvc(prepared, effects)
     mode, begin = _mode_of(config)
     prepared = replace(prepared, mode=mode)
@@ -145,7 +146,7 @@ def _take_share(config: Config, effects: Effects, prepared: Prepared, session: S
     item 4): a retried pod too."""
     claim = None
     root = prepared.manifest.root
-    if prepared.manifest.kind == "hf" and prepared.strategy.may_write:
+    if has_commits(prepared.manifest.kind) and prepared.strategy.may_write:
         ensure_dir(root, root, "")  # the claim's directory
         share, claim = agree_share(
             config,
