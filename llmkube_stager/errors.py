@@ -370,6 +370,7 @@ class StagerError(Exception):
         reason: Reason | None = None,
         source_kind: SourceKind | None = None,
         file: str | None = None,
+        retry_after_s: float | None = None,
     ) -> Self:
         """This error as a layer above means it (None: as it is): a new one
         of the same type carrying everything else, its cause and traceback,
@@ -380,7 +381,13 @@ class StagerError(Exception):
         kind = type(self)
         new = kind.__new__(kind, *self.args)
         new.__dict__.update(self.__dict__)
-        changes = {"detail": detail, "reason": reason, "source_kind": source_kind, "file": file}
+        changes = {
+            "detail": detail,
+            "reason": reason,
+            "source_kind": source_kind,
+            "file": file,
+            "retry_after_s": retry_after_s,  # a SourceError's (#29 item 8: the hub's 429)
+        }
         new.__dict__.update({k: v for k, v in changes.items() if v is not None})
         new.__cause__ = self.__cause__
         return new.with_traceback(self.__traceback__)

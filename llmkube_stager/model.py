@@ -132,6 +132,9 @@ class LocalFile:
     # (dev, ino, size, mtime) of the inode whose bytes were hashed and found
     # right (PinState.HASHED): a stamp is written only for that inode.
     hashed_as: tuple[int, int, int, float] | None = None
+    # The evidence of those bytes (cache/evidence.py), read through the
+    # descriptor that hashed them: what the stamp of `hashed_as` carries.
+    hashed_evidence: str | None = None
     # Why the state is what it is, where a reader needs more than the state
     # (an invalid record's defect, what is not a regular file or unreadable).
     detail: str = ""

@@ -34,7 +34,6 @@ def settle(
 def _stamp_hashed(file: RemoteFile, cache: CacheState) -> None:
     """The warm path stamps only the inode it hashed, while the path still
     names it (#10 defect 3)."""
-    from llmkube_stager.cache import evidence
     from llmkube_stager.cache.publish import Published, stamp_published
 
     local = cache.files.get(file.rel)
@@ -44,5 +43,6 @@ def _stamp_hashed(file: RemoteFile, cache: CacheState) -> None:
     st = os.lstat(file.dest)
     if (st.st_dev, st.st_ino, st.st_size, st.st_mtime) != hashed:
         return
-    # The hash's evidence, kept by cache/state.hash_file for this stamp.
-    stamp_published(file.dest, file.sha256 or "", Published(st, evidence.recall(st)))
+    # The evidence read by the descriptor that hashed it (cache/state.py).
+    evidence = local.hashed_evidence if local is not None else None
+    stamp_published(file.dest, file.sha256 or "", Published(st, evidence))

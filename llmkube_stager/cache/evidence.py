@@ -36,7 +36,6 @@ import errno
 import functools
 import os
 import stat
-import threading
 
 from llmkube_stager.cache.fs import statfs_type
 
@@ -48,15 +47,6 @@ SCHEME = "b4k3"
 # CIFS, Ceph, unknown) is read past the cache.
 _LOCAL_MAGICS = frozenset({0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0x794C7630})
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-# What the warm path's hash saw (cache/state.hash_file), for the stamp
-# written right after in the same run (acting/warm.py): (dev, ino, size,
-# mtime_ns) -> evidence. A publish hands its evidence to its stamp itself
-# (cache/publish.Published, #32 item 5); this hand-off is the warm hash's
-# only, left until cache/state.py returns its evidence (not this branch's).
-# Bounded: files published without a pin are never stamped (the oldest go).
-_SEEN: dict[tuple[int, int, int, int], str] = {}
-_SEEN_MAX = 4096
-_SEEN_LOCK = threading.Lock()  # files are published from several threads
 
 
 def offsets(size_bytes: int) -> list[int]:
@@ -149,21 +139,3 @@ def is_local(directory: str) -> bool:
     inode numbers and page cache tell the truth). Asked once per directory
     and run: its filesystem does not change."""
     return statfs_type(directory) in _LOCAL_MAGICS
-
-
-def _key(st: os.stat_result) -> tuple[int, int, int, int]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def remember(st: os.stat_result, evidence: str) -> None:
-    """What the descriptor described by `st` held (the warm hash)."""
-    with _SEEN_LOCK:
-        while len(_SEEN) >= _SEEN_MAX:
-            del _SEEN[next(iter(_SEEN))]
-        _SEEN[_key(st)] = evidence
-
-
-def recall(st: os.stat_result) -> str | None:
-    """The evidence remembered for `st`, once; None: nothing seen, no stamp."""
-    with _SEEN_LOCK:
-        return _SEEN.pop(_key(st), None)

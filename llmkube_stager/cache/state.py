@@ -94,7 +94,7 @@ def _with_file(
             detail = f"the size record of {rel} is not valid ({record.problem})"
     else:
         state = LocalState.COMPLETE if record.size_bytes == st.st_size else LocalState.MISMATCH
-    pin_state, hashed_as = _pin_state(dest, pin, st)
+    pin_state, hashed_as, hashed_evidence = _pin_state(dest, pin, st)
     return LocalFile(
         rel,
         state,
@@ -104,29 +104,32 @@ def _with_file(
         marker=marker,
         validator=validator,
         hashed_as=hashed_as,
+        hashed_evidence=hashed_evidence,
         detail=detail,
     )
 
 
 def _pin_state(
     dest: str, pin: str | None, st: os.stat_result
-) -> tuple[PinState, tuple[int, int, int, float] | None]:
+) -> tuple[PinState, tuple[int, int, int, float] | None, str | None]:
     """The pin's verdict, and for bytes hashed and found right the identity
     of the inode hashed (dev, ino, size, mtime: its descriptor's fstat), the
-    only thing a stamp may vouch for (#10 defect 3)."""
+    only thing a stamp may vouch for (#10 defect 3), with the evidence of
+    its bytes that stamp will carry."""
     if pin is None:
-        return PinState.UNPINNED, None
+        return PinState.UNPINNED, None, None
     if stamp_matches(dest, pin, st):
-        return PinState.STAMP_HIT, None
+        return PinState.STAMP_HIT, None, None
     try:
-        digest, hashed = hash_file(dest, st)
+        digest, hashed, seen = hash_seen(dest, st)
     except OSError:
         # Unprovable here (unreadable, replaced meanwhile): a writer replaces
         # it, a reader refuses, and pvc verify names it "not readable".
-        return PinState.MISMATCH, None
+        return PinState.MISMATCH, None, None
     if digest != pin:
-        return PinState.MISMATCH, None
-    return PinState.HASHED, (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime)
+        return PinState.MISMATCH, None, None
+    identity = (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime)
+    return PinState.HASHED, identity, seen
 
 
 def read_cache_state(manifest: Manifest, validators: Mapping[str, str] | None = None) -> CacheState:
@@ -206,12 +209,22 @@ def sha256_of(path: str, expected: os.stat_result | None = None) -> str:
 
 
 def hash_file(path: str, expected: os.stat_result | None = None) -> tuple[str, os.stat_result]:
+    """sha256 of a regular file and its descriptor's fstat (`hash_seen`)."""
+    digest, after, _seen = hash_seen(path, expected)
+    return digest, after
+
+
+def hash_seen(
+    path: str, expected: os.stat_result | None = None
+) -> tuple[str, os.stat_result, str | None]:
     """sha256 of a regular file (opened without following a symlink or
-    blocking on a FIFO) and its descriptor's fstat, taken after the read.
-    `expected`: the stat it was judged by, which the opened file must still
-    be (else it was replaced meanwhile: OSError). A file written while it was
-    read (size or mtime moved) is reported with an empty stat, which matches
-    nothing: never stamped (#10 defect 3)."""
+    blocking on a FIFO), its descriptor's fstat taken after the read, and
+    the evidence of those bytes a stamp will carry, read through the same
+    descriptor (#21 item 2, cache/evidence.py; handed to the stamp by the
+    caller, #32 item 5). `expected`: the stat it was judged by, which the
+    opened file must still be (else it was replaced meanwhile: OSError). A
+    file written while it was read (size or mtime moved) is reported with
+    an empty stat, which matches nothing: never stamped (#10 defect 3)."""
     fd = open_regular(path)
     with os.fdopen(fd, "rb") as handle:
         before = os.fstat(fd)
@@ -222,10 +235,8 @@ def hash_file(path: str, expected: os.stat_result | None = None) -> tuple[str, o
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
         after = os.fstat(fd)
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-            return digest, os.stat_result((0,) * 10)
-        # What a stamp of these bytes will carry as evidence: read through
-        # the descriptor that was hashed (#21 item 2, cache/evidence.py).
+            return digest, os.stat_result((0,) * 10), None
         from llmkube_stager.cache import evidence
 
-        evidence.remember(after, evidence.of_descriptor(fd, after.st_size))
-    return digest, after
+        seen = evidence.of_descriptor(fd, after.st_size)
+    return digest, after, seen

@@ -264,10 +264,11 @@ def _status_based(exc: Exception, where: str, token_sent: bool) -> SourceError:
     error = status_error(status, headers.get, where)
     if isinstance(error, AbsurdNumber):
         return error  # #29 item 8: its words say which header (the response hook reads first)
-    error.detail = text
-    if status == 429 and error.retry_after_s is None:
-        error.retry_after_s = rate_limit_wait_s(headers.get)
-    return error
+    wait_s = error.retry_after_s
+    if status == 429 and wait_s is None:
+        wait_s = rate_limit_wait_s(headers.get)
+    # Built anew, never changed in place (#32 item 5).
+    return error.amended(detail=text, retry_after_s=wait_s)
 
 
 def _transport_error(exc: BaseException, where: str) -> SourceError:

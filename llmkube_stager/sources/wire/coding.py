@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
 from llmkube_stager.sources.wire.status import Origin, parse_content_range, parse_digits
@@ -116,9 +117,12 @@ def hop_words(asked_url: str, url: str, proxy: str | None, via: str | None) -> s
 
 
 class EncodedAnswer(SourceError):
-    """The refusal of an answer whose body may have been transformed."""
+    """The refusal of an answer whose body may have been transformed;
+    `header`: the (name, value) that says so."""
 
-    header: tuple[str, str]
+    def __init__(self, detail: str, *, header: tuple[str, str], **fields: Any) -> None:
+        super().__init__(detail, **fields)
+        self.header = header
 
 
 def encoded_error(where: str, header: tuple[str, str], who: str) -> EncodedAnswer:
@@ -131,8 +135,8 @@ def encoded_error(where: str, header: tuple[str, str], who: str) -> EncodedAnswe
         reason=Reason.SOURCE_REJECTED,
         answered=True,
         remedy=REMEDY_ENCODED,
+        header=header,
     )
-    error.header = header
     return error
 
 
