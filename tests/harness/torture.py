@@ -8,11 +8,18 @@ fixtures that hand these out are tests/torture/conftest.py's.
 from __future__ import annotations
 
 import os
+import random
+import signal
 import subprocess
 import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.harness.pod import Pod
 
 # `make torture` sets LLMKUBE_TORTURE=full; `make test` and `make torture-quick`
 # run the quick scale.
@@ -113,3 +120,20 @@ def build_shims(gcc: str, directory: Path) -> Shims:
         )
         built[name] = str(so)
     return Shims(built["noflock"], built["clockskew"])
+
+
+def kill_loop(pod: Pod, env: Mapping[str, str], rounds: int, seed: int) -> int:
+    """Start the stager, SIGKILL it after 0.3-1.8 s (seeded), `rounds` times
+    or until a run finishes first; the kills made (#21 item 9, #29)."""
+    rng = random.Random(seed)
+    kills = 0
+    for _ in range(rounds):
+        proc = pod.popen(env=env)
+        time.sleep(rng.uniform(0.3, 1.8))
+        if proc.poll() is not None:
+            pod.finish(proc, 30)
+            break  # it finished before the kill: the loop is over
+        proc.send_signal(signal.SIGKILL)
+        pod.finish(proc, 30)
+        kills += 1
+    return kills

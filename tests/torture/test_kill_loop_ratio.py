@@ -8,15 +8,12 @@ over the file's size, goes into the torture stats (`kill_loop_ratio`)."""
 from __future__ import annotations
 
 import hashlib
-import random
-import signal
-import time
 from pathlib import Path
 
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
-from tests.harness.torture import Scale, Stats
+from tests.harness.torture import Scale, Stats, kill_loop
 
 MIB = 1 << 20
 SIZE = 64 * MIB + 1234
@@ -38,17 +35,7 @@ def test_a_kill_loop_costs_little_more_than_the_file(
         # Two connections: the transfer (~2 s of it) outlasts several kills.
         "LLMKUBE_CONNECTIONS": "2",
     }
-    rng = random.Random(21)
-    kills = 0
-    for _ in range(scale.n(10, 20)):
-        proc = pod.popen(env=env)
-        time.sleep(rng.uniform(0.3, 1.8))
-        if proc.poll() is not None:
-            pod.finish(proc, 30)
-            break  # it finished before the kill: the loop is over
-        proc.send_signal(signal.SIGKILL)
-        pod.finish(proc, 30)
-        kills += 1
+    kills = kill_loop(pod, env, scale.n(10, 20), seed=21)
     pod.run(env=env, timeout=120).ok()
 
     assert hashlib.sha256((root / "model.gguf").read_bytes()).digest() == (

@@ -10,9 +10,6 @@ test_kill_loop_ratio.py)."""
 from __future__ import annotations
 
 import hashlib
-import random
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from tests.harness.blockdev import MIB, loop_fs
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import gguf_like
-from tests.harness.torture import Scale, Stats
+from tests.harness.torture import Scale, Stats, kill_loop
 
 SIZE = 256 * MIB + 4321
 # Two connections at 8 MiB/s each: ~16 s of transfer, so 20 kills at
@@ -47,17 +44,7 @@ def test_a_kill_loop_on_a_block_filesystem_costs_little_more_than_the_file(
             "MODEL_PATH": str(root / "model.gguf"),
             "LLMKUBE_CONNECTIONS": "2",
         }
-        rng = random.Random(29)
-        kills = 0
-        for _ in range(scale.n(10, 20)):
-            proc = pod.popen(env=env)
-            time.sleep(rng.uniform(0.3, 1.8))
-            if proc.poll() is not None:
-                pod.finish(proc, 30)
-                break
-            proc.send_signal(signal.SIGKILL)
-            pod.finish(proc, 30)
-            kills += 1
+        kills = kill_loop(pod, env, scale.n(10, 20), seed=29)
         pod.run(env=env, timeout=180).ok()
         fs.remount()  # what reached the device, not the page cache
         on_disk = hashlib.sha256((root / "model.gguf").read_bytes()).digest()
