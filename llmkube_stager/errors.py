@@ -389,6 +389,8 @@ class StagerError(Exception):
             "retry_after_s": retry_after_s,  # a SourceError's (#29 item 8: the hub's 429)
         }
         new.__dict__.update({k: v for k, v in changes.items() if v is not None})
+        if detail is not None:
+            new.args = (detail,)  # str(error) says what the error says
         new.__cause__ = self.__cause__
         return new.with_traceback(self.__traceback__)
 

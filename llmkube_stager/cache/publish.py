@@ -84,6 +84,11 @@ def publish(claim: HeldPartial, dest: str, expected_bytes: int | None, rel: str)
         # stamper is bound to the old file's inode (records._judge).
         retire_stamp(dest)
         os.replace(claim.path, dest)
+        # And after: a writer that stamped its own file while we stalled
+        # between the two calls left a stamp beside ours, which on FUSE
+        # only the sampled blocks would tell from it (review of #29 item 2).
+        # At worst this removes a stamp of our file (a re-hash, no more).
+        retire_stamp(dest)
     except FileNotFoundError as exc:
         claim.close()
         raise PartialLost(claim.path) from exc

@@ -114,7 +114,9 @@ def enter(root: str, name: str, commit: str, *, mixed: bool = False) -> None:
     """This run's entry (again: a mixed one replaces its plain one)."""
     path = os.path.join(root, WRITERS_NAME)
     with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o755)
+        # Group-writable, as every directory of the shared cache is
+        # (cache/disk.py): pods of other uids in the fsGroup clear entries.
+        os.mkdir(path, 0o775)
     doc = {"commit": commit, "mixed": mixed}
     write_atomic(os.path.join(path, name), json.dumps(doc, sort_keys=True).encode())
 

@@ -24,6 +24,7 @@ from llmkube_stager.config.settings import (
 )
 from llmkube_stager.config.variables import AWS_ENV_VARS, DEFAULTS
 from llmkube_stager.errors import ConfigError
+from llmkube_stager.logs import display_url
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
 # URLs longer than this are refused by most servers and by httpx (64 KiB):
@@ -55,13 +56,17 @@ def _check_source_text(source: str) -> None:
     URL (a port too): the sources then never meet a ValueError."""
     from urllib.parse import urlsplit
 
+    # Shown without userinfo, query or fragment: they may be credentials
+    # or a signature (review: the whole value up to 78 characters was shown).
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in source):
-        raise ConfigError(f"MODEL_SOURCE contains a control character: {shown(source)}")
+        raise ConfigError(
+            f"MODEL_SOURCE contains a control character: {shown(display_url(source))}"
+        )
     try:
         _ = urlsplit(source).port
     except ValueError:
         raise ConfigError(
-            f"MODEL_SOURCE is not a well-formed URL or path: {shown(source)}"
+            f"MODEL_SOURCE is not a well-formed URL or path: {shown(display_url(source))}"
         ) from None
 
 

@@ -141,6 +141,22 @@ def why_not(text: str) -> str:
     return "" if isinstance(found, OperatorCommand) else found.why
 
 
+def outline(text: str) -> str:
+    """The script as a refusal may show it: the commands it runs, in order,
+    never a word of their arguments (a literal URL, `-u user:password`, a
+    header may be a credential; review of #30 item 2)."""
+    try:
+        script = parse(text)
+    except Unparsable:
+        return f"a script of {len(text)} characters"
+    names: list[str] = []
+    for command in script.commands:
+        name = command.argv[0][:30] if command.argv else "NAME=..."
+        if not names or names[-1] != name:
+            names.append(name)
+    return "; ".join(names)
+
+
 def calls_curl(text: str) -> bool:
     """Whether a script would run curl (which this image does not have):
     by its commands when it can be read, else by the word."""
@@ -179,6 +195,9 @@ def _recognise(text: str) -> OperatorCommand | _No:
         script = parse(text)
     except Unparsable as exc:
         return _No(f"the script cannot be read ({exc})")
+    assigned = _assignment_problem(script)
+    if assigned:
+        return _No(assigned)
     names = _curl_names(script)
     curls: list[_Curl] = []
     for command in script.commands:
@@ -213,6 +232,34 @@ def _recognise(text: str) -> OperatorCommand | _No:
         # pvc:// with spec.sha256: the verify-only container of a pre-staged file.
         return OperatorCommand("single", "pvc", "IfNotPresent", True, False, ca_dir)
     return _No("no transfer (curl or cp) and no verify")
+
+
+# What the operator's environment gives (CONTRACT §2): a script that sets
+# one itself would fetch or write something the agent, reading the
+# environment, would not (review of #30).
+_INPUTS = re.compile(
+    r"(?:MODEL_(?:SOURCE|PATH|FILES|SHA256|FILE_SHA256)|CACHE_DIR|HF_TOKEN|AWS_\w+|S3_\w+)\Z"
+)
+
+
+def _split_assignment(word: str) -> tuple[str, str]:
+    name, _, value = word.partition("=")
+    return name, value
+
+
+def _assignment_problem(script: Script) -> str:
+    """Why the script's own assignments make it no operator command, or ""."""
+    for command in script.commands:
+        pairs = list(command.assignments)
+        if command.argv[:1] in (("export",), ("local",), ("readonly",)):
+            pairs += [_split_assignment(a) for a in command.argv[1:] if "=" in a]
+        for name, value in pairs:
+            if _INPUTS.match(name):
+                return f"the script sets {name} itself"
+            literal = "://" in value or value.startswith("/")
+            if name in _URL_VARS | _DEST_VARS and literal:
+                return f"the script sets ${name} to a literal URL or path"
+    return ""
 
 
 def _curl_names(script: Script) -> frozenset[str]:
@@ -260,7 +307,8 @@ def _parse_curl(args: tuple[str, ...]) -> _Curl | str | None:
             urls.append(arg)
             continue
         if flag == "?":
-            return f"curl option {arg[:40]!r} is not one the operator uses"
+            # The option's name only: its value may be a credential.
+            return f"curl option {arg.partition('=')[0][:40]!r} is not one the operator uses"
         if flag in ("-I", "--head"):
             probe = True
         elif flag in ("-o", "--output"):
@@ -280,7 +328,9 @@ def _parse_curl(args: tuple[str, ...]) -> _Curl | str | None:
         return f"curl is given {len(urls)} URLs"
     url = urls[0]
     if not _URL_SHAPE.match(url) or not _vars_in(url) <= _URL_VARS:
-        return f"curl fetches {url[:80]!r}, not the operator's source variables"
+        # Its variables only: a literal URL may carry userinfo or a signature.
+        built = ", ".join(f"${v}" for v in sorted(_vars_in(url))) or "no variable"
+        return f"curl fetches a URL built from {built}, not the operator's source variables"
     if output is not None and output != "/dev/null":
         first = _VAR_NAME.match(output)
         if first is None or first.group(1) not in _DEST_VARS:

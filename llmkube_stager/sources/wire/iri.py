@@ -70,7 +70,11 @@ def wire_url(url: str) -> str:
     if not hostport.isascii():
         host = ascii_host(parts.hostname or "")
         host = f"[{host}]" if ":" in host else host
-        hostport = host if parts.port is None else f"{host}:{parts.port}"
+        try:
+            port = parts.port
+        except ValueError:  # a Location's port that is no number (review of #29 item 9)
+            raise Unsendable("its port is not a number") from None
+        hostport = host if port is None else f"{host}:{port}"
     netloc = _escaped(userinfo) + at + hostport
     return urlunsplit(
         (
