@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -159,6 +160,20 @@ S3_CASES: dict[str, tuple[dict[str, bytes], str, dict[str, str]]] = {
         "sums",
         {"STORAGE_IGNORE_PATTERNS": "*.sha256"},
     ),
+    # Checksum files the patterns keep (#31 item 4): files like any other,
+    # one named like the stamp of its weight, one with no weight; an empty
+    # part of a key (SeaweedFS stores it under its clean path).
+    "checksums": (
+        {
+            "sums/model.bin": WEIGHTS,
+            "sums/model.bin.sha256": b"3b7a  model.bin\n",
+            "sums/only.sha256": b"0000  gone.bin\n",
+            "sums//x.json": CONFIG,
+        },
+        "sums",
+        {},
+    ),
+    "exact-sha256": ({"one/model.onnx.sha256": b"abc  model.onnx\n"}, "one/model.onnx.sha256", {}),
     # The object the URI names is never filtered.
     "exact-key": (
         {"one/model.onnx": WEIGHTS, "one/model.onnx.bak": b"old"},
@@ -199,3 +214,25 @@ def test_an_http_file_is_named_as_kserve_names_it(
 
     assert run.returncode == 0, str(run)
     assert tree(ours, False) == tree(theirs, False) == {name: tree(ours, False)[name]}
+
+
+def test_a_hub_repo_with_a_sha256_file_stages_kserves_tree(
+    pod: Pod, hub: FakeHub, kserve_python: str
+) -> None:
+    """KServe's snapshot_download and the agent on one fake-hub repo whose
+    LFS weight has its checksum file beside it (#31 item 4)."""
+    files = {
+        "model.safetensors": WEIGHTS,
+        "model.safetensors.sha256": b"abc  model.safetensors\n",
+        "config.json": CONFIG,
+    }
+    hub.add_repo("org/sums", files, lfs={"model.safetensors"})
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1"}
+    theirs, ours = pod.tmp / "kserve" / "models", pod.tmp / "agent" / "models"
+
+    run_kserve(kserve_python, pod.tmp, "hf://org/sums", theirs, env)
+    run = pod.run("hf://org/sums", str(ours), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert tree(ours, False) == tree(theirs, False)
+    assert set(tree(ours, False)) == set(files)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError, SourceKind
-from llmkube_stager.layout import dest_path
+from llmkube_stager.layout import listed_dest
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
@@ -129,7 +129,7 @@ def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
         RemoteFile(
             rel=f.rel,
             url=f"s3://{ref.bucket}/{object_key(ref, f.key or f.rel, True)}",
-            dest=dest_path(root, f.rel),
+            dest=listed_dest(root, f.rel, config.kserve_mode),
             size_bytes=f.size_bytes,
         )
         for f in listing.files
