@@ -176,3 +176,19 @@ def test_a_presigned_gzip_url_is_saved_when_pinned_and_refused_when_not(
     pinned = {**unpinned, "MODEL_SHA256": hashlib.sha256(data).hexdigest()}
     pod.run(env=pinned).ok(files=1, fetched=1)
     assert pod.dest("m.tar.gz").read_bytes() == data
+
+
+def test_a_repeated_content_length_still_proves_the_stored_coding(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """The same Content-Length on two lines (read joined: `N, N`) is the
+    stored length all the same, as the framing check reads it (#31 C1).
+    Failed before: ModelSourceRejected, exit 4 (the proof read the joined
+    value as no length)."""
+    data = _tar_gz()
+    _upload(s3, bucket, "m.tar.gz", data, "gzip")
+    s3.set_fault(f"/{bucket}/m.tar.gz", S3Fault(methods=("GET",), length_twice=True))
+    env = pod.single_env(f"s3://{bucket}/m.tar.gz", name="m.tar.gz", **s3_env(s3))
+
+    pod.run(env=env).ok(files=1, fetched=1)
+    assert pod.dest("m.tar.gz").read_bytes() == data
