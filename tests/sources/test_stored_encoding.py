@@ -192,3 +192,38 @@ def test_a_repeated_content_length_still_proves_the_stored_coding(
 
     pod.run(env=env).ok(files=1, fetched=1)
     assert pod.dest("m.tar.gz").read_bytes() == data
+
+
+def test_a_503_on_the_get_after_the_stored_coding_check_is_rate_limited(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """A listed gzip-stored object: the first GET answers with the coding,
+    a HEAD asks the store's metadata, the GET asked again meets S3's `503
+    SlowDown`: rate limited, as any other S3 503 is (#31 C2). Failed before:
+    ModelSourceUnavailable (that GET ran inside the handler of the first
+    one's refusal, outside the 503 mapping)."""
+    from tests.harness.s3front import S3Request
+
+    _upload(s3, bucket, "model/a.tar.gz", _tar_gz(), "gzip")
+
+    def throttle_after_head(request: S3Request) -> None:
+        if request.method == "HEAD" and request.path == f"/{bucket}/model/a.tar.gz":
+            s3.set_fault(
+                f"/{bucket}/model/a.tar.gz",
+                S3Fault(methods=("GET",), status=503, code="SlowDown"),
+            )
+
+    s3.on_request(throttle_after_head)
+    env = {
+        **pod.env,
+        "MODEL_SOURCE": f"s3://{bucket}/model/",
+        "CACHE_DIR": str(pod.cache_dir),
+        **s3_env(s3, LLMKUBE_RETRIES="0"),
+    }
+
+    run = pod.run(env=env)
+
+    run.failed("ModelSourceRateLimited", retryable=True)
+    statuses = [(r.method, r.status) for r in s3.object_requests(bucket) if r.method != "PUT"]
+    assert statuses[-3:] == [("GET", 200), ("HEAD", 200), ("GET", 503)], statuses
+    assert not (pod.cache_dir / "a.tar.gz").exists()
