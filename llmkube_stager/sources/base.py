@@ -128,9 +128,7 @@ class ListingSource(Protocol):
     def manifest(self) -> Manifest: ...
 
 
-def check_listed(
-    source: str, files: tuple[ListedFile, ...], *, stamps_beside: bool = True
-) -> None:
+def check_listed(source: str, files: tuple[ListedFile, ...], *, stamps_beside: bool = True) -> None:
     """The relative paths of a listing (an S3 prefix, a hub repo), checked as
     MODEL_FILES entries are: a hostile listing writes nothing (#24).
     `stamps_beside=False` in KServe mode, where a `x.sha256` is a file like
