@@ -19,12 +19,12 @@ import io
 import os
 import subprocess
 import tarfile
-import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_built, zip_of
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
@@ -84,8 +84,8 @@ def tree(dest: Path, modes: bool) -> dict[str, str]:
 def model_tar(mode: str) -> bytes:
     """What a Triton or sklearn model archive holds: an empty version
     directory, an executable script, a symlink pointing down, a hard link."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
+
+    def build(tar: tarfile.TarFile) -> None:
         for name in ("ensemble", "ensemble/1", "ensemble/2"):
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -104,16 +104,12 @@ def model_tar(mode: str) -> bytes:
         hard = tarfile.TarInfo("copy.bin")
         hard.type, hard.linkname = tarfile.LNKTYPE, "ensemble/2/model.bin"
         tar.addfile(hard)
-    return bytes(buffer.getvalue())
+
+    return tar_built(build, mode)
 
 
 def model_zip() -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
-        zipped.writestr("ensemble/1/", b"")
-        zipped.writestr("ensemble/2/model.onnx", WEIGHTS)
-        zipped.writestr("labels.txt", b"a\nb\n")
-    return buffer.getvalue()
+    return zip_of({"ensemble/1/": b"", "ensemble/2/model.onnx": WEIGHTS, "labels.txt": b"a\nb\n"})
 
 
 ARCHIVES: dict[str, tuple[Callable[[], bytes], bool]] = {

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_built, tar_of
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
@@ -26,17 +27,11 @@ WEIGHTS = payload(200 << 10, seed=31)
 CONFIG = b'{"model_type": "sklearn"}'
 
 
-def model_tar(mode: str) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
-        for name, data in (("model/weights.bin", WEIGHTS), ("config.json", CONFIG)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return bytes(buffer.getvalue())
-
-
 MODEL = {"model/weights.bin": WEIGHTS, "config.json": CONFIG}
+
+
+def model_tar(mode: str) -> bytes:
+    return tar_of(MODEL, mode)
 
 
 # -- item 1: archives as they come ------------------------------------------------------
@@ -118,8 +113,7 @@ def tree_of(dest: Path) -> dict[str, str]:
 
 
 def _kept_tree_tar() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    def build(tar: tarfile.TarFile) -> None:
         for name, mode in (("ensemble", 0o755), ("ensemble/1", 0o700), ("ensemble/2", 0o755)):
             info = tarfile.TarInfo(name)
             info.type = tarfile.DIRTYPE
@@ -133,7 +127,8 @@ def _kept_tree_tar() -> bytes:
             info = tarfile.TarInfo(name)
             info.mode, info.size, info.uid, info.gid = mode, len(data), 4321, 4321
             tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+
+    return tar_built(build)
 
 
 def _kept_tree_zip() -> bytes:

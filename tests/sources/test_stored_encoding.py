@@ -17,11 +17,10 @@ through the recording front, which can also play the compressing hop.
 from __future__ import annotations
 
 import hashlib
-import io
-import tarfile
 
 import pytest
 
+from tests.harness.archives import tar_of
 from tests.harness.pod import Pod
 from tests.harness.s3front import S3Fault
 from tests.harness.sample import KIB, payload
@@ -32,13 +31,7 @@ pytestmark = pytest.mark.floors
 
 def _tar_gz() -> bytes:
     """A real .tar.gz (what KServe's initializer unpacks), its stored bytes."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        data = payload(64 * KIB)
-        info = tarfile.TarInfo("model/weights.bin")
-        info.size = len(data)
-        archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_of({"model/weights.bin": payload(64 * KIB)})
 
 
 def _upload(s3: SeaweedS3, bucket: str, key: str, data: bytes, encoding: str) -> None:
