@@ -62,6 +62,10 @@ class Sample:
     # CPU seconds the origins (nginx, weed, the fake hub in this process)
     # used during the run: the other half of what the cores did.
     origin_cpu_s: float = 0.0
+    # CPU seconds every process of the machine used during the run
+    # (/proc/stat): on a shared machine, the other engineers' work that
+    # slows the tool and that neither of the above counts (#31 item 12).
+    machine_cpu_s: float = 0.0
 
 
 def free_port() -> int:
@@ -107,6 +111,7 @@ def run(
     report.close()
     timed = [GNU_TIME, "-f", "%e %U %S %M", "-o", report.name, *cmd]
     origin_before_s = origin_cpu_s()
+    machine_before_s = machine_cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(
         timed, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -120,6 +125,7 @@ def run(
     out, _ = proc.communicate()
     wall = time.monotonic() - started
     origin_s = origin_cpu_s() - origin_before_s
+    machine_s = machine_cpu_s() - machine_before_s
     with open(report.name) as handle:
         fields = handle.read().split()[-4:]
     os.unlink(report.name)
@@ -127,7 +133,19 @@ def run(
         _, user, system, rss_kib = (float(f) for f in fields)
     except ValueError:  # killed: time reports the signal instead
         user = system = rss_kib = 0.0
-    return Sample(wall, user + system, rss_kib / 1024, proc.returncode, out, origin_s)
+    return Sample(wall, user + system, rss_kib / 1024, proc.returncode, out, origin_s, machine_s)
+
+
+def machine_cpu_s() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat's first
+    line: user, nice, system, irq, softirq, steal; not idle nor iowait)."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
 
 
 # The origin processes whose CPU `run` bills, pid -> whether their children
@@ -213,12 +231,32 @@ def interleave(
     """Like `repeat` for several tools at once, alternated (A B C A B C ...),
     so that a slow minute of a shared machine hits them alike; the median
     of each."""
+    return [median_sample(runs) for runs in interleave_runs(times, variants)]
+
+
+def interleave_runs(
+    times: int, variants: list[tuple[Callable[[], Sample], Callable[[], object]]]
+) -> list[list[Sample]]:
+    """`interleave`'s runs, every one, in order: round i of each variant ran
+    side by side, for ratios paired by round (#31 item 12)."""
     samples: list[list[Sample]] = [[] for _ in variants]
     for _ in range(times):
         for runs, (make, before) in zip(samples, variants, strict=True):
             before()
             runs.append(make())
-    return [median_sample(runs) for runs in samples]
+    return samples
+
+
+def paired_ratios(peer: list[Sample], agent: list[Sample]) -> str:
+    """The peer's time over the agent's, round by round: min, median, max."""
+    ratios = sorted(p.wall_s / a.wall_s for p, a in zip(peer, agent, strict=True) if a.wall_s)
+    if not ratios:
+        return ""
+    mid = ratios[len(ratios) // 2]
+    return (
+        f"paired by round {ratios[0]:.2f}x / {mid:.2f}x / {ratios[-1]:.2f}x"
+        f" (min / median / max of {len(ratios)})"
+    )
 
 
 def write_model(path: str, size_mib: int, seed: int) -> str:
@@ -480,6 +518,16 @@ def measured_bound(
         return (
             f"bound: CPU, {cores} cores {busy_share:.0%} busy: agent {agent.cpu_s:.1f} s"
             f" + origin {agent.origin_cpu_s:.1f} s in {agent.wall_s:.1f} s"
+        )
+    others_s = max(0.0, agent.machine_cpu_s - busy_s)
+    machine_share = agent.machine_cpu_s / (cores * agent.wall_s)
+    if machine_share >= CPU_BOUND_SHARE:
+        # #31 item 12: the machine is shared; what the agent lost is the
+        # cores the other processes took, counted from /proc/stat.
+        return (
+            f"bound: CPU of the shared machine, {cores} cores {machine_share:.0%} busy: agent"
+            f" {agent.cpu_s:.1f} s + origin {agent.origin_cpu_s:.1f} s + other processes"
+            f" {others_s:.1f} s in {agent.wall_s:.1f} s"
         )
     if floor is None:
         return f"no measured bound: cores {busy_share:.0%} busy, no disk floor in this case"

@@ -42,7 +42,9 @@ from benchlib import (
     disk_floor,
     durable,
     fresh,
-    interleave,
+    interleave_runs,
+    median_sample,
+    paired_ratios,
     run,
     sha256_of,
     watch_origin,
@@ -173,8 +175,11 @@ def side_by_side(
             (lambda: run(agent_cmd(src, a_dest), revalidate), lambda: None),
             disk_floor(ctx.out("floor"), sources),
         ]
-    plain, synced, agent, *bounds = interleave(RUNS, variants)
+    runs = interleave_runs(RUNS, variants)
+    plain, synced, agent, *bounds = (median_sample(r) for r in runs)
     start, floor = (bounds[0], bounds[1]) if bounds else (None, None)
+    # #31 item 12 asks for the ratio in every run: each round's own pair.
+    paired = paired_ratios(runs[1], runs[2])
     fresh(k_dest)
     fresh(a_dest)
     mb = nbytes / 1e6
@@ -197,6 +202,7 @@ def side_by_side(
         agent,
         mb,
         plain.wall_s,
+        note=f"vs durable peer {paired}" if paired else "",
         target=target,
         durable_peer_s=synced.wall_s,
         floor=floor,

@@ -65,6 +65,11 @@ LISTING_NAME = ".llmkube-listing"
 # KServe mode's private directory of DEST_DIR (#24 item 4, kserve/uris.py):
 # no model file may live under that name, or it would replace a staged file.
 KSERVE_PRIVATE_NAME = ".llmkube-stager"
+# KServe mode (#31 item 4): a listed object named like a stamp (`x.sha256`)
+# is staged in the private directory as `x.sha256.llmkube-object`, a name no
+# object can have (a reserved marker) and no stamp can take (it does not end
+# in `.sha256`); it is linked into DEST_DIR under its own name.
+OBJECT_SUFFIX = ".llmkube-object"
 # Names the agent derives from a manifest file; a repository file carrying one
 # of them would collide with the agent's own bookkeeping.
 # (The old partial suffixes are substrings of the current ones.)
@@ -77,6 +82,7 @@ _RESERVED_MARKERS = (
     OLD_SEGS_SUFFIX,
     OLD_JOURNAL_SUFFIX,
     VALIDATORS_NAME + ".",
+    OBJECT_SUFFIX,
 )
 _RESERVED_NAMES = frozenset(
     {LOCK_NAME, VALIDATORS_NAME, SHARDS_NAME, LISTING_NAME, KSERVE_PRIVATE_NAME}
@@ -93,19 +99,21 @@ NAME_MAX_BYTES = 255
 PATH_MAX_BYTES = 4096
 
 
-def parse_file_list(text: str) -> tuple[str, ...]:
+def parse_file_list(text: str, *, stamps_beside: bool = True) -> tuple[str, ...]:
     """MODEL_FILES -> validated relative paths, order kept (first = primary).
 
     Empty lines are skipped anywhere, as the scripts' loop did (`[ -n "$rel" ]
     || continue`; see `blank_entries`); any other defect is `InvalidFileSet`
-    before any request or write.
+    before any request or write. `stamps_beside=False`: the names of KServe
+    mode's listing, whose `x.sha256` is staged apart from any stamp
+    (`staged_rel`, #31 item 4), so a `.sha256` ending is a name like any other.
     """
     if not text.strip():
         return ()
     entries = [rel for rel in text.split("\n") if rel]
     seen: set[str] = set()
     for rel in entries:
-        _check_rel(rel)
+        _check_rel(rel, stamps_beside)
         if rel in seen:
             raise InvalidFileSet(f"MODEL_FILES lists {repr(rel)[:200]} twice")
         seen.add(rel)
@@ -128,7 +136,24 @@ def blank_entries(text: str) -> int:
     return body.split("\n").count("") if body.strip() else 0
 
 
-def _check_rel(rel: str) -> None:
+def staged_rel(rel: str) -> str:
+    """Where KServe mode stages a listed file in its private model
+    directory (#31 item 4): `x.sha256` apart from the stamp of `x`
+    (`x.sha256.llmkube-object`), any other name as it is. Only the file's
+    own name changes: its directories, and so its partials' and records'
+    directory, stay the listing's (a stamp is never a directory)."""
+    return rel + OBJECT_SUFFIX if rel.endswith(STAMP_SUFFIX) else rel
+
+
+def exposed_rel(staged: str) -> str:
+    """The name in DEST_DIR of a file staged at `staged` (`staged_rel`'s
+    inverse: no listed name holds OBJECT_SUFFIX, a reserved marker)."""
+    if staged.endswith(STAMP_SUFFIX + OBJECT_SUFFIX):
+        return staged[: -len(OBJECT_SUFFIX)]
+    return staged
+
+
+def _check_rel(rel: str, stamps_beside: bool = True) -> None:
     """Raise InvalidFileSet naming the first defect of one entry. Runs once
     per MODEL_FILES entry on every start, warm ones included: the shown form
     of the entry is made only for an error (#16)."""
@@ -148,18 +173,35 @@ def _check_rel(rel: str) -> None:
     # start's own work, #16).
     marked = any(m in rel for m in _RESERVED_MARKERS)
     for part in parts:
-        if marked or part in _RESERVED_NAMES or part.endswith(_RESERVED_ENDINGS):
+        if marked or part in _RESERVED_NAMES:
             raise InvalidFileSet(
                 f"MODEL_FILES entry {_shown(rel)} uses a name reserved for cache records"
             )
-    if len(parts[-1].encode()) > NAME_MAX_BYTES - suffix_room_bytes(False):
-        check_name_room(parts[-1], pinned=False, what=f"MODEL_FILES entry {_shown(rel)}")
+        if stamps_beside and part.endswith(_RESERVED_ENDINGS):
+            raise InvalidFileSet(_stamp_clash(rel, part))
+    name = parts[-1] if stamps_beside else staged_rel(parts[-1])
+    if len(name.encode()) > NAME_MAX_BYTES - suffix_room_bytes(False):
+        check_name_room(name, pinned=False, what=f"MODEL_FILES entry {_shown(rel)}")
     for part in parts[:-1]:
         if len(part.encode()) > NAME_MAX_BYTES:
             raise InvalidFileSet(
                 f"MODEL_FILES entry {_shown(rel)} has a directory name longer than "
                 f"{NAME_MAX_BYTES} bytes"
             )
+
+
+def _stamp_clash(rel: str, part: str) -> str:
+    """Why a `.sha256` name is refused where stamps live beside the files
+    (spec §4.2, the format the scripts and the metal agent share, #31 item
+    4): the stamp of `x` is `x.sha256`, and a `x.sha256` already in the
+    cache may be such a stamp (of this set's `x`, or of an earlier set's),
+    which a present-file check would keep as the model's file."""
+    return (
+        f"MODEL_FILES entry {_shown(rel)} uses a name reserved for cache records: "
+        f"{_shown(part)} ends in {STAMP_SUFFIX}, the name of the sha256 stamp kept beside "
+        f"the file {_shown(part[: -len(STAMP_SUFFIX)])}, which would overwrite it or be "
+        "taken for it"
+    )
 
 
 def _shown(rel: str) -> str:
@@ -353,6 +395,12 @@ def dest_path(root: str, rel: str) -> str:
     if root and not root.endswith("/"):
         return f"{root}/{rel}"
     return posixpath.join(root, rel)
+
+
+def listed_dest(root: str, rel: str, kserve_mode: bool) -> str:
+    """The staged path of a listed file: in KServe mode apart from any
+    stamp (`staged_rel`, #31 item 4)."""
+    return dest_path(root, staged_rel(rel) if kserve_mode else rel)
 
 
 def destinations(

@@ -17,7 +17,7 @@ from llmkube_stager.listing import Listing, decode_listing, encode_listing
 _MAX_BYTES = 64 << 20
 
 
-def read_listing(root: str) -> Listing | None:
+def read_listing(root: str, *, stamps_beside: bool = True) -> Listing | None:
     raw = read_regular(os.path.join(root, LISTING_NAME), _MAX_BYTES)
     listing = None if raw is None else decode_listing(raw)
     if listing is None:
@@ -28,7 +28,7 @@ def read_listing(root: str) -> Listing | None:
     try:
         if any("\n" in rel for rel in rels):
             return None
-        parse_file_list("\n".join(rels))
+        parse_file_list("\n".join(rels), stamps_beside=stamps_beside)
     except InvalidFileSet:
         return None
     return listing

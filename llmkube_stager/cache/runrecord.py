@@ -238,11 +238,13 @@ def _is_model_path(rel: str) -> bool:
     """A path MODEL_FILES could hold, as the listing record checks its names
     (cache/listrec.py): an entry climbing out of the model (`../x`) was
     looked up, opened and flocked outside the cache by every reader, and
-    refused the whole model for a file that is none of it."""
+    refused the whole model for a file that is none of it. A `x.sha256`
+    is one (KServe mode lists such files, #31 item 4); a stage-mode
+    manifest never holds one, so its entry is never looked at there."""
     if "\n" in rel:
         return False
     try:
-        parse_file_list(rel)
+        parse_file_list(rel, stamps_beside=False)
     except InvalidFileSet:
         return False
     return True

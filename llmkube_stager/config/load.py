@@ -49,6 +49,7 @@ def _assemble(
         model_path=model_path,
         model_files=files,
         listed=not files and not model_path,
+        kserve_mode=False,  # no variable: kserve/command.py sets it (#31 item 4)
         refresh_policy=rules.policy(read),
         prefetch_stager=rules.prefetch_stager(read),
         pins=pins,

@@ -117,6 +117,11 @@ class Config:
     # No MODEL_FILES nor MODEL_PATH, a CACHE_DIR and a source that can list
     # its files (an s3:// prefix): the files are the listing's (#24 item 5).
     listed: bool = False
+    # KServe mode (kserve/command.py): the model directory is the agent's
+    # private one, linked into DEST_DIR, so a listed `x.sha256` is a file
+    # like any other, staged apart from the stamp of `x` (layout.staged_rel,
+    # #31 item 4). Set by the command, never by a variable.
+    kserve_mode: bool = False
 
     @property
     def multi_file(self) -> bool:

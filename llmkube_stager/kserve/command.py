@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
@@ -38,7 +39,11 @@ def kserve_command(args: list[str]) -> NoReturn:
         if isinstance(pairs_or_error, ConfigError):
             raise pairs_or_error
         _refuse_confidential(os.environ)
-        configs = [boundary.config(_flags(pair)) for pair in pairs_or_error]
+        # The model directory is the pair's private one (#31 item 4: a listed
+        # `x.sha256` is then a file like any other, layout.staged_rel).
+        configs = [
+            replace(boundary.config(_flags(pair)), kserve_mode=True) for pair in pairs_or_error
+        ]
         return _stage_all(boundary, pairs_or_error, configs)
 
     boundary.run(lambda: _in_kserve_words(body))

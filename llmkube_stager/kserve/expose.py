@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from llmkube_stager.cache.disk import disk_error, ensure_dir
 from llmkube_stager.errors import CacheError, InvalidFileSet, Reason
 from llmkube_stager.kserve.uris import PRIVATE_DIR
+from llmkube_stager.layout import exposed_rel
 
 # A hard link is refused (filesystem, quota of links, FUSE): a symlink then.
 _NO_HARD_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
@@ -98,7 +99,9 @@ def drop_stale(dest: str, root: str, keep: Iterable[str]) -> int:
     for dirpath, _, filenames in os.walk(root):
         below = posixpath.relpath(dirpath, root)
         for name in filenames:
-            rel = name if below == "." else f"{below}/{name}"
+            # The name it was exposed under (a `x.sha256` is staged apart
+            # from any stamp, layout.staged_rel, #31 item 4).
+            rel = exposed_rel(name if below == "." else f"{below}/{name}")
             if rel not in kept:
                 dropped += _drop_if_ours(dest, rel, posixpath.join(dirpath, name))
     return dropped

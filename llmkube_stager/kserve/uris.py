@@ -235,8 +235,9 @@ def _plain_name(name: str, uri: str) -> str:
         raise ConfigError(f"the file name in {_shown(uri)} is the agent's own directory")
     try:
         # The engine's records live beside the staged file (#24 review: a
-        # URL's `.llmkube.lock` was staged onto the lock file).
-        parse_file_list(name)
+        # URL's `.llmkube.lock` was staged onto the lock file). A single
+        # `x.sha256` has no sibling whose stamp it could be (#31 item 4).
+        parse_file_list(name, stamps_beside=False)
     except InvalidFileSet:
         raise ConfigError(
             f"the file name in {_shown(uri)} is a name reserved for the agent's cache records"

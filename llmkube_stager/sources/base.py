@@ -128,14 +128,16 @@ class ListingSource(Protocol):
     def manifest(self) -> Manifest: ...
 
 
-def check_listed(source: str, files: tuple[ListedFile, ...]) -> None:
+def check_listed(source: str, files: tuple[ListedFile, ...], *, stamps_beside: bool = True) -> None:
     """The relative paths of a listing (an S3 prefix, a hub repo), checked as
-    MODEL_FILES entries are: a hostile listing writes nothing (#24)."""
+    MODEL_FILES entries are: a hostile listing writes nothing (#24).
+    `stamps_beside=False` in KServe mode, where a `x.sha256` is a file like
+    any other (layout.staged_rel, #31 item 4)."""
     rels = [f.rel for f in files]
     try:
         if any("\n" in rel for rel in rels):
             raise InvalidFileSet("a key holds a newline")
-        parse_file_list("\n".join(rels))
+        parse_file_list("\n".join(rels), stamps_beside=stamps_beside)
     except InvalidFileSet as err:
         # The user set no MODEL_FILES: the message names the keys (#24 review).
         detail = (

@@ -21,7 +21,7 @@ from typing import Any
 from llmkube_stager.cache.listrec import read_listing
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError
-from llmkube_stager.layout import check_path_room
+from llmkube_stager.layout import check_path_room, staged_rel
 from llmkube_stager.listing import Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest
@@ -31,7 +31,8 @@ from llmkube_stager.sources.base import ListingSource, check_listed
 def listed_manifest(
     config: Config, source: ListingSource, log: Log, sleep: Callable[[float], None]
 ) -> Manifest:
-    recorded = read_listing(config.cache_dir)
+    apart = config.kserve_mode  # a `x.sha256` is a file like any other (#31 item 4)
+    recorded = read_listing(config.cache_dir, stamps_beside=not apart)
     if (
         config.refresh_policy == "IfNotPresent"
         and recorded is not None
@@ -48,9 +49,10 @@ def listed_manifest(
 
     listing = _filtered(config, source, source.list_files(retry))
     # After the patterns, as KServe filters first (#31 item 4): a key the
-    # user leaves out (a `.sha256` checksum beside each weight) refuses nothing.
-    check_listed(source.listing_source, listing.files)
-    check_path_room(config.cache_dir, tuple(f.rel for f in listing.files), pinned=frozenset())
+    # user leaves out (a name of the agent's records) refuses nothing.
+    check_listed(source.listing_source, listing.files, stamps_beside=not apart)
+    rels = tuple(staged_rel(f.rel) if apart else f.rel for f in listing.files)
+    check_path_room(config.cache_dir, rels, pinned=frozenset())
     log.info(
         "listed",
         f"Listed {len(listing.files)} files under {listing.source}",

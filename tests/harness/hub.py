@@ -281,6 +281,8 @@ class _Handler(TrackedHandler):
             return repo, commit, dict(repo.commits[commit])
 
     def _api(self, rest: list[str], parts: SplitResult) -> _Answer:
+        if len(rest) >= 4 and rest[2] == "tree":
+            return self._tree(rest)
         if len(rest) == 2:
             revision = "main"
         elif len(rest) == 4 and rest[2] == "revision":
@@ -313,6 +315,33 @@ class _Handler(TrackedHandler):
         if hook is not None:
             hook()
         body = json.dumps(doc).encode()
+        return _Answer(200, [("Content-Type", "application/json; charset=utf-8")], body)
+
+    def _tree(self, rest: list[str]) -> _Answer:
+        """`list_repo_tree(recursive=True)`, which KServe's snapshot_download
+        lists a revision with (the differential test, #31 item 4): every
+        file of the commit, one page."""
+        found = self._lookup(f"{rest[0]}/{rest[1]}", rest[3])
+        if isinstance(found, _Answer):
+            return found
+        _, _, files = found
+        entries = []
+        for path in sorted(files):
+            hub_file = files[path]
+            item: dict[str, Any] = {
+                "type": "file",
+                "path": path,
+                "size": hub_file.size,
+                "oid": hub_file.blob_id,
+            }
+            if hub_file.lfs:
+                item["lfs"] = {
+                    "oid": hub_file.sha256,
+                    "size": hub_file.size,
+                    "pointerSize": len(lfs_pointer(hub_file.data)),
+                }
+            entries.append(item)
+        body = json.dumps(entries).encode()
         return _Answer(200, [("Content-Type", "application/json; charset=utf-8")], body)
 
     def _resolve(self, method: str, segments: list[str], headers: dict[str, str]) -> _Answer:

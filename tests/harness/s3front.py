@@ -85,6 +85,9 @@ class S3Fault:
     # A hop that compresses what it relays (#29 item 11): a GET's 200 body
     # gzipped, with `Content-Encoding: gzip` and the gzipped length.
     gzip_body: bool = False
+    # A hop that repeats the Content-Length line (RFC 9110 §8.6 allows the
+    # same value twice; a client reads it joined, `N, N`).
+    length_twice: bool = False
 
 
 @dataclass
@@ -255,6 +258,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Accept-Ranges", "none")
         if length is not None:
             self.send_header("Content-Length", length)
+            if fault.length_twice:
+                self.send_header("Content-Length", length)
         else:
             self.send_header("Connection", "close")
             self.close_connection = True

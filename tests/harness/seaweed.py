@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -292,6 +292,10 @@ class SeaweedS3(Lifecycle):
 
     def set_fault(self, path: str, fault: S3Fault) -> None:
         self._front().set_fault(path, fault)
+
+    def on_request(self, hook: Callable[[S3Request], None] | None) -> None:
+        """Run `hook` before each request is answered (S3Front.on_request)."""
+        self._front().on_request(hook)
 
     # -- set-up, straight to SeaweedFS -------------------------------------------------
 

@@ -9,12 +9,11 @@ an s3:// prefix, an hf:// repo, an archive.
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_of
 from tests.harness.hub import FakeHub
 from tests.harness.image import KSERVE_MODELS_DIR, UID, Container, ImagePod
 from tests.harness.origin import Origin
@@ -90,12 +89,7 @@ def test_an_hf_repo(pod: ImagePod, origin: Origin) -> None:
 
 def test_an_archive(pod: ImagePod, origin: Origin) -> None:
     data = payload(512 << 10, seed=34)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        info = tarfile.TarInfo("1/model.savedmodel/weights.bin")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    origin.put("/tf/model.tar.gz", buffer.getvalue())
+    origin.put("/tf/model.tar.gz", tar_of({"1/model.savedmodel/weights.bin": data}))
 
     run = pod.run(f"{origin.url}/tf/model.tar.gz", DEST, tmp_writable=False)
 

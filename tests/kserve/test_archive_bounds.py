@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_built, tar_of
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod, Run
 from tests.kserve.test_archives import visible
@@ -45,14 +46,15 @@ def run_measured(pod: Pod, *args: str, **env: str) -> tuple[Run, int]:
 
 def pax_bomb() -> bytes:
     """The issue's archive: ten 1-byte members, each with a 30 MB pax header."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+
+    def build(tar: tarfile.TarFile) -> None:
         for i in range(10):
             info = tarfile.TarInfo(f"f{i}")
             info.size = 1
             info.pax_headers = {"comment": "x" * (30 << 20)}
             tar.addfile(info, io.BytesIO(b"x"))
-    return buffer.getvalue()
+
+    return tar_built(build, "w:gz", format=tarfile.PAX_FORMAT)
 
 
 def test_the_pax_header_bomb_is_refused_naming_the_bound_within_64_mib(
@@ -223,12 +225,7 @@ def test_a_zip_stating_too_many_members_is_refused_before_any_is_written(
 def test_an_xz_needing_more_than_the_memory_bound_is_refused_naming_the_preset(
     pod: Pod, origin: Origin
 ) -> None:
-    tar = io.BytesIO()
-    with tarfile.open(fileobj=tar, mode="w") as t:
-        info = tarfile.TarInfo("config.json")
-        info.size = 2
-        t.addfile(info, io.BytesIO(b"{}"))
-    origin.put("/b/m.tar.xz", lzma.compress(tar.getvalue(), preset=9))
+    origin.put("/b/m.tar.xz", lzma.compress(tar_of({"config.json": b"{}"}, "w"), preset=9))
     dest = pod.tmp / "mnt" / "models"
 
     run, peak_kib = run_measured(pod, f"{origin.url}/b/m.tar.xz", str(dest))

@@ -9,13 +9,12 @@ nothing (test_kserve_adversary.py kills it while unpacking and publishing)."""
 
 from __future__ import annotations
 
-import io
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_of
 from tests.harness.features import missing_feature
 from tests.harness.mounts import tmpfs
 from tests.harness.origin import Origin
@@ -34,20 +33,10 @@ MODEL = {
 }
 
 
-def plain_tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def test_a_publish_killed_halfway_finishes_on_a_volume_for_the_archive_and_the_model(
     pod: Pod, origin: Origin
 ) -> None:
-    body = plain_tar(MODEL)
+    body = tar_of(MODEL, "w")
     origin.put("/k/m.tar", body)
     model_bytes = sum(len(v) for v in MODEL.values())
     # The archive, the model, and 4 MiB for records and directories: not
@@ -93,7 +82,7 @@ def test_an_archive_of_many_members_is_made_durable_by_one_sync_not_one_per_memb
     if strace is None:
         missing_feature("strace, to count the CLI's fsync calls")
     members = {f"d{i % 20}/f{i:05d}.json": b"{}" for i in range(2000)}
-    origin.put("/k/many.tar", plain_tar(members))
+    origin.put("/k/many.tar", tar_of(members, "w"))
     dest = pod.tmp / "mnt" / "models"
     trace = pod.tmp / "strace.out"
     wrapper = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", str(trace)]
@@ -132,7 +121,7 @@ def test_a_record_naming_an_archive_outside_the_model_deletes_nothing_there(
     writer on the volume) never makes the agent delete it."""
     import json
 
-    origin.put("/k/m.tar", plain_tar({"config.json": b"{}"}))
+    origin.put("/k/m.tar", tar_of({"config.json": b"{}"}, "w"))
     dest = pod.tmp / "mnt" / "models"
     assert pod.run(f"{origin.url}/k/m.tar", str(dest)).returncode == 0
     victim = pod.tmp / "victim.bin"

@@ -6,14 +6,13 @@ DEST_DIR without a model file and nothing written outside it."""
 
 from __future__ import annotations
 
-import io
 import tarfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import add_member, tar_built, zip_of
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -24,18 +23,8 @@ WEIGHTS = payload(300 << 10, seed=9)
 CONFIG = b'{"model_type": "sklearn"}'
 
 
-def tar_bytes(build: Callable[[tarfile.TarFile], None], mode: str = "w:gz") -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
-        build(tar)
-    return buffer.getvalue()
-
-
 def add_file(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o4755  # setuid: never kept
-    tar.addfile(info, io.BytesIO(data))
+    add_member(tar, name, data, 0o4755)  # setuid: never kept
 
 
 def add_special(tar: tarfile.TarFile, name: str, kind: bytes, link: str = "") -> None:
@@ -53,14 +42,6 @@ def good_tree(tar: tarfile.TarFile) -> None:
     add_special(tar, "copy.bin", tarfile.LNKTYPE, "model/weights.bin")
 
 
-def zip_bytes(entries: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
-        for name, data in entries.items():
-            zipped.writestr(name, data)
-    return buffer.getvalue()
-
-
 def visible(dest: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(dest)): p.read_bytes()
@@ -75,7 +56,7 @@ def visible(dest: Path) -> dict[str, bytes]:
 def test_a_tar_is_unpacked_into_dest_and_a_restart_moves_no_byte(
     pod: Pod, origin: Origin, name: str, mode: str
 ) -> None:
-    origin.put(f"/a/{name}", tar_bytes(good_tree, mode))
+    origin.put(f"/a/{name}", tar_built(good_tree, mode))
     dest = pod.tmp / "mnt" / "models"
 
     run = pod.run(f"{origin.url}/a/{name}", str(dest))
@@ -110,7 +91,7 @@ def test_a_tar_is_unpacked_into_dest_and_a_restart_moves_no_byte(
 
 
 def test_a_zip_is_unpacked(pod: Pod, origin: Origin) -> None:
-    origin.put("/z/model.zip", zip_bytes({"model.onnx": WEIGHTS, "sub/labels.txt": b"a\nb\n"}))
+    origin.put("/z/model.zip", zip_of({"model.onnx": WEIGHTS, "sub/labels.txt": b"a\nb\n"}))
     dest = pod.tmp / "mnt" / "models"
 
     run = pod.run(f"{origin.url}/z/model.zip", str(dest))
@@ -142,7 +123,7 @@ def test_a_hostile_tar_is_refused(pod: Pod, origin: Origin, kind: str) -> None:
         add_file(tar, "config.json", CONFIG)
         HOSTILE_TARS[kind](tar)
 
-    origin.put("/h/m.tar.gz", tar_bytes(build))
+    origin.put("/h/m.tar.gz", tar_built(build))
     dest = pod.tmp / "mnt" / "models"
 
     run = pod.run(f"{origin.url}/h/m.tar.gz", str(dest))
@@ -170,7 +151,7 @@ def test_a_hostile_tar_is_refused(pod: Pod, origin: Origin, kind: str) -> None:
 def test_a_hostile_zip_is_refused(
     pod: Pod, origin: Origin, entries: dict[str, bytes], env: dict[str, str]
 ) -> None:
-    origin.put("/h/m.zip", zip_bytes(entries))
+    origin.put("/h/m.zip", zip_of(entries))
     dest = pod.tmp / "mnt" / "models"
 
     run = pod.run(f"{origin.url}/h/m.zip", str(dest), env=env)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_built, tar_of, zip_of
 from tests.harness.canary import assert_no_leak, canary, outputs_of
 from tests.harness.hub import FakeHub
 from tests.harness.mounts import tmpfs
@@ -30,16 +31,6 @@ WEIGHTS_A = payload(64 << 10, seed=41)
 WEIGHTS_B = payload(64 << 10, seed=42)
 
 
-def _tar_of(entries: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in entries.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 @pytest.mark.parametrize("inner_first", [True, False], ids=["inner-first", "outer-first"])
 def test_nested_dest_dirs_are_refused_before_any_io(
     pod: Pod, origin: Origin, inner_first: bool
@@ -47,7 +38,7 @@ def test_nested_dest_dirs_are_refused_before_any_io(
     """One pair's DEST_DIR inside another's: the outer model's `sub/w.bin`
     and the inner model's `w.bin` are one name, and the later pair would
     replace the earlier one's file (a wrong file served, exit 0)."""
-    origin.put("/a/m.tar.gz", _tar_of({"sub/w.bin": WEIGHTS_A}))
+    origin.put("/a/m.tar.gz", tar_of({"sub/w.bin": WEIGHTS_A}))
     origin.put("/b/w.bin", WEIGHTS_B)
     dest = pod.tmp / "mnt" / "models"
     outer = (f"{origin.url}/a/m.tar.gz", str(dest))
@@ -141,12 +132,7 @@ def test_an_unreadable_zip_is_rejected_not_an_internal_error(
 def test_a_bad_compressed_tar_is_rejected_not_an_internal_error(
     pod: Pod, origin: Origin, compress: Callable[[bytes], bytes]
 ) -> None:
-    good = io.BytesIO()
-    with tarfile.open(fileobj=good, mode="w") as tar:
-        info = tarfile.TarInfo("w.bin")
-        info.size = len(WEIGHTS_A)
-        tar.addfile(info, io.BytesIO(WEIGHTS_A))
-    raw = bytearray(compress(good.getvalue()))
+    raw = bytearray(compress(tar_of({"w.bin": WEIGHTS_A}, "w")))
     for i in range(200, 260):
         raw[i] ^= 0x5A
     # tarfile's r:* reads bzip2 / xz whatever the name
@@ -168,13 +154,6 @@ def test_s3_endpoint_with_userinfo_never_shows_the_password(pod: Pod, tmp_path: 
 
     assert run.returncode != 0, str(run)
     assert_no_leak(outputs_of(run, pod.tmp), {"S3_ENDPOINT password": secret})
-
-
-def _tar_raw(build: Callable[[tarfile.TarFile], None]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        build(tar)
-    return buffer.getvalue()
 
 
 def _member(
@@ -211,14 +190,14 @@ def test_more_hostile_tars_are_refused(pod: Pod, origin: Origin, kind: str) -> N
         _member(tar, "w.bin", tarfile.REGTYPE, data=WEIGHTS_A)
         HOSTILE[kind](tar)
 
-    _assert_rejected(pod, origin, "/h/m.tgz", _tar_raw(build), "w.bin")
+    _assert_rejected(pod, origin, "/h/m.tgz", tar_built(build), "w.bin")
 
 
 def test_a_tar_of_dot_as_tar_c_makes_it_is_unpacked(pod: Pod, origin: Origin) -> None:
     """`tar czf m.tgz -C dir .`: members `./` and `./w.bin`."""
     origin.put(
         "/t/m.tgz",
-        _tar_raw(
+        tar_built(
             lambda t: (
                 _member(t, "./", tarfile.DIRTYPE),
                 _member(t, "./w.bin", tarfile.REGTYPE, data=WEIGHTS_A),
@@ -288,7 +267,7 @@ def test_a_symlink_in_dest_where_a_file_goes_is_replaced_not_followed(
 def test_a_symlinked_directory_in_dest_is_not_followed_by_an_unpack(
     pod: Pod, origin: Origin
 ) -> None:
-    origin.put("/a/m.tgz", _tar_of({"sub/w.bin": WEIGHTS_A}))
+    origin.put("/a/m.tgz", tar_of({"sub/w.bin": WEIGHTS_A}))
     outside = pod.tmp / "outside"
     outside.mkdir()
     dest = pod.tmp / "mnt" / "models"
@@ -325,7 +304,7 @@ def test_a_kill_while_unpacking_then_a_restart_converges(
     or while they are renamed into DEST_DIR: the restart unpacks again from
     the staged archive and ends with every file whole, no work left."""
     files = {f"d{i % 7}/f{i:04d}.bin": payload(16 << 10, seed=1000 + i) for i in range(600)}
-    origin.put("/k/m.tar", _tar_of(files))
+    origin.put("/k/m.tar", tar_of(files))
     dest = pod.tmp / "mnt" / "models"
     private = dest / ".llmkube-stager"
     uri = f"{origin.url}/k/m.tar"
@@ -358,7 +337,7 @@ def test_an_hf_repo_of_one_archive_is_served_as_it_is(pod: Pod, hub: FakeHub, cd
     """KServe's _download_hf (kserve-storage 0.21.0) never unpacks: a repo
     whose one file is `weights.tar.gz` gives the server that file, whole,
     as KServe's initializer would (the s3:// and http(s) forms unpack)."""
-    archive = _tar_of({"inner.bin": WEIGHTS_A})
+    archive = tar_of({"inner.bin": WEIGHTS_A})
     hub.add_repo("org/packed", {"weights.tar.gz": archive})
     dest = pod.tmp / "mnt" / "models"
     env = {"HF_ENDPOINT": hub.url}
@@ -380,10 +359,7 @@ def test_a_zip_bomb_on_a_small_volume_is_out_of_space_and_leaves_no_work(
     """A 48 MiB member compressed to a few KiB on an 8 MiB emptyDir, under
     the default (1 TiB) bound: ENOSPC while unpacking is the volume's
     failure, named, with the half-written work removed and no model file."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
-        zipped.writestr("bomb.bin", b"\0" * (48 << 20))
-    origin.put("/z/m.zip", buffer.getvalue())
+    origin.put("/z/m.zip", zip_of({"bomb.bin": b"\0" * (48 << 20)}))
     volume = pod.tmp / "mnt"
     volume.mkdir()
     with tmpfs(volume, "size=8m"):

@@ -19,12 +19,13 @@ import io
 import os
 import subprocess
 import tarfile
-import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_built, zip_of
+from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -83,8 +84,8 @@ def tree(dest: Path, modes: bool) -> dict[str, str]:
 def model_tar(mode: str) -> bytes:
     """What a Triton or sklearn model archive holds: an empty version
     directory, an executable script, a symlink pointing down, a hard link."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
+
+    def build(tar: tarfile.TarFile) -> None:
         for name in ("ensemble", "ensemble/1", "ensemble/2"):
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -103,16 +104,12 @@ def model_tar(mode: str) -> bytes:
         hard = tarfile.TarInfo("copy.bin")
         hard.type, hard.linkname = tarfile.LNKTYPE, "ensemble/2/model.bin"
         tar.addfile(hard)
-    return bytes(buffer.getvalue())
+
+    return tar_built(build, mode)
 
 
 def model_zip() -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zipped:
-        zipped.writestr("ensemble/1/", b"")
-        zipped.writestr("ensemble/2/model.onnx", WEIGHTS)
-        zipped.writestr("labels.txt", b"a\nb\n")
-    return buffer.getvalue()
+    return zip_of({"ensemble/1/": b"", "ensemble/2/model.onnx": WEIGHTS, "labels.txt": b"a\nb\n"})
 
 
 ARCHIVES: dict[str, tuple[Callable[[], bytes], bool]] = {
@@ -159,6 +156,20 @@ S3_CASES: dict[str, tuple[dict[str, bytes], str, dict[str, str]]] = {
         "sums",
         {"STORAGE_IGNORE_PATTERNS": "*.sha256"},
     ),
+    # Checksum files the patterns keep (#31 item 4): files like any other,
+    # one named like the stamp of its weight, one with no weight; an empty
+    # part of a key (SeaweedFS stores it under its clean path).
+    "checksums": (
+        {
+            "sums/model.bin": WEIGHTS,
+            "sums/model.bin.sha256": b"3b7a  model.bin\n",
+            "sums/only.sha256": b"0000  gone.bin\n",
+            "sums//x.json": CONFIG,
+        },
+        "sums",
+        {},
+    ),
+    "exact-sha256": ({"one/model.onnx.sha256": b"abc  model.onnx\n"}, "one/model.onnx.sha256", {}),
     # The object the URI names is never filtered.
     "exact-key": (
         {"one/model.onnx": WEIGHTS, "one/model.onnx.bak": b"old"},
@@ -199,3 +210,25 @@ def test_an_http_file_is_named_as_kserve_names_it(
 
     assert run.returncode == 0, str(run)
     assert tree(ours, False) == tree(theirs, False) == {name: tree(ours, False)[name]}
+
+
+def test_a_hub_repo_with_a_sha256_file_stages_kserves_tree(
+    pod: Pod, hub: FakeHub, kserve_python: str
+) -> None:
+    """KServe's snapshot_download and the agent on one fake-hub repo whose
+    LFS weight has its checksum file beside it (#31 item 4)."""
+    files = {
+        "model.safetensors": WEIGHTS,
+        "model.safetensors.sha256": b"abc  model.safetensors\n",
+        "config.json": CONFIG,
+    }
+    hub.add_repo("org/sums", files, lfs={"model.safetensors"})
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1"}
+    theirs, ours = pod.tmp / "kserve" / "models", pod.tmp / "agent" / "models"
+
+    run_kserve(kserve_python, pod.tmp, "hf://org/sums", theirs, env)
+    run = pod.run("hf://org/sums", str(ours), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert tree(ours, False) == tree(theirs, False)
+    assert set(tree(ours, False)) == set(files)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.archives import tar_built, tar_of
+from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import Pod
 from tests.harness.sample import payload
@@ -25,17 +27,11 @@ WEIGHTS = payload(200 << 10, seed=31)
 CONFIG = b'{"model_type": "sklearn"}'
 
 
-def model_tar(mode: str) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
-        for name, data in (("model/weights.bin", WEIGHTS), ("config.json", CONFIG)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return bytes(buffer.getvalue())
-
-
 MODEL = {"model/weights.bin": WEIGHTS, "config.json": CONFIG}
+
+
+def model_tar(mode: str) -> bytes:
+    return tar_of(MODEL, mode)
 
 
 # -- item 1: archives as they come ------------------------------------------------------
@@ -117,8 +113,7 @@ def tree_of(dest: Path) -> dict[str, str]:
 
 
 def _kept_tree_tar() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    def build(tar: tarfile.TarFile) -> None:
         for name, mode in (("ensemble", 0o755), ("ensemble/1", 0o700), ("ensemble/2", 0o755)):
             info = tarfile.TarInfo(name)
             info.type = tarfile.DIRTYPE
@@ -132,7 +127,8 @@ def _kept_tree_tar() -> bytes:
             info = tarfile.TarInfo(name)
             info.mode, info.size, info.uid, info.gid = mode, len(data), 4321, 4321
             tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+
+    return tar_built(build)
 
 
 def _kept_tree_zip() -> bytes:
@@ -266,3 +262,123 @@ def test_a_listed_key_with_an_empty_part_is_fetched_by_its_own_key(
     assert run.returncode == 0, str(run)
     assert visible(dest) == {"model.joblib": WEIGHTS}
     assert {r.path for r in s3.requests("GET")} == {f"/{bucket}/iris//model.joblib"}
+
+
+# -- item 4, the rest: a `*.sha256` object is a file like any other ----------------------
+
+CHECKSUMS = {
+    "model.bin": WEIGHTS,
+    # A checksum beside its weight: the name the agent's stamp of model.bin has.
+    "model.bin.sha256": b"3b7a  model.bin\n",
+    # One with no file of its name in the set.
+    "only.sha256": b"0000  gone.bin\n",
+    # A file and a directory named like its stamp.
+    "cfg": CONFIG,
+    "cfg.sha256/part.json": CONFIG,
+}
+
+
+def test_a_sha256_object_the_patterns_keep_is_staged_byte_for_byte(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """KServe downloads `model.bin.sha256` beside `model.bin`: so does the
+    agent, whose own records of `model.bin` never touch it; a warm start
+    asks nothing, and a truncated or rewritten file is fetched again (its
+    key only)."""
+    for rel, data in CHECKSUMS.items():
+        s3.put(bucket, f"sums/{rel}", data)
+    dest = pod.tmp / "mnt" / "models"
+    env = s3_env(s3)
+
+    run = pod.run(f"s3://{bucket}/sums", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == CHECKSUMS
+    s3.clear()
+    warm = pod.run(f"s3://{bucket}/sums", str(dest), env=env)
+    assert warm.returncode == 0, str(warm)
+    assert warm.compact_term()["stats"]["fetched"] == 0
+    assert s3.requests() == []
+    assert visible(dest) == CHECKSUMS
+
+    with open(dest / "model.bin", "r+b") as handle:
+        handle.truncate(100)
+    (dest / "model.bin.sha256").write_bytes(b"not the checksum\n")
+    again = pod.run(f"s3://{bucket}/sums", str(dest), env=env)
+
+    assert again.returncode == 0, str(again)
+    assert visible(dest) == CHECKSUMS
+    gets = {r.path for r in s3.requests("GET") if r.path != f"/{bucket}"}
+    assert gets == {f"/{bucket}/sums/model.bin", f"/{bucket}/sums/model.bin.sha256"}
+
+
+def test_an_exact_sha256_key_is_one_file(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
+    s3.put(bucket, "one/model.onnx.sha256", b"abc  model.onnx\n")
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"s3://{bucket}/one/model.onnx.sha256", str(dest), env=s3_env(s3))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.onnx.sha256": b"abc  model.onnx\n"}
+
+
+def test_an_http_sha256_file_is_one_file(pod: Pod, origin: Origin) -> None:
+    """A single file has no sibling whose stamp it could be: KServe names
+    it as the URL does, and so does the agent."""
+    origin.put("/m/model.onnx.sha256", b"abc  model.onnx\n")
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"{origin.url}/m/model.onnx.sha256", str(dest))
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.onnx.sha256": b"abc  model.onnx\n"}
+
+
+def test_a_sha256_file_of_a_hub_repo_is_staged_and_a_warm_start_asks_nothing(
+    pod: Pod, hub: FakeHub, cdn: Origin
+) -> None:
+    files = {
+        "model.safetensors": WEIGHTS,
+        "model.safetensors.sha256": b"abc  model.safetensors\n",
+        "config.json": CONFIG,
+    }
+    hub.add_repo("org/sums", files, lfs={"model.safetensors"})
+    dest = pod.tmp / "mnt" / "models"
+    env = {"HF_ENDPOINT": hub.url}
+
+    run = pod.run("hf://org/sums", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == files
+    hub.clear_log()
+    cdn.clear_log()
+    warm = pod.run("hf://org/sums", str(dest), env=env)
+    assert warm.returncode == 0, str(warm)
+    assert hub.requests() == [] and cdn.requests() == []
+
+    with open(dest / "model.safetensors", "r+b") as handle:
+        handle.truncate(10)
+    again = pod.run("hf://org/sums", str(dest), env=env)
+
+    assert again.returncode == 0, str(again)
+    assert visible(dest) == files
+
+
+def test_onchange_unexposes_a_sha256_object_the_prefix_no_longer_has(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """The staged copy of `model.bin.sha256` has a name of its own in the
+    private directory: the name exposed for it is still found and removed
+    once the object is gone, and `model.bin` stays."""
+    s3.put(bucket, "gone/model.bin", WEIGHTS)
+    s3.put(bucket, "gone/model.bin.sha256", b"abc  model.bin\n")
+    dest = pod.tmp / "mnt" / "models"
+    env = {**s3_env(s3), "LLMKUBE_REFRESH_POLICY": "OnChange"}
+    first = pod.run(f"s3://{bucket}/gone", str(dest), env=env)
+    assert first.returncode == 0, str(first)
+    s3.admin().delete_object(Bucket=bucket, Key="gone/model.bin.sha256")
+
+    run = pod.run(f"s3://{bucket}/gone", str(dest), env=env)
+
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == {"model.bin": WEIGHTS}

@@ -209,16 +209,10 @@ def test_kserve_form_stages_a_prefix_and_a_single_key(pod: Pod, s3: SeaweedS3, b
 def test_kserve_form_unpacks_an_s3_archive_and_a_restart_asks_nothing(
     pod: Pod, s3: SeaweedS3, bucket: str
 ) -> None:
-    import io
-    import tarfile
+    from tests.harness.archives import tar_of
 
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        info = tarfile.TarInfo("model/weights.bin")
-        data = payload(50 << 10, seed=8)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    s3.put(bucket, "arch/model.tar.gz", buffer.getvalue())
+    data = payload(50 << 10, seed=8)
+    s3.put(bucket, "arch/model.tar.gz", tar_of({"model/weights.bin": data}))
     dest = pod.tmp / "mnt" / "models"
     uri = f"s3://{bucket}/arch/model.tar.gz"
 

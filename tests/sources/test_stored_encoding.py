@@ -17,11 +17,10 @@ through the recording front, which can also play the compressing hop.
 from __future__ import annotations
 
 import hashlib
-import io
-import tarfile
 
 import pytest
 
+from tests.harness.archives import tar_of
 from tests.harness.pod import Pod
 from tests.harness.s3front import S3Fault
 from tests.harness.sample import KIB, payload
@@ -32,13 +31,7 @@ pytestmark = pytest.mark.floors
 
 def _tar_gz() -> bytes:
     """A real .tar.gz (what KServe's initializer unpacks), its stored bytes."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        data = payload(64 * KIB)
-        info = tarfile.TarInfo("model/weights.bin")
-        info.size = len(data)
-        archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_of({"model/weights.bin": payload(64 * KIB)})
 
 
 def _upload(s3: SeaweedS3, bucket: str, key: str, data: bytes, encoding: str) -> None:
@@ -176,3 +169,54 @@ def test_a_presigned_gzip_url_is_saved_when_pinned_and_refused_when_not(
     pinned = {**unpinned, "MODEL_SHA256": hashlib.sha256(data).hexdigest()}
     pod.run(env=pinned).ok(files=1, fetched=1)
     assert pod.dest("m.tar.gz").read_bytes() == data
+
+
+def test_a_repeated_content_length_still_proves_the_stored_coding(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """The same Content-Length on two lines (read joined: `N, N`) is the
+    stored length all the same, as the framing check reads it (#31 C1).
+    Failed before: ModelSourceRejected, exit 4 (the proof read the joined
+    value as no length)."""
+    data = _tar_gz()
+    _upload(s3, bucket, "m.tar.gz", data, "gzip")
+    s3.set_fault(f"/{bucket}/m.tar.gz", S3Fault(methods=("GET",), length_twice=True))
+    env = pod.single_env(f"s3://{bucket}/m.tar.gz", name="m.tar.gz", **s3_env(s3))
+
+    pod.run(env=env).ok(files=1, fetched=1)
+    assert pod.dest("m.tar.gz").read_bytes() == data
+
+
+def test_a_503_on_the_get_after_the_stored_coding_check_is_rate_limited(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """A listed gzip-stored object: the first GET answers with the coding,
+    a HEAD asks the store's metadata, the GET asked again meets S3's `503
+    SlowDown`: rate limited, as any other S3 503 is (#31 C2). Failed before:
+    ModelSourceUnavailable (that GET ran inside the handler of the first
+    one's refusal, outside the 503 mapping)."""
+    from tests.harness.s3front import S3Request
+
+    _upload(s3, bucket, "model/a.tar.gz", _tar_gz(), "gzip")
+
+    def throttle_after_head(request: S3Request) -> None:
+        if request.method == "HEAD" and request.path == f"/{bucket}/model/a.tar.gz":
+            s3.set_fault(
+                f"/{bucket}/model/a.tar.gz",
+                S3Fault(methods=("GET",), status=503, code="SlowDown"),
+            )
+
+    s3.on_request(throttle_after_head)
+    env = {
+        **pod.env,
+        "MODEL_SOURCE": f"s3://{bucket}/model/",
+        "CACHE_DIR": str(pod.cache_dir),
+        **s3_env(s3, LLMKUBE_RETRIES="0"),
+    }
+
+    run = pod.run(env=env)
+
+    run.failed("ModelSourceRateLimited", retryable=True)
+    statuses = [(r.method, r.status) for r in s3.object_requests(bucket) if r.method != "PUT"]
+    assert statuses[-3:] == [("GET", 200), ("HEAD", 200), ("GET", 503)], statuses
+    assert not (pod.cache_dir / "a.tar.gz").exists()

@@ -18,6 +18,7 @@ from llmkube_stager.layout import (
     atomic_tmp_path,
     blank_entries,
     dest_path,
+    exposed_rel,
     journal_of,
     key_of_partial,
     legacy_partial_path,
@@ -28,6 +29,8 @@ from llmkube_stager.layout import (
     private_partial_path,
     record_path,
     segmented_paths,
+    staged_rel,
+    stamp_path,
     validator_of,
 )
 
@@ -145,6 +148,35 @@ def test_the_agents_own_names_are_reserved(text: str) -> None:
     with pytest.raises(InvalidFileSet) as info:
         parse_file_list(text)
     assert info.value.reason is Reason.INVALID_FILE_SET
+
+
+@pytest.mark.parametrize(
+    "text", ["model.gguf\nmodel.gguf.sha256", "weights.sha256", "sums.sha256/a.json"]
+)
+def test_a_stamp_name_is_refused_beside_stamps_naming_the_stamp(text: str) -> None:
+    """`stage` keeps its stamps beside the files (spec §4.2): a `x.sha256`
+    there may be the stamp of `x` (this set's or an earlier one's), which a
+    present-file check would keep as the model's file (#31 item 4)."""
+    with pytest.raises(InvalidFileSet) as info:
+        parse_file_list(text)
+    assert "reserved for cache records" in info.value.detail
+    assert "the name of the sha256 stamp kept beside the file" in info.value.detail
+
+
+def test_kserve_mode_stages_a_stamp_name_apart_from_any_stamp() -> None:
+    """#31 item 4: in KServe mode `x.sha256` is a file like any other,
+    staged under a name no listed file and no stamp can have."""
+    text = "model.bin\nmodel.bin.sha256\nonly.sha256\nsums.sha256/a.json"
+    rels = parse_file_list(text, stamps_beside=False)
+    staged = [staged_rel(r) for r in rels]
+    assert staged[:2] == ["model.bin", "model.bin.sha256.llmkube-object"]
+    assert [exposed_rel(r) for r in staged] == list(rels)
+    assert stamp_path("model.bin") not in staged
+    assert not any(r.endswith(".sha256") for r in staged[1:3])
+    with pytest.raises(InvalidFileSet):
+        parse_file_list("a.sha256.llmkube-object", stamps_beside=False)
+    with pytest.raises(InvalidFileSet, match="reserved"):
+        parse_file_list("a.llmkube-size", stamps_beside=False)
 
 
 # --- partial names: the shell's validator-keyed partial ------------------------------------------

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, Reason, SourceError, SourceKind
-from llmkube_stager.layout import dest_path
+from llmkube_stager.layout import listed_dest
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest, RemoteFile
@@ -122,7 +122,7 @@ class HfSource:
             RemoteFile(
                 rel=f.rel,
                 url=ref.resolve_url(listing.base, _rel_in_repo(ref, f.rel, True)),
-                dest=dest_path(root, f.rel),
+                dest=listed_dest(root, f.rel, self._config.kserve_mode),
                 size_bytes=f.size_bytes or None,
             )
             for f in listing.files

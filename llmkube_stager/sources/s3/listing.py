@@ -8,7 +8,8 @@ The prefix is taken at a '/' boundary: `s3://b/models/iris` stages
 would). An object whose key is the URI's key itself is a single object, as
 in KServe (`s3://b/models/iris/model.joblib`): its name is the key's last
 part. Every relative path is checked as MODEL_FILES entries are (InvalidFileSet
-for '..', reserved record names, clashes): a hostile listing writes nothing.
+for '..', reserved record names, clashes: staging/listed.py, once the
+patterns have filtered them): a hostile listing writes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.listing import ListedFile, Listing
-from llmkube_stager.sources.base import check_listed
 
 # One page of ListObjectsV2: (prefix, continuation token) -> the answer.
 ListPage = Callable[[str, str | None], Mapping[str, Any]]
@@ -41,8 +41,9 @@ def list_objects(source: str, bucket: str, key: str, page: ListPage) -> Listing:
             below.append((name[len(stem) + 1 :] if stem else name, item))
     if exact is not None:
         # Its name is checked as a prefix's keys are (#24 review: a key
-        # `.llmkube.lock` was staged onto the engine's lock file).
-        check_listed(source, (exact,))
+        # `.llmkube.lock` was staged onto the engine's lock file), by
+        # staging/listed.py, which knows whether stamps live beside the
+        # files (a KServe `s3://b/m.sha256` is one file, #31 item 4).
         return Listing(source, posixpath.dirname(stem), (exact,), exact=True)
     if not below:
         raise SourceError(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError, SourceKind
-from llmkube_stager.layout import dest_path
+from llmkube_stager.layout import listed_dest
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
@@ -129,7 +129,7 @@ def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
         RemoteFile(
             rel=f.rel,
             url=f"s3://{ref.bucket}/{object_key(ref, f.key or f.rel, True)}",
-            dest=dest_path(root, f.rel),
+            dest=listed_dest(root, f.rel, config.kserve_mode),
             size_bytes=f.size_bytes,
         )
         for f in listing.files
@@ -194,27 +194,35 @@ class S3Fetcher:
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
-        from llmkube_stager.sources.wire.coding import EncodedAnswer
-
         key, where = self._where(file)
         if meta.stored_encoding is None and file.rel in self._stored:
             meta = replace(meta, stored_encoding=self._stored[file.rel])
+        try:
+            return self._open_as_stored(file, meta, key, where, offset, end)
+        except SourceError as err:
+            # Every request of the open, the one asked again with the stored
+            # coding too (#31 C2): S3 throttles with 503 SlowDown: back off,
+            # as from a 429.
+            if _status_of(err) == 503:
+                raise err.amended(reason=Reason.SOURCE_RATE_LIMITED) from err.__cause__
+            raise
+
+    def _open_as_stored(
+        self, file: RemoteFile, meta: RemoteMeta, key: str, where: str, offset: int, end: int | None
+    ) -> Body:
+        from llmkube_stager.sources.wire.coding import EncodedAnswer
+
         try:
             return self._get(file, meta, key, where, offset, end)
         except EncodedAnswer:
             stored = self._stored_encoding(file, meta, key, where)
             if stored is None:
                 raise
-            # A listed object answered with the coding its store keeps for
-            # it: metadata, not a hop's (#29 item 11). Asked again with it;
-            # its other ranges are asked with it at once.
-            self._stored[file.rel] = stored
-            return self._get(file, replace(meta, stored_encoding=stored), key, where, offset, end)
-        except SourceError as err:
-            if _status_of(err) == 503:
-                # S3 throttles with 503 SlowDown: back off, as from a 429.
-                raise err.amended(reason=Reason.SOURCE_RATE_LIMITED) from err.__cause__
-            raise
+        # A listed object answered with the coding its store keeps for it:
+        # metadata, not a hop's (#29 item 11). Asked again with it; its
+        # other ranges are asked with it at once.
+        self._stored[file.rel] = stored
+        return self._get(file, replace(meta, stored_encoding=stored), key, where, offset, end)
 
     def _stored_encoding(
         self, file: RemoteFile, meta: RemoteMeta, key: str, where: str

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
-from llmkube_stager.sources.wire.status import Origin, parse_content_range, parse_digits
+from llmkube_stager.sources.wire.status import Origin, parse_content_range, parse_length
 
 HeaderGet = Callable[[str], str | None]
 
@@ -211,7 +211,9 @@ def _stored_length(get: HeaderGet, stored_bytes: int | None) -> bool:
     a range of it whose body is the range's length (206)."""
     if stored_bytes is None:
         return False
-    length = parse_digits(get("content-length"))
+    # Read as the framing check reads it (exchange._check_length): the same
+    # value on two lines, joined `N, N`, is one length (#31 C1).
+    length = parse_length(get("content-length"))
     span = get("content-range")
     if span is None:
         return length == stored_bytes
