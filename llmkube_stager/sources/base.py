@@ -41,6 +41,10 @@ class RemoteMeta:
     # The object's stored Content-Encoding (S3 HEAD): its metadata, which
     # the store returns with the stored bytes (#29 item 11).
     stored_encoding: str | None = None
+    # Digests a store declares, base64 of the raw digest (GCS md5Hash and
+    # crc32c, #33 item 1): checked over the whole file before it is published.
+    md5_b64: str | None = None
+    crc32c_b64: str | None = None
 
 
 class Body(Protocol):
