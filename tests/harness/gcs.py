@@ -338,10 +338,10 @@ class GcsFront(LoopbackHTTP):
 
     _name = "gcs-front"
 
-    def __init__(self, emulator: GcsEmulator) -> None:
+    def __init__(self, emulator: GcsEmulator, *, tls: ssl.SSLContext | None = None) -> None:
         self.emulator = emulator
         self.state = _FrontState(upstream_port=emulator.port)
-        super().__init__(self.state, _FrontHandler)
+        super().__init__(self.state, _FrontHandler, tls=tls)
 
     def requests(self, kind: str | None = None) -> list[GcsRequest]:
         with self.state.lock:

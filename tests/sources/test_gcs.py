@@ -28,7 +28,9 @@ from tests.harness.gcs import (
     new_bucket,
 )
 from tests.harness.pod import ON_CHANGE, Pod, import_lines, wait_for
+from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import KIB, MIB, payload
+from tests.harness.tlsca import make_ca
 
 pytestmark = pytest.mark.floors
 
@@ -469,3 +471,32 @@ def test_kserve_storage_uri_of_a_gs_prefix_and_of_one_object(
     assert _visible(first) == {"model.joblib": b"weights", "sub/config.json": b"{}"}
     assert _visible(second) == {"model.pt": b"pt"}
     assert len(gcs.requests("list")) == 2 and gcs.requests("meta") == []
+
+
+# -- proxies and trust ------------------------------------------------------------------------
+
+
+def test_an_https_endpoint_is_trusted_by_llmkube_ca_dir_and_tunnelled_through_the_proxy(
+    pod: Pod, emulator: GcsEmulator, bucket: str, metadata: GceMetadata, proxy: ForwardProxy
+) -> None:
+    """The JSON API over TLS with the test's CA: a CONNECT tunnel through
+    HTTPS_PROXY for the listing and the bytes, the CA from LLMKUBE_CA_DIR;
+    the metadata server is asked directly, never through the proxy."""
+    ca = make_ca(pod.tmp / "pki")
+    emulator.put(bucket, "model.gguf", b"m" * 1000)
+    with GcsFront(emulator, tls=ca.server_context()) as front:
+        _accept_issued(front, metadata)
+        proxies = {"HTTPS_PROXY": proxy.url, "HTTP_PROXY": proxy.url}
+        env = gcs_env(front, metadata, LLMKUBE_CA_DIR=str(ca.ca_dir), **proxies)
+
+        pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env)).ok(files=1, fetched=1)
+
+        hostport = front.url.removeprefix("https://")
+        assert {(r.method, r.target) for r in proxy.requests()} == {("CONNECT", hostport)}
+        assert [r.status for r in front.requests()] == [200, 200]
+        assert len(metadata.issued) == 1
+
+        pod.single(f"gs://{bucket}/model.gguf", key="untrusted")
+        untrusted = pod.run(env={**pod.env, **gcs_env(front, metadata)})
+
+        untrusted.failed("ModelSourceUntrusted")
