@@ -33,6 +33,7 @@ import itertools
 import json
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,6 +162,7 @@ class GcsFault:
 
     kind: str
     times: int | None = None
+    name: str | None = None  # only this object's requests (its name in the bucket)
     status: int | None = None
     retry_after: str | None = None
     cut_after_bytes: int | None = None  # the body ends early (a dropped connection)
@@ -185,9 +187,11 @@ class _FrontState(Clients):
     def __post_init__(self) -> None:
         Clients.__init__(self)
 
-    def take_fault(self, kind: str) -> GcsFault | None:
+    def take_fault(self, kind: str, path: str) -> GcsFault | None:
         with self.lock:
             for fault in self.faults:
+                if fault.name is not None and not path.endswith(f"/o/{fault.name}"):
+                    continue
                 if fault.kind == kind and (fault.times is None or fault.times > 0):
                     if fault.times is not None:
                         fault.times -= 1
@@ -229,7 +233,7 @@ class _FrontHandler(TrackedHandler):
             auth = headers.get("authorization", "")
             if not auth.startswith("Bearer ") or auth[7:] not in accepted:
                 return self._json(401, {"error": {"code": 401, "message": "Invalid Credentials"}})
-        fault = state.take_fault(kind)
+        fault = state.take_fault(kind, path)
         if fault is not None and fault.status is not None:
             extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
             return self._json(fault.status, {"error": {"code": fault.status}}, extra)

@@ -27,6 +27,7 @@ from tests.harness.gcs import (
     gcs_env,
     new_bucket,
 )
+from tests.harness.origin import closed_port_url
 from tests.harness.pod import ON_CHANGE, Pod, import_lines, wait_for
 from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import KIB, MIB, payload
@@ -259,30 +260,46 @@ def test_bytes_that_miss_the_declared_md5_are_never_published(
     assert not pod.dest().exists()
 
 
+@pytest.mark.parametrize("form", ["object", "prefix"])
 def test_kill_mid_file_then_rerun_resumes_with_a_range(
-    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, form: str
 ) -> None:
+    """SIGKILL with half the file sent; the rerun resumes with a Range at the
+    same generation. A prefix's rerun finishes from the listing it recorded
+    before its first publish (a.json): no second listing, the generation
+    read back from the record."""
     data = payload(24 * MIB)
-    obj = gcs.emulator.put(bucket, "model.gguf", data)
-    gcs.fault(GcsFault("media", times=1, rate_bytes_per_s=8 * MIB))
-    env = pod.single_env(
-        f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1")
-    )
+    obj = gcs.emulator.put(bucket, "m/model.bin", data)
+    gcs.fault(GcsFault("media", times=1, name="m/model.bin", rate_bytes_per_s=8 * MIB))
+    extra = gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1", LLMKUBE_FILES_IN_FLIGHT="1")
+    if form == "object":
+        env, dest = pod.single_env(f"gs://{bucket}/m/model.bin", **extra), pod.dest()
+    else:
+        gcs.emulator.put(bucket, "m/a.json", b"{}")
+        env = {**extra, "MODEL_SOURCE": f"gs://{bucket}/m", "CACHE_DIR": str(pod.tmp / "c")}
+        dest = pod.tmp / "c" / "model.bin"
     proc = pod.popen(env=env)
     wait_for(lambda: gcs.state.media_sent >= 12 * MIB, 30, "12 MiB sent", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     gcs.state.faults.clear()
+    listed = len(gcs.requests("list"))
 
     run = pod.run(env=env)
 
-    run.ok(files=1, fetched=1)
-    assert pod.dest().read_bytes() == data
+    assert dest.read_bytes() == data
     resume = gcs.requests("media")[-1]
     assert resume.query["generation"] == [obj["generation"]]
     offset = int(resume.headers["range"].removeprefix("bytes=").split("-")[0])
     assert 0 < offset < len(data) and resume.status == 206
     assert run.outcome is None or run.outcome.bytes_fetched == len(data) - offset
+    assert len(gcs.requests("list")) == listed == (1 if form == "prefix" else 0)
+    if form == "prefix":
+        assert (pod.tmp / "c" / "a.json").read_bytes() == b"{}"
+        assert gcs.requests("meta") == []  # the recorded validator held the generation
+        run.ok(files=2, fetched=1, reused=1)
+    else:
+        run.ok(files=1, fetched=1)
 
 
 # -- tokens -----------------------------------------------------------------------------------
@@ -500,3 +517,41 @@ def test_an_https_endpoint_is_trusted_by_llmkube_ca_dir_and_tunnelled_through_th
         untrusted = pod.run(env={**pod.env, **gcs_env(front, metadata)})
 
         untrusted.failed("ModelSourceUntrusted")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("GCE_METADATA_HOST", "evil.example/x?"),
+        ("GCE_METADATA_IP", "user@169.254.169.254"),
+        ("STORAGE_EMULATOR_HOST", "ftp://emulator:21"),
+        ("STORAGE_EMULATOR_HOST", "http://user:pw@emulator:9023"),
+    ],
+)
+def test_a_bad_endpoint_variable_is_refused_before_any_request(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, name: str, value: str
+) -> None:
+    env = pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata, **{name: value}))
+
+    run = pod.run(env=env)
+
+    run.failed("InvalidConfiguration")
+    assert name in run.compact_term()["message"]
+    assert "pw" not in run.outputs.replace("password", "")
+    assert gcs.requests() == [] and no_metadata.state.paths == []
+
+
+def test_no_metadata_server_listening_means_anonymous_requests(
+    pod: Pod, gcs: GcsFront, bucket: str
+) -> None:
+    """A node that is no GKE node: the ping to GCE_METADATA_IP is refused
+    (here a closed loopback port), the agent settles on anonymous at once.
+    Failed before: the refused connect escaped the ping as ModelSourceUnreachable."""
+    gcs.emulator.put(bucket, "model.gguf", b"public" * 100)
+    closed = closed_port_url().removeprefix("http://")
+    env = {"STORAGE_EMULATOR_HOST": gcs.url, "GCE_METADATA_HOST": closed, "GCE_METADATA_IP": closed}
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env))
+
+    run.ok(files=1, fetched=1)
+    assert all("authorization" not in r.headers for r in gcs.requests())

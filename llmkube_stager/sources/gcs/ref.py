@@ -11,6 +11,7 @@ generation's bytes, which a replaced object never changes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -55,6 +56,18 @@ def endpoint_of(emulator_host: str) -> str:
     if "@" in parts.netloc or parts.query or parts.fragment:
         raise ConfigError("STORAGE_EMULATOR_HOST must not carry credentials, a query or fragment")
     return f"{parts.scheme.lower()}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+# host[:port] as google-auth's metadata variables take them: a DNS name, an
+# IPv4 address or a bracketed IPv6 one; nothing that could bend the URL.
+_HOSTPORT_RE = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
+def check_hostport(name: str, value: str) -> str:
+    """GCE_METADATA_HOST / GCE_METADATA_IP: host[:port], else ConfigError."""
+    if not _HOSTPORT_RE.fullmatch(value):
+        raise ConfigError(f"{name} must be host[:port] (google-auth's form)")
+    return value
 
 
 def object_name(ref: GcsRef, rel: str, multi: bool) -> str:

@@ -30,7 +30,14 @@ from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
 from llmkube_stager.sources.gcs.objects import GcsObject, from_validator
-from llmkube_stager.sources.gcs.ref import GcsRef, endpoint_of, media_url, object_name, parse_gs
+from llmkube_stager.sources.gcs.ref import (
+    GcsRef,
+    check_hostport,
+    endpoint_of,
+    media_url,
+    object_name,
+    parse_gs,
+)
 from llmkube_stager.sources.wire.status import AuthPolicy, Origin
 
 if TYPE_CHECKING:
@@ -49,7 +56,10 @@ class GcsSource:
     def __init__(self, config: Config) -> None:
         self._config = config
         self.ref = parse_gs(config.source)
-        endpoint_of(config.gcs_emulator_host)  # checked before any I/O
+        # Checked before any I/O (InvalidConfiguration naming the variable).
+        endpoint_of(config.gcs_emulator_host)
+        check_hostport("GCE_METADATA_HOST", config.gcs_metadata_host)
+        check_hostport("GCE_METADATA_IP", config.gcs_metadata_ip)
         self._session: GcsSession | None = None
         self.lists = config.listed
         self.listing: Listing | None = None

@@ -58,7 +58,10 @@ def call(
     origin = Origin.of(url)
     target, proxy_headers = pool.request_form(url)
     sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers, **proxy_headers}
-    conn, _ = pool.take(origin, fresh=True)
+    try:
+        conn, _ = pool.take(origin, fresh=True)
+    except SourceError as err:  # the connect failed (refused, DNS, timeout, TLS)
+        raise ControlError(err) from None
     try:
         conn.request(method, target, body=body, headers=sent)
         resp = conn.getresponse()
