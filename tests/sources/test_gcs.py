@@ -16,7 +16,7 @@ import pytest
 
 from llmkube_stager.schemes import REMEDY_RATE_LIMITED_GCS
 from llmkube_stager.sources.gcs.errors import REMEDY_NOT_FOUND_GCS, REMEDY_UNAUTHORIZED_GCS
-from tests.harness.canary import leaks
+from tests.harness.canary import Secrets, assert_no_leak, leaks, outputs_of
 from tests.harness.disk import tree
 from tests.harness.gcs import (
     GceMetadata,
@@ -555,3 +555,52 @@ def test_no_metadata_server_listening_means_anonymous_requests(
 
     run.ok(files=1, fetched=1)
     assert all("authorization" not in r.headers for r in gcs.requests())
+
+
+# -- canaries ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["success", "key-refused", "token-refused", "not-found"])
+def test_no_google_secret_and_no_other_credential_in_any_output_or_request(
+    pod: Pod,
+    gcs: GcsFront,
+    bucket: str,
+    token_endpoint: TokenEndpoint,
+    no_metadata: GceMetadata,
+    case: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A key file, its tokens and every other secret variable of the pod
+    (HF_TOKEN, AWS_*) through success and each refusal: none in stdout,
+    stderr, the termination message or any file the agent left (CONTRACT
+    §5), and only the GCS token in a request to GCS."""
+    secrets = Secrets.new("CANARY")
+    gcs.emulator.put(bucket, "model.gguf", payload(32 * KIB))
+    # Outside the pod's directories, which are searched (a Secret's mount).
+    secret_dir = tmp_path_factory.mktemp("secret")
+    key = token_endpoint.key_file(secret_dir / "key.json", own_key=case != "key-refused")
+    _accept_issued(gcs, token_endpoint)
+    if case == "token-refused":
+        token_endpoint.state.on_issue = None  # issued, never accepted: 401, 401
+    name = "absent.gguf" if case == "not-found" else "model.gguf"
+    env = pod.single_env(f"gs://{bucket}/{name}", **_key_env(gcs, no_metadata, key))
+
+    run = pod.run(env={**env, **secrets.env})
+
+    expected = {
+        "success": "ModelTransferSucceeded",
+        "key-refused": "ModelSourceUnauthorized",
+        "token-refused": "ModelSourceUnauthorized",
+        "not-found": "ModelSourceNotFound",
+    }[case]
+    assert run.term["reason"] == expected, str(run)
+    private_key = key.read_text().split("PRIVATE KEY-----")[1].replace("\\n", "")
+    canaries = {
+        **secrets.named,
+        **{f"token-{i}": t for i, t in enumerate(token_endpoint.issued)},
+        **{f"private-key-{i}": private_key[i : i + 60] for i in range(100, 1500, 200)},
+    }
+    assert_no_leak(outputs_of(run, pod.tmp), canaries)
+    for request in gcs.requests():
+        for value in request.headers.values():
+            assert not any(c in value for c in secrets.env.values()), request.path
