@@ -29,6 +29,8 @@ _CHUNK_BYTES = 1 << 20
 def check_declared(rel: str, meta: RemoteMeta, partial: str, discard: Callable[[], None]) -> None:
     """OriginChecksumMismatch (the partial discarded) when the bytes miss
     the declared md5, else the declared crc32c where it can be computed."""
+    if meta.md5_b64 and meta.streamed_md5 is not None and meta.streamed_md5.matched:
+        return  # one whole body matched it while it was received (gcs/digest.py)
     if meta.md5_b64:
         name, declared, digest = "md5", meta.md5_b64, _md5(partial)
     else:

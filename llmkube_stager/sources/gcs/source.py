@@ -28,7 +28,7 @@ from llmkube_stager.errors import SourceError, SourceKind
 from llmkube_stager.layout import dest_path
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest, build_manifest
 from llmkube_stager.sources.gcs.objects import GcsObject, from_validator
 from llmkube_stager.sources.gcs.ref import (
     GcsRef,
@@ -181,6 +181,7 @@ class GcsFetcher:
             immutable=True,
             md5_b64=obj.md5_b64,
             crc32c_b64=obj.crc32c_b64,
+            streamed_md5=StreamedDigest(),
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -211,7 +212,7 @@ class GcsFetcher:
             headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
         proof = CodingProof(file.sha256 is not None, None, meta.size_bytes)
         url = sendable(meta.url)
-        return open_get(
+        body: Body = open_get(
             self._session.pool,
             url,
             headers,
@@ -221,6 +222,13 @@ class GcsFetcher:
             asked_url=file.url,
             proof=proof,
         )
+        cell, size = meta.streamed_md5, meta.size_bytes
+        streams_whole = offset == 0 and end is None and body.start == 0
+        if streams_whole and cell is not None and meta.md5_b64 and size:
+            from llmkube_stager.sources.gcs.digest import Md5Body
+
+            return Md5Body(body, size, meta.md5_b64, cell)
+        return body
 
     def _bearer(self) -> BearerAuth:
         if self._auth is None:
