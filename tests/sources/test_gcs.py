@@ -526,11 +526,14 @@ def test_an_https_endpoint_is_trusted_by_llmkube_ca_dir_and_tunnelled_through_th
         ("GCE_METADATA_IP", "user@169.254.169.254"),
         ("STORAGE_EMULATOR_HOST", "ftp://emulator:21"),
         ("STORAGE_EMULATOR_HOST", "http://user:pw@emulator:9023"),
+        ("MODEL_SOURCE", "gs://{bucket}"),
+        ("MODEL_SOURCE", "gs://{bucket}/m/"),
     ],
 )
 def test_a_bad_endpoint_variable_is_refused_before_any_request(
     pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, name: str, value: str
 ) -> None:
+    value = value.format(bucket=bucket)
     env = pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata, **{name: value}))
 
     run = pod.run(env=env)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import SourceError, SourceKind
+from llmkube_stager.errors import ConfigError, SourceError, SourceKind
 from llmkube_stager.layout import dest_path
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
@@ -60,6 +60,11 @@ class GcsSource:
         endpoint_of(config.gcs_emulator_host)
         check_hostport("GCE_METADATA_HOST", config.gcs_metadata_host)
         check_hostport("GCE_METADATA_IP", config.gcs_metadata_ip)
+        if not config.multi_file and (not self.ref.path or self.ref.path.endswith("/")):
+            raise ConfigError(
+                "MODEL_SOURCE names a bucket or prefix but no object for MODEL_PATH; name the "
+                "object (gs://bucket/path/model.gguf) or set CACHE_DIR without MODEL_PATH"
+            )
         self._session: GcsSession | None = None
         self.lists = config.listed
         self.listing: Listing | None = None
