@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -607,3 +608,47 @@ def test_no_google_secret_and_no_other_credential_in_any_output_or_request(
     for request in gcs.requests():
         for value in request.headers.values():
             assert not any(c in value for c in secrets.env.values()), request.path
+
+
+def test_a_slow_stream_widens_to_ranged_gets_of_the_same_generation(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata
+) -> None:
+    """48 MiB whose first stream is slow: the engine widens to parallel
+    ranged GETs, each naming the listed generation and carrying the token;
+    the declared md5 is then checked over the whole partial (read back)."""
+    data = payload(48 * MIB, 5)
+    obj = gcs.emulator.put(bucket, "big.bin", data)
+    _accept_issued(gcs, metadata)
+    gcs.fault(GcsFault("media", times=1, name="big.bin", rate_bytes_per_s=8 * MIB))
+    env = pod.single_env(f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, metadata))
+
+    run = pod.run(env=env)
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.bin").read_bytes() == data
+    media = gcs.requests("media")
+    ranged = [m for m in media if re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", ""))]
+    assert len(media) >= 3 and ranged, [m.headers.get("range") for m in media]
+    assert {m.query["generation"][0] for m in media} == {obj["generation"]}
+    assert {m.bearer for m in media} == set(metadata.issued)
+
+
+def test_a_flipped_byte_in_a_ranged_part_is_caught_by_the_read_back(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """The stream is slow and widens; every ranged part has one byte
+    flipped: no body was whole, so the partial is read back against the
+    declared md5 and nothing is published."""
+    data = payload(48 * MIB, 6)
+    gcs.emulator.put(bucket, "big.bin", data)
+    gcs.fault(GcsFault("media", times=1, name="big.bin", rate_bytes_per_s=8 * MIB))
+    gcs.fault(GcsFault("media", name="big.bin", corrupt=True))
+    env = pod.single_env(
+        f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, no_metadata, LLMKUBE_RETRIES="0")
+    )
+
+    run = pod.run(env=env)
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert not pod.dest("big.bin").exists()
+    assert any(re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", "")) for m in gcs.requests())
