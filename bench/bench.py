@@ -30,6 +30,7 @@ import tempfile
 
 import benchlib
 import cases
+import gcs  # #33 item 5
 import kserve
 import manyfile
 import shards
@@ -37,7 +38,7 @@ from benchlib import HEADER, RUNS, Context, Row, Servers
 
 
 def all_cases() -> list[benchlib.Case]:
-    return [*cases.CASES, *manyfile.CASES, *shards.CASES, *kserve.CASES]
+    return [*cases.CASES, *manyfile.CASES, *shards.CASES, *kserve.CASES, *gcs.CASES]
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 # A manifest's kind: the key of the remedy tables and of the kind checks.
-SourceKind = Literal["http", "hf", "s3", "local", "pvc"]
+SourceKind = Literal["http", "hf", "s3", "gcs", "local", "pvc"]
 
 # spec/behavior.md §9.4: one constant per source kind. The http/hf text is the
 # operator's (seed-000, TestCacheLockRemedyLogMatchesCondition).
@@ -37,6 +37,14 @@ REMEDY_RATE_LIMITED_HF = (
 REMEDY_RATE_LIMITED_S3 = (
     "S3 is throttling this client (SlowDown); lower LLMKUBE_CONNECTIONS and "
     "LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared cache, or retry later"
+)
+REMEDY_LOCK_UNSUPPORTED_GCS = (
+    "gs:// sources cannot be prefetched: stage the model onto this claim from a pod on storage "
+    "with cross-node flock support (NFSv4, CephFS), or use such storage for the model cache"
+)
+REMEDY_RATE_LIMITED_GCS = (
+    "Google Cloud Storage is throttling this client (HTTP 429/503); lower LLMKUBE_CONNECTIONS "
+    "and LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared cache, or retry later"
 )
 REMEDY_RATE_LIMITED_HTTP = (
     "the origin is rate limiting this client; lower LLMKUBE_CONNECTIONS and "
@@ -110,6 +118,18 @@ SCHEMES: tuple[Scheme, ...] = (
         libraries=("boto3", "botocore"),
         lists=True,
         starting_line="Downloading model from S3...",
+    ),
+    # #33 item 1: Google Cloud Storage, listed like s3://.
+    Scheme(
+        "gcs",
+        ("gs",),
+        "llmkube_stager.sources.gcs.source:GcsSource",
+        kserve="prefix",
+        lock_remedy=REMEDY_LOCK_UNSUPPORTED_GCS,
+        rate_limited_remedy=REMEDY_RATE_LIMITED_GCS,
+        libraries=("google-auth",),
+        lists=True,
+        starting_line="Downloading model from Google Cloud Storage...",
     ),
     Scheme(
         "local",

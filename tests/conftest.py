@@ -34,6 +34,15 @@ from tests.harness.sts import OidcIssuer
 
 _BUCKETS = itertools.count(1)
 
+# #33 item 4: google-auth's metadata server is the suite's own fake
+# (tests/harness/gcs.py) or none at all. Set before anything imports
+# google-auth (it reads GCE_METADATA_HOST once, at import): an in-process
+# run without credentials asks a closed loopback port, never
+# 169.254.169.254 or metadata.google.internal. Subprocess runs get their
+# own (harness/gcs.py gcs_env).
+os.environ["GCE_METADATA_HOST"] = "127.0.0.1:1"
+os.environ["GCE_METADATA_IP"] = "127.0.0.1:1"
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(

@@ -83,6 +83,12 @@ class Config:
     # The AWS_* settings that were given (flag or environment) and HOME: the
     # only environment botocore sees (sources/s3_session.py).
     aws_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # gs:// (#33 item 1): GOOGLE_APPLICATION_CREDENTIALS (a path) and
+    # STORAGE_EMULATOR_HOST, as given.
+    gcs_credentials_file: str = ""
+    gcs_emulator_host: str = ""
+    gcs_metadata_host: str = DEFAULTS["GCE_METADATA_HOST"]
+    gcs_metadata_ip: str = DEFAULTS["GCE_METADATA_IP"]
     ca_dir: str = DEFAULTS["LLMKUBE_CA_DIR"]
     host_model: str = DEFAULTS["LLMKUBE_HOST_MODEL"]
     allowed_host_roots: tuple[str, ...] = ()

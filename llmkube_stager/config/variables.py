@@ -134,6 +134,24 @@ VARS: tuple[Var, ...] = (
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
     Var("HTTP_PROXY", "http:// proxy for http origins (also http_proxy)", secret=True),
     Var("NO_PROXY", "hosts, domains, IPs or CIDRs that go direct (also no_proxy)"),
+    # gs:// sources (#33 item 1), as KServe's GCS credentials set them:
+    # the key file's path (its contents are secret, never its path).
+    Var(
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "gs://: a service-account key file (unset: GKE Workload Identity, else anonymous)",
+    ),
+    Var("STORAGE_EMULATOR_HOST", "gs://: an emulator or private endpoint (http(s)://host:port)"),
+    # google-auth's names for the metadata server (GKE Workload Identity).
+    Var(
+        "GCE_METADATA_HOST",
+        "gs://: the metadata server's host[:port] for tokens",
+        default="metadata.google.internal",
+    ),
+    Var(
+        "GCE_METADATA_IP",
+        "gs://: the metadata server's address[:port], asked first",
+        default="169.254.169.254",
+    ),
 )
 
 SECRET_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.secret)

@@ -42,7 +42,6 @@ _AZURE_ZONE_FILE_RE = re.compile(r"https://(.+?)\.z[0-9]{1,2}\.file\.storage\.az
 _GIT_RE = re.compile(r"https://.+\.git(?:[/?#]|$)")
 # Prefix -> the name shown in the refusal.
 _REFUSED_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("gs://", "gs:// (Google Cloud Storage)"),
     ("hdfs://", "hdfs://"),
     ("webhdfs://", "webhdfs://"),
     ("oci://", "oci://"),

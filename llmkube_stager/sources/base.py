@@ -10,7 +10,7 @@ never sees httpx, http.client or botocore types.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
@@ -19,6 +19,13 @@ from llmkube_stager.layout import destinations, parse_file_list
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest, RemoteFile
+
+
+class StreamedDigest:
+    """Whether a whole body from byte 0 matched the declared md5 (#33)."""
+
+    def __init__(self) -> None:
+        self.matched = False
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,14 @@ class RemoteMeta:
     # The object's stored Content-Encoding (S3 HEAD): its metadata, which
     # the store returns with the stored bytes (#29 item 11).
     stored_encoding: str | None = None
+    # Digests a store declares, base64 of the raw digest (GCS md5Hash and
+    # crc32c, #33 item 1): checked over the whole file before it is published.
+    md5_b64: str | None = None
+    crc32c_b64: str | None = None
+    # Set by the fetcher when one body from byte 0 to its end hashed to the
+    # declared md5 while it was received: the check after the transfer is
+    # then not repeated (a mutable cell shared by fetcher and engine).
+    streamed_md5: StreamedDigest | None = field(default=None, compare=False, repr=False)
 
 
 class Body(Protocol):

@@ -43,8 +43,10 @@ class Requirement:
 HF_HUB = Requirement("huggingface_hub", "1.0.0", "hf:// sources")
 BOTO3 = Requirement("boto3", "1.29.0", "s3:// sources")
 BOTOCORE = Requirement("botocore", "1.32.0", "s3:// sources")
+# #33 item 1: gs:// credentials and token refresh (sources/gcs/auth.py).
+GOOGLE_AUTH = Requirement("google-auth", "2.0.0", "gs:// sources")
 # By distribution name, as the scheme table names them (schemes.py, #32 item 1).
-FLOORS: dict[str, Requirement] = {r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE)}
+FLOORS: dict[str, Requirement] = {r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH)}
 
 
 def release(version: str) -> tuple[tuple[int, ...], int]:

@@ -246,6 +246,10 @@ def _verified(file: RemoteFile, meta: RemoteMeta, done: Completed) -> Completed:
             f"({meta.sha256}); the download was discarded",
             file=file.rel,
         )
+    if meta.md5_b64 or meta.crc32c_b64:
+        from llmkube_stager.transfer.declared import check_declared
+
+        check_declared(file.rel, meta, done.partial, lambda: discard(done))
     return done
 
 

@@ -82,7 +82,6 @@ def test_an_odd_number_of_arguments_is_a_usage_error(pod: Pod, origin: Origin) -
 @pytest.mark.parametrize(
     ("uri", "scheme"),
     [
-        ("gs://bucket/models/iris", "gs://"),
         ("https://acct.blob.core.windows.net/container/model", "Azure Blob"),
         ("https://acct.file.core.windows.net/share/model", "Azure File"),
         ("hdfs://namenode/models/iris", "hdfs://"),

@@ -69,7 +69,6 @@ def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> No
 @pytest.mark.parametrize(
     "uri",
     [
-        "gs://b/m",
         "hdfs://n/m",
         "https://acct.blob.core.windows.net/c/m",
         "https://acct.file.core.windows.net/s/m",

@@ -45,12 +45,12 @@ def test_a_second_uri_of_a_scheme_not_served_names_the_first_uri_rule(
     pod: Pod, origin: Origin
 ) -> None:
     """The webhook picked this container by the first URI (s3://); the
-    second (gs://) cannot be served here: refused before any request,
+    second (hdfs://) cannot be served here: refused before any request,
     naming storageContainerName."""
     run = pod.run(
         f"{origin.url}/m/model.onnx",
         str(pod.tmp / "a"),
-        "gs://bucket/adapter",
+        "hdfs://namenode/adapter",
         str(pod.tmp / "b"),
     )
 

@@ -35,7 +35,7 @@ def test_a_missing_file_names_the_storage_uri(pod: Pod, origin: Origin) -> None:
 
 
 def test_a_scheme_not_served_names_the_cluster_storage_container(pod: Pod) -> None:
-    run = pod.run("gs://bucket/model", str(pod.tmp / "mnt" / "models"))
+    run = pod.run("hdfs://namenode/model", str(pod.tmp / "mnt" / "models"))
     assert_kserve_words(run, "InvalidConfiguration", "ClusterStorageContainer")
 
 

@@ -103,6 +103,18 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("HTTPS_PROXY", "http://p1:3128", SINGLE, "proxy.https.display", "p1:3128", "http://p2:1"),
     ("HTTP_PROXY", "http://p1:3128", SINGLE, "proxy.http.display", "p1:3128", "http://p2:1"),
     ("NO_PROXY", ".svc,10.0.0.0/8", SINGLE, "proxy.no_proxy", (".svc", "10.0.0.0/8"), "x"),
+    # #33 item 1: gs://
+    (
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "/var/secrets/k.json",
+        SINGLE,
+        "gcs_credentials_file",
+        "/var/secrets/k.json",
+        "/x",
+    ),
+    ("STORAGE_EMULATOR_HOST", "localhost:9023", SINGLE, "gcs_emulator_host", "localhost:9023", "x"),
+    ("GCE_METADATA_HOST", "127.0.0.1:8080", SINGLE, "gcs_metadata_host", "127.0.0.1:8080", "x"),
+    ("GCE_METADATA_IP", "127.0.0.1:8080", SINGLE, "gcs_metadata_ip", "127.0.0.1:8080", "x"),
 ]
 # The rest of the AWS chain lands in Config.aws_env (handed to botocore).
 _AWS_ENV_CASES: dict[str, tuple[str, str]] = {

@@ -1,0 +1,209 @@
+"""The credentials of a gs:// source, as KServe users provide them (#33
+item 1), through google-auth (imported here only: a warm start never loads
+it):
+
+1. GOOGLE_APPLICATION_CREDENTIALS: a key file (KServe's GCS credential
+   builder mounts the service account's Secret and sets it), loaded with
+   `google.auth.load_credentials_from_file` (service-account keys, and the
+   other file types google-auth knows), read-only scope;
+2. else the metadata server when one answers (GKE Workload Identity),
+   asked as google-auth asks it, at google-auth's GCE_METADATA_IP (the
+   ping) and GCE_METADATA_HOST (the token), by MetadataServer below;
+3. else anonymous, for a public bucket (KServe's
+   `create_anonymous_client`), and the log says so.
+
+`Tokens` hands every request the current bearer token, refreshing it
+before it expires (google-auth's `valid`, which counts its refresh margin)
+and at once when GCS answers 401 (a token revoked or rotated in flight):
+a transfer longer than a token's hour goes on. A refusal is
+ModelSourceUnauthorized naming GOOGLE_APPLICATION_CREDENTIALS; the token
+endpoint's answer and google-auth's text are never shown (they may echo
+the assertion or the key's id), only what failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from llmkube_stager.config import Config
+from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.sources.gcs.errors import REMEDY_UNAUTHORIZED_GCS
+from llmkube_stager.sources.gcs.ref import READ_ONLY_SCOPE
+
+if TYPE_CHECKING:
+    import ssl
+
+# google-auth's: a token is refreshed this long before it expires
+# (google.auth._helpers.REFRESH_THRESHOLD), and its metadata ping's bound.
+REFRESH_MARGIN_S = 225.0
+PING_TIMEOUT_S = 3.0
+_FLAVOR = {"Metadata-Flavor": "Google"}
+_TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+
+
+def load_credentials(config: Config, request: Any) -> tuple[Any | None, str]:
+    """(credentials or None for anonymous, where they came from)."""
+    if config.gcs_credentials_file:
+        return _from_file(config.gcs_credentials_file, request), "GOOGLE_APPLICATION_CREDENTIALS"
+    metadata = MetadataServer(config)
+    if metadata.present():
+        return MetadataCredentials(metadata), "the metadata server (Workload Identity)"
+    return None, "anonymous"
+
+
+def _from_file(path: str, request: Any) -> Any:
+    auth: Any = importlib.import_module("google.auth")
+    exceptions: Any = importlib.import_module("google.auth.exceptions")
+    try:
+        creds, _ = auth.load_credentials_from_file(path, scopes=[READ_ONLY_SCOPE])
+    except exceptions.DefaultCredentialsError as exc:
+        # Its text may quote the file; the cause is said by type only.
+        missing = isinstance(exc.__cause__, OSError) or "not found" in str(exc)
+        what = "cannot be read" if missing else "is not a credentials file google-auth knows"
+        raise ConfigError(f"GOOGLE_APPLICATION_CREDENTIALS {path} {what}") from None
+    return creds
+
+
+class MetadataServer:
+    """GKE's metadata server as google-auth asks it (the same variables,
+    paths and header), on connections of our own that never go through a
+    proxy: google-auth's compute_engine module imports `requests` at
+    import time (google-auth 2.4x), which the agent does not carry."""
+
+    def __init__(self, config: Config) -> None:
+        from llmkube_stager.sources.wire.connection import ConnectionPool
+
+        self._host = config.gcs_metadata_host
+        self._ip = config.gcs_metadata_ip
+        # A host that is no GCE/GKE node blackholes 169.254.169.254: bounded
+        # as google-auth bounds its ping (3 s), not by LLMKUBE_CONNECT_TIMEOUT.
+        bound_s = min(config.timeouts.connect_s, PING_TIMEOUT_S)
+        self._pool = ConnectionPool(bound_s, config.timeouts.stall_s, _no_tls)
+
+    def present(self) -> bool:
+        """One ping of GCE_METADATA_IP: a metadata server answers with its flavor."""
+        from llmkube_stager.sources.gcs.transport import ControlError, call
+
+        try:
+            answer = call(self._pool, "GET", f"http://{self._ip}/", dict(_FLAVOR))
+        except ControlError:
+            return False
+        return answer.status == 200 and answer.get("metadata-flavor") == "Google"
+
+    def token(self) -> tuple[str, float]:
+        """(an access token, its lifetime in seconds) of the pod's account."""
+        from llmkube_stager.sources.gcs.transport import ControlError, call, json_of
+
+        where = "the metadata server"
+        try:
+            answer = call(self._pool, "GET", f"http://{self._host}{_TOKEN_PATH}", dict(_FLAVOR))
+        except ControlError as err:
+            raise SourceError(
+                f"no token from {where}: {err.error.detail}",
+                reason=Reason.SOURCE_UNREACHABLE,
+                transient=True,
+            ) from None
+        if answer.status != 200:
+            transient = answer.status == 429 or answer.status >= 500
+            raise SourceError(
+                f"{where} answered HTTP {answer.status} to the token request (is a Google "
+                "service account bound to the pod's Kubernetes service account?)",
+                reason=Reason.SOURCE_UNAVAILABLE if transient else Reason.SOURCE_UNAUTHORIZED,
+                transient=transient,
+                answered=True,
+                remedy=None if transient else REMEDY_UNAUTHORIZED_GCS,
+            )
+        doc = json_of(answer, where)
+        token, lifetime = doc.get("access_token"), doc.get("expires_in")
+        if not isinstance(token, str) or not token or not isinstance(lifetime, int | float):
+            raise SourceError(
+                f"{where} answered the token request without a token",
+                reason=Reason.SOURCE_REJECTED,
+                answered=True,
+            )
+        return token, float(lifetime)
+
+
+class MetadataCredentials:
+    """Workload Identity's token, refreshed as google-auth's credentials
+    are: `valid` turns false REFRESH_MARGIN_S before the expiry."""
+
+    def __init__(self, server: MetadataServer) -> None:
+        self._server = server
+        self.token: str | None = None
+        self._expires_at = 0.0
+
+    @property
+    def valid(self) -> bool:
+        return self.token is not None and time.monotonic() < self._expires_at - REFRESH_MARGIN_S
+
+    def refresh(self, request: Any) -> None:
+        self.token, lifetime_s = self._server.token()
+        self._expires_at = time.monotonic() + lifetime_s
+
+
+def _no_tls() -> ssl.SSLContext:
+    raise AssertionError("the metadata server is asked over http only")
+
+
+class Tokens:
+    """The run's bearer token, shared by every request (thread-safe)."""
+
+    def __init__(self, credentials: Any | None, request: Any, where: str) -> None:
+        self._creds = credentials
+        self._request = request
+        self._where = where
+        self._lock = threading.Lock()
+        self.refreshes = 0
+
+    @property
+    def anonymous(self) -> bool:
+        return self._creds is None
+
+    def header(self) -> dict[str, str]:
+        """Authorization for the next request; refreshed first when the
+        token is missing or within google-auth's margin of its expiry."""
+        if self._creds is None:
+            return {}
+        with self._lock:
+            if not self._creds.valid:
+                self._refresh()
+            return {"Authorization": f"Bearer {self._creds.token}"}
+
+    def current(self) -> str | None:
+        return None if self._creds is None else self._creds.token
+
+    def refresh_after_refusal(self, used: str | None) -> bool:
+        """GCS refused `used` (401): refresh unless another request already
+        did. False when there is nothing to refresh (anonymous)."""
+        if self._creds is None:
+            return False
+        with self._lock:
+            if self._creds.token == used:
+                self._refresh()
+        return True
+
+    def _refresh(self) -> None:
+        from google.auth import exceptions
+
+        creds: Any = self._creds
+        try:
+            creds.refresh(self._request)
+        except exceptions.RefreshError:
+            raise SourceError(
+                f"the credentials from {self._where} were refused when asking for a token",
+                reason=Reason.SOURCE_UNAUTHORIZED,
+                answered=True,
+                remedy=REMEDY_UNAUTHORIZED_GCS,
+            ) from None
+        except exceptions.TransportError:
+            # Its text may hold the endpoint's answer: not shown.
+            raise SourceError(
+                f"no token from {self._where}: the token request failed on the way",
+                reason=Reason.SOURCE_UNREACHABLE,
+                transient=True,
+            ) from None
+        self.refreshes += 1

@@ -1,0 +1,245 @@
+"""gs:// sources (Google Cloud Storage, and emulators or private endpoints
+under STORAGE_EMULATOR_HOST), #33 item 1.
+
+The control path is the JSON API on the agent's connections (session.py):
+one listing per run for a prefix (listing.py), or one metadata request per
+named object, each giving size, generation, md5Hash and crc32c. The bytes
+travel through the agent's own engine (ranged, resumable, parallel) as
+`alt=media` GETs of the generation listed, with the run's bearer token
+(auth.py): a generation is immutable, so a partial resumes without any
+validator the origin must check, and an object replaced in flight answers
+404 for the old generation (ModelSourceChanged), never its new bytes in
+the middle of the old ones. The md5Hash (or crc32c) the service declares
+is checked before a file is published (transfer/declared.py), as the hub's
+sha256 is. google-auth alone is the library: google-cloud-storage
+downloads through its own `requests` session (`Blob.download_to_filename`
+-> google-resumable-media), where the engine could not move the bytes
+(docs/design.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llmkube_stager.config import Config
+from llmkube_stager.errors import ConfigError, SourceError, SourceKind
+from llmkube_stager.layout import dest_path
+from llmkube_stager.listing import Listing
+from llmkube_stager.model import Manifest, RemoteFile
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest, build_manifest
+from llmkube_stager.sources.gcs.objects import GcsObject, from_validator
+from llmkube_stager.sources.gcs.ref import (
+    GcsRef,
+    check_hostport,
+    endpoint_of,
+    media_url,
+    object_name,
+    parse_gs,
+)
+from llmkube_stager.sources.wire.status import AuthPolicy, Origin
+
+if TYPE_CHECKING:
+    from llmkube_stager.logs import Log
+    from llmkube_stager.sources.gcs.auth import Tokens
+    from llmkube_stager.sources.gcs.session import GcsSession
+    from llmkube_stager.sources.wire.connection import ConnectionPool
+
+
+class GcsSource:
+    kind: SourceKind = "gcs"
+    revision: str | None = None
+    # The metadata (or listing) names the generation the GET is pinned to.
+    get_without_probe = False
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self.ref = parse_gs(config.source)
+        # Checked before any I/O (InvalidConfiguration naming the variable).
+        endpoint_of(config.gcs_emulator_host)
+        check_hostport("GCE_METADATA_HOST", config.gcs_metadata_host)
+        check_hostport("GCE_METADATA_IP", config.gcs_metadata_ip)
+        if not config.multi_file and (not self.ref.path or self.ref.path.endswith("/")):
+            raise ConfigError(
+                "MODEL_SOURCE names a bucket or prefix but no object for MODEL_PATH; name the "
+                "object (gs://bucket/path/model.gguf) or set CACHE_DIR without MODEL_PATH"
+            )
+        self._session: GcsSession | None = None
+        self.lists = config.listed
+        self.listing: Listing | None = None
+
+    @property
+    def listing_source(self) -> str:
+        return self._listed_ref.display
+
+    @property
+    def _listed_ref(self) -> GcsRef:
+        return parse_gs(self._config.source)
+
+    def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
+        from llmkube_stager.sources.gcs.listing import list_objects
+
+        session = self._open_session()
+        ref, where = self._listed_ref, self.listing_source
+        return list_objects(
+            where,
+            ref.bucket,
+            ref.path,
+            lambda prefix, token: retry(lambda: session.list_page(prefix, token, where)),
+        )
+
+    def use_listing(self, listing: Listing) -> None:
+        self.listing = listing
+        self.ref = GcsRef(self.ref.bucket, listing.base)
+
+    def preflight(self) -> None:
+        self._open_session().preflight()
+
+    def _open_session(self) -> GcsSession:
+        from llmkube_stager.sources.gcs.session import GcsSession
+
+        if self._session is None:
+            self._session = GcsSession(self._config, self.ref.bucket)
+        return self._session
+
+    def manifest(self) -> Manifest:
+        config, ref = self._config, self.ref
+        if self.listing is not None:
+            return _listed_manifest(config, ref, self.listing)
+        return build_manifest(
+            config,
+            "gcs",
+            ref.display,
+            lambda rel: f"gs://{ref.bucket}/{object_name(ref, rel, config.multi_file)}",
+        )
+
+    def fetcher(self) -> GcsFetcher:
+        session, self._session = self._open_session(), None  # the fetcher closes it
+        return GcsFetcher(self._config, self.ref, session, self.listing)
+
+
+def _listed_manifest(config: Config, ref: GcsRef, listing: Listing) -> Manifest:
+    root = config.cache_dir
+    files = tuple(
+        RemoteFile(
+            rel=f.rel,
+            url=f"gs://{ref.bucket}/{object_name(ref, f.key or f.rel, True)}",
+            dest=dest_path(root, f.rel),
+            size_bytes=f.size_bytes,
+        )
+        for f in listing.files
+    )
+    return Manifest("gcs", root, files, True, listing.source)
+
+
+@dataclass(frozen=True)
+class BearerAuth(AuthPolicy):
+    """The run's token, to the JSON API's origin only, never across a
+    redirect to another host (the agent's AuthPolicy rule)."""
+
+    origin: Origin | None = None
+    tokens: Tokens | None = field(default=None, repr=False, compare=False)
+
+    def headers_for(self, url: str, first_url: str) -> dict[str, str]:
+        here = Origin.of(url)
+        if self.tokens is None or here != self.origin or here != Origin.of(first_url):
+            return {}
+        return self.tokens.header()
+
+
+class GcsFetcher:
+    parallel_ranges = True
+
+    def __init__(
+        self, config: Config, ref: GcsRef, session: GcsSession, listing: Listing | None
+    ) -> None:
+        self._config = config
+        self._ref = ref
+        self._session = session
+        self._listed = listing.by_rel if listing is not None else {}
+        self._pool: ConnectionPool | None = None
+        self._auth: BearerAuth | None = None
+
+    def bind_log(self, log: Log) -> None:
+        self._session.log = log
+
+    def _object(self, file: RemoteFile) -> GcsObject:
+        listed = self._listed.get(file.rel)
+        rel = listed.key if listed is not None and listed.key else file.rel
+        name = object_name(self._ref, rel, self._config.multi_file)
+        if listed is not None:
+            obj = from_validator(name, listed.size_bytes, listed.validator)
+            if obj is not None:
+                return obj  # the listing said it: no request per object
+        return self._session.object_meta(name)
+
+    def probe(self, file: RemoteFile) -> RemoteMeta:
+        obj = self._object(file)
+        return RemoteMeta(
+            url=media_url(self._session.endpoint, self._session.bucket, obj.name, obj.generation),
+            size_bytes=obj.size_bytes or None,
+            etag=obj.validator,
+            accept_ranges=True,
+            # One generation's bytes never change: resumable without a
+            # validator the origin checks; its digests are checked whole.
+            immutable=True,
+            md5_b64=obj.md5_b64,
+            crc32c_b64=obj.crc32c_b64,
+            streamed_md5=StreamedDigest(),
+        )
+
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        from llmkube_stager.sources.gcs.errors import status_of, translated
+
+        tokens = self._session.tokens()
+        tokens.header()  # a token now: the one a 401 below refused
+        used = tokens.current()
+        try:
+            return self._get(file, meta, offset, end)
+        except SourceError as err:
+            if not (status_of(err) == 401 and tokens.refresh_after_refusal(used)):
+                raise translated(err) from err.__cause__
+        # A token revoked or rotated mid-transfer: refreshing it is not the
+        # origin failing, so it spends no retry budget (#33 item 1).
+        try:
+            return self._get(file, meta, offset, end)
+        except SourceError as err:
+            raise translated(err) from err.__cause__
+
+    def _get(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None) -> Body:
+        from llmkube_stager.sources.wire.coding import CodingProof
+        from llmkube_stager.sources.wire.exchange import open_get
+        from llmkube_stager.sources.wire.status import USER_AGENT, sendable
+
+        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        if offset > 0 or end is not None:
+            headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
+        proof = CodingProof(file.sha256 is not None, None, meta.size_bytes)
+        url = sendable(meta.url)
+        body: Body = open_get(
+            self._session.pool,
+            url,
+            headers,
+            self._bearer(),
+            offset,
+            end,
+            asked_url=file.url,
+            proof=proof,
+        )
+        cell, size = meta.streamed_md5, meta.size_bytes
+        streams_whole = offset == 0 and end is None and body.start == 0
+        if streams_whole and cell is not None and meta.md5_b64 and size:
+            from llmkube_stager.sources.gcs.digest import Md5Body
+
+            return Md5Body(body, size, meta.md5_b64, cell)
+        return body
+
+    def _bearer(self) -> BearerAuth:
+        if self._auth is None:
+            tokens = self._session.tokens()
+            self._auth = BearerAuth("", "", None, self._session.origin, tokens)
+        return self._auth
+
+    def close(self) -> None:
+        self._session.close()

@@ -1,0 +1,654 @@
+"""gs:// sources against the real gcp-storage-emulator behind the suite's
+front (tests/harness/gcs.py), with google-auth's real credential flows
+pointed at the suite's fake metadata server and token endpoint (#33 items
+1, 4). What went over the wire is the front's record.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmkube_stager.schemes import REMEDY_RATE_LIMITED_GCS
+from llmkube_stager.sources.gcs.errors import REMEDY_NOT_FOUND_GCS, REMEDY_UNAUTHORIZED_GCS
+from tests.harness.canary import Secrets, assert_no_leak, leaks, outputs_of
+from tests.harness.disk import tree
+from tests.harness.gcs import (
+    GceMetadata,
+    GcsEmulator,
+    GcsFault,
+    GcsFront,
+    TokenEndpoint,
+    gcs_env,
+    new_bucket,
+)
+from tests.harness.origin import closed_port_url
+from tests.harness.pod import ON_CHANGE, Pod, import_lines, wait_for
+from tests.harness.proxy import ForwardProxy
+from tests.harness.sample import KIB, MIB, payload
+from tests.harness.tlsca import make_ca
+
+pytestmark = pytest.mark.floors
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[GcsEmulator]:
+    with GcsEmulator() as emu:
+        yield emu
+
+
+@pytest.fixture
+def gcs(emulator: GcsEmulator) -> Iterator[GcsFront]:
+    with GcsFront(emulator) as front:
+        yield front
+
+
+@pytest.fixture
+def bucket(emulator: GcsEmulator) -> str:
+    return new_bucket(emulator)
+
+
+@pytest.fixture
+def no_metadata() -> Iterator[GceMetadata]:
+    """A host without a metadata server: the agent settles on anonymous."""
+    with GceMetadata(present=False) as fake:
+        yield fake
+
+
+@pytest.fixture
+def metadata() -> Iterator[GceMetadata]:
+    """GKE's metadata server (Workload Identity)."""
+    with GceMetadata() as fake:
+        yield fake
+
+
+@pytest.fixture
+def token_endpoint() -> Iterator[TokenEndpoint]:
+    with TokenEndpoint() as fake:
+        yield fake
+
+
+def _accept_issued(
+    gcs: GcsFront, issuer: GceMetadata | TokenEndpoint, *, only_newest: bool = False
+) -> None:
+    """The front accepts the tokens the issuer hands out (all, or the newest only)."""
+    gcs.accept("never-issued")
+
+    def issued(token: str) -> None:
+        with gcs.state.lock:
+            tokens = gcs.state.tokens if gcs.state.tokens is not None else set()
+            gcs.state.tokens = {token} if only_newest else {*tokens, token}
+
+    issuer.state.on_issue = issued
+
+
+def _key_env(gcs: GcsFront, no_metadata: GceMetadata, key: Path, **extra: str) -> dict[str, str]:
+    return gcs_env(gcs, no_metadata, GOOGLE_APPLICATION_CREDENTIALS=str(key), **extra)
+
+
+# -- happy paths ------------------------------------------------------------------------------
+
+
+def test_single_object_with_a_service_account_key(
+    pod: Pod, gcs: GcsFront, bucket: str, token_endpoint: TokenEndpoint, no_metadata: GceMetadata
+) -> None:
+    """The key file's JWT grant at its token_uri (signature checked by the
+    fake endpoint), the token on the metadata GET and the media GET, the
+    media GET pinned to the generation; neither the key nor the token in
+    any output."""
+    data = payload(192 * KIB)
+    obj = gcs.emulator.put(bucket, "models/llama.gguf", data)
+    key = token_endpoint.key_file(pod.tmp / "key.json")
+    _accept_issued(gcs, token_endpoint)
+    env = pod.single_env(f"gs://{bucket}/models/llama.gguf", **_key_env(gcs, no_metadata, key))
+
+    run = pod.run(env=env)
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+    assert "Downloading model from Google Cloud Storage..." in run.stderr
+    (token,) = token_endpoint.issued
+    meta, media = gcs.requests("meta"), gcs.requests("media")
+    assert [m.bearer for m in meta] == [token]
+    assert [(m.bearer, m.query["generation"], m.status) for m in media] == [
+        (token, [obj["generation"]], 200)
+    ]
+    written = [d.decode("latin-1") for d in tree(pod.cache_dir).values()]
+    private_key = key.read_text().split("PRIVATE KEY-----")[1][100:160]
+    for secret in (token, private_key):
+        assert leaks(secret, run.outputs, *written) == [], "a secret leaked"
+    assert no_metadata.state.paths == []  # a key file: the metadata server is never asked
+
+
+def test_a_prefix_of_more_than_1000_objects_is_listed_in_pages_once(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """1,003 objects: two pages (pageToken), one listing for the run, no
+    metadata request per object, every file at its listed generation."""
+    names = [f"m/shard-{i:04d}.bin" for i in range(1003)]
+    for i, name in enumerate(names):
+        gcs.emulator.put(bucket, name, f"shard {i}\n".encode())
+    gcs.emulator.put(bucket, "m-v2/other.bin", b"not under the prefix")
+    env = gcs_env(gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(pod.tmp / "c"))
+
+    run = pod.run(env=env)
+
+    run.ok(files=1003, fetched=1003)
+    staged = tree(pod.tmp / "c")
+    assert staged["shard-0000.bin"] == b"shard 0\n" and staged["shard-1002.bin"] == b"shard 1002\n"
+    assert not any("other" in rel for rel in staged)
+    lists = gcs.requests("list")
+    assert [r.query.get("pageToken") for r in lists] == [None, ["1000"]]
+    assert all(r.query["prefix"] == ["m"] for r in lists)  # at a '/' boundary: below
+    assert gcs.requests("meta") == [] and len(gcs.requests("media")) == 1003
+    assert all("authorization" not in r.headers for r in gcs.requests())  # anonymous
+
+
+def test_warm_start_makes_no_request_and_imports_no_google_library(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata
+) -> None:
+    gcs.emulator.put(bucket, "m/a.bin", b"a" * 100)
+    gcs.emulator.put(bucket, "m/b.bin", b"b" * 200)
+    _accept_issued(gcs, metadata)
+    env = gcs_env(gcs, metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(pod.tmp / "c"))
+    pod.run(env=env).ok(files=2, fetched=2)
+    asked, tokens = len(gcs.requests()), len(metadata.issued)
+
+    warm = pod.run(env=env, python_flags=("-X", "importtime"))
+
+    warm.ok(files=2, fetched=0, reused=2)
+    assert len(gcs.requests()) == asked and len(metadata.issued) == tokens
+    imported = import_lines(warm.stderr)
+    gcs_wire = tuple(f"llmkube_stager.sources.gcs.{m}" for m in ("auth", "session", "transport"))
+    assert not {m for m in imported if m.startswith(("google", *gcs_wire))}
+    assert "llmkube_stager.sources.wire.connection" not in imported
+
+
+def test_workload_identity_token_from_the_metadata_server(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata
+) -> None:
+    data = payload(64 * KIB)
+    gcs.emulator.put(bucket, "model.gguf", data)
+    _accept_issued(gcs, metadata)
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, metadata)))
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+    (token,) = metadata.issued
+    assert {r.bearer for r in gcs.requests()} == {token}
+    assert leaks(token, run.outputs) == []
+
+
+def test_on_change_revalidates_by_generation(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    gcs.emulator.put(bucket, "m/a.bin", b"one" * 100)
+    gcs.emulator.put(bucket, "m/b.bin", b"two" * 100)
+    env = gcs_env(
+        gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(pod.tmp / "c"), **ON_CHANGE
+    )
+    pod.run(env=env).ok(files=2, fetched=2)
+    before = len(gcs.requests("media"))
+
+    same = pod.run(env=env)
+
+    same.ok(files=2, fetched=0, reused=2)
+    assert len(gcs.requests("media")) == before  # a listing only
+    gcs.emulator.put(bucket, "m/b.bin", b"new" * 100)  # same size, a new generation
+
+    changed = pod.run(env=env)
+
+    changed.ok(files=2, fetched=1, reused=1)
+    assert (pod.tmp / "c" / "b.bin").read_bytes() == b"new" * 100
+    assert len(gcs.requests("media")) == before + 1
+
+
+# -- the generation pin and the declared digests ----------------------------------------------
+
+
+def test_object_replaced_mid_transfer_is_never_spliced(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """The body is cut after 64 KiB; before the resume the object is
+    replaced by one of the same size: the resume names the old generation,
+    GCS answers 404 for it, the run stops with ModelSourceChanged and
+    publishes nothing (never 64 KiB old + the rest new)."""
+    old, new = payload(256 * KIB, 1), payload(256 * KIB, 2)
+    first = gcs.emulator.put(bucket, "model.gguf", old)
+    gcs.fault(GcsFault("media", times=1, cut_after_bytes=64 * KIB))
+    replaced: list[str] = []
+
+    def replace_once(request: object, sent: int) -> None:
+        if not replaced:
+            replaced.append(gcs.emulator.put(bucket, "model.gguf", new)["generation"])
+
+    gcs.state.after_media = replace_once
+    env = pod.single_env(
+        f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1")
+    )
+
+    run = pod.run(env=env)
+
+    run.failed("ModelSourceChanged")
+    assert not pod.dest().exists()
+    media = gcs.requests("media")
+    assert len(media) >= 2 and replaced and replaced[0] != first["generation"]
+    assert all(m.query["generation"] == [first["generation"]] for m in media)
+    resume = media[1]
+    assert resume.headers.get("range", "").startswith("bytes=") and resume.status == 404
+
+
+def test_bytes_that_miss_the_declared_md5_are_never_published(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    data = payload(128 * KIB)
+    obj = gcs.emulator.put(bucket, "model.gguf", data)
+    assert obj["md5Hash"] == base64.b64encode(hashlib.md5(data).digest()).decode()
+    gcs.fault(GcsFault("media", corrupt=True))
+    env = pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata))
+
+    run = pod.run(env=env)
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert "md5" in run.compact_term()["message"]
+    assert not pod.dest().exists()
+
+
+@pytest.mark.parametrize("form", ["object", "prefix"])
+def test_kill_mid_file_then_rerun_resumes_with_a_range(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, form: str
+) -> None:
+    """SIGKILL with half the file sent; the rerun resumes with a Range at the
+    same generation. A prefix's rerun finishes from the listing it recorded
+    before its first publish (a.json): no second listing, the generation
+    read back from the record."""
+    data = payload(24 * MIB)
+    obj = gcs.emulator.put(bucket, "m/model.bin", data)
+    gcs.fault(GcsFault("media", times=1, name="m/model.bin", rate_bytes_per_s=8 * MIB))
+    extra = gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1", LLMKUBE_FILES_IN_FLIGHT="1")
+    if form == "object":
+        env, dest = pod.single_env(f"gs://{bucket}/m/model.bin", **extra), pod.dest()
+    else:
+        gcs.emulator.put(bucket, "m/a.json", b"{}")
+        env = {**extra, "MODEL_SOURCE": f"gs://{bucket}/m", "CACHE_DIR": str(pod.tmp / "c")}
+        dest = pod.tmp / "c" / "model.bin"
+    proc = pod.popen(env=env)
+    wait_for(lambda: gcs.state.media_sent >= 12 * MIB, 30, "12 MiB sent", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gcs.state.faults.clear()
+    listed = len(gcs.requests("list"))
+
+    run = pod.run(env=env)
+
+    assert dest.read_bytes() == data
+    resume = gcs.requests("media")[-1]
+    assert resume.query["generation"] == [obj["generation"]]
+    offset = int(resume.headers["range"].removeprefix("bytes=").split("-")[0])
+    assert 0 < offset < len(data) and resume.status == 206
+    assert run.outcome is None or run.outcome.bytes_fetched == len(data) - offset
+    assert len(gcs.requests("list")) == listed == (1 if form == "prefix" else 0)
+    if form == "prefix":
+        assert (pod.tmp / "c" / "a.json").read_bytes() == b"{}"
+        assert gcs.requests("meta") == []  # the recorded validator held the generation
+        run.ok(files=2, fetched=1, reused=1)
+    else:
+        run.ok(files=1, fetched=1)
+
+
+# -- tokens -----------------------------------------------------------------------------------
+
+
+def test_a_token_revoked_mid_transfer_is_refreshed_and_the_transfer_goes_on(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata
+) -> None:
+    """The first token is revoked while the body is on the way (the
+    connection drops at 64 KiB): the resume gets 401, the agent asks the
+    metadata server for a new token once and resumes with it."""
+    data = payload(256 * KIB)
+    gcs.emulator.put(bucket, "model.gguf", data)
+    _accept_issued(gcs, metadata)
+    gcs.fault(GcsFault("media", times=1, cut_after_bytes=64 * KIB))
+
+    def revoke(request: object, sent: int) -> None:
+        gcs.state.after_media = None
+        with gcs.state.lock:
+            gcs.state.tokens = set()  # the next issued token is accepted (_accept_issued)
+
+    gcs.state.after_media = revoke
+    env = pod.single_env(
+        f"gs://{bucket}/model.gguf", **gcs_env(gcs, metadata, LLMKUBE_CONNECTIONS="1")
+    )
+
+    run = pod.run(env=env)
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+    first, second = metadata.issued
+    media = [(m.bearer, m.status, m.headers.get("range")) for m in gcs.requests("media")]
+    assert media[0][:2] == (first, 200)
+    assert media[1][:2] == (first, 401)
+    assert media[2][0] == second and media[2][1] == 206 and media[2][2] == f"bytes={64 * KIB}-"
+
+
+def test_a_token_near_its_expiry_is_refreshed_before_the_request(
+    pod: Pod, gcs: GcsFront, bucket: str
+) -> None:
+    """Tokens that expire within google-auth's margin are refreshed before
+    each request: the front accepts only the newest token, and no request
+    is refused."""
+    with GceMetadata(expires_in_s=120) as metadata:
+        for i in range(3):
+            gcs.emulator.put(bucket, f"m/{i}.bin", payload(8 * KIB, i))
+        _accept_issued(gcs, metadata, only_newest=True)
+        env = gcs_env(
+            gcs,
+            metadata,
+            MODEL_SOURCE=f"gs://{bucket}/m",
+            CACHE_DIR=str(pod.tmp / "c"),
+            LLMKUBE_FILES_IN_FLIGHT="1",
+        )
+
+        pod.run(env=env).ok(files=3, fetched=3)
+
+        assert [r.status for r in gcs.requests()] == [200] * 4
+        assert len(metadata.issued) >= 4
+        assert len({r.bearer for r in gcs.requests()}) == 4
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def test_a_key_the_token_endpoint_refuses_is_unauthorized_naming_the_variable(
+    pod: Pod, gcs: GcsFront, bucket: str, token_endpoint: TokenEndpoint, no_metadata: GceMetadata
+) -> None:
+    gcs.emulator.put(bucket, "model.gguf", b"x" * 100)
+    key = token_endpoint.key_file(pod.tmp / "key.json", own_key=False)
+    env = pod.single_env(f"gs://{bucket}/model.gguf", **_key_env(gcs, no_metadata, key))
+
+    run = pod.run(env=env)
+
+    run.failed("ModelSourceUnauthorized")
+    assert run.returncode == 4
+    term = run.compact_term()
+    assert (
+        term["remedy"] == REMEDY_UNAUTHORIZED_GCS
+        and "GOOGLE_APPLICATION_CREDENTIALS" in term["message"]
+    )
+    assert gcs.requests() == [] and token_endpoint.state.refused >= 1
+    private_key = key.read_text().split("PRIVATE KEY-----")[1][100:160]
+    assert leaks(private_key, run.outputs) == []
+
+
+def test_an_expired_token_refused_again_is_unauthorized(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata
+) -> None:
+    """GCS refuses every token (revoked access): one refresh, then
+    ModelSourceUnauthorized, exit 4."""
+    gcs.emulator.put(bucket, "model.gguf", b"x" * 100)
+    gcs.accept("nothing-the-agent-has")
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, metadata)))
+
+    run.failed("ModelSourceUnauthorized")
+    assert run.returncode == 4 and run.compact_term()["remedy"] == REMEDY_UNAUTHORIZED_GCS
+    assert len(metadata.issued) == 2  # the first, and one refresh after the 401
+    assert [r.status for r in gcs.requests()] == [401, 401]
+    for token in metadata.issued:
+        assert leaks(token, run.outputs) == []
+
+
+def test_a_missing_key_file_is_a_configuration_error(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    env = pod.single_env(
+        f"gs://{bucket}/model.gguf", **_key_env(gcs, no_metadata, pod.tmp / "absent.json")
+    )
+
+    run = pod.run(env=env)
+
+    run.failed("InvalidConfiguration")
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in run.compact_term()["message"]
+    assert gcs.requests() == []
+
+
+@pytest.mark.parametrize("missing", ["object", "bucket", "prefix"])
+def test_a_missing_object_bucket_or_prefix_is_not_found(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, missing: str
+) -> None:
+    gcs.emulator.put(bucket, "m/a.bin", b"a")
+    if missing == "prefix":
+        env = gcs_env(
+            gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/nothing", CACHE_DIR=str(pod.tmp / "c")
+        )
+    else:
+        where = (
+            f"gs://{bucket}/m/absent.bin" if missing == "object" else "gs://no-such-bucket/m.bin"
+        )
+        env = pod.single_env(where, **gcs_env(gcs, no_metadata))
+
+    run = pod.run(env=env)
+
+    run.failed("ModelSourceNotFound")
+    assert run.returncode == 4 and run.compact_term()["remedy"] == REMEDY_NOT_FOUND_GCS
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_throttling_past_the_budget_is_rate_limited_with_the_gcs_remedy(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, status: int
+) -> None:
+    gcs.emulator.put(bucket, "model.gguf", b"x" * 100)
+    gcs.fault(GcsFault("meta", status=status, retry_after="0"))
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata)))
+
+    run.failed("ModelSourceRateLimited")
+    assert run.returncode == 1 and run.compact_term()["remedy"] == REMEDY_RATE_LIMITED_GCS
+    assert len(gcs.requests("meta")) == 3  # the first and LLMKUBE_RETRIES=2 more
+
+
+# -- KServe mode ------------------------------------------------------------------------------
+
+
+def _visible(root: Path) -> dict[str, bytes]:
+    """What a model server sees under DEST_DIR (links followed, the agent's
+    private dot directory left out)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    }
+
+
+def test_kserve_storage_uri_of_a_gs_prefix_and_of_one_object(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """KServe's `SRC_URI DEST_DIR` form: a prefix is listed (its tree kept),
+    a URI naming one object stages that object under its own name."""
+    gcs.emulator.put(bucket, "iris/model.joblib", b"weights")
+    gcs.emulator.put(bucket, "iris/sub/config.json", b"{}")
+    gcs.emulator.put(bucket, "single/model.pt", b"pt")
+    first, second = pod.tmp / "mnt" / "models", pod.tmp / "mnt" / "one"
+
+    run = pod.run(
+        f"gs://{bucket}/iris",
+        str(first),
+        f"gs://{bucket}/single/model.pt",
+        str(second),
+        env=gcs_env(gcs, no_metadata),
+    )
+
+    assert run.returncode == 0, str(run)
+    assert _visible(first) == {"model.joblib": b"weights", "sub/config.json": b"{}"}
+    assert _visible(second) == {"model.pt": b"pt"}
+    assert len(gcs.requests("list")) == 2 and gcs.requests("meta") == []
+
+
+# -- proxies and trust ------------------------------------------------------------------------
+
+
+def test_an_https_endpoint_is_trusted_by_llmkube_ca_dir_and_tunnelled_through_the_proxy(
+    pod: Pod, emulator: GcsEmulator, bucket: str, metadata: GceMetadata, proxy: ForwardProxy
+) -> None:
+    """The JSON API over TLS with the test's CA: a CONNECT tunnel through
+    HTTPS_PROXY for the listing and the bytes, the CA from LLMKUBE_CA_DIR;
+    the metadata server is asked directly, never through the proxy."""
+    ca = make_ca(pod.tmp / "pki")
+    emulator.put(bucket, "model.gguf", b"m" * 1000)
+    with GcsFront(emulator, tls=ca.server_context()) as front:
+        _accept_issued(front, metadata)
+        proxies = {"HTTPS_PROXY": proxy.url, "HTTP_PROXY": proxy.url}
+        env = gcs_env(front, metadata, LLMKUBE_CA_DIR=str(ca.ca_dir), **proxies)
+
+        pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env)).ok(files=1, fetched=1)
+
+        hostport = front.url.removeprefix("https://")
+        assert {(r.method, r.target) for r in proxy.requests()} == {("CONNECT", hostport)}
+        assert [r.status for r in front.requests()] == [200, 200]
+        assert len(metadata.issued) == 1
+
+        pod.single(f"gs://{bucket}/model.gguf", key="untrusted")
+        untrusted = pod.run(env={**pod.env, **gcs_env(front, metadata)})
+
+        untrusted.failed("ModelSourceUntrusted")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("GCE_METADATA_HOST", "evil.example/x?"),
+        ("GCE_METADATA_IP", "user@169.254.169.254"),
+        ("STORAGE_EMULATOR_HOST", "ftp://emulator:21"),
+        ("STORAGE_EMULATOR_HOST", "http://user:pw@emulator:9023"),
+        ("MODEL_SOURCE", "gs://{bucket}"),
+        ("MODEL_SOURCE", "gs://{bucket}/m/"),
+    ],
+)
+def test_a_bad_endpoint_variable_is_refused_before_any_request(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, name: str, value: str
+) -> None:
+    value = value.format(bucket=bucket)
+    env = pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata, **{name: value}))
+
+    run = pod.run(env=env)
+
+    run.failed("InvalidConfiguration")
+    assert name in run.compact_term()["message"]
+    assert "pw" not in run.outputs.replace("password", "")
+    assert gcs.requests() == [] and no_metadata.state.paths == []
+
+
+def test_no_metadata_server_listening_means_anonymous_requests(
+    pod: Pod, gcs: GcsFront, bucket: str
+) -> None:
+    """A node that is no GKE node: the ping to GCE_METADATA_IP is refused
+    (here a closed loopback port), the agent settles on anonymous at once.
+    Failed before: the refused connect escaped the ping as ModelSourceUnreachable."""
+    gcs.emulator.put(bucket, "model.gguf", b"public" * 100)
+    closed = closed_port_url().removeprefix("http://")
+    env = {"STORAGE_EMULATOR_HOST": gcs.url, "GCE_METADATA_HOST": closed, "GCE_METADATA_IP": closed}
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env))
+
+    run.ok(files=1, fetched=1)
+    assert all("authorization" not in r.headers for r in gcs.requests())
+
+
+# -- canaries ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["success", "key-refused", "token-refused", "not-found"])
+def test_no_google_secret_and_no_other_credential_in_any_output_or_request(
+    pod: Pod,
+    gcs: GcsFront,
+    bucket: str,
+    token_endpoint: TokenEndpoint,
+    no_metadata: GceMetadata,
+    case: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A key file, its tokens and every other secret variable of the pod
+    (HF_TOKEN, AWS_*) through success and each refusal: none in stdout,
+    stderr, the termination message or any file the agent left (CONTRACT
+    §5), and only the GCS token in a request to GCS."""
+    secrets = Secrets.new("CANARY")
+    gcs.emulator.put(bucket, "model.gguf", payload(32 * KIB))
+    # Outside the pod's directories, which are searched (a Secret's mount).
+    secret_dir = tmp_path_factory.mktemp("secret")
+    key = token_endpoint.key_file(secret_dir / "key.json", own_key=case != "key-refused")
+    _accept_issued(gcs, token_endpoint)
+    if case == "token-refused":
+        token_endpoint.state.on_issue = None  # issued, never accepted: 401, 401
+    name = "absent.gguf" if case == "not-found" else "model.gguf"
+    env = pod.single_env(f"gs://{bucket}/{name}", **_key_env(gcs, no_metadata, key))
+
+    run = pod.run(env={**env, **secrets.env})
+
+    expected = {
+        "success": "ModelTransferSucceeded",
+        "key-refused": "ModelSourceUnauthorized",
+        "token-refused": "ModelSourceUnauthorized",
+        "not-found": "ModelSourceNotFound",
+    }[case]
+    assert run.term["reason"] == expected, str(run)
+    private_key = key.read_text().split("PRIVATE KEY-----")[1].replace("\\n", "")
+    canaries = {
+        **secrets.named,
+        **{f"token-{i}": t for i, t in enumerate(token_endpoint.issued)},
+        **{f"private-key-{i}": private_key[i : i + 60] for i in range(100, 1500, 200)},
+    }
+    assert_no_leak(outputs_of(run, pod.tmp), canaries)
+    for request in gcs.requests():
+        for value in request.headers.values():
+            assert not any(c in value for c in secrets.env.values()), request.path
+
+
+def test_a_slow_stream_widens_to_ranged_gets_of_the_same_generation(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata
+) -> None:
+    """48 MiB whose first stream is slow: the engine widens to parallel
+    ranged GETs, each naming the listed generation and carrying the token;
+    the declared md5 is then checked over the whole partial (read back)."""
+    data = payload(48 * MIB, 5)
+    obj = gcs.emulator.put(bucket, "big.bin", data)
+    _accept_issued(gcs, metadata)
+    gcs.fault(GcsFault("media", times=1, name="big.bin", rate_bytes_per_s=8 * MIB))
+    env = pod.single_env(f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, metadata))
+
+    run = pod.run(env=env)
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.bin").read_bytes() == data
+    media = gcs.requests("media")
+    ranged = [m for m in media if re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", ""))]
+    assert len(media) >= 3 and ranged, [m.headers.get("range") for m in media]
+    assert {m.query["generation"][0] for m in media} == {obj["generation"]}
+    assert {m.bearer for m in media} == set(metadata.issued)
+
+
+def test_a_flipped_byte_in_a_ranged_part_is_caught_by_the_read_back(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """The stream is slow and widens; every ranged part has one byte
+    flipped: no body was whole, so the partial is read back against the
+    declared md5 and nothing is published."""
+    data = payload(48 * MIB, 6)
+    gcs.emulator.put(bucket, "big.bin", data)
+    gcs.fault(GcsFault("media", times=1, name="big.bin", rate_bytes_per_s=8 * MIB))
+    gcs.fault(GcsFault("media", name="big.bin", corrupt=True))
+    env = pod.single_env(
+        f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, no_metadata, LLMKUBE_RETRIES="0")
+    )
+
+    run = pod.run(env=env)
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert not pod.dest("big.bin").exists()
+    assert any(re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", "")) for m in gcs.requests())
