@@ -60,6 +60,7 @@ def _assemble(
         aws_region=read.raw("AWS_REGION").strip(),
         aws_endpoint_url=read.raw("AWS_ENDPOINT_URL").strip(),
         aws_env=rules.load_aws_env(read),
+        azure_env=rules.load_azure_env(read),
         ca_dir=read.raw("LLMKUBE_CA_DIR").strip(),
         host_model=paths.abs_path(read, "LLMKUBE_HOST_MODEL"),
         allowed_host_roots=paths.allowed_roots(read),

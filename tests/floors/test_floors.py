@@ -8,10 +8,10 @@ import re
 import tomllib
 from pathlib import Path
 
-from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB, release
+from llmkube_stager.sources.deps import AZURE_IDENTITY, BOTO3, BOTOCORE, HF_HUB, release
 
 ROOT = Path(__file__).resolve().parents[2]
-FLOORS = {r.dist: r.floor for r in (HF_HUB, BOTO3, BOTOCORE)}
+FLOORS = {r.dist: r.floor for r in (HF_HUB, BOTO3, BOTOCORE, AZURE_IDENTITY)}
 
 
 def _pins(lines: list[str], op: str) -> dict[str, str]:
