@@ -7,9 +7,9 @@ would, e.g. `503 ServerBusy`).
 
 Blobs are put with azure-storage-blob (a dev extra) straight to Azurite,
 never through the front: the front's log is the agent's requests only.
-`https=True` starts Azurite with the test CA's certificate and
-`--oauth basic` (it checks a bearer token's lifetime, issuer and audience
-only over https), without the front.
+With a `ca`, Azurite runs with the test CA's certificate and `--oauth
+basic` (it checks a bearer token's lifetime, issuer and audience, over
+https only), and the front speaks TLS on both sides.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, Self
 
 from tests.harness.lifecycle import Lifecycle
 from tests.harness.s3front import S3Fault, S3Front, S3Request
+from tests.harness.tlsca import LocalCA
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE_DIR = ROOT / ".azurite"
@@ -56,9 +57,10 @@ def _free_port() -> int:
 
 
 class Azurite(Lifecycle):
-    def __init__(self, *, cert: Path | None = None, key: Path | None = None) -> None:
-        self._cert = cert
-        self._key = key
+    def __init__(self, *, ca: LocalCA | None = None) -> None:
+        self._ca = ca
+        self._cert = ca.cert_pem if ca is not None else None
+        self._key = ca.key_pem if ca is not None else None
         self._server: subprocess.Popen[bytes] | None = None
         self._work = ""
         self.port = 0
@@ -96,8 +98,15 @@ class Azurite(Lifecycle):
         )
         try:
             self._await_ready()
-            if not self.https:
+            if self._ca is None:
                 self.front = S3Front(self.port).start()
+            else:
+                # TLS on both sides: Azurite takes a bearer token over https only.
+                self.front = S3Front(
+                    self.port,
+                    tls=self._ca.server_context(),
+                    upstream_tls=self._ca.client_context(),
+                ).start()
         except BaseException:
             self.close()
             raise
@@ -145,10 +154,10 @@ class Azurite(Lifecycle):
 
     @property
     def endpoint(self) -> str:
-        """Where the agent is sent: the front (http), else Azurite itself."""
+        """Where the agent is sent: the front."""
         if self.front is None:
             return self.direct_endpoint
-        return f"http://127.0.0.1:{self.front.port}/{ACCOUNT}"
+        return f"{self.front.url}/{ACCOUNT}"
 
     def connection_string(self, *, key: bool = True, sas: str = "") -> str:
         parts = [f"AccountName={ACCOUNT}", f"BlobEndpoint={self.endpoint}"]
@@ -164,12 +173,12 @@ class Azurite(Lifecycle):
 
     # -- the test's own client ---------------------------------------------------------------
 
-    def service(self, verify: str | None = None) -> Any:
+    def service(self) -> Any:
         from azure.storage.blob import BlobServiceClient
 
         kwargs: dict[str, Any] = {}
-        if verify is not None:
-            kwargs["connection_verify"] = verify
+        if self._ca is not None:
+            kwargs["connection_verify"] = str(self._ca.ca_pem)
         return BlobServiceClient(
             self.direct_endpoint,
             credential={"account_name": ACCOUNT, "account_key": ACCOUNT_KEY},

@@ -116,22 +116,24 @@ class Anonymous:
 
 class Bearer:
     """An azure-identity token credential's bearer token, cached and asked
-    for again TOKEN_REFRESH_MARGIN_S before it expires, and at once after a
-    401/403 (a token revoked or expired on the way)."""
+    for again TOKEN_REFRESH_MARGIN_S before it expires, and after a 401/403
+    from a credential made anew: azure-identity's own cache would hand back
+    the token the service just refused (revoked, or expired early)."""
 
     renewable = True
 
     def __init__(
         self,
-        credential: Any,
+        make: Callable[[], Any],
         name: str,
         clock: Callable[[], float] = time.time,
         bundle: str | None = None,
     ) -> None:
-        self._credential = credential
-        self._bundle = bundle  # the CA bundle file written for azure-core, removed on close
+        self._make = make
+        self._credential: Any = None
         self.name = name
         self._clock = clock
+        self._bundle = bundle  # the CA bundle file written for azure-core, removed on close
         self._lock = threading.Lock()
         self._token = ""
         self._expires_on = 0.0
@@ -144,22 +146,32 @@ class Bearer:
 
     def renew(self) -> None:
         with self._lock:
-            self._expires_on = 0.0
+            self._token, self._expires_on = "", 0.0
+            self._close_credential()
 
     def _current(self) -> str:
         with self._lock:
             if not self._token or self._clock() >= self._expires_on - TOKEN_REFRESH_MARGIN_S:
+                if self._credential is None:
+                    self._credential = self._make()
                 self._token, self._expires_on = _token_of(self._credential)
             return self._token
+
+    def _close_credential(self) -> None:
+        import contextlib
+
+        credential, self._credential = self._credential, None
+        close = getattr(credential, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
 
     def close(self) -> None:
         import contextlib
         import os
 
-        close = getattr(self._credential, "close", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                close()
+        with self._lock:
+            self._close_credential()
         if self._bundle is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._bundle)
@@ -232,16 +244,24 @@ def _identity(
 ) -> Bearer:
     from azure.identity import ClientSecretCredential, WorkloadIdentityCredential
 
-    kwargs = _pipeline(env, settings)
     if secret:
-        credential: Any = ClientSecretCredential(tenant_id, client_id, secret, **kwargs)
+
+        def principal() -> Any:
+            return ClientSecretCredential(tenant_id, client_id, secret, **_pipeline(env, settings))
+
         name = "the service principal (AZURE_CLIENT_ID, AZURE_CLIENT_SECRET)"
-        return Bearer(credential, name, bundle=settings.ca_bundle)
-    credential = WorkloadIdentityCredential(
-        tenant_id=tenant_id, client_id=client_id, token_file_path=token_file, **kwargs
-    )
+        return Bearer(principal, name, bundle=settings.ca_bundle)
+
+    def workload() -> Any:
+        return WorkloadIdentityCredential(
+            tenant_id=tenant_id,
+            client_id=client_id,
+            token_file_path=token_file,
+            **_pipeline(env, settings),
+        )
+
     name = "the workload identity (AZURE_FEDERATED_TOKEN_FILE)"
-    return Bearer(credential, name, bundle=settings.ca_bundle)
+    return Bearer(workload, name, bundle=settings.ca_bundle)
 
 
 def _pipeline(env: Mapping[str, str], settings: IdentitySettings) -> dict[str, Any]:
