@@ -334,3 +334,18 @@ def test_a_blob_replaced_mid_transfer_is_never_spliced(pod, az, container) -> No
         run.failed("ModelSourceChanged", exit_code=1)
         assert not pod.dest().exists()
     assert any(r.status == 412 for r in blob_gets(az, container))
+
+
+def test_kserve_storage_uri_of_a_prefix_is_served(pod, az, container) -> None:
+    """KServe's form (`SRC_URI DEST_DIR`): the Azure URI used to be refused
+    with exit 2 (kserve/uris.py); now its prefix is listed and staged."""
+    files = {"model.onnx": payload(40 * KIB, 30), "sub/config.json": b"{}"}
+    for rel, data in files.items():
+        put(az, container, f"iris/v1/{rel}", data)
+    dest = pod.tmp / "mnt" / "models"
+
+    pod.run(Azurite.source(container, "iris/v1"), str(dest), env=key_env(az)).ok()
+
+    for rel, data in files.items():
+        assert (dest / rel).read_bytes() == data
+
