@@ -51,7 +51,7 @@ REMEDY_LOCK_UNSUPPORTED_AZURE = (
     "the model cache"
 )
 REMEDY_RATE_LIMITED_AZURE = (
-    "Azure Storage is throttling this client (503 ServerBusy / 500 OperationTimedOut); lower "
+    "Azure Storage is throttling this client (503 ServerBusy); lower "
     "LLMKUBE_CONNECTIONS and LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared "
     "cache, or retry later (the account's scalability targets are per storage account)"
 )

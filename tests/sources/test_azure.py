@@ -18,7 +18,7 @@ import pytest
 
 from llmkube_stager.sources.azure.listing import PAGE_BLOBS
 from tests.harness.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, S3Fault, S3Request, azurite_binary
-from tests.harness.canary import leaks
+from tests.harness.canary import assert_no_leak, canary, leaks, outputs_of
 from tests.harness.disk import partials, record_of
 from tests.harness.features import missing_feature
 from tests.harness.pod import import_lines, wait_for
@@ -349,3 +349,44 @@ def test_kserve_storage_uri_of_a_prefix_is_served(pod, az, container) -> None:
     for rel, data in files.items():
         assert (dest / rel).read_bytes() == data
 
+
+def test_no_azure_secret_reaches_any_output(pod, az, container) -> None:
+    """Canaries of every Azure secret, in runs that fail where each is
+    judged (refused by Azurite, or refused as configuration) and in one
+    that succeeds, whose per-request SAS signatures only the wire shows:
+    none in stdout, the log, the termination message or the cache."""
+    data = payload(24 * KIB, 31)
+    put(az, container, "model.gguf", data)
+    source = Azurite.source(container, "model.gguf")
+    wrong_key = base64.b64encode(("azkey" + canary("", 59)).encode()).decode()
+    sig = canary("azsig", 40)
+    endpoint_only = az.connection_string(key=False)
+    runs = {
+        "a wrong AccountKey": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only + f"AccountKey={wrong_key};"
+        },
+        "a connection string that is not one": {"AZURE_STORAGE_CONNECTION_STRING": f"{wrong_key}"},
+        "an access key that is not base64": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "AZURE_STORAGE_ACCESS_KEY": "not*base64*" + sig,
+        },
+        "a SAS with a wrong signature": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "MODEL_SOURCE": f"{source}?sv=2021-08-06&sr=c&sp=rl&se=2099-01-01&sig={sig}",
+        },
+        "a SAS in AZURE_STORAGE_ACCESS_KEY": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "AZURE_STORAGE_ACCESS_KEY": f"sv=2021-08-06&sr=c&sp=rl&se=2099-01-01&sig={sig}",
+        },
+    }
+    canaries = {"account key": wrong_key, "SAS signature": sig}
+    for what, extra in runs.items():
+        run = pod.run(env=pod.single_env(source, **extra))
+        assert run.returncode in (2, 4), (what, str(run))
+        assert_no_leak(outputs_of(run, pod.cache_dir), canaries)
+
+    az.clear()
+    run = pod.run(env=pod.single_env(source, **key_env(az))).ok(files=1, fetched=1)
+    signatures = {f"sig-{i}": v for i, r in enumerate(az.requests()) for v in r.params["sig"]}
+    assert signatures
+    assert_no_leak(outputs_of(run, pod.cache_dir), {**signatures, "key": ACCOUNT_KEY})

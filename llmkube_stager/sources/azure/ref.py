@@ -22,6 +22,26 @@ from llmkube_stager.logs import display_url
 API_VERSION = "2021-08-06"
 
 
+# Azure's connection string settings (lower case); any other part is refused,
+# never guessed at (a pasted key is not a connection string).
+_SETTINGS = frozenset(
+    {
+        "defaultendpointsprotocol",
+        "accountname",
+        "accountkey",
+        "sharedaccesssignature",
+        "endpointsuffix",
+        "blobendpoint",
+        "blobsecondaryendpoint",
+        "queueendpoint",
+        "tableendpoint",
+        "fileendpoint",
+        "usedevelopmentstorage",
+        "developmentstorageproxyuri",
+    }
+)
+
+
 @dataclass(frozen=True)
 class ConnectionString:
     """AZURE_STORAGE_CONNECTION_STRING's parts (Azure's `k=v;k=v` form)."""
@@ -45,6 +65,13 @@ def parse_connection_string(text: str) -> ConnectionString | None:
         if not sep or not name.strip():
             raise ConfigError(
                 "AZURE_STORAGE_CONNECTION_STRING is not a list of name=value pairs separated by ';'"
+            )
+        if name.strip().lower() not in _SETTINGS:
+            # Not named: the part may be a key pasted on its own.
+            raise ConfigError(
+                "AZURE_STORAGE_CONNECTION_STRING has a part that is not one of Azure's "
+                "connection string settings (AccountName, AccountKey, BlobEndpoint, "
+                "SharedAccessSignature, ...)"
             )
         parts[name.strip().lower()] = value.strip()
     if parts.get("usedevelopmentstorage", "").lower() == "true":
