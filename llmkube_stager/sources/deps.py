@@ -50,9 +50,7 @@ BOTO3 = Requirement("boto3", "1.29.0", "s3:// sources")
 BOTOCORE = Requirement("botocore", "1.32.0", "s3:// sources")
 AZURE_IDENTITY = Requirement("azure_identity", "1.13.0", "Azure Blob sources")
 # By distribution name, as the scheme table names them (schemes.py, #32 item 1).
-FLOORS: dict[str, Requirement] = {
-    r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE, AZURE_IDENTITY)
-}
+FLOORS: dict[str, Requirement] = {r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE, AZURE_IDENTITY)}
 
 
 def release(version: str) -> tuple[tuple[int, ...], int]:
