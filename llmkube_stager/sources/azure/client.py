@@ -89,13 +89,19 @@ class AzureClient:
 
         return self._renewing(once, where)
 
-    def head(self, url: str, where: str) -> dict[str, str]:
+    def head(self, url: str, where: str, *, metadata: bool = False) -> dict[str, str]:
+        """A blob's properties. `metadata`: only its stored Content-Encoding
+        is read, no body will follow from this answer, so an encoded one is
+        not refused here (the GET's proof is judged on the GET)."""
+        from llmkube_stager.sources.wire.coding import NO_PROOF, CodingProof
         from llmkube_stager.sources.wire.exchange import head
         from llmkube_stager.sources.wire.status import status_error
 
+        proof = CodingProof(pinned=True) if metadata else NO_PROOF
+
         def once() -> dict[str, str]:
             headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-            _, status, answer = head(self._pool, self.signed(url), headers, self._auth)
+            _, status, answer = head(self._pool, self.signed(url), headers, self._auth, proof)
             if not 200 <= status < 300:
                 raise status_error(status, answer.get, where)
             return answer

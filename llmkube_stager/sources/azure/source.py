@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
@@ -154,6 +155,8 @@ class AzureFetcher:
         self._ref = ref
         self._blob_of = blob_of
         self._listed = listing.by_rel if listing is not None else {}
+        # Stored Content-Encodings of listed blobs, asked once (#29 item 11).
+        self._stored: dict[str, str] = {}
 
     def bind_log(self, log: Log) -> None:
         self._client.log = log
@@ -177,7 +180,8 @@ class AzureFetcher:
             return RemoteMeta(file.url, listed.size_bytes, etag, True, if_match=etag)
         from llmkube_stager.sources.wire.status import parse_length
 
-        answer = self._client.head(self._url(file), file.url)
+        # The blob's properties, its stored coding among them: judged on the GET.
+        answer = self._client.head(self._url(file), file.url, metadata=True)
         etag = answer.get("etag")
         return RemoteMeta(
             url=file.url,
@@ -189,6 +193,26 @@ class AzureFetcher:
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        from llmkube_stager.sources.wire.coding import EncodedAnswer
+
+        if meta.stored_encoding is None and file.rel in self._stored:
+            meta = replace(meta, stored_encoding=self._stored[file.rel])
+        try:
+            return self._get(file, meta, offset, end)
+        except EncodedAnswer:
+            if file.rel not in self._listed or meta.stored_encoding is not None:
+                raise
+            answer = self._client.head(self._url(file), file.url, metadata=True)
+            stored = (answer.get("content-encoding") or "").strip()
+            if not stored:
+                raise
+            # A listed blob answered with the coding it is stored with:
+            # its metadata, not a hop's (as S3's, #29 item 11); List Blobs
+            # says it, but the recorded listing does not keep it.
+            self._stored[file.rel] = stored
+            return self._get(file, replace(meta, stored_encoding=stored), offset, end)
+
+    def _get(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None) -> Body:
         from llmkube_stager.sources.wire.coding import CodingProof
         from llmkube_stager.sources.wire.status import USER_AGENT
 
