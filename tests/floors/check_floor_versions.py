@@ -8,14 +8,15 @@ from importlib import metadata
 
 import pytest
 
-from llmkube_stager.sources.deps import BOTO3, BOTOCORE, HF_HUB
+from llmkube_stager.sources.deps import AZURE_IDENTITY, BOTO3, BOTOCORE, HF_HUB
 
 pytestmark = pytest.mark.floors
 
 
 def test_the_floor_venv_holds_the_floor_releases() -> None:
-    found = {r.dist: metadata.version(r.dist) for r in (HF_HUB, BOTO3, BOTOCORE)}
-    assert found == {r.dist: r.floor for r in (HF_HUB, BOTO3, BOTOCORE)}
+    floors = (HF_HUB, BOTO3, BOTOCORE, AZURE_IDENTITY)
+    found = {r.dist: metadata.version(r.dist) for r in floors}
+    assert found == {r.dist: r.floor for r in floors}
 
 
 def test_both_http_stacks_are_installed() -> None:

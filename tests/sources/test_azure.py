@@ -24,6 +24,7 @@ from tests.harness.features import missing_feature
 from tests.harness.pod import import_lines, wait_for
 from tests.harness.sample import KIB, MIB, payload
 
+pytestmark = pytest.mark.floors
 _CONTAINERS = itertools.count()
 
 

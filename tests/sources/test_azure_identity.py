@@ -21,6 +21,7 @@ from tests.harness.features import missing_feature
 from tests.harness.sample import KIB, payload
 from tests.harness.tlsca import LocalCA, make_ca
 
+pytestmark = pytest.mark.floors
 _CONTAINERS = itertools.count()
 SECRET = canary("azsecret", 40)
 ASSERTION = "eyJhbGciOiJub25lIn0." + canary("fedtoken", 40) + ".c2ln"
