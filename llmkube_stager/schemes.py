@@ -151,7 +151,8 @@ SCHEMES: tuple[Scheme, ...] = (
         kserve="prefix",
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_AZURE,
         rate_limited_remedy=REMEDY_RATE_LIMITED_AZURE,
-        libraries=("azure_identity",),
+        # azure-identity only for token credentials: required where it is
+        # imported (sources/azure/credentials.py), not for a key or a SAS.
         lists=True,
         starting_line="Downloading model from Azure Blob Storage...",
         https_hosts=(

@@ -242,6 +242,12 @@ def _identity(
     token_file: str,
     settings: IdentitySettings,
 ) -> Bearer:
+    from llmkube_stager.sources.deps import AZURE_IDENTITY, require
+
+    # Before the import: a missing or old azure-identity is the image's
+    # configuration (InvalidConfiguration naming it), and only a token
+    # credential needs it (#33 item 3).
+    require(AZURE_IDENTITY)
     from azure.identity import ClientSecretCredential, WorkloadIdentityCredential
 
     if secret:
