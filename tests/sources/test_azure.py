@@ -17,7 +17,14 @@ from urllib.parse import parse_qs
 import pytest
 
 from llmkube_stager.sources.azure.listing import PAGE_BLOBS
-from tests.harness.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, S3Fault, S3Request, azurite_binary
+from tests.harness.azurite import (
+    ACCOUNT,
+    ACCOUNT_KEY,
+    Azurite,
+    S3Fault,
+    S3Request,
+    azurite_binary,
+)
 from tests.harness.canary import assert_no_leak, canary, leaks, outputs_of
 from tests.harness.disk import partials, record_of
 from tests.harness.features import missing_feature
@@ -41,6 +48,14 @@ def az(azurite: Azurite) -> Iterator[Azurite]:
     azurite.clear()
     yield azurite
     azurite.clear()
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(pod) -> None:
+    """A request to any host but 127.0.0.1 (a real account's, were the
+    endpoint ever not moved to the emulator) goes to a closed loopback
+    proxy port and fails there: nothing leaves the machine, not even DNS."""
+    pod.env.update(HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1")
 
 
 @pytest.fixture
@@ -277,10 +292,12 @@ def test_server_busy_is_rate_limited_with_azure_words(pod, az, container) -> Non
 
 
 def test_a_killed_transfer_resumes_with_a_range(pod, az, container) -> None:
-    data = payload(4 * MIB, 7)
+    # Written in 4 MiB buffers (transfer/pipeline.py): a blob of several,
+    # paced, so that the kill finds some on disk and more to come.
+    data = payload(16 * MIB, 7)
     put(az, container, "big.gguf", data)
     path = f"/{ACCOUNT}/{container}/big.gguf"
-    az.set_fault(path, S3Fault(rate_bytes_per_s=512 * KIB, methods=("GET",)))
+    az.set_fault(path, S3Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
     env = pod.single_env(
         Azurite.source(container, "big.gguf"), LLMKUBE_CONNECTIONS="1", **key_env(az)
     )
@@ -288,7 +305,7 @@ def test_a_killed_transfer_resumes_with_a_range(pod, az, container) -> None:
     wait_for(
         lambda: (
             pod.dest().parent.is_dir()
-            and any(size > 256 * KIB for size in partials(pod.dest()).values())
+            and any(size >= 4 * MIB for size in partials(pod.dest()).values())
         ),
         60,
         "a partial of the blob",
@@ -307,34 +324,116 @@ def test_a_killed_transfer_resumes_with_a_range(pod, az, container) -> None:
 
 
 def test_a_blob_replaced_mid_transfer_is_never_spliced(pod, az, container) -> None:
-    old, new = payload(2 * MIB, 8), payload(2 * MIB, 9)
+    """The blob is replaced (same size) while a partial of the old one is
+    on disk: the resumed GET carries the old ETag in If-Match, Azurite
+    answers 412, and the file published is the new one whole, or none."""
+    old, new = payload(16 * MIB, 8), payload(16 * MIB, 9)
     put(az, container, "model.gguf", old)
     path = f"/{ACCOUNT}/{container}/model.gguf"
-    az.set_fault(path, S3Fault(rate_bytes_per_s=1 * MIB, methods=("GET",)))
-    replaced = threading.Event()
-
-    def replace_once(request: S3Request) -> None:
-        if request.method == "GET" and not replaced.is_set() and request.path == path:
-            replaced.set()
-            put(az, container, "model.gguf", new)
-
-    az.front.on_request(replace_once)
+    az.set_fault(path, S3Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
     env = pod.single_env(
-        Azurite.source(container, "model.gguf"),
-        LLMKUBE_CONNECTIONS="4",
-        LLMKUBE_RETRIES="0",
-        **key_env(az),
+        Azurite.source(container, "model.gguf"), LLMKUBE_CONNECTIONS="1", **key_env(az)
     )
+    proc = pod.popen(env=env)
+    wait_for(
+        lambda: (
+            pod.dest().parent.is_dir()
+            and any(size >= 4 * MIB for size in partials(pod.dest()).values())
+        ),
+        60,
+        "a partial of the old blob",
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    assert pod.finish(proc).returncode == -signal.SIGKILL
+    az.clear()
+    put(az, container, "model.gguf", new)
 
     run = pod.run(env=env)
 
-    assert replaced.is_set()
     if run.returncode == 0:
-        assert pod.dest().read_bytes() in (old, new)
+        assert pod.dest().read_bytes() == new
     else:
         run.failed("ModelSourceChanged", exit_code=1)
         assert not pod.dest().exists()
-    assert any(r.status == 412 for r in blob_gets(az, container))
+    gets = blob_gets(az, container)
+    # The partial is named by the old ETag: the new blob is fetched whole.
+    assert [r.headers.get("range") for r in gets] == [None]
+
+
+def test_a_listed_blob_replaced_mid_transfer_is_never_spliced(pod, az, container) -> None:
+    """The listing of the interrupted run is the run's (one generation): the
+    resumed GET is pinned to its ETag, Azurite answers 412 to the replaced
+    blob, nothing of the new one is appended to the old bytes."""
+    old, new = payload(16 * MIB, 10), payload(16 * MIB, 11)
+    put(az, container, "m/model.gguf", old)
+    az.set_fault("*", S3Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "LLMKUBE_CONNECTIONS": "1",
+        **key_env(az),
+    }
+    dest = pod.cache_dir / "model.gguf"
+    proc = pod.popen(env=env)
+    wait_for(
+        lambda: pod.cache_dir.is_dir() and any(s >= 4 * MIB for s in partials(dest).values()),
+        60,
+        "a partial of the old blob",
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    assert pod.finish(proc).returncode == -signal.SIGKILL
+    az.clear()
+    new_etag = put(az, container, "m/model.gguf", new)
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    # Listed anew: the old partial (named by the old ETag) is not resumed,
+    # the new blob is fetched whole, pinned to its own ETag.
+    assert dest.read_bytes() == new
+    gets = blob_gets(az, container)
+    assert [(r.headers.get("range"), r.headers["if-match"]) for r in gets] == [(None, new_etag)]
+
+
+def test_a_blob_replaced_between_its_ranges_is_never_spliced(pod, az, container) -> None:
+    """Three 16 MiB ranges on two connections: the blob is replaced while
+    the first two stream, so the third range is asked of the new blob with
+    the old ETag in If-Match: Azurite answers 412 and no file of both
+    versions is published."""
+    old, new = payload(48 * MIB, 12), payload(48 * MIB, 13)
+    put(az, container, "big.gguf", old)
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    az.set_fault(path, S3Fault(rate_bytes_per_s=8 * MIB, methods=("GET",)))
+    seen: list[S3Request] = []
+
+    def replace_after_two(request: S3Request) -> None:
+        if request.method == "GET" and request.path == path:
+            seen.append(request)
+            if len(seen) == 2:
+                threading.Timer(0.3, put, (az, container, "big.gguf", new)).start()
+
+    az.front.on_request(replace_after_two)
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"),
+        LLMKUBE_CONNECTIONS="2",
+        LLMKUBE_RETRIES="2",
+        LLMKUBE_MAX_RETRY_WAIT="0.2",
+        **key_env(az),
+    )
+
+    # Azurite cuts the ranges in flight when the blob is replaced; asked
+    # again, they are refused (412): ModelSourceChanged, or the new blob
+    # whole on an attempt of its own.
+    run = pod.run(env=env)
+
+    if run.returncode == 0:
+        assert pod.dest().read_bytes() == new
+    else:
+        run.failed("ModelSourceChanged", exit_code=1)
+        assert not pod.dest().exists()
+    gets = blob_gets(az, container)
+    assert any(r.status == 412 for r in gets)
 
 
 def test_kserve_storage_uri_of_a_prefix_is_served(pod, az, container) -> None:

@@ -53,6 +53,14 @@ def entra(ca: LocalCA) -> Iterator[FakeEntra]:
         yield fake
 
 
+@pytest.fixture(autouse=True)
+def _loopback_only(pod) -> None:
+    """A request to any host but 127.0.0.1 (a real account's, were the
+    endpoint ever not moved to the emulator) goes to a closed loopback
+    proxy port and fails there: nothing leaves the machine, not even DNS."""
+    pod.env.update(HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1")
+
+
 @pytest.fixture
 def container(az: Azurite) -> str:
     name = f"models-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
