@@ -25,7 +25,10 @@ class Var:
 
 
 VARS: tuple[Var, ...] = (
-    Var("MODEL_SOURCE", "model source URL (http(s)://, hf://, s3://, file://, /path, pvc://)"),
+    Var(
+        "MODEL_SOURCE",
+        "model source URL (http(s)://, hf://, s3://, Azure Blob https://, file://, /path, pvc://)",
+    ),
     Var("CACHE_DIR", "the model's directory in the cache"),
     Var("MODEL_PATH", "single-file: the destination file"),
     Var("MODEL_FILES", "multi-file: newline-separated repo-relative paths, primary first"),
