@@ -59,7 +59,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        base = f"https://127.0.0.1:{self.server.server_address[1]}/{TENANT}"
+        # Where it was asked (127.0.0.1 or localhost): MSAL posts there.
+        host = self.headers.get("Host") or f"127.0.0.1:{self.server.server_address[1]}"
+        base = f"https://{host}/{TENANT}"
         if self.path.startswith(f"/{TENANT}/v2.0/.well-known/openid-configuration"):
             self._json(
                 200,

@@ -195,3 +195,38 @@ def test_a_token_refused_mid_transfer_is_replaced(pod, az, entra, ca, container)
     assert any(r.status in (401, 403) for r in az.requests())
     assert len(entra.issued) >= 2
     assert "fresh token or SAS" in run.stderr
+
+
+def test_the_token_and_the_blobs_go_through_the_proxy_decided(
+    pod, az, entra, ca, container, proxy
+) -> None:
+    """HTTPS_PROXY as for every client (#22 items 2, 3): the token request
+    (azure-identity's requests session, told the agent's decision, never
+    the environment's) and the blob requests both tunnel through it; with
+    the authority in NO_PROXY, the token request goes direct."""
+    data = payload(64 * KIB, 50)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET),
+        HTTPS_PROXY=proxy.url,
+        NO_PROXY="",
+    )
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    targets = {r.target for r in proxy.requests() if r.method == "CONNECT"}
+    entra_port = entra.authority.rsplit(":", 1)[1]
+    front_port = az.endpoint.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+    assert targets == {f"127.0.0.1:{entra_port}", f"127.0.0.1:{front_port}"}
+
+    # The authority by a name NO_PROXY excludes: only its request goes direct.
+    before = len(proxy.requests())
+    env["AZURE_AUTHORITY_HOST"] = entra.authority.replace("127.0.0.1", "localhost")
+    env["NO_PROXY"] = "localhost"
+    env["MODEL_PATH"] = str(pod.models / "k9" / "model.gguf")
+    env["CACHE_DIR"] = str(pod.models / "k9")
+    pod.run(env=env).ok(files=1, fetched=1)
+    targets = {r.target for r in proxy.requests()[before:] if r.method == "CONNECT"}
+    assert targets == {f"127.0.0.1:{front_port}"}
+    assert len(entra.issued) == 2
