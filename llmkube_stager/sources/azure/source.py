@@ -159,8 +159,10 @@ class AzureFetcher:
         self._stored: dict[str, str] = {}
 
     def bind_log(self, log: Log) -> None:
+        from llmkube_stager.sources.azure.credentials import Anonymous
+
         self._client.log = log
-        if type(self._client.credential).__name__ == "Anonymous":
+        if isinstance(self._client.credential, Anonymous):
             log.info(
                 "azure_anonymous",
                 "no Azure credentials were given (AZURE_STORAGE_ACCESS_KEY, a SAS, "
