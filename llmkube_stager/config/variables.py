@@ -25,7 +25,10 @@ class Var:
 
 
 VARS: tuple[Var, ...] = (
-    Var("MODEL_SOURCE", "model source URL (http(s)://, hf://, s3://, file://, /path, pvc://)"),
+    Var(
+        "MODEL_SOURCE",
+        "model source URL (http(s)://, hf://, s3://, Azure Blob https://, file://, /path, pvc://)",
+    ),
     Var("CACHE_DIR", "the model's directory in the cache"),
     Var("MODEL_PATH", "single-file: the destination file"),
     Var("MODEL_FILES", "multi-file: newline-separated repo-relative paths, primary first"),
@@ -129,6 +132,22 @@ VARS: tuple[Var, ...] = (
         default=str(1 << 40),  # 1 TiB
     ),
     Var("LLMKUBE_ARCHIVE_MAX_FILES", "members an archive may hold (KServe mode)", default="100000"),
+    # Azure Blob (#33 item 2): what KServe's initializer and azure-identity
+    # read (sources/azure/credentials.py), handed over as a mapping.
+    Var("AZURE_STORAGE_ACCESS_KEY", "Azure storage account key (or a SAS)", secret=True),
+    Var(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "Azure connection string (BlobEndpoint, AccountKey or SharedAccessSignature)",
+        secret=True,
+    ),
+    Var("AZURE_CLIENT_ID", "Azure service principal or workload identity client id"),
+    Var("AZURE_CLIENT_SECRET", "Azure service principal secret", secret=True),
+    Var("AZURE_TENANT_ID", "Azure tenant of the service principal or workload identity"),
+    Var("AZURE_FEDERATED_TOKEN_FILE", "AKS workload identity token file"),
+    Var("AZURE_AUTHORITY_HOST", "Microsoft Entra authority (default login.microsoftonline.com)"),
+    Var("AZ_CLIENT_ID", "KServe's legacy name of AZURE_CLIENT_ID"),
+    Var("AZ_CLIENT_SECRET", "KServe's legacy name of AZURE_CLIENT_SECRET", secret=True),
+    Var("AZ_TENANT_ID", "KServe's legacy name of AZURE_TENANT_ID"),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
@@ -175,3 +194,5 @@ AWS_ENV_VARS: tuple[str, ...] = (
     *AWS_PASSTHROUGH_VARS,
     "HOME",
 )
+# Every variable the Azure source reads (#33 item 2).
+AZURE_ENV_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.env.startswith(("AZURE_", "AZ_")))

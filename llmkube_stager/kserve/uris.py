@@ -9,9 +9,12 @@ then linked into DEST_DIR (expose.py).
 
 The URI forms follow KServe's Storage.download (kserve-storage 0.21.0):
 `s3://bucket/prefix-or-key`, `hf://owner/model[:revision]`,
-`http(s)://host/path/file` (its name from the path) and the archives
-KServe unpacks. The forms this image does not download (Google Cloud
-Storage, Azure Blob/File, HDFS, OCI, ModelScope, git, PVC) are refused
+`http(s)://host/path/file` (its name from the path), Azure Blob's
+`https://<account>.blob.core.windows.net/<container>/<path>` and
+`https://<account>.z<N>.blob.storage.azure.net/...` (a prefix, listed, #33
+item 2) and the archives KServe unpacks. The forms this image does not
+download (Google Cloud Storage, Azure File, Data Lake, HDFS, OCI,
+ModelScope, git, PVC) are refused
 naming the scheme, before any I/O, so a ClusterStorageContainer matched by
 mistake fails with InvalidConfiguration instead of a misleading fetch.
 """
@@ -25,7 +28,7 @@ from urllib.parse import urlsplit
 
 from llmkube_stager.errors import ConfigError, InvalidFileSet
 from llmkube_stager.layout import KSERVE_PRIVATE_NAME, parse_file_list
-from llmkube_stager.schemes import SCHEMES, of_source
+from llmkube_stager.schemes import SCHEMES, of_https_host, of_source
 
 # Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4);
 # a reserved name for model files (layout.py).
@@ -123,7 +126,7 @@ def pair_for(uri: str, dest_text: str, cwd: str) -> Pair:
         return _single(uri, dest, _name_from_path(path, uri))
     raise ConfigError(
         f"cannot recognize the storage type of {_shown(uri)}: this image stages s3://, hf://, "
-        "http(s):// and file:// URIs"
+        "http(s):// (Azure Blob included) and file:// URIs"
     )
 
 
@@ -141,9 +144,15 @@ def _refuse_unsupported(uri: str) -> None:
     for prefix, name in _REFUSED_PREFIXES:
         if lower.startswith(prefix):
             raise _refused(name, uri)
-    if _AZURE_BLOB_RE.match(uri) or _AZURE_DFS_RE.match(uri):
+    # Azure Blob's two forms are staged (#33 item 2) where the host is an
+    # account's (schemes.py's row); what KServe's looser pattern takes
+    # besides is still refused, never fetched as a plain URL.
+    staged = of_https_host(uri) is not None
+    if _AZURE_BLOB_RE.match(uri) and not staged:
         raise _refused("Azure Blob (https://*.blob.core.windows.net)", uri)
-    if _AZURE_ZONE_BLOB_RE.match(uri):
+    if _AZURE_DFS_RE.match(uri):
+        raise _refused("Azure Data Lake (https://*.dfs.core.windows.net)", uri)
+    if _AZURE_ZONE_BLOB_RE.match(uri) and not staged:
         raise _refused("Azure Blob (https://*.z<N>.blob.storage.azure.net)", uri)
     if _AZURE_FILE_RE.match(uri):
         raise _refused("Azure File (https://*.file.core.windows.net)", uri)

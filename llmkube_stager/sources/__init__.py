@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.logs import Log
-from llmkube_stager.schemes import SCHEMES, of_url_scheme
+from llmkube_stager.schemes import SCHEMES, of_https_host, of_url_scheme
 from llmkube_stager.sources.base import Source
 from llmkube_stager.sources.deps import FLOORS, require
 
@@ -32,12 +32,14 @@ def scheme_of(source: str) -> str:
 
 def open_source(config: Config, log: Log | None = None) -> Source:
     scheme = scheme_of(config.source)
-    if _may_be_hf(scheme, config.hf_endpoint):
+    # An https host a row names (Azure Blob, #33 item 2) before the hub's.
+    row = of_https_host(config.source)
+    if row is None and _may_be_hf(scheme, config.hf_endpoint):
         from llmkube_stager.sources.hf.ref import is_hf_url
 
         if is_hf_url(config.source, config.hf_endpoint):
             scheme = "hf"
-    row = of_url_scheme(scheme)
+    row = row or of_url_scheme(scheme)
     if row is None:
         if scheme in _PLANNED:
             raise ConfigError(f"MODEL_SOURCE scheme {scheme}:// is not supported by this build yet")

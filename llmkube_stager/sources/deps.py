@@ -20,6 +20,11 @@ the source tests against exactly these releases):
   source passes its endpoints itself, s3/session.py); the credential
   providers and config chains built from an explicit environment, and
   everything else the S3 modules call, are older.
+- azure-identity 1.13.0: `WorkloadIdentityCredential` (AKS workload
+  identity) and `disable_instance_discovery` (MSAL never asks
+  login.microsoftonline.com which authorities exist) are both first in
+  1.13.0 (checked in the 1.12.0 and 1.13.0 wheels); the Azure source
+  imports it only for a service principal or workload identity (#33 item 2).
 """
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ BOTO3 = Requirement("boto3", "1.29.0", "s3:// sources")
 BOTOCORE = Requirement("botocore", "1.32.0", "s3:// sources")
 # #33 item 1: gs:// credentials and token refresh (sources/gcs/auth.py).
 GOOGLE_AUTH = Requirement("google-auth", "2.0.0", "gs:// sources")
+AZURE_IDENTITY = Requirement("azure_identity", "1.13.0", "Azure Blob sources")
 # By distribution name, as the scheme table names them (schemes.py, #32 item 1).
-FLOORS: dict[str, Requirement] = {r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH)}
+FLOORS: dict[str, Requirement] = {
+    r.dist: r for r in (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH, AZURE_IDENTITY)
+}
 
 
 def release(version: str) -> tuple[tuple[int, ...], int]:

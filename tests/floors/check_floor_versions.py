@@ -8,13 +8,13 @@ from importlib import metadata
 
 import pytest
 
-from llmkube_stager.sources.deps import BOTO3, BOTOCORE, GOOGLE_AUTH, HF_HUB
+from llmkube_stager.sources.deps import AZURE_IDENTITY, BOTO3, BOTOCORE, GOOGLE_AUTH, HF_HUB
 
 pytestmark = pytest.mark.floors
 
 
 def test_the_floor_venv_holds_the_floor_releases() -> None:
-    floors = (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH)
+    floors = (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH, AZURE_IDENTITY)
     found = {r.dist: metadata.version(r.dist) for r in floors}
     assert found == {r.dist: r.floor for r in floors}
 

@@ -8,11 +8,21 @@ import re
 import tomllib
 from pathlib import Path
 
-from llmkube_stager.sources.deps import BOTO3, BOTOCORE, GOOGLE_AUTH, HF_HUB, release
+from llmkube_stager.sources.deps import (
+    AZURE_IDENTITY,
+    BOTO3,
+    BOTOCORE,
+    GOOGLE_AUTH,
+    HF_HUB,
+    release,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # By the name as pins are compared (google-auth: google_auth).
-FLOORS = {r.dist.replace("-", "_"): r.floor for r in (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH)}
+FLOORS = {
+    r.dist.replace("-", "_"): r.floor
+    for r in (HF_HUB, BOTO3, BOTOCORE, GOOGLE_AUTH, AZURE_IDENTITY)
+}
 
 
 def _pins(lines: list[str], op: str) -> dict[str, str]:

@@ -271,14 +271,17 @@ class ImagePod:
         tmp_writable: bool = True,
         models_read_only: bool = False,
         timeout: float = 120,
+        extra: Iterable[Volume] = (),
     ) -> Run:
-        """The image's entrypoint with `args` (the image's CMD when none)."""
+        """The image's entrypoint with `args` (the image's CMD when none);
+        `extra` volumes besides the pod's (a CA directory, #33)."""
         self.term_path.unlink(missing_ok=True)
         container = self.container
+        volumes = self.volumes(tmp_writable=tmp_writable, models_read_only=models_read_only)
         proc = container.exec(
             container.config.argv(args),
             env={**self.env, **(env or {})},
-            volumes=self.volumes(tmp_writable=tmp_writable, models_read_only=models_read_only),
+            volumes=[*volumes, *extra],
             timeout=timeout,
         )
         term = self.term_path.read_bytes() if self.term_path.exists() else None

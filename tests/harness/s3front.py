@@ -115,6 +115,7 @@ class _State:
     uses: dict[str, int] = field(default_factory=dict)
     bucket_regions: dict[str, str] = field(default_factory=dict)
     hook: Callable[[S3Request], None] | None = None
+    upstream_tls: ssl.SSLContext | None = None
 
     def take_fault(self, path: str, method: str) -> S3Fault | None:
         with self.lock:
@@ -231,9 +232,16 @@ class _Handler(BaseHTTPRequestHandler):
             if k.lower() not in _HOP_BY_HOP
             and not (fault.ignore_range and k.lower() in ("range", "if-range"))
         }
-        upstream = http.client.HTTPConnection(
-            _HOST, state.upstream_port, timeout=_UPSTREAM_TIMEOUT_S
-        )
+        upstream: http.client.HTTPConnection
+        if state.upstream_tls is not None:
+            # An upstream that only speaks TLS (Azurite's OAuth, #33 item 2).
+            upstream = http.client.HTTPSConnection(
+                _HOST, state.upstream_port, timeout=_UPSTREAM_TIMEOUT_S, context=state.upstream_tls
+            )
+        else:
+            upstream = http.client.HTTPConnection(
+                _HOST, state.upstream_port, timeout=_UPSTREAM_TIMEOUT_S
+            )
         try:
             upstream.putrequest(method, self.path, skip_host=True, skip_accept_encoding=True)
             for name, value in headers.items():
@@ -309,8 +317,14 @@ class _Handler(BaseHTTPRequestHandler):
 class S3Front(Lifecycle):
     """The recording, fault-injecting front of one S3 server."""
 
-    def __init__(self, upstream_port: int, *, tls: ssl.SSLContext | None = None) -> None:
-        self._state = _State(upstream_port)
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+        upstream_tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self._state = _State(upstream_port, upstream_tls=upstream_tls)
         self._tls = tls
         self._server: LoopbackServer | None = None
         self._thread: threading.Thread | None = None

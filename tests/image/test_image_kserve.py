@@ -97,3 +97,73 @@ def test_an_archive(pod: ImagePod, origin: Origin) -> None:
     assert shown(pod) == {"1/model.savedmodel/weights.bin": data}
     assert sorted(p.name for p in pod.models.iterdir()) == sorted(["1", PRIVATE])
     assert pod.container.writes() == []
+
+
+def test_an_azure_blob_prefix_with_kserves_variables(pod: ImagePod) -> None:
+    """#33 item 2: KServe's Azure Blob URI, the account key in KServe's
+    variable, Azurite on loopback (its endpoint by the connection string):
+    no azure library is needed for a key, and none is written anywhere."""
+    from tests.harness.azurite import ACCOUNT_KEY, Azurite, azurite_binary
+    from tests.harness.features import missing_feature
+
+    if azurite_binary() is None:
+        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
+    files = {"model.joblib": payload(300 << 10, seed=35), "meta/info.json": b"{}"}
+    with Azurite() as az:
+        az.service().create_container("models")
+        for rel, data in files.items():
+            az.service().get_blob_client("models", f"sklearn/iris/{rel}").upload_blob(data)
+        env = {
+            "AZURE_STORAGE_ACCESS_KEY": ACCOUNT_KEY,
+            "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False),
+        }
+        run = pod.run(Azurite.source("models", "sklearn/iris"), DEST, env=env, tmp_writable=False)
+        assert any("comp=list" in r.query for r in az.requests("GET"))
+
+    succeeded(run)
+    assert shown(pod) == files
+    assert pod.container.writes() == []
+
+
+def test_an_azure_blob_with_a_service_principal(pod: ImagePod, tmp_path: Path) -> None:
+    """#33 item 2: azure-identity in the image, as KServe's Secret gives a
+    service principal: its token from the suite's fake Entra ID over TLS
+    (the CA at /custom-certs, its bundle under TMPDIR on the model volume,
+    as the llmkube-stager-azure ClusterStorageContainer sets, no /tmp),
+    checked by Azurite's OAuth."""
+    from tests.harness.azurite import Azurite, azurite_binary
+    from tests.harness.canary import canary
+    from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra
+    from tests.harness.features import missing_feature
+    from tests.harness.image import CA_DIR, Volume
+    from tests.harness.tlsca import make_ca
+
+    if azurite_binary() is None:
+        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
+    ca = make_ca(tmp_path / "ca")
+    secret = canary("azsecret", 40)
+    data = payload(200 << 10, seed=36)
+    with Azurite(ca=ca) as az, FakeEntra(ca.server_context(), secret=secret, assertion="") as entra:
+        az.service().create_container("models")
+        az.service().get_blob_client("models", "llm/model.gguf").upload_blob(data)
+        env = {
+            "AZURE_CLIENT_ID": CLIENT_ID,
+            "AZURE_TENANT_ID": TENANT,
+            "AZURE_CLIENT_SECRET": secret,
+            "AZURE_AUTHORITY_HOST": entra.authority,
+            "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False),
+            "TMPDIR": f"{DEST}/{PRIVATE}",
+        }
+        run = pod.run(
+            Azurite.source("models", "llm"),
+            DEST,
+            env=env,
+            tmp_writable=False,
+            extra=[Volume(ca.ca_dir, CA_DIR, read_only=True)],
+        )
+        assert [i.grant for i in entra.issued] == ["secret"]
+
+    succeeded(run)
+    assert shown(pod) == {"model.gguf": data}
+    assert secret not in run.stdout + run.stderr
+    assert pod.container.writes() == []

@@ -82,7 +82,9 @@ def test_an_odd_number_of_arguments_is_a_usage_error(pod: Pod, origin: Origin) -
 @pytest.mark.parametrize(
     ("uri", "scheme"),
     [
-        ("https://acct.blob.core.windows.net/container/model", "Azure Blob"),
+        # Not an account's host (#33 item 2 stages those): KServe's looser
+        # pattern takes it, so it is refused, never fetched as a plain URL.
+        ("https://acct-x.blob.core.windows.net/container/model", "Azure Blob"),
         ("https://acct.file.core.windows.net/share/model", "Azure File"),
         ("hdfs://namenode/models/iris", "hdfs://"),
         ("webhdfs://namenode/models/iris", "webhdfs://"),

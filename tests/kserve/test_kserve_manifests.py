@@ -48,7 +48,14 @@ def matches(csc: dict[str, Any], uri: str) -> bool:
 
 
 def test_hf_s3_and_https_are_taken() -> None:
-    for uri in ("hf://o/m", "s3://b/p/", "https://models.example.com/iris/model.joblib"):
+    for uri in (
+        "hf://o/m",
+        "s3://b/p/",
+        "https://models.example.com/iris/model.joblib",
+        # #33 item 2: Azure Blob's two forms.
+        "https://acct.blob.core.windows.net/c/m",
+        "https://acct.z20.blob.storage.azure.net/c/m",
+    ):
         assert sum(matches(c, uri) for c in ours()) == 1, uri
 
 
@@ -70,9 +77,7 @@ def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> No
     "uri",
     [
         "hdfs://n/m",
-        "https://acct.blob.core.windows.net/c/m",
         "https://acct.file.core.windows.net/s/m",
-        "https://acct.z20.blob.storage.azure.net/c/m",
         "https://acct.z3.file.storage.azure.net/s/m",
         "modelscope://org/model",
     ],

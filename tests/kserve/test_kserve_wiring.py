@@ -81,7 +81,7 @@ def test_confidential_serving_is_refused_before_any_request(pod: Pod, origin: Or
 @pytest.mark.parametrize(
     ("uri", "named"),
     [
-        ("https://acct.z20.blob.storage.azure.net/models/m", "z<N>.blob.storage.azure.net"),
+        ("https://acct-x.z20.blob.storage.azure.net/models/m", "z<N>.blob.storage.azure.net"),
         ("https://acct.z2.file.storage.azure.net/share/m", "z<N>.file.storage.azure.net"),
     ],
 )

@@ -43,6 +43,11 @@ SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "canary/secret+access+key/value0000000000",
     "AWS_SESSION_TOKEN": "canary-session-token-value-XYZ",
     "AWS_CONTAINER_AUTHORIZATION_TOKEN": "canary-container-token-value-0",
+    # #33 item 2.
+    "AZURE_STORAGE_ACCESS_KEY": "Y2FuYXJ5LWF6dXJlLWFjY291bnQta2V5LXZhbHVl",
+    "AZURE_STORAGE_CONNECTION_STRING": "AccountName=a;AccountKey=Y2FuYXJ5LWNvbm4ta2V5",
+    "AZURE_CLIENT_SECRET": "canary-azure-client-secret-value",
+    "AZ_CLIENT_SECRET": "canary-az-legacy-client-secret-0",
 }
 
 
@@ -138,6 +143,23 @@ _AWS_ENV_CASES: dict[str, tuple[str, str]] = {
 CASES += [
     (name, value, SINGLE, "aws_env", {name: value}, other)
     for name, (value, other) in _AWS_ENV_CASES.items()
+]
+# Azure Blob's variables (#33 item 2) land in Config.azure_env.
+_AZURE_ENV_CASES: dict[str, tuple[str, str]] = {
+    "AZURE_STORAGE_ACCESS_KEY": ("a2V5a2V5", "b3RoZXI="),
+    "AZURE_STORAGE_CONNECTION_STRING": ("BlobEndpoint=http://127.0.0.1:1/a", "x"),
+    "AZURE_CLIENT_ID": ("0b6c0c3e", "x"),
+    "AZURE_CLIENT_SECRET": ("s3cr3t", "x"),
+    "AZURE_TENANT_ID": ("72f988bf", "x"),
+    "AZURE_FEDERATED_TOKEN_FILE": ("/var/run/azure-token", "/x"),
+    "AZURE_AUTHORITY_HOST": ("https://login.microsoftonline.us", "x"),
+    "AZ_CLIENT_ID": ("0b6c0c3e", "x"),
+    "AZ_CLIENT_SECRET": ("s3cr3t", "x"),
+    "AZ_TENANT_ID": ("72f988bf", "x"),
+}
+CASES += [
+    (name, value, SINGLE, "azure_env", {name: value}, other)
+    for name, (value, other) in _AZURE_ENV_CASES.items()
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -560,7 +582,8 @@ def test_secrets_are_trimmed() -> None:
 
 def test_secrets_repr_hides_values() -> None:
     config = load(SECRETS)
-    assert set(config.secrets.values()) == set(SECRETS.values())
+    # The connection string counts whole and by its AccountKey (#33 item 2).
+    assert set(config.secrets.values()) == set(SECRETS.values()) | {"Y2FuYXJ5LWNvbm4ta2V5"}
     for text in (repr(config.secrets), str(config.secrets), repr(config), str(config)):
         for secret in SECRETS.values():
             assert secret not in text
@@ -575,7 +598,7 @@ def test_secret_values_are_readable_when_the_rest_is_invalid() -> None:
     env = {**SECRETS, "LLMKUBE_RETRIES": "many"}  # no MODEL_SOURCE either
     with pytest.raises(ConfigError):
         load_config(env, {})
-    assert set(secret_values(env, {})) == set(SECRETS.values())
+    assert set(secret_values(env, {})) == set(SECRETS.values()) | {"Y2FuYXJ5LWNvbm4ta2V5"}
 
 
 def test_secret_values_take_the_flag_over_the_environment() -> None:

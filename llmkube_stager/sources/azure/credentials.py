@@ -1,0 +1,304 @@
+"""What authorises an Azure Blob request (#33 item 2), chosen once, in the
+order KServe's initializer takes them (kserve_storage.py
+`_download_azure_blob`: a token credential when AZURE_CLIENT_ID is set,
+else AZURE_STORAGE_ACCESS_KEY; a SAS in the URL), with the connection
+string of emulators and private endpoints first:
+
+1. a SAS in MODEL_SOURCE's query;
+2. AZURE_STORAGE_CONNECTION_STRING's AccountKey or SharedAccessSignature;
+3. a service principal: AZURE_CLIENT_ID + AZURE_CLIENT_SECRET + AZURE_TENANT_ID
+   (KServe's legacy AZ_* names too), azure-identity's ClientSecretCredential;
+4. AKS workload identity: AZURE_CLIENT_ID + AZURE_FEDERATED_TOKEN_FILE +
+   AZURE_TENANT_ID, azure-identity's WorkloadIdentityCredential;
+5. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
+   (azure-storage-blob takes a string credential that parses as a SAS as a
+   SAS, which is how KServe users pass one);
+6. none: anonymous (a public container), and the log says so.
+
+The credentials are built explicitly, never through DefaultAzureCredential:
+its chain would probe the instance metadata service (169.254.169.254) and
+the developer tools of a workstation; a pod's credential is one of the
+above, and a missing one is said, not searched for.
+
+`name` is what the user set, for the remedy of a 403 (errors.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llmkube_stager.errors import ConfigError
+from llmkube_stager.sources.azure.ref import API_VERSION, AzureRef, ConnectionString
+from llmkube_stager.sources.azure.sas import container_sas, decode_key
+
+# azure-identity's token scope for Blob storage.
+STORAGE_SCOPE = "https://storage.azure.com/.default"
+# A token is renewed this long before it expires (azure-core's
+# BearerTokenCredentialPolicy refreshes 300 s ahead): a request never
+# leaves with a token that expires on the way.
+TOKEN_REFRESH_MARGIN_S = 300
+
+
+class Credential(Protocol):
+    # What the user set, named in a 403's remedy.
+    name: str
+    # Whether a 401/403 may be cured by renew() (a fresh SAS or token).
+    renewable: bool
+
+    def query(self) -> str:
+        """The SAS to append to a request's URL ('' none)."""
+        ...
+
+    def headers(self) -> dict[str, str]:
+        """Headers that authorise a request (a bearer token), {} none."""
+        ...
+
+    def renew(self) -> None:
+        """After a 401/403: the next request carries a fresh SAS or token."""
+        ...
+
+
+@dataclass
+class StaticSas:
+    sas: str
+    name: str
+    renewable: bool = False
+
+    def query(self) -> str:
+        return self.sas
+
+    def headers(self) -> dict[str, str]:
+        return {"x-ms-version": API_VERSION}
+
+    def renew(self) -> None:
+        """A given SAS cannot be renewed."""
+
+
+class KeySigned:
+    """A SAS signed with the account key, made anew for each request."""
+
+    renewable = True
+
+    def __init__(self, account: str, key: bytes, container: str, name: str) -> None:
+        self._account = account
+        self._key = key
+        self._container = container
+        self.name = name
+
+    def query(self) -> str:
+        return container_sas(self._account, self._key, self._container)
+
+    def headers(self) -> dict[str, str]:
+        return {"x-ms-version": API_VERSION}
+
+    def renew(self) -> None:
+        """Every request is signed anew already."""
+
+
+@dataclass
+class Anonymous:
+    name: str = "no credentials (anonymous access)"
+    renewable: bool = False
+
+    def query(self) -> str:
+        return ""
+
+    def headers(self) -> dict[str, str]:
+        return {"x-ms-version": API_VERSION}
+
+    def renew(self) -> None:
+        """Nothing to renew."""
+
+
+class Bearer:
+    """An azure-identity token credential's bearer token, cached and asked
+    for again TOKEN_REFRESH_MARGIN_S before it expires, and after a 401/403
+    from a credential made anew: azure-identity's own cache would hand back
+    the token the service just refused (revoked, or expired early)."""
+
+    renewable = True
+
+    def __init__(
+        self,
+        make: Callable[[], Any],
+        name: str,
+        clock: Callable[[], float] = time.time,
+        bundle: str | None = None,
+    ) -> None:
+        self._make = make
+        self._credential: Any = None
+        self.name = name
+        self._clock = clock
+        self._bundle = bundle  # the CA bundle file written for azure-core, removed on close
+        self._lock = threading.Lock()
+        self._token = ""
+        self._expires_on = 0.0
+
+    def query(self) -> str:
+        return ""
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._current()}", "x-ms-version": API_VERSION}
+
+    def renew(self) -> None:
+        with self._lock:
+            self._token, self._expires_on = "", 0.0
+            self._close_credential()
+
+    def _current(self) -> str:
+        with self._lock:
+            if not self._token or self._clock() >= self._expires_on - TOKEN_REFRESH_MARGIN_S:
+                if self._credential is None:
+                    self._credential = self._make()
+                self._token, self._expires_on = _token_of(self._credential)
+            return self._token
+
+    def _close_credential(self) -> None:
+        import contextlib
+
+        credential, self._credential = self._credential, None
+        close = getattr(credential, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+
+    def close(self) -> None:
+        import contextlib
+        import os
+
+        with self._lock:
+            self._close_credential()
+        if self._bundle is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._bundle)
+
+
+def _token_of(credential: Any) -> tuple[str, float]:
+    from llmkube_stager.sources.azure.errors import translate_identity_error
+
+    try:
+        token = credential.get_token(STORAGE_SCOPE)
+    except Exception as exc:
+        raise translate_identity_error(exc) from None
+    return str(token.token), float(token.expires_on)
+
+
+@dataclass(frozen=True)
+class IdentitySettings:
+    """What azure-identity is given besides the credential's own values."""
+
+    ca_bundle: str | None
+    proxy_for: Callable[[str], str | None]  # an URL -> its proxy URL, or None
+    connect_s: float
+    stall_s: float
+
+
+def choose(
+    ref: AzureRef,
+    env: Mapping[str, str],
+    connection: ConnectionString | None,
+    identity: Callable[[], IdentitySettings],
+) -> Credential:
+    """The credential of this run, by the order of the module's docstring."""
+    if ref.url_sas:
+        return StaticSas(ref.url_sas, "the SAS in MODEL_SOURCE's query")
+    if connection is not None and connection.account_key:
+        name = "the AccountKey of AZURE_STORAGE_CONNECTION_STRING"
+        secret = decode_key(connection.account_key, "AZURE_STORAGE_CONNECTION_STRING's AccountKey")
+        return KeySigned(connection.account or ref.account, secret, ref.container, name)
+    if connection is not None and connection.sas:
+        name = "the SharedAccessSignature of AZURE_STORAGE_CONNECTION_STRING"
+        return StaticSas(connection.sas, name)
+    client_id = _either(env, "AZURE_CLIENT_ID", "AZ_CLIENT_ID")
+    tenant_id = _either(env, "AZURE_TENANT_ID", "AZ_TENANT_ID")
+    client_secret = _either(env, "AZURE_CLIENT_SECRET", "AZ_CLIENT_SECRET")
+    token_file = env.get("AZURE_FEDERATED_TOKEN_FILE", "")
+    if client_id and (client_secret or token_file):
+        if not tenant_id:
+            raise ConfigError("AZURE_CLIENT_ID is set without AZURE_TENANT_ID")
+        return _identity(env, client_id, tenant_id, client_secret, token_file, identity())
+    key = env.get("AZURE_STORAGE_ACCESS_KEY", "")
+    if key:
+        if "sig=" in key:
+            return StaticSas(key.lstrip("?"), "the SAS in AZURE_STORAGE_ACCESS_KEY")
+        bytes_key = decode_key(key, "AZURE_STORAGE_ACCESS_KEY")
+        return KeySigned(ref.account, bytes_key, ref.container, "AZURE_STORAGE_ACCESS_KEY")
+    return Anonymous()
+
+
+def _either(env: Mapping[str, str], name: str, legacy: str) -> str:
+    return env.get(name, "") or env.get(legacy, "")
+
+
+def _identity(
+    env: Mapping[str, str],
+    client_id: str,
+    tenant_id: str,
+    secret: str,
+    token_file: str,
+    settings: IdentitySettings,
+) -> Bearer:
+    from llmkube_stager.sources.deps import AZURE_IDENTITY, require
+
+    # Before the import: a missing or old azure-identity is the image's
+    # configuration (InvalidConfiguration naming it), and only a token
+    # credential needs it (#33 item 3).
+    require(AZURE_IDENTITY)
+    from azure.identity import ClientSecretCredential, WorkloadIdentityCredential
+
+    if secret:
+
+        def principal() -> Any:
+            return ClientSecretCredential(tenant_id, client_id, secret, **_pipeline(env, settings))
+
+        name = "the service principal (AZURE_CLIENT_ID, AZURE_CLIENT_SECRET)"
+        return Bearer(principal, name, bundle=settings.ca_bundle)
+
+    def workload() -> Any:
+        return WorkloadIdentityCredential(
+            tenant_id=tenant_id,
+            client_id=client_id,
+            token_file_path=token_file,
+            **_pipeline(env, settings),
+        )
+
+    name = "the workload identity (AZURE_FEDERATED_TOKEN_FILE)"
+    return Bearer(workload, name, bundle=settings.ca_bundle)
+
+
+def _pipeline(env: Mapping[str, str], settings: IdentitySettings) -> dict[str, Any]:
+    """azure-core's transport fed only what config/ collected: the CA bundle
+    (system roots + LLMKUBE_CA_DIR), the agent's proxy decision for the
+    authority (requests would read HTTPS_PROXY/NO_PROXY itself, without
+    CIDR), the connect and stall timeouts, no retries of its own (the
+    agent's budget retries the request that needed the token)."""
+    import requests
+    from azure.core.pipeline.transport import RequestsTransport
+
+    authority = env.get("AZURE_AUTHORITY_HOST", "") or "https://login.microsoftonline.com"
+    if "://" not in authority:
+        authority = "https://" + authority
+    session = requests.Session()
+    session.trust_env = False  # never the process environment's proxies or netrc
+    proxy = settings.proxy_for(authority)
+    if proxy is not None:
+        session.proxies = {"https": proxy, "http": proxy}
+    transport = RequestsTransport(
+        session=session,
+        session_owner=True,
+        connection_verify=settings.ca_bundle if settings.ca_bundle is not None else True,
+        connection_timeout=settings.connect_s,
+        read_timeout=settings.stall_s,
+    )
+    return {
+        "authority": authority,
+        "transport": transport,
+        "retry_total": 0,
+        # MSAL would ask login.microsoftonline.com which authorities exist:
+        # the authority is the one the pod was given (AZURE_AUTHORITY_HOST).
+        "disable_instance_discovery": True,
+    }

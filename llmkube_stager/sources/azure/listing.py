@@ -1,0 +1,121 @@
+"""The blobs of an Azure prefix without MODEL_FILES (#33 item 2), as
+s3/listing.py lists a prefix: List Blobs page after page (NextMarker)
+until the listing is whole, one listing per run, each blob's ETag kept so
+that every GET is pinned to it (If-Match) and no blob needs a HEAD.
+
+The prefix is taken at a '/' boundary (`.../models/iris` stages
+`models/iris/...`, never `models/iris-v2/...`); a blob whose name is the
+URI's path itself is a single blob, its name the path's last part. Blobs
+of size 0 are left out, as KServe's `_download_azure_blob` does (the
+directory entries of a hierarchical namespace are empty blobs), and so
+are names ending in '/'.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.listing import ListedFile, Listing
+from llmkube_stager.sources.base import check_listed
+
+# One page: (prefix, marker) -> the XML of List Blobs.
+ListPage = Callable[[str, str], bytes]
+MAX_PAGES = 100_000
+# The service's largest page; it may answer fewer with a NextMarker.
+PAGE_BLOBS = 5000
+
+
+@dataclass(frozen=True)
+class Blob:
+    name: str
+    size_bytes: int
+    etag: str  # quoted, as the ETag header carries it
+
+
+def page_query(prefix: str, marker: str) -> str:
+    parts = ["restype=container", "comp=list", f"maxresults={PAGE_BLOBS}"]
+    if prefix:
+        parts.append(f"prefix={quote(prefix, safe='')}")
+    if marker:
+        parts.append(f"marker={quote(marker, safe='')}")
+    return "&".join(parts)
+
+
+def list_blobs(source: str, where: str, path: str, page: ListPage) -> Listing:
+    stem = path.strip("/")
+    exact: ListedFile | None = None
+    below: list[ListedFile] = []
+    single = bool(stem) and not path.endswith("/")
+    ask = stem if single else (stem + "/" if stem else "")
+    for blob in _pages(ask, page):
+        if blob.name.endswith("/") or blob.size_bytes == 0:
+            continue
+        if single and blob.name == stem:
+            exact = _listed(posixpath.basename(stem), blob)
+        elif blob.name.startswith(stem + "/" if stem else ""):
+            below.append(_listed(blob.name[len(stem) + 1 :] if stem else blob.name, blob))
+    if exact is not None:
+        check_listed(source, (exact,))
+        return Listing(source, posixpath.dirname(stem), (exact,), exact=True)
+    if not below:
+        raise SourceError(
+            f"no blob under {where}{'/' if stem else ''} (an empty prefix, or no such blob)",
+            reason=Reason.SOURCE_NOT_FOUND,
+            answered=True,
+        )
+    return Listing(source, stem, tuple(below))
+
+
+def _pages(prefix: str, page: ListPage) -> Iterator[Blob]:
+    marker = ""
+    for _ in range(MAX_PAGES):
+        blobs, marker = parse_page(page(prefix, marker))
+        yield from blobs
+        if not marker:
+            return
+    raise SourceError(
+        f"the listing of {prefix!r} did not end after {MAX_PAGES} pages",
+        reason=Reason.SOURCE_REJECTED,
+        answered=True,
+    )
+
+
+def parse_page(xml: bytes) -> tuple[list[Blob], str]:
+    """The blobs of one page and its NextMarker ('' at the end)."""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        raise SourceError(
+            "an Azure listing page is not XML", reason=Reason.SOURCE_REJECTED, answered=True
+        ) from None
+    blobs = [_blob(item) for item in root.iterfind("Blobs/Blob")]
+    return [b for b in blobs if b is not None], (root.findtext("NextMarker") or "").strip()
+
+
+def _blob(item: ET.Element) -> Blob | None:
+    name_el = item.find("Name")
+    if name_el is None or name_el.text is None:
+        return None
+    name = name_el.text
+    if name_el.get("Encoded", "").lower() == "true":
+        name = unquote(name)
+    size_text = (item.findtext("Properties/Content-Length") or "").strip()
+    etag = (item.findtext("Properties/Etag") or "").strip()
+    if not size_text.isascii() or not size_text.isdigit():
+        return None
+    if etag and not etag.startswith('"'):
+        etag = f'"{etag}"'
+    return Blob(name, int(size_text), etag)
+
+
+def _listed(raw: str, blob: Blob) -> ListedFile:
+    # Empty and '.' parts dropped, as for S3 (#31 item 4); '..' stays, for
+    # check_listed to refuse.
+    rel = "/".join(p for p in raw.split("/") if p not in ("", "."))
+    key = raw if rel != raw and rel else ""
+    return ListedFile(rel if rel else raw, blob.size_bytes, blob.etag, key)

@@ -1,0 +1,161 @@
+"""A fake Microsoft Entra ID token endpoint on 127.0.0.1 over TLS (the
+test CA), for azure-identity's real credentials (#33 item 2): the OpenID
+metadata MSAL reads and the v2.0 token endpoint, which checks what the test
+made (the client id and secret of a service principal, or the federated
+assertion of a workload identity's token file) and issues JWTs Azurite's
+`--oauth basic` accepts (audience https://storage.azure.com, an
+sts.windows.net issuer, a lifetime the test chooses). Every token asked
+for is recorded. AZURE_AUTHORITY_HOST points azure-identity here: nothing
+goes to login.microsoftonline.com.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+from urllib.parse import parse_qs
+
+from tests.harness.lifecycle import Lifecycle
+
+TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+CLIENT_ID = "0b6c0c3e-1a3f-4d5e-9a7b-1c2d3e4f5a6b"
+ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+
+def _b64(doc: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
+
+
+@dataclass
+class Issued:
+    grant: str  # "secret" or "assertion"
+    token: str
+    at: float
+
+
+@dataclass
+class _State:
+    secret: str
+    assertion: str
+    lifetime_s: int
+    # The JWT's own exp, when shorter than what expires_in says (a token
+    # the service refuses before the client expects it to).
+    jwt_lifetime_s: int | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    issued: list[Issued] = field(default_factory=list)
+    refused: int = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Any
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        # Where it was asked (127.0.0.1 or localhost): MSAL posts there.
+        host = self.headers.get("Host") or f"127.0.0.1:{self.server.server_address[1]}"
+        base = f"https://{host}/{TENANT}"
+        if self.path.startswith(f"/{TENANT}/v2.0/.well-known/openid-configuration"):
+            self._json(
+                200,
+                {
+                    "token_endpoint": f"{base}/oauth2/v2.0/token",
+                    "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+                    "device_authorization_endpoint": f"{base}/oauth2/v2.0/devicecode",
+                    "issuer": f"{base}/v2.0",
+                },
+            )
+            return
+        self._json(404, {"error": "not_found"})
+
+    def do_POST(self) -> None:
+        state: _State = self.server.state
+        length = int(self.headers.get("content-length") or 0)
+        form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+        if self.path != f"/{TENANT}/oauth2/v2.0/token" or form.get("client_id") != CLIENT_ID:
+            self._json(400, {"error": "invalid_request"})
+            return
+        if form.get("client_secret"):
+            grant, ok = "secret", form["client_secret"] == state.secret
+        else:
+            grant = "assertion"
+            ok = (
+                form.get("client_assertion_type") == ASSERTION_TYPE
+                and form.get("client_assertion") == state.assertion
+            )
+        if not ok:
+            with state.lock:
+                state.refused += 1
+            self._json(
+                401,
+                {"error": "invalid_client", "error_description": "AADSTS7000215: invalid client"},
+            )
+            return
+        now = int(time.time())
+        claims = {
+            "aud": "https://storage.azure.com",
+            "iss": f"https://sts.windows.net/{TENANT}/",
+            "iat": now - 60,
+            "nbf": now - 60,
+            "exp": now + (state.jwt_lifetime_s or state.lifetime_s),
+            "oid": CLIENT_ID,
+            "n": len(state.issued),
+        }
+        token = f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}.c2ln"
+        with state.lock:
+            state.issued.append(Issued(grant, token, time.time()))
+        self._json(
+            200,
+            {"token_type": "Bearer", "expires_in": state.lifetime_s, "access_token": token},
+        )
+
+    def _json(self, status: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class FakeEntra(Lifecycle):
+    def __init__(
+        self, tls: ssl.SSLContext, *, secret: str, assertion: str, lifetime_s: int = 3600
+    ) -> None:
+        self._tls = tls
+        self.state = _State(secret, assertion, lifetime_s)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server.socket = self._tls.wrap_socket(server.socket, server_side=True)
+        server.state = self.state  # type: ignore[attr-defined]
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def authority(self) -> str:
+        assert self._server is not None
+        return f"https://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def issued(self) -> list[Issued]:
+        with self.state.lock:
+            return list(self.state.issued)

@@ -1,0 +1,543 @@
+"""Azure Blob sources (#33 item 2) against Azurite on loopback: the SAS the
+account key signs, Range, If-Match, listings and error answers are the
+emulator's, not ours; the front's log shows what went over the wire and
+injects Azure's throttling."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import random
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs
+
+import pytest
+
+from llmkube_stager.sources.azure.listing import PAGE_BLOBS
+from tests.harness.azurite import (
+    ACCOUNT,
+    ACCOUNT_KEY,
+    Azurite,
+    S3Fault,
+    S3Request,
+    azurite_binary,
+)
+from tests.harness.canary import assert_no_leak, canary, leaks, outputs_of
+from tests.harness.disk import partials, record_of
+from tests.harness.features import missing_feature
+from tests.harness.pod import import_lines, wait_for
+from tests.harness.sample import KIB, MIB, payload
+
+pytestmark = pytest.mark.floors
+_CONTAINERS = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[Azurite]:
+    if azurite_binary() is None:
+        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
+    with Azurite() as server:
+        yield server
+
+
+@pytest.fixture
+def az(azurite: Azurite) -> Iterator[Azurite]:
+    azurite.clear()
+    yield azurite
+    azurite.clear()
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(pod) -> None:
+    """A request to any host but 127.0.0.1 (a real account's, were the
+    endpoint ever not moved to the emulator) goes to a closed loopback
+    proxy port and fails there: nothing leaves the machine, not even DNS."""
+    pod.env.update(HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1")
+
+
+@pytest.fixture
+def container(az: Azurite) -> str:
+    name = f"models-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
+    az.service().create_container(name)
+    return name
+
+
+def put(az: Azurite, container: str, name: str, data: bytes) -> str:
+    """Uploads a blob; its ETag as the ETag header carries it."""
+    blob = az.service().get_blob_client(container, name)
+    answer = blob.upload_blob(data, overwrite=True)
+    return str(answer["etag"])
+
+
+def key_env(az: Azurite) -> dict[str, str]:
+    return {"AZURE_STORAGE_CONNECTION_STRING": az.connection_string()}
+
+
+def blob_gets(az: Azurite, container: str) -> list:
+    return [r for r in az.requests("GET") if "comp=list" not in r.query and container in r.path]
+
+
+# -- happy paths ------------------------------------------------------------------------------
+
+
+def test_single_blob_with_the_account_key(pod, az, container) -> None:
+    data = payload(192 * KIB)
+    etag = put(az, container, "models/llama.gguf", data)
+    env = pod.single_env(Azurite.source(container, "models/llama.gguf"), **key_env(az))
+
+    run = pod.run(env=env)
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+    assert record_of(pod.dest()) == str(len(data))
+    head, get = [r for r in az.requests() if container in r.path]
+    assert (head.method, head.status) == ("HEAD", 200)
+    assert (get.method, get.status) == ("GET", 200)
+    # The account key signed a SAS (the emulator checked it); the GET is
+    # pinned to the blob it probed.
+    assert get.params["sig"] and get.params["sr"] == ["c"]
+    assert get.headers["if-match"] == etag
+    assert "authorization" not in get.headers
+    assert leaks(ACCOUNT_KEY, run.outputs) == []
+    assert get.params["sig"][0] not in run.outputs
+
+
+def test_prefix_is_listed_and_a_warm_start_asks_nothing(pod, az, container) -> None:
+    """AZURE_STORAGE_ACCESS_KEY (KServe's variable) with a connection string
+    that only names the endpoint; a prefix at a '/' boundary, empty blobs
+    left out as KServe does; then IfNotPresent with zero requests and no
+    Azure library imported."""
+    files = {
+        "config.json": b'{"a": 1}',
+        "weights/model 00001.safetensors": payload(96 * KIB, 1),
+        "tokenizer/токенизатор.json": b'{"k": "v"}',
+    }
+    for rel, data in files.items():
+        put(az, container, f"models/iris/{rel}", data)
+    put(az, container, "models/iris-v2/other.bin", b"not this one")
+    put(az, container, "models/iris/_SUCCESS", b"")
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "models/iris"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False),
+        "AZURE_STORAGE_ACCESS_KEY": ACCOUNT_KEY,
+    }
+
+    pod.run(env=env).ok(files=3, fetched=3)
+
+    for rel, data in files.items():
+        assert (pod.cache_dir / rel).read_bytes() == data
+    assert not (pod.cache_dir / "_SUCCESS").exists()
+    assert not (pod.cache_dir / "other.bin").exists()
+    lists = [r for r in az.requests("GET") if "comp=list" in r.query]
+    assert len(lists) == 1 and lists[0].params["prefix"] == ["models/iris"]
+    # Every GET pinned to the ETag of the listing, none needing a HEAD.
+    assert az.requests("HEAD") == []
+    assert all(r.headers.get("if-match") for r in blob_gets(az, container))
+
+    az.clear()
+    warm = pod.run(env=env, python_flags=("-X", "importtime")).ok(files=3, fetched=0, reused=3)
+    assert az.requests() == []
+    assert not [m for m in import_lines(warm.stderr) if m.startswith(("azure", "msal"))]
+
+
+def test_a_listing_of_more_than_one_page_is_followed(pod, az, container) -> None:
+    """More than one page of List Blobs (5,000 blobs each): NextMarker is
+    followed; the patterns keep the transfer small."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"m/shard-{i:05d}.bin" for i in range(PAGE_BLOBS + 1)]
+    client = az.service().get_container_client(container)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: client.upload_blob(n, b"x"), names))
+    keep = payload(8 * KIB, 2)
+    put(az, container, "m/zz-keep.bin", keep)
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "STORAGE_ALLOW_PATTERNS": '["zz-*", "shard-00000.bin"]',
+        **key_env(az),
+    }
+
+    pod.run(env=env).ok(files=2, fetched=2)
+
+    assert (pod.cache_dir / "zz-keep.bin").read_bytes() == keep
+    lists = [r for r in az.requests("GET") if "comp=list" in r.query]
+    assert len(lists) == 2
+    assert "marker" not in lists[0].params and lists[1].params["marker"][0]
+
+
+def test_a_sas_in_the_url_is_used_and_never_shown(pod, az, container) -> None:
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    data = payload(64 * KIB, 3)
+    put(az, container, "model.gguf", data)
+    sas = generate_container_sas(
+        ACCOUNT,
+        container,
+        account_key=ACCOUNT_KEY,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    source = Azurite.source(container, "model.gguf") + "?" + sas
+    env = pod.single_env(source, AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False))
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    (get,) = blob_gets(az, container)
+    signature = parse_qs(sas)["sig"][0]
+    assert get.params["sig"] == [signature]
+    assert leaks(signature, run.outputs) == []
+
+
+def test_a_public_container_is_read_anonymously(pod, az) -> None:
+    name = f"public-{random.randrange(1 << 30):x}"
+    az.service().create_container(name, public_access="container")
+    data = payload(32 * KIB, 4)
+    put(az, name, "dir/model.gguf", data)
+    env = pod.single_env(
+        Azurite.source(name, "dir/model.gguf"),
+        AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False),
+    )
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    assert "asking anonymously" in run.stderr
+    assert all("sig" not in r.params for r in az.requests())
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def test_a_wrong_account_key_names_the_variable(pod, az, container) -> None:
+    put(az, container, "model.gguf", b"abc")
+    wrong = base64.b64encode(payload(64, 5)).decode()
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False),
+        AZURE_STORAGE_ACCESS_KEY=wrong,
+    )
+
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4, retryable=False)
+
+    assert "AZURE_STORAGE_ACCESS_KEY" in run.term["remedy"]
+    assert leaks(wrong, run.outputs) == []
+    assert not pod.dest().exists()
+
+
+def test_an_expired_sas_is_unauthorized(pod, az, container) -> None:
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    put(az, container, "model.gguf", b"abc")
+    sas = generate_container_sas(
+        ACCOUNT,
+        container,
+        account_key=ACCOUNT_KEY,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(UTC) - timedelta(minutes=5),
+    )
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf") + "?" + sas,
+        AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False),
+    )
+
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4)
+
+    assert "the SAS in MODEL_SOURCE" in run.term["remedy"]
+    assert leaks(parse_qs(sas)["sig"][0], run.outputs) == []
+
+
+def test_a_missing_container_or_blob_is_not_found(pod, az, container) -> None:
+    env = pod.single_env(Azurite.source(container, "absent.gguf"), **key_env(az))
+    run = pod.run(env=env).failed("ModelSourceNotFound", exit_code=4)
+    assert "absent.gguf" in run.term["message"]
+
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(f"{container}-none", "models"),
+        "CACHE_DIR": str(pod.cache_dir),
+        **key_env(az),
+    }
+    run = pod.run(env=env).failed("ModelSourceNotFound", exit_code=4)
+    assert "container or blob" in run.term["message"]
+
+
+def test_server_busy_is_rate_limited_with_azure_words(pod, az, container) -> None:
+    data = payload(16 * KIB, 6)
+    put(az, container, "model.gguf", data)
+    az.set_fault(f"/{ACCOUNT}/{container}/model.gguf", S3Fault(status=503, code="ServerBusy"))
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        LLMKUBE_RETRIES="1",
+        LLMKUBE_MAX_RETRY_WAIT="0.1",
+        **key_env(az),
+    )
+
+    run = pod.run(env=env).failed("ModelSourceRateLimited", exit_code=1, retryable=True)
+
+    assert "ServerBusy" in run.term["remedy"]
+    # Throttled once, then served.
+    az.set_fault(
+        f"/{ACCOUNT}/{container}/model.gguf", S3Fault(status=503, code="ServerBusy", times=1)
+    )
+    pod.run(env=env).ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+
+
+# -- durability -------------------------------------------------------------------------------
+
+
+def test_a_killed_transfer_resumes_with_a_range(pod, az, container) -> None:
+    # Written in 4 MiB buffers (transfer/pipeline.py): a blob of several,
+    # paced, so that the kill finds some on disk and more to come.
+    data = payload(16 * MIB, 7)
+    put(az, container, "big.gguf", data)
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    az.set_fault(path, S3Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"), LLMKUBE_CONNECTIONS="1", **key_env(az)
+    )
+    proc = pod.popen(env=env)
+    wait_for(
+        lambda: (
+            pod.dest().parent.is_dir()
+            and any(size >= 4 * MIB for size in partials(pod.dest()).values())
+        ),
+        60,
+        "a partial of the blob",
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    assert pod.finish(proc).returncode == -signal.SIGKILL
+    az.clear()
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    (get,) = blob_gets(az, container)
+    assert get.headers["range"].startswith("bytes=") and get.headers["range"] != "bytes=0-"
+    assert get.status == 206 and get.headers["if-match"]
+
+
+def test_a_blob_replaced_mid_transfer_is_never_spliced(pod, az, container) -> None:
+    """The blob is replaced (same size) while a partial of the old one is
+    on disk: the resumed GET carries the old ETag in If-Match, Azurite
+    answers 412, and the file published is the new one whole, or none."""
+    old, new = payload(16 * MIB, 8), payload(16 * MIB, 9)
+    put(az, container, "model.gguf", old)
+    path = f"/{ACCOUNT}/{container}/model.gguf"
+    az.set_fault(path, S3Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"), LLMKUBE_CONNECTIONS="1", **key_env(az)
+    )
+    proc = pod.popen(env=env)
+    wait_for(
+        lambda: (
+            pod.dest().parent.is_dir()
+            and any(size >= 4 * MIB for size in partials(pod.dest()).values())
+        ),
+        60,
+        "a partial of the old blob",
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    assert pod.finish(proc).returncode == -signal.SIGKILL
+    az.clear()
+    put(az, container, "model.gguf", new)
+
+    run = pod.run(env=env)
+
+    if run.returncode == 0:
+        assert pod.dest().read_bytes() == new
+    else:
+        run.failed("ModelSourceChanged", exit_code=1)
+        assert not pod.dest().exists()
+    gets = blob_gets(az, container)
+    # The partial is named by the old ETag: the new blob is fetched whole.
+    assert [r.headers.get("range") for r in gets] == [None]
+
+
+def test_a_listed_blob_replaced_mid_transfer_is_never_spliced(pod, az, container) -> None:
+    """The listing of the interrupted run is the run's (one generation): the
+    resumed GET is pinned to its ETag, Azurite answers 412 to the replaced
+    blob, nothing of the new one is appended to the old bytes."""
+    old, new = payload(16 * MIB, 10), payload(16 * MIB, 11)
+    put(az, container, "m/model.gguf", old)
+    az.set_fault("*", S3Fault(rate_bytes_per_s=2 * MIB, methods=("GET",)))
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "LLMKUBE_CONNECTIONS": "1",
+        **key_env(az),
+    }
+    dest = pod.cache_dir / "model.gguf"
+    proc = pod.popen(env=env)
+    wait_for(
+        lambda: pod.cache_dir.is_dir() and any(s >= 4 * MIB for s in partials(dest).values()),
+        60,
+        "a partial of the old blob",
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    assert pod.finish(proc).returncode == -signal.SIGKILL
+    az.clear()
+    new_etag = put(az, container, "m/model.gguf", new)
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    # Listed anew: the old partial (named by the old ETag) is not resumed,
+    # the new blob is fetched whole, pinned to its own ETag.
+    assert dest.read_bytes() == new
+    gets = blob_gets(az, container)
+    assert [(r.headers.get("range"), r.headers["if-match"]) for r in gets] == [(None, new_etag)]
+
+
+def test_a_blob_replaced_between_its_ranges_is_never_spliced(pod, az, container) -> None:
+    """Three 16 MiB ranges on two connections: the blob is replaced while
+    the first two stream, so the third range is asked of the new blob with
+    the old ETag in If-Match: Azurite answers 412 and no file of both
+    versions is published."""
+    old, new = payload(48 * MIB, 12), payload(48 * MIB, 13)
+    put(az, container, "big.gguf", old)
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    az.set_fault(path, S3Fault(rate_bytes_per_s=8 * MIB, methods=("GET",)))
+    seen: list[S3Request] = []
+
+    def replace_after_two(request: S3Request) -> None:
+        if request.method == "GET" and request.path == path:
+            seen.append(request)
+            if len(seen) == 2:
+                threading.Timer(0.3, put, (az, container, "big.gguf", new)).start()
+
+    az.front.on_request(replace_after_two)
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"),
+        LLMKUBE_CONNECTIONS="2",
+        LLMKUBE_RETRIES="2",
+        LLMKUBE_MAX_RETRY_WAIT="0.2",
+        **key_env(az),
+    )
+
+    # Azurite cuts the ranges in flight when the blob is replaced; asked
+    # again, they are refused (412): ModelSourceChanged, or the new blob
+    # whole on an attempt of its own.
+    run = pod.run(env=env)
+
+    if run.returncode == 0:
+        assert pod.dest().read_bytes() == new
+    else:
+        run.failed("ModelSourceChanged", exit_code=1)
+        assert not pod.dest().exists()
+    gets = blob_gets(az, container)
+    assert any(r.status == 412 for r in gets)
+
+
+def test_kserve_storage_uri_of_a_prefix_is_served(pod, az, container) -> None:
+    """KServe's form (`SRC_URI DEST_DIR`): the Azure URI used to be refused
+    with exit 2 (kserve/uris.py); now its prefix is listed and staged."""
+    files = {"model.onnx": payload(40 * KIB, 30), "sub/config.json": b"{}"}
+    for rel, data in files.items():
+        put(az, container, f"iris/v1/{rel}", data)
+    dest = pod.tmp / "mnt" / "models"
+
+    pod.run(Azurite.source(container, "iris/v1"), str(dest), env=key_env(az)).ok()
+
+    for rel, data in files.items():
+        assert (dest / rel).read_bytes() == data
+
+
+def test_no_azure_secret_reaches_any_output(pod, az, container) -> None:
+    """Canaries of every Azure secret, in runs that fail where each is
+    judged (refused by Azurite, or refused as configuration) and in one
+    that succeeds, whose per-request SAS signatures only the wire shows:
+    none in stdout, the log, the termination message or the cache."""
+    data = payload(24 * KIB, 31)
+    put(az, container, "model.gguf", data)
+    source = Azurite.source(container, "model.gguf")
+    wrong_key = base64.b64encode(("azkey" + canary("", 59)).encode()).decode()
+    sig = canary("azsig", 40)
+    endpoint_only = az.connection_string(key=False)
+    runs = {
+        "a wrong AccountKey": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only + f"AccountKey={wrong_key};"
+        },
+        "a connection string that is not one": {"AZURE_STORAGE_CONNECTION_STRING": f"{wrong_key}"},
+        "an access key that is not base64": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "AZURE_STORAGE_ACCESS_KEY": "not*base64*" + sig,
+        },
+        "a SAS with a wrong signature": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "MODEL_SOURCE": f"{source}?sv=2021-08-06&sr=c&sp=rl&se=2099-01-01&sig={sig}",
+        },
+        "a SAS in AZURE_STORAGE_ACCESS_KEY": {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "AZURE_STORAGE_ACCESS_KEY": f"sv=2021-08-06&sr=c&sp=rl&se=2099-01-01&sig={sig}",
+        },
+    }
+    canaries = {"account key": wrong_key, "SAS signature": sig}
+    for what, extra in runs.items():
+        run = pod.run(env=pod.single_env(source, **extra))
+        assert run.returncode in (2, 4), (what, str(run))
+        assert_no_leak(outputs_of(run, pod.cache_dir), canaries)
+
+    az.clear()
+    run = pod.run(env=pod.single_env(source, **key_env(az))).ok(files=1, fetched=1)
+    signatures = {f"sig-{i}": v for i, r in enumerate(az.requests()) for v in r.params["sig"]}
+    assert signatures
+    assert_no_leak(outputs_of(run, pod.cache_dir), {**signatures, "key": ACCOUNT_KEY})
+
+
+def test_onchange_refetches_a_replaced_blob_by_its_etag(pod, az, container) -> None:
+    """OnChange lists anew and compares the blobs' ETags with the recorded
+    ones: an unchanged set is reused (one listing, no GET), a replaced blob
+    of the same size is fetched again."""
+    first, second = payload(32 * KIB, 40), payload(32 * KIB, 41)
+    put(az, container, "m/model.gguf", first)
+    put(az, container, "m/config.json", b"{}")
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "LLMKUBE_REFRESH_POLICY": "OnChange",
+        **key_env(az),
+    }
+    pod.run(env=env).ok(files=2, fetched=2)
+
+    az.clear()
+    pod.run(env=env).ok(files=2, fetched=0, reused=2)
+    assert blob_gets(az, container) == []
+
+    put(az, container, "m/model.gguf", second)
+    az.clear()
+    pod.run(env=env).ok(files=2, fetched=1, reused=1)
+    assert (pod.cache_dir / "model.gguf").read_bytes() == second
+
+
+def test_a_blobs_stored_content_encoding_is_its_metadata(pod, az, container) -> None:
+    """A blob stored with Content-Encoding: gzip is answered with it: the
+    stored bytes are the file (KServe writes them as they are), as for S3
+    (#29 item 11). A listed blob's coding is asked by one HEAD."""
+    from azure.storage.blob import ContentSettings
+
+    data = payload(16 * KIB, 42)
+    blob = az.service().get_blob_client(container, "m/weights.bin")
+    blob.upload_blob(data, content_settings=ContentSettings(content_encoding="gzip"))
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        **key_env(az),
+    }
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    assert (pod.cache_dir / "weights.bin").read_bytes() == data
+    assert len(az.requests("HEAD")) == 1
+
+    # One blob (MODEL_PATH): the probe's HEAD says the coding.
+    single = pod.single_env(Azurite.source(container, "m/weights.bin"), **key_env(az))
+    pod.run(env=single).ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data

@@ -1,0 +1,232 @@
+"""Azure Blob with token credentials (#33 item 2): azure-identity's real
+ClientSecretCredential and WorkloadIdentityCredential against the suite's
+fake Entra ID (tests/harness/entra.py, AZURE_AUTHORITY_HOST), the bearer
+tokens checked by Azurite's `--oauth basic` over TLS, through the front.
+Nothing leaves loopback: the credentials are built explicitly (no
+DefaultAzureCredential chain, no instance metadata probe)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.azurite import Azurite, S3Fault, azurite_binary
+from tests.harness.canary import canary, leaks
+from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra
+from tests.harness.features import missing_feature
+from tests.harness.sample import KIB, payload
+from tests.harness.tlsca import LocalCA, make_ca
+
+pytestmark = pytest.mark.floors
+_CONTAINERS = itertools.count()
+SECRET = canary("azsecret", 40)
+ASSERTION = "eyJhbGciOiJub25lIn0." + canary("fedtoken", 40) + ".c2ln"
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
+    return make_ca(tmp_path_factory.mktemp("azure-ca"))
+
+
+@pytest.fixture(scope="module")
+def azurite_tls(ca: LocalCA) -> Iterator[Azurite]:
+    if azurite_binary() is None:
+        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
+    with Azurite(ca=ca) as server:
+        yield server
+
+
+@pytest.fixture
+def az(azurite_tls: Azurite) -> Iterator[Azurite]:
+    azurite_tls.clear()
+    yield azurite_tls
+    azurite_tls.clear()
+
+
+@pytest.fixture
+def entra(ca: LocalCA) -> Iterator[FakeEntra]:
+    with FakeEntra(ca.server_context(), secret=SECRET, assertion=ASSERTION) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(pod) -> None:
+    """A request to any host but 127.0.0.1 (a real account's, were the
+    endpoint ever not moved to the emulator) goes to a closed loopback
+    proxy port and fails there: nothing leaves the machine, not even DNS."""
+    pod.env.update(HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1")
+
+
+@pytest.fixture
+def container(az: Azurite) -> str:
+    name = f"models-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
+    az.service().create_container(name)
+    return name
+
+
+def identity_env(az: Azurite, entra: FakeEntra, ca: LocalCA, **extra: str) -> dict[str, str]:
+    return {
+        "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False),
+        "AZURE_CLIENT_ID": CLIENT_ID,
+        "AZURE_TENANT_ID": TENANT,
+        "AZURE_AUTHORITY_HOST": entra.authority,
+        "LLMKUBE_CA_DIR": str(ca.ca_dir),
+        **extra,
+    }
+
+
+def bearers(az: Azurite, container: str) -> list[str]:
+    return [
+        r.headers.get("authorization", "")
+        for r in az.requests()
+        if container in r.path and r.method == "GET"
+    ]
+
+
+def test_a_service_principal_gets_a_token_azurite_accepts(pod, az, entra, ca, container) -> None:
+    data = payload(96 * KIB, 11)
+    az.service().get_blob_client(container, "m/model.gguf").upload_blob(data)
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET),
+    }
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert (pod.cache_dir / "model.gguf").read_bytes() == data
+    (issued,) = entra.issued
+    assert issued.grant == "secret"
+    assert set(bearers(az, container)) == {f"Bearer {issued.token}"}
+    assert leaks(SECRET, run.outputs) == []
+    assert leaks(issued.token.split(".")[1], run.outputs) == []
+
+
+def test_a_wrong_client_secret_is_unauthorized(pod, az, entra, ca, container) -> None:
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    wrong = canary("wrongsecret", 40)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=wrong),
+    )
+
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4)
+
+    assert "service principal" in run.term["remedy"]
+    assert entra.state.refused >= 1 and entra.issued == []
+    assert bearers(az, container) == []
+    assert leaks(wrong, run.outputs) == []
+
+
+def test_workload_identity_reads_the_federated_token_file(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    data = payload(48 * KIB, 12)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    token_file = tmp_path / "azure-identity-token"
+    token_file.write_text(ASSERTION)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_FEDERATED_TOKEN_FILE=str(token_file)),
+    )
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    assert [i.grant for i in entra.issued] == ["assertion"]
+    assert leaks(ASSERTION.split(".")[1], run.outputs) == []
+
+
+def _slow_model(az: Azurite, container: str, count: int) -> dict[str, bytes]:
+    files = {f"part-{i}.bin": payload(256 * KIB, 20 + i) for i in range(count)}
+    for rel, data in files.items():
+        az.service().get_blob_client(container, f"m/{rel}").upload_blob(data)
+    # Each file takes about half a second: the transfer outlives a token.
+    az.set_fault("*", S3Fault(rate_bytes_per_s=512 * KIB, methods=("GET",)))
+    return files
+
+
+def test_a_token_is_renewed_before_it_expires_during_a_transfer(
+    pod, az, entra, ca, container
+) -> None:
+    """Tokens that expire 302 s after they are issued are asked for again
+    300 s ahead, i.e. every 2 s: a transfer of several seconds sends later
+    requests with later tokens, none refused."""
+    entra.state.lifetime_s = 302
+    files = _slow_model(az, container, 8)
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "LLMKUBE_FILES_IN_FLIGHT": "1",
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET),
+    }
+
+    pod.run(env=env).ok(files=len(files), fetched=len(files))
+
+    for rel, data in files.items():
+        assert (pod.cache_dir / rel).read_bytes() == data
+    assert len(entra.issued) >= 2
+    assert len(set(bearers(az, container))) >= 2
+    assert all(r.status < 400 for r in az.requests())
+
+
+def test_a_token_refused_mid_transfer_is_replaced(pod, az, entra, ca, container) -> None:
+    """The service refuses a token before the client expected (its JWT
+    expires after 2 s while expires_in says an hour): the 401 makes a new
+    credential ask for a new token at once, and the transfer goes on."""
+    entra.state.jwt_lifetime_s = 2
+    files = _slow_model(az, container, 8)
+    env = pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "m"),
+        "CACHE_DIR": str(pod.cache_dir),
+        "LLMKUBE_FILES_IN_FLIGHT": "1",
+        "LLMKUBE_RETRIES": "0",
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET),
+    }
+
+    run = pod.run(env=env).ok(files=len(files), fetched=len(files))
+
+    for rel, data in files.items():
+        assert (pod.cache_dir / rel).read_bytes() == data
+    assert any(r.status in (401, 403) for r in az.requests())
+    assert len(entra.issued) >= 2
+    assert "fresh token or SAS" in run.stderr
+
+
+def test_the_token_and_the_blobs_go_through_the_proxy_decided(
+    pod, az, entra, ca, container, proxy
+) -> None:
+    """HTTPS_PROXY as for every client (#22 items 2, 3): the token request
+    (azure-identity's requests session, told the agent's decision, never
+    the environment's) and the blob requests both tunnel through it; with
+    the authority in NO_PROXY, the token request goes direct."""
+    data = payload(64 * KIB, 50)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET),
+        HTTPS_PROXY=proxy.url,
+        NO_PROXY="",
+    )
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    targets = {r.target for r in proxy.requests() if r.method == "CONNECT"}
+    entra_port = entra.authority.rsplit(":", 1)[1]
+    front_port = az.endpoint.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+    assert targets == {f"127.0.0.1:{entra_port}", f"127.0.0.1:{front_port}"}
+
+    # The authority by a name NO_PROXY excludes: only its request goes direct.
+    before = len(proxy.requests())
+    env["AZURE_AUTHORITY_HOST"] = entra.authority.replace("127.0.0.1", "localhost")
+    env["NO_PROXY"] = "localhost"
+    env["MODEL_PATH"] = str(pod.models / "k9" / "model.gguf")
+    env["CACHE_DIR"] = str(pod.models / "k9")
+    pod.run(env=env).ok(files=1, fetched=1)
+    targets = {r.target for r in proxy.requests()[before:] if r.method == "CONNECT"}
+    assert targets == {f"127.0.0.1:{front_port}"}
+    assert len(entra.issued) == 2
