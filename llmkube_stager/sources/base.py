@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import InvalidFileSet, SourceKind
-from llmkube_stager.layout import destinations, parse_file_list
+from llmkube_stager.layout import destinations, listed_dest, parse_file_list
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest, RemoteFile
@@ -180,3 +180,23 @@ def build_manifest(
         for rel, dest in pairs
     )
     return Manifest(kind, root, files, config.multi_file, display)
+
+
+def listed_manifest(
+    kind: SourceKind, config: Config, listing: Listing, url_of: Callable[[ListedFile], str]
+) -> Manifest:
+    """The manifest of a listed prefix (an S3, GCS or Azure Blob listing):
+    each file where the mode stages it (`listed_dest`: in KServe mode a
+    `x.sha256` object apart from the stamp of `x`, #31 item 4), named by
+    the URL `url_of` gives its listed entry."""
+    root = config.cache_dir
+    files = tuple(
+        RemoteFile(
+            rel=f.rel,
+            url=url_of(f),
+            dest=listed_dest(root, f.rel, config.kserve_mode),
+            size_bytes=f.size_bytes,
+        )
+        for f in listing.files
+    )
+    return Manifest(kind, root, files, True, listing.source)

@@ -541,3 +541,27 @@ def test_a_blobs_stored_content_encoding_is_its_metadata(pod, az, container) -> 
     single = pod.single_env(Azurite.source(container, "m/weights.bin"), **key_env(az))
     pod.run(env=single).ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
+
+
+def test_kserve_sha256_blobs_are_files_like_any_other(pod, az, container) -> None:
+    """#31 item 4 for Azure Blob: in KServe mode a `*.sha256` blob, beside
+    the file whose stamp name it has or named alone by its exact path, is
+    staged byte for byte; the stamp check runs after the patterns, on every
+    listing (staging/listed.py), never in the source's own listing."""
+    put(az, container, "sums/model.bin", b"weights")
+    put(az, container, "sums/model.bin.sha256", b"abc  model.bin\n")
+    put(az, container, "one/model.onnx.sha256", b"def  model.onnx\n")
+    first, second = pod.tmp / "mnt" / "models", pod.tmp / "mnt" / "one"
+
+    run = pod.run(
+        Azurite.source(container, "sums"),
+        str(first),
+        Azurite.source(container, "one/model.onnx.sha256"),
+        str(second),
+        env=key_env(az),
+    )
+
+    assert run.returncode == 0, str(run)
+    assert (first / "model.bin").read_bytes() == b"weights"
+    assert (first / "model.bin.sha256").read_bytes() == b"abc  model.bin\n"
+    assert (second / "model.onnx.sha256").read_bytes() == b"def  model.onnx\n"

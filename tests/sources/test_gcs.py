@@ -652,3 +652,39 @@ def test_a_flipped_byte_in_a_ranged_part_is_caught_by_the_read_back(
     run.failed("ModelTransferChecksumMismatch")
     assert not pod.dest("big.bin").exists()
     assert any(re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", "")) for m in gcs.requests())
+
+
+def test_kserve_sha256_objects_are_files_like_any_other(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """#31 item 4 for gs://: in KServe mode a `*.sha256` object, beside the
+    file whose stamp name it has or named alone by its exact key, is staged
+    byte for byte; the stamp check runs after the patterns, on every
+    listing (staging/listed.py), never in the source's own listing."""
+    gcs.emulator.put(bucket, "sums/model.bin", b"weights")
+    gcs.emulator.put(bucket, "sums/model.bin.sha256", b"abc  model.bin\n")
+    gcs.emulator.put(bucket, "one/model.onnx.sha256", b"def  model.onnx\n")
+    first, second = pod.tmp / "mnt" / "models", pod.tmp / "mnt" / "one"
+
+    run = pod.run(
+        f"gs://{bucket}/sums",
+        str(first),
+        f"gs://{bucket}/one/model.onnx.sha256",
+        str(second),
+        env=gcs_env(gcs, no_metadata),
+    )
+
+    assert run.returncode == 0, str(run)
+    assert _visible(first) == {"model.bin": b"weights", "model.bin.sha256": b"abc  model.bin\n"}
+    assert _visible(second) == {"model.onnx.sha256": b"def  model.onnx\n"}
+    asked = len(gcs.requests())
+    warm = pod.run(
+        f"gs://{bucket}/sums",
+        str(first),
+        f"gs://{bucket}/one/model.onnx.sha256",
+        str(second),
+        env=gcs_env(gcs, no_metadata),
+    )
+    assert warm.returncode == 0, str(warm)
+    assert len(gcs.requests()) == asked  # a warm start asks nothing
+    assert _visible(first)["model.bin.sha256"] == b"abc  model.bin\n"

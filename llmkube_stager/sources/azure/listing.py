@@ -21,7 +21,6 @@ from urllib.parse import quote, unquote
 
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.listing import ListedFile, Listing
-from llmkube_stager.sources.base import check_listed
 
 # One page: (prefix, marker) -> the XML of List Blobs.
 ListPage = Callable[[str, str], bytes]
@@ -60,7 +59,8 @@ def list_blobs(source: str, where: str, path: str, page: ListPage) -> Listing:
         elif blob.name.startswith(stem + "/" if stem else ""):
             below.append(_listed(blob.name[len(stem) + 1 :] if stem else blob.name, blob))
     if exact is not None:
-        check_listed(source, (exact,))
+        # Its name is checked as a prefix's are, by staging/listed.py after
+        # the patterns (a KServe `.../m.sha256` blob is one file, #31 item 4).
         return Listing(source, posixpath.dirname(stem), (exact,), exact=True)
     if not below:
         raise SourceError(

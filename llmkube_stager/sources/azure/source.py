@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceKind
-from llmkube_stager.layout import dest_path
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
 from llmkube_stager.sources.azure.ref import (
@@ -28,7 +27,7 @@ from llmkube_stager.sources.azure.ref import (
     parse_azure_ref,
     parse_connection_string,
 )
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest, listed_manifest
 
 if TYPE_CHECKING:
     from llmkube_stager.logs import Log
@@ -129,16 +128,12 @@ class AzureSource:
 
 def _listed_manifest(config: Config, ref: AzureRef, listing: Listing) -> Manifest:
     base = listing.base.strip("/")
-    files = tuple(
-        RemoteFile(
-            rel=f.rel,
-            url=ref.display(posixpath.join(base, f.key or f.rel) if base else f.key or f.rel),
-            dest=dest_path(config.cache_dir, f.rel),
-            size_bytes=f.size_bytes,
-        )
-        for f in listing.files
+    return listed_manifest(
+        "azure",
+        config,
+        listing,
+        lambda f: ref.display(posixpath.join(base, f.key or f.rel) if base else f.key or f.rel),
     )
-    return Manifest("azure", config.cache_dir, files, True, listing.source)
 
 
 class AzureFetcher:

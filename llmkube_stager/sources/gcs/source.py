@@ -25,10 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, SourceError, SourceKind
-from llmkube_stager.layout import dest_path
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest, build_manifest
+from llmkube_stager.sources.base import (
+    Body,
+    RemoteMeta,
+    StreamedDigest,
+    build_manifest,
+    listed_manifest,
+)
 from llmkube_stager.sources.gcs.objects import GcsObject, from_validator
 from llmkube_stager.sources.gcs.ref import (
     GcsRef,
@@ -120,17 +125,12 @@ class GcsSource:
 
 
 def _listed_manifest(config: Config, ref: GcsRef, listing: Listing) -> Manifest:
-    root = config.cache_dir
-    files = tuple(
-        RemoteFile(
-            rel=f.rel,
-            url=f"gs://{ref.bucket}/{object_name(ref, f.key or f.rel, True)}",
-            dest=dest_path(root, f.rel),
-            size_bytes=f.size_bytes,
-        )
-        for f in listing.files
+    return listed_manifest(
+        "gcs",
+        config,
+        listing,
+        lambda f: f"gs://{ref.bucket}/{object_name(ref, f.key or f.rel, True)}",
     )
-    return Manifest("gcs", root, files, True, listing.source)
 
 
 @dataclass(frozen=True)

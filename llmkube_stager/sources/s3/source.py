@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError, SourceKind
-from llmkube_stager.layout import listed_dest
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest
+from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest, listed_manifest
 from llmkube_stager.sources.s3.settings import (
     S3Ref,
     S3Settings,
@@ -124,17 +123,12 @@ class S3Source:
 
 
 def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
-    root = config.cache_dir
-    files = tuple(
-        RemoteFile(
-            rel=f.rel,
-            url=f"s3://{ref.bucket}/{object_key(ref, f.key or f.rel, True)}",
-            dest=listed_dest(root, f.rel, config.kserve_mode),
-            size_bytes=f.size_bytes,
-        )
-        for f in listing.files
+    return listed_manifest(
+        "s3",
+        config,
+        listing,
+        lambda f: f"s3://{ref.bucket}/{object_key(ref, f.key or f.rel, True)}",
     )
-    return Manifest("s3", root, files, True, listing.source)
 
 
 class S3Fetcher:
