@@ -61,6 +61,8 @@ def _other_log_words(script: str) -> str:
     command (#30 review: the policy was told by the word `revalidat`)."""
 
     def turned(m: re.Match[str]) -> str:
+        if "://" in m.group(2):  # normalize_hf_source's answer: data, not a log line
+            return m.group(0)
         return m.group(1) + _PROSE.sub(lambda w: w.group(0)[::-1].upper(), m.group(2))
 
     return _ECHO.sub(turned, script)
