@@ -60,10 +60,6 @@ def read_record(dest: str) -> RecordRead:
     return RecordRead(value)
 
 
-def read_size_record(dest: str) -> int | None:
-    return read_record(dest).size_bytes
-
-
 def fsync_dir(path: str) -> None:
     """Make a rename durable. Some FUSE drivers refuse fsync on a directory."""
     try:

@@ -155,11 +155,6 @@ def _covers_all(shares: Mapping[str, str]) -> bool:
 # -- reading ---------------------------------------------------------------------------
 
 
-def writer_of(index: int, shards: int) -> str:
-    """The writer id of share `index`: MAIN when the model is not sharded."""
-    return share_id(index, shards) if shards > 1 else MAIN
-
-
 def record_name(writer: str) -> str:
     return f"{VALIDATORS_NAME}.{writer}" if writer else VALIDATORS_NAME
 

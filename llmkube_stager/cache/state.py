@@ -204,10 +204,6 @@ def git_blob_id(path: str) -> str:
     return sha.hexdigest()
 
 
-def sha256_of(path: str, expected: os.stat_result | None = None) -> str:
-    return hash_file(path, expected)[0]
-
-
 def hash_file(path: str, expected: os.stat_result | None = None) -> tuple[str, os.stat_result]:
     """sha256 of a regular file and its descriptor's fstat (`hash_seen`)."""
     digest, after, _seen = hash_seen(path, expected)

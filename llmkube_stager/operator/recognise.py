@@ -18,9 +18,14 @@ the Hugging Face bearer token, or a `cp` of a host file onto `$MODEL_PATH`
 
 - layout: a loop over `$MODEL_FILES` is multi-file; otherwise `$MODEL_PATH`;
 - kind: signed transfers are s3, a `cp` is local, otherwise http (hf);
-- policy: a HEAD probe (`curl -I`) together with a `revalidat...` line is
-  OnChange; anything else is IfNotPresent, as the operator's builders treat
-  every value other than OnChange;
+- policy: OnChange when the script compares what a HEAD probe (`curl -I`)
+  answered with the cached copy's size (`[ "$(stat -c %s "$dest")" =
+  "$remote_size" ]`, spec §6.3 step 2: the revalidation), directly or
+  through the variables it derives from either; anything else is
+  IfNotPresent, as the operator's builders treat every value other than
+  OnChange (an IfNotPresent resumable download probes too, for its
+  validator, but never compares). Never the log text: a script whose
+  `echo`s say other words is the same command (#30 review);
 - pins: the digest gates' helpers (`llmkube_*sha256*`, `llmkube_accept_file`,
   ...) or a reference to `$MODEL_SHA256` / `$MODEL_FILE_SHA256`;
 - the CA prelude's directory (`cat ... /custom-certs/*`).
@@ -34,6 +39,7 @@ image refuses it by name instead of running half of it (#30 item 2).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -116,7 +122,9 @@ _SIGV4 = re.compile(r"aws:amz:(?:\$\{?AWS_REGION\}?|[a-z0-9-]+):s3\Z")
 _TOKEN_HEADER = re.compile(r"Authorization:\s*Bearer\s+\$\{?HF_TOKEN(?::-)?\}?\Z")
 _PIN_HELPER = re.compile(r"llmkube_\w*(sha256|accept_file|publish_file|file_digest)")
 _PIN_VAR = re.compile(r"\$\{?MODEL_(FILE_)?SHA256\b")
-_REVALIDATE = re.compile(r"revalidat", re.IGNORECASE)
+# A test comparing two sizes: `[ A = B ]`, `test A -eq B`, `[[ A == B ]]`.
+_TESTS = frozenset({"[", "[[", "test"})
+_EQUALS = frozenset({"=", "==", "-eq"})
 _CA_GLOB = re.compile(r"(/[^*?\[\]$]+)/\*\Z")
 _SYSTEM_CA_DIRS = ("/etc/ssl", "/etc/pki", "/usr/share/ca-certificates", "/etc/ca-certificates")
 
@@ -250,10 +258,7 @@ def _split_assignment(word: str) -> tuple[str, str]:
 def _assignment_problem(script: Script) -> str:
     """Why the script's own assignments make it no operator command, or ""."""
     for command in script.commands:
-        pairs = list(command.assignments)
-        if command.argv[:1] in (("export",), ("local",), ("readonly",)):
-            pairs += [_split_assignment(a) for a in command.argv[1:] if "=" in a]
-        for name, value in pairs:
+        for name, value in _assigned(command):
             if _INPUTS.match(name):
                 return f"the script sets {name} itself"
             literal = "://" in value or value.startswith("/")
@@ -393,10 +398,90 @@ def _from_transfers(
     if any(c.argv[:1] == ("cp",) and _writes_destination(c) for c in script.commands):
         return _No("it both downloads and copies a local file")
     kind: Kind = "s3" if signed == {True} else "http"
-    probes = any(c.probe for c in curls)
-    said = [w for w in script.words() if _REVALIDATE.search(w)]
-    policy: Policy = "OnChange" if probes and said else "IfNotPresent"
+    policy: Policy = "OnChange" if _revalidates(script) else "IfNotPresent"
     return OperatorCommand(layout, kind, policy, pinned, cached, ca_dir)
+
+
+def _revalidates(script: Script) -> bool:
+    """The script compares a HEAD probe's answer with the cached copy's
+    size: the OnChange revalidation (spec §6.3 step 2)."""
+    names = _curl_names(script)
+    probed = _derived_vars(script, lambda command: _is_probe(command, names))
+    sized = _derived_vars(script, _stats_destination)
+    for command in script.commands:
+        argv = command.argv
+        if argv[:1] and argv[0] in _TESTS:
+            for at in range(1, len(argv) - 1):
+                if argv[at] not in _EQUALS:
+                    continue
+                left, right = argv[at - 1], argv[at + 1]
+                if (_holds(left, probed, names) and _holds(right, sized, names, True)) or (
+                    _holds(right, probed, names) and _holds(left, sized, names, True)
+                ):
+                    return True
+    return False
+
+
+def _substituted(word: str) -> tuple[Command, ...]:
+    """The commands of the `$(...)` in a word, read again (the parser keeps
+    a substitution's text as written)."""
+    if "$(" not in word:
+        return ()
+    try:
+        return tuple(c for c in parse(word).commands if c.nested)
+    except Unparsable:
+        return ()
+
+
+def _is_probe(command: Command, names: frozenset[str]) -> bool:
+    for at, word in enumerate(command.argv):
+        if word in names:
+            parsed = _parse_curl(command.argv[at + 1 :])
+            if isinstance(parsed, _Curl) and parsed.probe:
+                return True
+    return False
+
+
+def _stats_destination(command: Command) -> bool:
+    """`stat ... "$dest"`: the size of the cached copy."""
+    argv = command.argv
+    return argv[:1] == ("stat",) and any(_vars_in(a) & _DEST_VARS for a in argv[1:])
+
+
+def _holds(word: str, derived: set[str], names: frozenset[str], stat: bool = False) -> bool:
+    """The word's value comes from the probe (or, `stat`, the cached size):
+    a variable derived from it, or the command itself in a `$(...)`."""
+    if _vars_in(word) & derived:
+        return True
+    inner = _substituted(word)
+    if stat:
+        return any(_stats_destination(c) for c in inner)
+    return any(_is_probe(c, names) for c in inner)
+
+
+def _derived_vars(script: Script, source: Callable[[Command], bool]) -> set[str]:
+    """Variables assigned, directly or through other such variables, from
+    a `$(...)` running a command `source` picks (`remote_size=$(curl -I
+    ...)`, `remote_validator=$(printf ... "$remote_head" | head -n 1)`)."""
+    pairs = [pair for c in script.commands for pair in _assigned(c)]
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, value in pairs:
+            if name in found:
+                continue
+            if _vars_in(value) & found or any(source(c) for c in _substituted(value)):
+                found.add(name)
+                grew = True
+    return found
+
+
+def _assigned(command: Command) -> list[tuple[str, str]]:
+    pairs = list(command.assignments)
+    if command.argv[:1] in (("export",), ("local",), ("readonly",)):
+        pairs += [_split_assignment(a) for a in command.argv[1:] if "=" in a]
+    return pairs
 
 
 def _local(

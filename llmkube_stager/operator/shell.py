@@ -4,7 +4,9 @@ Today's operator runs every container in its init image as
 `sh -c <generated script>`, which overrides the image's entrypoint. So the
 image answers to `sh`:
 
-- `sh -c SCRIPT` where SCRIPT is one of the operator's download commands
+- `sh -c SCRIPT` (also `sh -ec`, `sh -e -c`, `sh -xc`: the options the
+  agent honours, see `command_script`) where SCRIPT is one of the
+  operator's download commands
   (recognise.py): the agent's `stage`, in this process, with what the
   script encodes (policy, pins, the local file, the CA directory) given as
   flags, and the operator's environment read as the contract says;
@@ -42,7 +44,7 @@ _SHOWN_CHARS = 120
 
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
-    script = args[1] if len(args) >= 2 and args[0] == "-c" else None
+    script = command_script(args)
     # Every download command names $MODEL_PATH or $MODEL_FILES, and only a
     # script with the word curl can be refused: anything else (the prep
     # container on every start) goes to /bin/sh without the recogniser.
@@ -63,6 +65,41 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if calls_curl(script):
             refuse(script, why_not(script))
     os.execv(REAL_SH, ["sh", *args])
+
+
+# The options of `sh` the agent honours when it runs a script in its place
+# (#30 review: `sh -ec SCRIPT` went to /bin/sh, whose curl is not here):
+# -e, because the agent stops at its first failure as the scripts' `&&`
+# chains and `exit 1`s do, and -e only makes a script stricter (the
+# branches that keep a cached copy and exit 0 sit in `if` conditions, which
+# -e exempts); -x and -v, which only trace to stderr what is run, never
+# change it. Any other (-n reads without running, -u fails on an unset
+# variable, -f turns off the CA prelude's glob, -C refuses its `>`, -o
+# NAME, `+` forms) means a shell the agent cannot stand in for: /bin/sh
+# runs the arguments unchanged.
+_HONOURED_OPTIONS = frozenset("exv")
+
+
+def command_script(args: list[str]) -> str | None:
+    """The SCRIPT of `sh [-OPTIONS]... -c [-OPTIONS]... [--] SCRIPT [NAME
+    [ARG]...]` when every option is one the agent honours; None for any
+    other use of sh (it goes to /bin/sh unchanged)."""
+    at, command_mode = 0, False
+    while at < len(args):
+        word = args[at]
+        if word in ("--", "-"):  # POSIX sh: a lone `-` is read as `--`
+            at += 1
+            break
+        if len(word) < 2 or not word.startswith("-"):
+            break
+        letters = set(word[1:])
+        if not letters <= _HONOURED_OPTIONS | {"c"}:
+            return None
+        command_mode = command_mode or "c" in letters
+        at += 1
+    if not command_mode or at >= len(args):
+        return None
+    return args[at]
 
 
 def agent_flags(command: OperatorCommand, environ: Mapping[str, str]) -> dict[str, str | None]:

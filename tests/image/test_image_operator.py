@@ -628,3 +628,20 @@ def test_curl_reached_some_other_way_says_it_is_not_here(pod: ImagePod, origin: 
     assert "curl: (2) curl is not in this image" in run.stderr
     assert "s3cr3t-value" not in run.stdout + run.stderr
     assert not (pod.models / "k1/model.gguf").exists()
+
+
+@pytest.mark.parametrize("options", ["-ec", "-e -c", "-xc"])
+def test_sh_with_options_the_agent_honours_runs_the_agent(
+    pod: ImagePod, origin: Origin, options: str
+) -> None:
+    """A pod spec's `sh -ec SCRIPT` reaches the image's sh (first on PATH)
+    and runs the agent; it went to /bin/sh, whose curl is not here (#30
+    review, llmkube_stager/operator/shell.py command_script)."""
+    origin.put("/m/model.gguf", DATA)
+    env = cache_env(origin.url + "/m/model.gguf")
+    script = single_file("http", True)
+    run = pod.sh(f"exec sh {options} {shlex.quote(script)}", env=env)
+    assert run.returncode == 0, str(run)
+    assert "running the operator's single-file http IfNotPresent command" in run.stderr
+    assert run.compact_term()["stats"]["fetched"] == 1
+    assert (pod.models / "k1/model.gguf").read_bytes() == DATA

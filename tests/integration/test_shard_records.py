@@ -15,7 +15,6 @@ from llmkube_stager.cache.runrecord import (
     read_run_record,
     write_run,
     write_shard_count,
-    writer_of,
 )
 from llmkube_stager.layout import private_partial_path, validator_of
 from llmkube_stager.model import FsInfo
@@ -49,7 +48,7 @@ def test_a_shares_interrupted_publish_is_its_own_to_finish(origin: Origin, pod: 
     )
     partial.write_bytes(new)
     root = str(pod.cache_dir)
-    mine = writer_of(owner["b.bin"], SHARDS)
+    mine = f"{owner['b.bin']}-of-{SHARDS}"  # the share's writer id, as its pod records it
     write_shard_count(root, SHARDS)
     intent = (PublishEntry("b.bin", partial.name, len(new), ""),)
     write_run(root, mine, Update(intent=intent))

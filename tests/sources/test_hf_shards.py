@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmkube_stager.cache.runrecord import read_run_record, record_name, writer_of
+from llmkube_stager.cache.runrecord import read_run_record
 from tests.harness.hub import FakeHub
 from tests.harness.pod import Pod
 from tests.harness.sharded_hub import (
@@ -46,7 +46,8 @@ def test_four_shares_record_every_blob_id_and_one_commit(hub: FakeHub, tmp_path:
     recorded = {record.run(f"{i}-of-{SHARDS}").commit for i in range(SHARDS)}
     assert recorded == {commit}
     for index in range(SHARDS):
-        assert (cache / record_name(writer_of(index, SHARDS))).is_file()
+        # Each share's own record, under the name the format gives it.
+        assert (cache / f".llmkube-validators.{index}-of-{SHARDS}").is_file()
     # Sizes came from the hub's listing: no HEAD per file, one API call a pod.
     assert len(hub.requests("api")) == SHARDS
 

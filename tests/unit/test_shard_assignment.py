@@ -12,9 +12,7 @@ import pytest
 from llmkube_stager.cache.runrecord import (
     RunRecord,
     read_run_record,
-    record_name,
     write_shard_count,
-    writer_of,
 )
 from llmkube_stager.config import load_config
 from llmkube_stager.errors import ConfigError
@@ -85,15 +83,16 @@ def test_the_listing_digest_names_what_the_assignment_depends_on() -> None:
 
 def _write_record(root: Path, writer: str, doc: dict[str, str]) -> None:
     """A writer's record as it is on disk (the format the scripts' readers share)."""
-    (root / record_name(writer)).write_text(json.dumps(doc))
+    name = f".llmkube-validators.{writer}" if writer else ".llmkube-validators"
+    (root / name).write_text(json.dumps(doc))
 
 
 def test_readers_merge_every_share_and_keep_their_run_keys_apart(tmp_path: Path) -> None:
     _write_record(tmp_path, "", {"config.json": '"v0"', "/commit": "aaa"})
     write_shard_count(str(tmp_path), 2)
     intent = json.dumps([{"rel": "b.bin", "partial": "b.bin.x.part", "size": 3}])
-    _write_record(tmp_path, writer_of(0, 2), {"a.bin": '"va"', "/commit": "bbb"})
-    _write_record(tmp_path, writer_of(1, 2), {"b.bin": '"vb"', "/publishing": intent})
+    _write_record(tmp_path, "0-of-2", {"a.bin": '"va"', "/commit": "bbb"})
+    _write_record(tmp_path, "1-of-2", {"b.bin": '"vb"', "/publishing": intent})
 
     record = read_run_record(str(tmp_path))
 
@@ -107,7 +106,7 @@ def test_readers_merge_every_share_and_keep_their_run_keys_apart(tmp_path: Path)
 
 def test_without_shards_the_reader_opens_one_more_name_only(tmp_path: Path) -> None:
     _write_record(tmp_path, "", {"a": '"x"'})
-    _write_record(tmp_path, writer_of(0, 2), {"b": '"y"'})  # no count: ignored
+    _write_record(tmp_path, "0-of-2", {"b": '"y"'})  # no count: ignored
     assert read_run_record(str(tmp_path)) == RunRecord({"a": '"x"'})
 
 
