@@ -47,7 +47,9 @@ def execute(session: Session, work: Work, plan: Plan) -> tuple[FileResult, ...]:
         if not a.transfers
     }
     transfers = [a for a in plan.actions if a.transfers]
-    whole_set = session.config.refresh_policy == "OnChange"
+    # #34 item 2: a signed model is published whole or not at all, whatever
+    # the policy (a file failing its signed digest stops every other one).
+    whole_set = session.config.refresh_policy == "OnChange" or session.config.signing is not None
     moved: dict[str, FileResult] = {}
     if transfers:
         policy = _transfers(session, work, recorder, whole_set)

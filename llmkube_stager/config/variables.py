@@ -129,6 +129,16 @@ VARS: tuple[Var, ...] = (
         default=str(1 << 40),  # 1 TiB
     ),
     Var("LLMKUBE_ARCHIVE_MAX_FILES", "members an archive may hold (KServe mode)", default="100000"),
+    # #34 item 1: a signed model's trust anchor and its bundle (config/anchor.py).
+    Var(
+        "LLMKUBE_SIGNING_KEY", "PEM public key (text or absolute path) the model must be signed by"
+    ),
+    Var("LLMKUBE_SIGNING_CERTS", "PEM certificate chain (text or absolute path) to trust instead"),
+    Var(
+        "LLMKUBE_SIGNATURE",
+        "the model-signing bundle: a name beside the model at the source, a path or an http(s) URL",
+        default="model.sig",
+    ),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),
