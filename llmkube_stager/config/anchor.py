@@ -39,8 +39,8 @@ class TrustAnchor:
 
 
 def trust_anchor(key: str, certs: str, signature: str) -> TrustAnchor | None:
-    """None when no anchor is set (and then LLMKUBE_SIGNATURE alone is a
-    mistake: a bundle nobody verifies would look like protection)."""
+    """None when no anchor is set (LLMKUBE_SIGNATURE alone verifies
+    nothing: config/load.py warns)."""
     key, certs, signature = key.strip(), certs.strip(), signature.strip()
     if key and certs:
         raise ConfigError(
@@ -48,16 +48,11 @@ def trust_anchor(key: str, certs: str, signature: str) -> TrustAnchor | None:
             "the model is signed for"
         )
     if not key and not certs:
-        if signature:
-            raise ConfigError(
-                "LLMKUBE_SIGNATURE is set without LLMKUBE_SIGNING_KEY or LLMKUBE_SIGNING_CERTS: "
-                "nothing would verify the bundle"
-            )
         return None
     name = "LLMKUBE_SIGNING_KEY" if key else "LLMKUBE_SIGNING_CERTS"
     kind: AnchorKind = "key" if key else "certs"
-    pem = _pem_of(name, key or certs)
     wanted = b"PUBLIC KEY" if kind == "key" else b"CERTIFICATE"
+    pem = _pem_of(name, key or certs, wanted)
     blocks = _blocks(name, pem, wanted)
     import hashlib
 
@@ -71,13 +66,14 @@ def trust_anchor(key: str, certs: str, signature: str) -> TrustAnchor | None:
     )
 
 
-def _pem_of(name: str, value: str) -> bytes:
-    """By value (it starts with a PEM header) or by an absolute path (a
-    mounted Secret or ConfigMap)."""
+def _pem_of(name: str, value: str, label: bytes) -> bytes:
+    """By value (a PEM text, or the base64 of one DER block without its
+    armour, as a Secret's one-line value often is) or by an absolute path
+    (a mounted Secret or ConfigMap)."""
     if value.startswith("-----BEGIN"):
         return value.encode("ascii", "replace")
     if not value.startswith("/"):
-        raise ConfigError(f"{name} must be a PEM text or an absolute path to one")
+        return _armoured(name, value, label)
     try:
         with open(value, "rb") as f:
             data = f.read(_MAX_PEM_BYTES + 1)
@@ -86,6 +82,21 @@ def _pem_of(name: str, value: str) -> bytes:
     if len(data) > _MAX_PEM_BYTES:
         raise ConfigError(f"{name}: {value} is larger than 1 MiB")
     return data
+
+
+def _armoured(name: str, value: str, label: bytes) -> bytes:
+    import base64
+    import binascii
+
+    body = "".join(value.split()).encode("ascii", "replace")
+    try:
+        base64.b64decode(body, validate=True)
+    except binascii.Error:
+        raise ConfigError(
+            f"{name} must be a PEM text, the base64 of its DER, or an absolute path to one"
+        ) from None
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    return b"\n".join([b"-----BEGIN " + label + b"-----", *lines, b"-----END " + label + b"-----"])
 
 
 def _blocks(name: str, pem: bytes, wanted: bytes) -> list[bytes]:

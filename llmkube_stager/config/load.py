@@ -88,9 +88,15 @@ def _signing(read: Reader) -> TrustAnchor | None:
     """#34 item 1 (config/anchor.py). LLMKUBE_SIGNATURE's default is read
     only when an anchor is set."""
     signature = read.optional("LLMKUBE_SIGNATURE") or ""
-    return trust_anchor(
-        read.raw("LLMKUBE_SIGNING_KEY"), read.raw("LLMKUBE_SIGNING_CERTS"), signature
-    )
+    key, certs = read.raw("LLMKUBE_SIGNING_KEY"), read.raw("LLMKUBE_SIGNING_CERTS")
+    anchor = trust_anchor(key, certs, signature)
+    if anchor is None and signature.strip():
+        # A bundle nobody verifies must not look like protection.
+        read.warnings.append(
+            "LLMKUBE_SIGNATURE is set without LLMKUBE_SIGNING_KEY or LLMKUBE_SIGNING_CERTS: "
+            "no signature is verified"
+        )
+    return anchor
 
 
 def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> tuple[str, ...]:

@@ -405,3 +405,27 @@ def test_a_bundle_by_absolute_path_signs_a_single_file(
     pod.dest().unlink()
     run = pod.run(env=env)
     _refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
+
+
+def test_a_listed_s3_prefix_is_the_signed_set_or_nothing(  # type: ignore[no-untyped-def]
+    pod: Pod, s3, bucket: str, signer: Signer
+) -> None:
+    """Without MODEL_FILES the listing is the staged set; the bundle in it
+    is not a file of the model (model-signing's own rule)."""
+    source = _s3_model(s3, bucket, FILES, signer.sign(FILES))
+    env = {**pod.env, "MODEL_SOURCE": source, "CACHE_DIR": str(pod.cache_dir)}
+    env.update(s3_env(s3), **signer.anchor_env)
+
+    pod.run(env=env).ok()
+    for rel, data in FILES.items():
+        assert pod.dest(rel).read_bytes() == data, rel
+    assert sorted(json.loads((pod.cache_dir / RECORD).read_text())["files"]) == sorted(FILES)
+
+    # An object added under the prefix: the listing is no longer the signed set.
+    other = Pod(pod.tmp / "second-node")
+    s3.put(bucket, "signed/backdoor.py", b"import os")
+    env2 = {**other.env, "MODEL_SOURCE": source, "CACHE_DIR": str(other.cache_dir)}
+    env2.update(s3_env(s3), **signer.anchor_env)
+    run = other.run(env=env2)
+    words = "'backdoor.py' is staged but not signed"
+    _refused(run, other.cache_dir, [*FILES, "backdoor.py"], words)
