@@ -88,6 +88,24 @@ def write_verification(path: str, verification: Verification) -> None:
     write_atomic(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
 
 
+def record_problem(
+    recorded: Verification | None, fingerprint: str, bundle: tuple[str, str] | None
+) -> str | None:
+    """Why the record does not vouch for the model under this anchor (None:
+    it does): the judgement every reader makes offline (#34 items 3, 4).
+    `bundle`: (sha256, shown) of the bundle where it is read offline."""
+    if recorded is None:
+        return "the model was not verified against a signature when it was staged"
+    if recorded.anchor_fingerprint != fingerprint:
+        return (
+            "the model was verified against another trust anchor when it was staged "
+            f"(recorded {recorded.anchor_fingerprint[:16]}, this pod's {fingerprint[:16]})"
+        )
+    if bundle is not None and bundle[0] != recorded.bundle_sha256:
+        return f"the signature bundle {bundle[1]} changed since the model was verified and staged"
+    return None
+
+
 def remove_verification(path: str) -> None:
     """Before a set of another version is published over the model: a
     reader must not take the old record for the new files."""

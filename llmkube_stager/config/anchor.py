@@ -117,6 +117,17 @@ def _blocks(name: str, pem: bytes, wanted: bytes) -> list[bytes]:
     return blocks
 
 
+def local_bundle_path(signature: str, local_base: str | None) -> str | None:
+    """Where the bundle is read without a network (#34 item 3): an absolute
+    LLMKUBE_SIGNATURE, or a name beside a local source's model (its
+    directory, `local_base`); None where it is remote."""
+    if signature.startswith("/"):
+        return signature
+    if local_base is None or signature.startswith(("http://", "https://")):
+        return None
+    return os.path.join(local_base, signature)
+
+
 def _signature(value: str) -> str:
     if "://" in value and not value.startswith(("http://", "https://")):
         raise ConfigError(

@@ -31,9 +31,10 @@ from llmkube_stager.cache.sigrecord import (
     Verification,
     read_verification,
     record_path,
+    record_problem,
 )
 from llmkube_stager.config import Config
-from llmkube_stager.config.anchor import TrustAnchor
+from llmkube_stager.config.anchor import TrustAnchor, local_bundle_path
 from llmkube_stager.errors import (
     REMEDY_SIGNATURE_FILES,
     REMEDY_SIGNATURE_RECORD,
@@ -63,7 +64,8 @@ def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verifi
     local = _local_bundle(config, prepared)
     offline = config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write
     if offline:
-        problem = _record_problem(recorded, anchor, local)
+        seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
+        problem = record_problem(recorded, anchor.fingerprint, seen)
         if problem is None:
             assert recorded is not None
             warm = _pinned(
@@ -89,21 +91,6 @@ def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verifi
         digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths
     )
     return pinned, verification
-
-
-def _record_problem(
-    recorded: Verification | None, anchor: TrustAnchor, local: tuple[bytes, str] | None
-) -> str | None:
-    if recorded is None:
-        return "the model was not verified against a signature when it was staged"
-    if recorded.anchor_fingerprint != anchor.fingerprint:
-        return (
-            "the model was verified against another trust anchor when it was staged "
-            f"(recorded {recorded.anchor_fingerprint[:16]}, this pod's {anchor.fingerprint[:16]})"
-        )
-    if local is not None and hashlib.sha256(local[0]).hexdigest() != recorded.bundle_sha256:
-        return f"the signature bundle {local[1]} changed since the model was verified and staged"
-    return None
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
@@ -176,23 +163,21 @@ def _local_bundle(config: Config, prepared: Prepared) -> tuple[bytes, str] | Non
     None where the bundle is remote."""
     anchor = config.signing
     assert anchor is not None
-    if anchor.signature.startswith("/"):
-        path = anchor.signature
-    elif prepared.manifest.kind == "local" and not anchor.signature.startswith("http"):
-        path = posixpath.join(_local_base(config, prepared), anchor.signature)
-    else:
+    local = _local_base(prepared) if prepared.manifest.kind == "local" else None
+    path = local_bundle_path(anchor.signature, local)
+    if path is None:
         return None
-    return _read_bundle(path), path
+    return read_bundle(path), path
 
 
-def _local_base(config: Config, prepared: Prepared) -> str:
+def _local_base(prepared: Prepared) -> str:
     first = prepared.manifest.files[0]
     if prepared.manifest.multi_file:
         return first.url[: len(first.url) - len(first.rel)].rstrip("/") or "/"
     return posixpath.dirname(first.url)
 
 
-def _read_bundle(path: str) -> bytes:
+def read_bundle(path: str) -> bytes:
     small = read_small(path, MAX_BUNDLE_BYTES)
     if small.data is None:
         raise SignatureError(
