@@ -429,3 +429,62 @@ def test_a_listed_s3_prefix_is_the_signed_set_or_nothing(  # type: ignore[no-unt
     run = other.run(env=env2)
     words = "'backdoor.py' is staged but not signed"
     _refused(run, other.cache_dir, [*FILES, "backdoor.py"], words)
+
+
+# -- where the bundle is -----------------------------------------------------------------
+
+
+def test_a_single_hf_file_finds_model_sig_at_the_repo_root(
+    pod: Pod, hub: FakeHub, signer: Signer
+) -> None:
+    data = payload(40 * KIB, 7)
+    hub.add_repo(REPO, {"gguf/model-Q4.gguf": data, "model.sig": signer.sign({"m.gguf": data})})
+    env = pod.single_env(
+        f"hf://{REPO}/gguf/model-Q4.gguf", name="model-Q4.gguf", HF_ENDPOINT=hub.url
+    )
+
+    pod.run(env={**env, **signer.anchor_env}).ok(files=1, fetched=1)
+
+    assert pod.dest("model-Q4.gguf").read_bytes() == data
+    assert any(r.path.endswith("/model.sig") for r in hub.requests("resolve"))
+
+
+def test_a_single_http_file_finds_model_sig_beside_it(
+    pod: Pod, origin: Origin, signer: Signer
+) -> None:
+    data = payload(40 * KIB, 8)
+    origin.put("/files/llama.gguf", data)
+    origin.put("/files/model.sig", signer.sign({"llama.gguf": payload(40 * KIB, 9)}))
+    env = pod.single_env(origin.url + "/files/llama.gguf", **signer.anchor_env)
+
+    run = pod.run(env=env)
+
+    # The bundle beside it signs other bytes: refused, nothing published.
+    _refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
+    origin.put("/files/model.sig", signer.sign({"llama.gguf": data}))
+    pod.run(env=env).ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+
+
+def test_a_bundle_at_an_http_url_with_credentials_is_shown_without_them(  # type: ignore[no-untyped-def]
+    pod: Pod, origin: Origin, s3, bucket: str, signer: Signer
+) -> None:
+    """An S3 model, its bundle at an http(s) URL of its own; the URL's
+    userinfo and query never appear in the output, the termination message
+    or the record."""
+    for rel, data in FILES.items():
+        s3.put(bucket, f"plain/{rel}", data)
+    origin.put("/sigs/model.sig", signer.sign(FILES))
+    host = origin.url.split("://", 1)[1]
+    url = f"http://reader:Canary-Pass-1@{host}/sigs/model.sig?X-Token=Canary-Query-2"
+    env = pod.multi_env(
+        f"s3://{bucket}/plain", FILES, **s3_env(s3), **signer.anchor_env, LLMKUBE_SIGNATURE=url
+    )
+
+    run = pod.run(env=env)
+
+    run.ok(files=len(FILES), fetched=len(FILES))
+    record = (pod.cache_dir / RECORD).read_text()
+    assert json.loads(record)["signature"] == f"http://{host}/sigs/model.sig"
+    for canary in ("Canary-Pass-1", "Canary-Query-2"):
+        assert canary not in run.outputs and canary not in record
