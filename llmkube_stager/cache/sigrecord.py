@@ -9,7 +9,8 @@ against the anchor it is given (and the bundle, where it is local).
 
 Written only after every file of the set is published (acting/wholeset.py):
 until then a reader with an anchor finds no record, or the old version's
-digests, and refuses (docs/design.md "#34: signed models").
+digests, which the new files' stamps do not answer, and refuses them
+(docs/design.md "#34: signed models").
 """
 
 from __future__ import annotations
@@ -104,12 +105,3 @@ def record_problem(
     if bundle is not None and bundle[0] != recorded.bundle_sha256:
         return f"the signature bundle {bundle[1]} changed since the model was verified and staged"
     return None
-
-
-def remove_verification(path: str) -> None:
-    """Before a set of another version is published over the model: a
-    reader must not take the old record for the new files."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return

@@ -100,8 +100,6 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
 
             prepared, verification = gate(config, prepared, effects.log)
         check_plan(prepared, effects.log)
-        if verification is not None and prepared.strategy.may_write:
-            _forget_verification(prepared)
         if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
             # set a reader would refuse is not served either (#21 items 3, 4).
@@ -178,21 +176,14 @@ def _take_share(config: Config, effects: Effects, prepared: Prepared, session: S
     return replan(config, replace(prepared, mode=OneShare(share, claim)))
 
 
-def _forget_verification(prepared: Prepared) -> None:
-    """Before a verified set is (re)published: the old record must not
-    vouch for the new files meanwhile (#34 item 3)."""
-    from llmkube_stager.cache.sigrecord import remove_verification
-    from llmkube_stager.staging.signed import signature_record
-
-    remove_verification(signature_record(prepared))
-
-
 def _record_verification(
     prepared: Prepared, verification: Verification, results: tuple[FileResult, ...]
 ) -> None:
     """After the last rename: the set in place is the verified one (#34
-    item 3). A kept old copy (OnChange) is not what was verified: no record,
-    and the next start verifies again."""
+    item 3). Until then the old record stays: it names the old digests, which
+    new files' stamps do not answer (a reader refuses them), and it keeps a
+    refused refresh's old version serving. A kept old copy (OnChange) is not
+    what was verified: the old record stays."""
     if any(r.decision is Decision.KEEP for r in results):
         return
     from llmkube_stager.cache.sigrecord import write_verification

@@ -62,23 +62,11 @@ def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verifi
     assert anchor is not None  # the caller's branch
     recorded = read_verification(signature_record(prepared))
     local = _local_bundle(config, prepared)
-    offline = config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write
-    if offline:
-        seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
-        problem = record_problem(recorded, anchor.fingerprint, seen)
-        if problem is None:
-            assert recorded is not None
-            warm = _pinned(
-                config,
-                prepared,
-                SignedSet(recorded.files, recorded.method, recorded.ignore_paths),
-                anchor,
-            )
-            if not warm.plan.writes or not prepared.strategy.may_write:
-                log.info("signature_recorded", "the model's signature was verified when staged")
-                return warm, None
-        elif recorded is not None or not prepared.strategy.may_write:
-            raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    if config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write:
+        warm = _from_record(config, prepared, recorded, local)
+        if warm is not None:
+            log.info("signature_recorded", "the model's signature was verified when staged")
+            return warm, None
     data, shown = local if local is not None else _fetch_bundle(config, prepared, log)
     from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
 
@@ -91,6 +79,37 @@ def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verifi
         digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths
     )
     return pinned, verification
+
+
+def _from_record(
+    config: Config,
+    prepared: Prepared,
+    recorded: Verification | None,
+    local: tuple[bytes, str] | None,
+) -> Prepared | None:
+    """The plan pinned by the record, offline; None when a writer verifies
+    from the source instead: no record yet (a first signed start), a record
+    of another file set (MODEL_FILES changed), files to stage. A record of
+    another anchor or bundle is a refusal (#34 item 3), and so is anything
+    short of a fitting record for a reader that may not write (item 4)."""
+    anchor = config.signing
+    assert anchor is not None
+    may_write = prepared.strategy.may_write
+    seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
+    problem = record_problem(recorded, anchor.fingerprint, seen)
+    if problem is not None:
+        if recorded is None and may_write:
+            return None
+        raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    assert recorded is not None
+    signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
+    try:
+        warm = _pinned(config, prepared, signed, anchor)
+    except SignatureError as err:
+        if may_write:
+            return None
+        raise err.amended(detail=f"against the recorded verification: {err.detail}") from None
+    return None if warm.plan.writes and may_write else warm
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:

@@ -488,3 +488,29 @@ def test_a_bundle_at_an_http_url_with_credentials_is_shown_without_them(  # type
     assert json.loads(record)["signature"] == f"http://{host}/sigs/model.sig"
     for canary in ("Canary-Pass-1", "Canary-Query-2"):
         assert canary not in run.outputs and canary not in record
+
+
+def test_a_refused_refresh_keeps_the_verified_version_serving(
+    pod: Pod, origin: Origin, signer: Signer
+) -> None:
+    """The publisher signs a new version of a shard, the origin serves other
+    bytes for it: OnChange refuses, nothing is published, and the version
+    verified before still serves offline from its record (a record is
+    replaced only by a verified set)."""
+    base = _http_model(origin, FILES, signer.sign(FILES))
+    cache_dir = pod.multi(base, FILES)
+    pod.run(env=signer.anchor_env).ok(files=len(FILES), fetched=len(FILES))
+    rel = "model-00002-of-00002.safetensors"
+    release = {**FILES, rel: payload(64 * KIB, 20)}
+    origin.put(f"{PATH}/model.sig", signer.sign(release))
+    origin.put(f"{PATH}/{rel}", _changed_byte(release)[rel])
+
+    refresh = pod.run(env=signer.anchor_env, LLMKUBE_REFRESH_POLICY="OnChange")
+
+    refresh.failed(REASON)
+    assert rel in refresh.term["message"]
+    assert (cache_dir / rel).read_bytes() == FILES[rel]
+    origin.clear_log()
+    warm = pod.run(env=signer.anchor_env)
+    warm.ok(files=len(FILES), fetched=0, reused=len(FILES))
+    assert origin.requests() == []
