@@ -301,6 +301,17 @@ REMEDIES: dict[Reason, str] = {
     Reason.INTERNAL: REMEDY_INTERNAL,
 }
 
+# The reasons with a remedy per cause (#34: which one the line carries says
+# what differed; commands/diagnose.py reads it back from a log line).
+REMEDIES_BY_CAUSE: dict[Reason, tuple[str, ...]] = {
+    Reason.SIGNATURE_INVALID: (
+        REMEDY_SIGNATURE_UNSIGNED,
+        REMEDY_SIGNATURE_WRONG_KEY,
+        REMEDY_SIGNATURE_FILES,
+        REMEDY_SIGNATURE_RECORD,
+    ),
+}
+
 # The reasons whose remedy depends on the source kind (a local copy is never
 # rate limited: it gets the plain origin's text).
 REMEDIES_BY_KIND: dict[Reason, dict[SourceKind, str]] = {

@@ -45,6 +45,7 @@ from llmkube_stager.errors import (
 )
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest
+from llmkube_stager.sources.base import Body
 from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet
 from llmkube_stager.staging.prepare import Prepared, replan
 
@@ -235,12 +236,12 @@ def _fetch_bundle(config: Config, prepared: Prepared, log: Log) -> tuple[bytes, 
         fetcher.close()
 
 
-def _read_body(body: object, shown: str) -> bytes:
+def _read_body(body: Body, shown: str) -> bytes:
     buffer = bytearray(1 << 16)
     view = memoryview(buffer)
     chunks: list[bytes] = []
     total = 0
-    while n := body.readinto(view):  # type: ignore[attr-defined]
+    while n := body.readinto(view):
         chunks.append(bytes(view[:n]))
         total += n
         if total > MAX_BUNDLE_BYTES:

@@ -514,3 +514,22 @@ def test_a_refused_refresh_keeps_the_verified_version_serving(
     warm = pod.run(env=signer.anchor_env)
     warm.ok(files=len(FILES), fetched=0, reused=len(FILES))
     assert origin.requests() == []
+
+
+def test_diagnose_reads_the_cause_back_from_the_log(
+    pod: Pod, origin: Origin, signer: Signer, tmp_path: Path
+) -> None:
+    """A controller without the termination message (a log tail only) gets
+    the cause's own remedy, not the reason's default one."""
+    base = _http_model(origin, FILES, None)
+    pod.multi(base, FILES)
+    run = pod.run(env=signer.anchor_env)
+    run.failed(REASON)
+    tail = tmp_path / "tail.log"
+    tail.write_text(run.stderr)
+
+    condition = json.loads(pod.run("diagnose", str(tail)).stdout)
+
+    assert condition["reason"] == REASON
+    assert "sign the model with model-signing" in condition["message"]
+    assert "stage the signed revision" not in condition["message"]
