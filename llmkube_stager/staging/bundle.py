@@ -18,9 +18,11 @@ nothing is written outside the cache.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmkube_stager.config.anchor import TrustAnchor
@@ -40,6 +42,8 @@ class SignedSet:
     files: Mapping[str, str]
     method: str
     ignore_paths: tuple[str, ...] = field(default=())
+    # What the verifier said on the side (a bundle of an older format).
+    notes: tuple[str, ...] = ()
 
     def ignores(self, rel: str, bundle_rel: str) -> bool:
         """model-signing's rule: an ignored path and everything under it;
@@ -64,8 +68,10 @@ def verify_bundle(data: bytes, anchor: TrustAnchor, shown: str) -> SignedSet:
         signature = _parse(data)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         raise _refused(shown, f"it is not a model-signing bundle ({type(err).__name__})") from None
-    manifest = _verified_manifest(signature, anchor, shown)
-    return _signed_set(manifest, shown)
+    manifest, said = _verified_manifest(signature, anchor, shown)
+    signed = _signed_set(manifest, shown)
+    notes = tuple(" ".join(line.split()) for line in said.split("WARNING:") if line.strip())
+    return replace(signed, notes=notes)
 
 
 def _require() -> None:
@@ -97,10 +103,15 @@ def _parse(data: bytes) -> Any:
     return sign_sigstore_pb.Signature(bundle_pb.Bundle.from_dict(doc))
 
 
-def _verified_manifest(signature: Any, anchor: TrustAnchor, shown: str) -> Any:
+def _verified_manifest(signature: Any, anchor: TrustAnchor, shown: str) -> tuple[Any, str]:
     verifier = _verifier(anchor)
+    # The key verifier print()s a warning to stdout for a bundle without a
+    # key hint; `stage` writes nothing to stdout (plan --json's one document
+    # is there), so it is caught and returned as a log line's text.
+    said = io.StringIO()
     try:
-        return verifier.verify(signature)
+        with contextlib.redirect_stdout(said):
+            return verifier.verify(signature), said.getvalue()
     except Exception as err:
         # The verifiers raise ValueError (a key hint or media type that
         # differs, a statement that does not hash to its subject),

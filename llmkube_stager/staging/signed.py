@@ -72,6 +72,8 @@ def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verifi
     from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
 
     signed = verify_bundle(data, anchor, shown)
+    for note in signed.notes:
+        log.warning("signature_note", f"model-signing: {note}")
     pinned = _pinned(config, prepared, signed, anchor)
     log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}

@@ -533,3 +533,19 @@ def test_diagnose_reads_the_cause_back_from_the_log(
     assert condition["reason"] == REASON
     assert "sign the model with model-signing" in condition["message"]
     assert "stage the signed revision" not in condition["message"]
+
+
+def test_a_bundle_without_a_key_hint_verifies_and_stdout_stays_empty(
+    pod: Pod, origin: Origin, signer: Signer
+) -> None:
+    """model-signing print()s a warning for a bundle of the older format
+    (no key hint); `stage` keeps stdout empty (the harness checks) and logs it."""
+    doc = json.loads(signer.sign(FILES))
+    del doc["verificationMaterial"]["publicKey"]["hint"]
+    base = _http_model(origin, FILES, json.dumps(doc).encode())
+    pod.multi(base, FILES)
+
+    run = pod.run(env=signer.anchor_env)
+
+    run.ok(files=len(FILES), fetched=len(FILES))
+    assert "older verification material format" in run.stderr
