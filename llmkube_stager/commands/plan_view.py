@@ -104,7 +104,7 @@ def _signature(config: Config, prepared: Prepared) -> dict[str, object]:
 
     manifest = prepared.manifest
     rels = tuple(f.rel for f in manifest.files)
-    state = signature_state(config, manifest.root, rels)
+    state = signature_state(config, manifest.root, rels, may_write=prepared.strategy.may_write)
     return {**state.as_dict(), "line": state.line()}
 
 

@@ -31,7 +31,8 @@ _MAX_BUNDLE_BYTES = 64 << 20
 @dataclass(frozen=True)
 class SignatureState:
     """`state`: "unchecked" (no anchor), "verified" (the record fits the
-    anchor) or "refused" (`detail` says why)."""
+    anchor), "pending" (a writer verifies the bundle from the source before
+    publishing: no record yet, or OnChange) or "refused" (`detail` says why)."""
 
     state: str
     detail: str = ""
@@ -52,6 +53,8 @@ class SignatureState:
     def line(self) -> str:
         if self.state == "unchecked":
             return "signature: not checked (no LLMKUBE_SIGNING_KEY / LLMKUBE_SIGNING_CERTS)"
+        if self.state == "pending":
+            return f"signature: to verify from the source ({self.detail})"
         if self.state == "verified":
             return (
                 f"signature: verified against anchor {self.anchor} ({self.signature}, "
@@ -60,12 +63,19 @@ class SignatureState:
         return f"signature: REFUSED: {self.detail}"
 
 
-def signature_state(config: Config, root: str, rels: tuple[str, ...]) -> SignatureState:
+def signature_state(
+    config: Config, root: str, rels: tuple[str, ...], *, may_write: bool = False
+) -> SignatureState:
+    """`may_write`: the run would write the cache (`plan`'s writer), so it
+    verifies from the source where a reader refuses (staging/signed.py)."""
     anchor = config.signing
     if anchor is None:
         return SignatureState("unchecked")
     recorded = read_verification(record_path(root, rels, config.multi_file))
     shown = "" if recorded is None else recorded.signature
+    if may_write and (recorded is None or config.refresh_policy == "OnChange"):
+        why = "no record yet" if recorded is None else "OnChange verifies on every start"
+        return SignatureState("pending", why, anchor.fingerprint[:16], shown)
     problem = record_problem(recorded, anchor.fingerprint, _local_bundle(config))
     if problem is None and recorded is not None:
         problem = _set_problem(recorded, rels, config.multi_file, anchor.signature)

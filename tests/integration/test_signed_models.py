@@ -549,3 +549,18 @@ def test_a_bundle_without_a_key_hint_verifies_and_stdout_stays_empty(
 
     run.ok(files=len(FILES), fetched=len(FILES))
     assert "older verification material format" in run.stderr
+
+
+def test_plan_says_a_writer_verifies_a_model_not_staged_yet(
+    pod: Pod, origin: Origin, signer: Signer
+) -> None:
+    base = _http_model(origin, FILES, signer.sign(FILES))
+    pod.multi(base, FILES)
+
+    doc = json.loads(pod.run("plan", "--json", env=signer.anchor_env).stdout)
+
+    assert doc["signature"]["state"] == "pending", doc["signature"]
+    assert origin.requests() == []  # plan asks nothing without --probe
+    pod.run(env=signer.anchor_env).ok(files=len(FILES), fetched=len(FILES))
+    doc = json.loads(pod.run("plan", "--json", env=signer.anchor_env).stdout)
+    assert doc["signature"]["state"] == "verified", doc["signature"]
