@@ -177,8 +177,8 @@ def _signed_set(manifest: Any, shown: str) -> SignedSet:
             shown,
             f"it was signed with the {method or 'unknown'} serialization hashed with "
             f"{params.get('hash_type')}; the agent verifies only model-signing's per-file "
-            "serialization with sha256 (sign with `model_signing sign ... --hash_type sha256`, "
-            "not sharded)",
+            "serialization with sha256 (model-signing's default: sign without choosing the "
+            "sharded serialization or another hash)",
         )
     files: dict[str, str] = {}
     for descriptor in manifest.resource_descriptors():
