@@ -131,6 +131,14 @@ def test_without_an_anchor_nothing_of_model_signing_is_imported(
     assert len(loaded) > 20
     assert not {m for m in loaded if m.startswith(("model_signing", "sigstore", "OpenSSL"))}
     assert origin.requests(f"{PATH}/model.sig") == []
+    warm = pod.run(python_flags=("-X", "importtime"))
+    warm.ok(files=len(FILES), fetched=0, reused=len(FILES))
+    ours = (
+        "llmkube_stager.staging.signed",
+        "llmkube_stager.staging.bundle",
+        "llmkube_stager.cache.sigrecord",
+    )
+    assert not {m for m in import_lines(warm.stderr) if m.startswith(("model_signing", *ours))}
     # The check can fail: with an anchor, the cold start does import it.
     signed = pod.run(
         env=signer.anchor_env,
