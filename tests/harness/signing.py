@@ -122,6 +122,12 @@ class Signer:
         """The same model under model-signing's shard serialization."""
         import model_signing
 
+        return self.sign_hashed(files, model_signing.hashing.Config().use_shard_serialization())
+
+    def sign_hashed(self, files: Mapping[str, bytes], hashing_config: object) -> bytes:
+        """Signed under another hashing configuration (model_signing.hashing.Config)."""
+        import model_signing
+
         self._count += 1
         model = self.workdir / f"model-{self._count}"
         for rel, data in files.items():
@@ -129,6 +135,6 @@ class Signer:
             (model / rel).write_bytes(data)
         bundle = self.workdir / f"model-{self._count}.sig"
         config = model_signing.signing.Config().use_elliptic_key_signer(private_key=self.key_path)
-        config.set_hashing_config(model_signing.hashing.Config().use_shard_serialization())
+        config.set_hashing_config(hashing_config)  # type: ignore[arg-type]
         config.sign(model, bundle)
         return bundle.read_bytes()

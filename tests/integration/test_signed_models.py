@@ -203,7 +203,15 @@ def _sharded(signer: Signer, tmp: Path) -> bytes:
     return signer.sign_sharded(FILES)
 
 
+def _blake2(signer: Signer, tmp: Path) -> bytes:
+    import model_signing
+
+    hashing = model_signing.hashing.Config().use_file_serialization(hashing_algorithm="blake2")
+    return signer.sign_hashed(FILES, hashing)
+
+
 BUNDLES: dict[str, tuple[Callable[[Signer, Path], bytes], str]] = {
+    "blake2": (_blake2, "hashed with blake2"),
     "other_key": (_other_key, "does not verify against the key"),
     "other_model": (_other_model, "staged but not signed"),
     "truncated": (_truncated, "not a model-signing bundle"),
