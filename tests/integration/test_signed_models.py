@@ -580,3 +580,19 @@ def test_plan_says_a_writer_verifies_a_model_not_staged_yet(
     pod.run(env=signer.anchor_env).ok(files=len(FILES), fetched=len(FILES))
     doc = json.loads(pod.run("plan", "--json", env=signer.anchor_env).stdout)
     assert doc["signature"]["state"] == "verified", doc["signature"]
+
+
+def test_a_changed_byte_on_the_hub_cdn_is_never_published(
+    pod: Pod, hub: FakeHub, signer: Signer
+) -> None:
+    """The hub lists the signed LFS sha256 but its CDN serves other bytes:
+    the hub and the signature agree, the copy on the way is bad, so the
+    reason is the origin-digest mismatch (retryable, #12 item 5), and
+    nothing of the model is published either way."""
+    hub.add_repo(REPO, {**FILES, "model.sig": signer.sign(FILES)})
+    hub.corrupt(REPO, "model-00002-of-00002.safetensors")
+
+    run = pod.run(env=_hf_env(pod, hub, signer.anchor_env))
+
+    run.failed("ModelTransferChecksumMismatch", retryable=True)
+    _nothing_published(pod.cache_dir, sorted(FILES))
