@@ -46,6 +46,8 @@ class Reason(StrEnum):
     OUT_OF_SPACE = "ModelTransferOutOfSpace"
     SIZE_MISMATCH = "ModelTransferSizeMismatch"
     CHECKSUM_MISMATCH = "ModelTransferChecksumMismatch"
+    # #34: a trust anchor is set and the model is not what its publisher signed.
+    SIGNATURE_INVALID = "ModelSignatureInvalid"
     CACHE_TRUNCATED = "ModelCacheTruncated"
     CACHE_LOCK_UNSUPPORTED = "ModelCacheLockUnsupported"
     CACHE_LOCK_TIMEOUT = "ModelCacheLockTimeout"
@@ -246,6 +248,30 @@ REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager 
 REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
 REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"
 
+# #34 item 2: a signed model refused; nothing of it was published. One
+# remedy per cause, each naming what differed (the detail names the file).
+REMEDY_SIGNATURE_UNSIGNED = (
+    "the model has no signature bundle where LLMKUBE_SIGNATURE points (default model.sig beside "
+    "the model): sign the model with model-signing and publish model.sig beside it, or point "
+    "LLMKUBE_SIGNATURE at its bundle; nothing of the model was published"
+)
+REMEDY_SIGNATURE_WRONG_KEY = (
+    "the signature bundle does not verify against LLMKUBE_SIGNING_KEY / LLMKUBE_SIGNING_CERTS "
+    "(signed by another key, a broken or truncated bundle, or an unsupported format): check "
+    "that the anchor is the publisher's and the bundle is theirs; nothing of the model was "
+    "published"
+)
+REMEDY_SIGNATURE_FILES = (
+    "the files to stage are not the files the publisher signed (a file added, removed, renamed "
+    "or changed, or a bundle of another model): stage the signed revision, fix MODEL_FILES, or "
+    "have the publisher sign this one; nothing of the model was published"
+)
+REMEDY_SIGNATURE_RECORD = (
+    "the cache holds this model verified against another trust anchor or bundle, or never "
+    "verified: re-stage it (a prefetch Job with LLMKUBE_REFRESH_POLICY=OnChange) with the "
+    "anchor this pod trusts"
+)
+
 REMEDIES: dict[Reason, str] = {
     Reason.SUCCEEDED: "",
     Reason.SOURCE_UNREACHABLE: REMEDY_UNREACHABLE,
@@ -259,6 +285,7 @@ REMEDIES: dict[Reason, str] = {
     Reason.OUT_OF_SPACE: REMEDY_OUT_OF_SPACE,
     Reason.SIZE_MISMATCH: REMEDY_SIZE_MISMATCH,
     Reason.CHECKSUM_MISMATCH: REMEDY_CHECKSUM,
+    Reason.SIGNATURE_INVALID: REMEDY_SIGNATURE_FILES,
     Reason.CACHE_TRUNCATED: REMEDY_TRUNCATED,
     Reason.CACHE_LOCK_UNSUPPORTED: REMEDY_LOCK_UNSUPPORTED_PREFETCH,
     Reason.CACHE_LOCK_TIMEOUT: REMEDY_LOCK_TIMEOUT,
@@ -272,6 +299,17 @@ REMEDIES: dict[Reason, str] = {
     Reason.INVALID_CONFIGURATION: REMEDY_CONFIG,
     Reason.CANCELLED: REMEDY_CANCELLED,
     Reason.INTERNAL: REMEDY_INTERNAL,
+}
+
+# The reasons with a remedy per cause (#34: which one the line carries says
+# what differed; commands/diagnose.py reads it back from a log line).
+REMEDIES_BY_CAUSE: dict[Reason, tuple[str, ...]] = {
+    Reason.SIGNATURE_INVALID: (
+        REMEDY_SIGNATURE_UNSIGNED,
+        REMEDY_SIGNATURE_WRONG_KEY,
+        REMEDY_SIGNATURE_FILES,
+        REMEDY_SIGNATURE_RECORD,
+    ),
 }
 
 # The reasons whose remedy depends on the source kind (a local copy is never
@@ -491,6 +529,13 @@ class OriginChecksumMismatch(TransferError):
     @property
     def retryable(self) -> bool:
         return True
+
+
+class SignatureError(StagerError):
+    """#34: the model is not what the trust anchor's publisher signed (or
+    the cache's record of that is not this pod's): never retried, exit 4."""
+
+    reason = Reason.SIGNATURE_INVALID
 
 
 class CacheError(StagerError):

@@ -29,6 +29,9 @@ class RemoteFile:
     # Known before any transfer only when the source's metadata says so (HF).
     size_bytes: int | None = None
     sha256: str | None = None
+    # #34: `sha256` is the digest a verified signature gives the file (a
+    # mismatch is ModelSignatureInvalid, not a pin's checksum mismatch).
+    signed: bool = False
 
 
 @dataclass(frozen=True)

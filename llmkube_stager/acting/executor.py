@@ -50,7 +50,10 @@ def execute(session: Session, work: Work, plan: Plan) -> tuple[FileResult, ...]:
     whole_set = session.config.refresh_policy == "OnChange"
     moved: dict[str, FileResult] = {}
     if transfers:
-        policy = _transfers(session, work, recorder, whole_set)
+        # #34 item 2: a signed model is published whole or not at all, whatever
+        # the policy (a file failing its signed digest stops every other one).
+        signed = session.config.signing is not None
+        policy = _transfers(session, work, recorder, whole_set or signed)
         policy.open(transfers)
         try:
             moved = policy.run(transfers)

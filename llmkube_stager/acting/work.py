@@ -24,7 +24,15 @@ from llmkube_stager.cache.partialnames import without_partials
 from llmkube_stager.cache.publish import PartialLost, stamp_published
 from llmkube_stager.cache.records import write_marker
 from llmkube_stager.cache.state import read_local_file
-from llmkube_stager.errors import CacheError, Reason, SourceError, StagerError, TransferError
+from llmkube_stager.errors import (
+    REMEDY_SIGNATURE_FILES,
+    CacheError,
+    Reason,
+    SignatureError,
+    SourceError,
+    StagerError,
+    TransferError,
+)
 from llmkube_stager.model import Action, Decision, FileResult, LocalState, Manifest, RemoteFile
 from llmkube_stager.sources.base import RemoteMeta, Source
 from llmkube_stager.transfer import Completed, discard, fetch_partial, publish_completed
@@ -43,6 +51,17 @@ def _footprint_bytes(meta: RemoteMeta) -> int:
     if meta.size_bytes is None:
         return PIPELINE_BYTES
     return min(meta.size_bytes, PIPELINE_BYTES)
+
+
+def _check_signed_origin(file: RemoteFile, meta: RemoteMeta) -> None:
+    """#34 item 2: a digest the origin lists (HF LFS) that is not the signed
+    one is a refusal before a byte is fetched, never a choice."""
+    if file.signed and meta.sha256 is not None and meta.sha256 != file.sha256:
+        raise SignatureError(
+            f"the origin lists sha256 {meta.sha256} for {file.rel}, its signature {file.sha256}",
+            file=file.rel,
+            remedy=REMEDY_SIGNATURE_FILES,
+        )
 
 
 class Transfers:
@@ -111,6 +130,7 @@ class Transfers:
             raise self._probe_failed.pop(file.rel)
         if meta is None:
             meta = self._session.probe(self._source, file, self._manifest.root)
+        _check_signed_origin(file, meta)
         with self._budget.reserve(_footprint_bytes(meta)):
             done = fetch_partial(fetcher, file, effects, meta)
         self._check_digest(file, done)
@@ -122,6 +142,15 @@ class Transfers:
         if file.sha256 is None or done.sha256 == file.sha256:
             return
         discard(done)
+        if file.signed:
+            # #34 item 2: refused before publish; no marker (the fix is the
+            # publisher's or the origin's, and the signature says which).
+            raise SignatureError(
+                f"{file.rel} does not have the sha256 its signature gives it: signed "
+                f"{file.sha256}, received {done.sha256}; the download was discarded",
+                file=file.rel,
+                remedy=REMEDY_SIGNATURE_FILES,
+            )
         write_marker(file.dest, file.sha256, done.sha256 or "")
         raise TransferError(
             f"{messages.pin_field(self._multi)} mismatch for {file.rel}: expected {file.sha256}, "

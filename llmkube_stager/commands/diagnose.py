@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from llmkube_stager.errors import REMEDIES_BY_KIND, Reason, remedy_for
+from llmkube_stager.errors import REMEDIES_BY_CAUSE, REMEDIES_BY_KIND, Reason, remedy_for
 
 CONDITION_TYPE = "ModelTransferHealthy"
 _MAX_LINE_BYTES = 200  # the operator's cap on the matched line (spec §11.1)
@@ -103,6 +103,8 @@ def _failed(reason: Reason, line: str) -> dict[str, Any]:
     if len(clean.encode()) > _MAX_LINE_BYTES:
         clean = clean.encode()[:_MAX_LINE_BYTES].decode(errors="ignore") + "..."
     remedy = _remedy_in(reason, line) if reason in REMEDIES_BY_KIND else remedy_for(reason)
+    # #34: the cause's own remedy, where the reason has several.
+    remedy = next((r for r in REMEDIES_BY_CAUSE.get(reason, ()) if r in line), remedy)
     return _condition("False", reason.value, f"Model transfer failed: {clean}", remedy)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from llmkube_stager.cache.fs import probe_fs
 from llmkube_stager.cache.records import read_record, stamp_status
 from llmkube_stager.cache.safeio import kind_of, walk_files
+from llmkube_stager.cache.sigrecord import SIGNATURE_RECORD_NAME
 from llmkube_stager.cache.sweep import DEBRIS_AGE_S, FUTURE_SLACK_S, is_atomic_debris
 from llmkube_stager.layout import (
     AGENT_PARTIAL_SUFFIXES,
@@ -78,6 +79,8 @@ class Report:
     # a reader (`stage` read-only, `verify`) says of the set: #21 item 3.
     publishing: dict[str, list[str]] = field(default_factory=dict)
     refusal: dict[str, str] | None = None
+    # #34 item 4: the verification records of signed models, as recorded.
+    signatures: list[dict[str, object]] = field(default_factory=list)
 
 
 def _leftover_kind(name: str) -> str | None:
@@ -97,6 +100,7 @@ def _is_metadata(name: str) -> bool:
         name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX, EVIDENCE_SUFFIX))
         or bool(_MARKER_RE.match(name))
         or name == LOCK_NAME
+        or name.startswith(SIGNATURE_RECORD_NAME)
     )
 
 
@@ -134,6 +138,9 @@ def inspect_dir(root: str, now_s: float) -> Report:
     for path, rel, st in entries:
         _classify(report, path, rel, st, markers, now_s)
     _judge_set(report, root)
+    from llmkube_stager.commands.signature import recorded_signatures
+
+    report.signatures = recorded_signatures(root)
     return report
 
 
@@ -210,7 +217,19 @@ def render(report: Report, as_json: bool) -> str:
         lines.append(f"PUBLISH IN PROGRESS ({key}): {len(rels)} file(s) not in place yet")
     if report.refusal is not None:
         lines.append(f"READERS REFUSE: {report.refusal['reason']}: {report.refusal['detail']}")
+    lines.extend(_signature_line(s) for s in report.signatures)
+    if not report.signatures:
+        lines.append("SIGNATURE: no verification record (staged without a trust anchor)")
     return "\n".join(lines)
+
+
+def _signature_line(found: dict[str, object]) -> str:
+    if not found["valid"]:
+        return f"SIGNATURE: {found['record']} is not a valid record (readers with an anchor refuse)"
+    return (
+        f"SIGNATURE: verified against anchor {found['anchor']}, bundle {found['signature']} "
+        f"(sha256 {str(found['bundle_sha256'])[:16]}), {found['signed_files']} signed files"
+    )
 
 
 def _size(value: int | None) -> str:

@@ -93,8 +93,19 @@ def plan_document(config: Config, prepared: Prepared, *, probe: bool, log: Log) 
         "warnings": list(prepared.plan.warnings),
         "publishing": publishing,
         "refusal": refusal,
+        "signature": _signature(config, prepared),
         "files": rows,
     }
+
+
+def _signature(config: Config, prepared: Prepared) -> dict[str, object]:
+    """#34 item 4: the recorded verification against this run's anchor."""
+    from llmkube_stager.commands.signature import signature_state
+
+    manifest = prepared.manifest
+    rels = tuple(f.rel for f in manifest.files)
+    state = signature_state(config, manifest.root, rels, may_write=prepared.strategy.may_write)
+    return {**state.as_dict(), "line": state.line()}
 
 
 def render_plan(config: Config, prepared: Prepared, *, as_json: bool, probe: bool, log: Log) -> str:
@@ -128,6 +139,8 @@ def _table(doc: dict[str, Any]) -> str:
         )
     if doc["refusal"] is not None:
         lines.append(f"refused: {doc['refusal']['reason']}: {doc['refusal']['detail']}")
+    if doc["signature"]["state"] != "unchecked":  # #34: with a trust anchor only
+        lines.append(doc["signature"]["line"])
     return "\n".join(lines)
 
 

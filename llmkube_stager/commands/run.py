@@ -71,6 +71,8 @@ def verify_command(flags: Flags, strict: bool = False) -> NoReturn:
         config = boundary.config(flags, require_source=False)
         report = check_files(config)
         judge(report, strict, boundary.log)
+        if report.signature:
+            boundary.log.info("signature_checked", report.signature)
         results = tuple(FileResult(rel, Decision.REUSE) for rel in report.checked)
         doc = success_doc(Outcome(results, time.monotonic() - started), boundary.source, "verified")
         boundary.log.info("verified", doc["message"])

@@ -20,9 +20,11 @@ from llmkube_stager.cache.state import read_local_file
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
     REMEDY_LEADS_OUTSIDE,
+    REMEDY_SIGNATURE_RECORD,
     REMEDY_UNREADABLE,
     CacheError,
     Reason,
+    SignatureError,
     TransferError,
 )
 from llmkube_stager.layout import LOCK_NAME, dest_path, destinations
@@ -49,6 +51,8 @@ class VerifyReport:
     # Why the files, each fine on its own, are not one set: a publish in
     # progress, two commits (#21 items 3, 4; the judgement `stage` makes).
     refusal: CacheError | None = None
+    # #34 item 4: the signature's state where a trust anchor is set.
+    signature: str = ""
 
 
 def _expected(config: Config) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -94,8 +98,9 @@ def check_files(config: Config) -> VerifyReport:
         )
     row = of_source(config.source)
     follow = row is not None and row.verify_only
+    pins = _signed_pins(config, report, tuple(rel for rel, _ in pairs))
     for rel, dest in pairs:
-        local = read_local_file(rel, dest, config.pins.get(rel), None, root, follow)
+        local = read_local_file(rel, dest, pins.get(rel), None, root, follow)
         if local.state is LocalState.UNREADABLE:
             report.unreadable.append(f"{rel} ({local.detail})")
         elif local.state is LocalState.NOT_A_FILE:
@@ -112,6 +117,20 @@ def check_files(config: Config) -> VerifyReport:
             report.checked.append(rel)
     report.refusal = judge_set(read_run_record(root), root)
     return report
+
+
+def _signed_pins(config: Config, report: VerifyReport, rels: tuple[str, ...]) -> dict[str, str]:
+    """With a trust anchor: the record must fit it (a refusal, before any
+    file is read), and each file is checked against its signed digest
+    (#34 item 4)."""
+    if config.signing is None:
+        return dict(config.pins)
+    from llmkube_stager.commands.signature import pins_of, refuse, signature_state
+
+    state = signature_state(config, report.root, rels)
+    refuse(state)
+    report.signature = state.line()
+    return pins_of(config, state)
 
 
 def judge(report: VerifyReport, strict: bool, log: Log) -> None:
@@ -134,6 +153,12 @@ def judge(report: VerifyReport, strict: bool, log: Log) -> None:
         first = (report.missing or report.short or report.unrecorded)[0]
         raise CacheError(
             "; ".join(problems), reason=Reason.CACHE_INCOMPLETE, file=first.split(" ")[0]
+        )
+    if report.mismatched and report.signature:
+        raise SignatureError(
+            f"{_names(report.mismatched)} do not have the sha256 their signature gives them",
+            file=report.mismatched[0],
+            remedy=REMEDY_SIGNATURE_RECORD,
         )
     if report.mismatched:
         raise TransferError(

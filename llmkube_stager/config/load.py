@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llmkube_stager.config import paths, rules
+from llmkube_stager.config.anchor import TrustAnchor, trust_anchor
 from llmkube_stager.config.kserve_env import STORAGE_SPEC_VARS, storage_spec
 from llmkube_stager.config.reader import Reader
 from llmkube_stager.config.settings import LOG_FORMATS, Config, LogFormat
@@ -84,8 +85,24 @@ def _assemble(
         log_format=rules.log_format(read),
         timeouts=rules.load_timeouts(read),
         secrets=rules.load_secrets(read),
+        signing=_signing(read),
         warnings=tuple(read.warnings),
     )
+
+
+def _signing(read: Reader) -> TrustAnchor | None:
+    """#34 item 1 (config/anchor.py). LLMKUBE_SIGNATURE's default is read
+    only when an anchor is set."""
+    signature = read.optional("LLMKUBE_SIGNATURE") or ""
+    key, certs = read.raw("LLMKUBE_SIGNING_KEY"), read.raw("LLMKUBE_SIGNING_CERTS")
+    anchor = trust_anchor(key, certs, signature)
+    if anchor is None and signature.strip():
+        # A bundle nobody verifies must not look like protection.
+        read.warnings.append(
+            "LLMKUBE_SIGNATURE is set without LLMKUBE_SIGNING_KEY or LLMKUBE_SIGNING_CERTS: "
+            "no signature is verified"
+        )
+    return anchor
 
 
 def secret_values(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> tuple[str, ...]:

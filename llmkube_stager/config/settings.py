@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llmkube_stager.config.anchor import TrustAnchor
 from llmkube_stager.config.variables import DEFAULTS
 from llmkube_stager.proxy import ProxySettings
 
@@ -123,6 +124,8 @@ class Config:
     log_format: LogFormat = LOG_FORMATS[DEFAULTS["LLMKUBE_LOG_FORMAT"]]
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
+    # #34: the trust anchor a signed model must verify against (None: unsigned).
+    signing: TrustAnchor | None = None
     # Tolerated values, each with what was made of it (see the package's docstring).
     warnings: tuple[str, ...] = ()
 

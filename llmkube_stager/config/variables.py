@@ -148,6 +148,16 @@ VARS: tuple[Var, ...] = (
     Var("AZ_CLIENT_ID", "KServe's legacy name of AZURE_CLIENT_ID"),
     Var("AZ_CLIENT_SECRET", "KServe's legacy name of AZURE_CLIENT_SECRET", secret=True),
     Var("AZ_TENANT_ID", "KServe's legacy name of AZURE_TENANT_ID"),
+    # #34 item 1: a signed model's trust anchor and its bundle (config/anchor.py).
+    Var(
+        "LLMKUBE_SIGNING_KEY", "PEM public key (text or absolute path) the model must be signed by"
+    ),
+    Var("LLMKUBE_SIGNING_CERTS", "PEM certificate chain (text or absolute path) to trust instead"),
+    Var(
+        "LLMKUBE_SIGNATURE",
+        "the model-signing bundle: a name beside the model at the source, a path or an http(s) URL",
+        default="model.sig",
+    ),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),

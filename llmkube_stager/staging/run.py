@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from llmkube_stager import messages
 from llmkube_stager.acting.executor import execute
@@ -42,6 +43,9 @@ from llmkube_stager.staging.prepare import (
     work_of,
 )
 from llmkube_stager.staging.share import agree_share, record_share, take_share
+
+if TYPE_CHECKING:
+    from llmkube_stager.cache.sigrecord import Verification
 
 
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
@@ -88,6 +92,13 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
         if config.refresh_policy == "OnChange":
             effects.log.info("revalidate", messages.REVALIDATING)
             prepared = revalidate(config, prepared, session)
+        verification = None
+        if config.signing is not None:
+            # #34: the signed digests become the pins before anything is
+            # fetched (staging/signed.py: imported only with an anchor).
+            from llmkube_stager.staging.signed import gate
+
+            prepared, verification = gate(config, prepared, effects.log)
         check_plan(prepared, effects.log)
         if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a
@@ -100,6 +111,8 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
 
             results = write(config, effects, prepared, session)
         prepared.mode.finish(root, session, may_write=prepared.strategy.may_write)
+        if verification is not None and prepared.strategy.may_write:
+            _record_verification(prepared, verification, results)
         if mixed and all(r.decision is not Decision.KEEP for r in results):
             # Every file proven or staged from one commit: the entries this
             # run found are answered (one written since is not among them).
@@ -161,6 +174,22 @@ def _take_share(config: Config, effects: Effects, prepared: Prepared, session: S
         ensure_dir(root, root, "")
         record_share(root, share, session, claim)
     return replan(config, replace(prepared, mode=OneShare(share, claim)))
+
+
+def _record_verification(
+    prepared: Prepared, verification: Verification, results: tuple[FileResult, ...]
+) -> None:
+    """After the last rename: the set in place is the verified one (#34
+    item 3). Until then the old record stays: it names the old digests, which
+    new files' stamps do not answer (a reader refuses them), and it keeps a
+    refused refresh's old version serving. A kept old copy (OnChange) is not
+    what was verified: the old record stays."""
+    if any(r.decision is Decision.KEEP for r in results):
+        return
+    from llmkube_stager.cache.sigrecord import write_verification
+    from llmkube_stager.staging.signed import signature_record
+
+    write_verification(signature_record(prepared), verification)
 
 
 def _all_verified(config: Config, prepared: Prepared) -> bool:

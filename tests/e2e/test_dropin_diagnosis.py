@@ -21,6 +21,7 @@ from tests.harness.mounts import tmpfs
 from tests.harness.origin import Blackhole, Fault, Origin, closed_port_url
 from tests.harness.pod import Pod, Run, wait_for
 from tests.harness.seaweed import SeaweedS3, s3_env
+from tests.harness.signing import Signer
 from tests.harness.tlsca import tls_server_context
 from tests.harness.upstream_matcher import MAX_LINE_BYTES, controller_message, log_tail, match
 
@@ -316,6 +317,13 @@ def _fault(status: int, **extra: str) -> Callable[[Pod, Origin, Path], Run]:
     return make
 
 
+def _unsigned(pod: Pod, origin: Origin, tmp: Path) -> Run:
+    """#34: a trust anchor set and no model.sig beside the model."""
+    origin.put(MODEL, DATA)
+    pod.single(origin.url + MODEL)
+    return pod.run("stage", env=Signer(tmp / "publisher").anchor_env)
+
+
 # (reason, producer, words of the cause that the 200-byte cut must show)
 EVERY_REASON = [
     ("ModelSourceUnreachable", _refused, "connection refused"),
@@ -328,6 +336,7 @@ EVERY_REASON = [
     ("ModelSourceChanged", _fault(412), "returned HTTP 412"),
     ("ModelTransferOutOfSpace", _out_of_space, "no space left on device"),
     ("ModelTransferChecksumMismatch", _pin, "spec.sha256 mismatch"),
+    ("ModelSignatureInvalid", _unsigned, "no signature bundle at"),
     ("ModelCacheTruncated", _truncated, "a.bin"),
     ("ModelCacheLockTimeout", _hold_lock, "another writer held"),
     ("ModelCacheUnwritable", _read_only, "mounted read-only"),

@@ -69,6 +69,7 @@ REASONS: dict[str, tuple[bool, int]] = {
     "ModelTransferOutOfSpace": (False, EXIT_PERMANENT),
     "ModelTransferSizeMismatch": (False, EXIT_PERMANENT),
     "ModelTransferChecksumMismatch": (False, EXIT_PERMANENT),
+    "ModelSignatureInvalid": (False, EXIT_PERMANENT),
     "ModelCacheLockUnsupported": (False, EXIT_PERMANENT),
     "ModelCacheUnwritable": (False, EXIT_PERMANENT),
     "ModelCacheFailing": (False, EXIT_PERMANENT),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from collections.abc import Mapping
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -160,6 +163,34 @@ _AZURE_ENV_CASES: dict[str, tuple[str, str]] = {
 CASES += [
     (name, value, SINGLE, "azure_env", {name: value}, other)
     for name, (value, other) in _AZURE_ENV_CASES.items()
+]
+# #34: trust anchors as one-line base64 DER (config/anchor.py), and their
+# fingerprints (sha256 of the DER).
+KEY_A = (
+    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEZBg0pusagb1aMqOTg/w+hZd38/W2WDZjMbTjpj6BxYU0K1jal+"
+    "R7Tfv0BdasQJGxHpf8TNuYePfjRkphc0oHTA=="
+)
+KEY_B = (
+    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEAAEAAQABAAEAAQABAAEAAQABAAEAAQABAAEAAQABAAEAAQABAAE"
+    "AAQABAAEAAQABAAEAAQABAAEAAQABAAEAAQABAAEAAQ=="
+)
+
+
+def _fingerprint(b64: str) -> str:
+    return hashlib.sha256(base64.b64decode(b64)).hexdigest()
+
+
+CASES += [
+    ("LLMKUBE_SIGNING_KEY", KEY_A, SINGLE, "signing.fingerprint", _fingerprint(KEY_A), KEY_B),
+    ("LLMKUBE_SIGNING_CERTS", KEY_A, SINGLE, "signing.kind", "certs", KEY_B),
+    (
+        "LLMKUBE_SIGNATURE",
+        "/etc/llmkube/model.sig",
+        {**SINGLE, "LLMKUBE_SIGNING_KEY": KEY_A},
+        "signing.signature",
+        "/etc/llmkube/model.sig",
+        "https://host.example/model.sig",
+    ),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -701,3 +732,50 @@ def test_a_job_id_that_is_no_label_value_is_refused(value: str) -> None:
 
 def test_a_blank_job_id_is_none() -> None:
     assert load({"LLMKUBE_JOB_ID": "  "}, base=SHARDED).job_id == ""
+
+
+# -- #34: the trust anchor ----------------------------------------------------------------
+
+
+def test_no_anchor_is_no_signing_and_a_lone_signature_warns() -> None:
+    assert load().signing is None
+    config = load({"LLMKUBE_SIGNATURE": "model.sig"})
+    assert config.signing is None
+    assert any("LLMKUBE_SIGNATURE is set without" in w for w in config.warnings)
+
+
+def test_a_key_by_pem_text_or_by_path_is_the_same_anchor(tmp_path: Path) -> None:
+    pem = (
+        "-----BEGIN PUBLIC KEY-----\n"
+        + KEY_A[:64]
+        + "\n"
+        + KEY_A[64:]
+        + "\n-----END PUBLIC KEY-----\n"
+    )
+    path = tmp_path / "key.pem"
+    path.write_text(pem)
+    by_text = load({"LLMKUBE_SIGNING_KEY": pem}).signing
+    by_path = load({"LLMKUBE_SIGNING_KEY": str(path)}).signing
+    assert by_text is not None and by_path is not None
+    assert by_text.fingerprint == by_path.fingerprint == _fingerprint(KEY_A)
+    assert by_text.signature == "model.sig"
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"LLMKUBE_SIGNING_KEY": KEY_A, "LLMKUBE_SIGNING_CERTS": KEY_A}, "both set"),
+        ({"LLMKUBE_SIGNING_KEY": "not base64 at all!"}, "LLMKUBE_SIGNING_KEY must be a PEM"),
+        ({"LLMKUBE_SIGNING_KEY": "/nonexistent/key.pem"}, "cannot read"),
+        ({"LLMKUBE_SIGNING_KEY": KEY_A, "LLMKUBE_SIGNATURE": "s3://b/model.sig"}, "http(s) URL"),
+        ({"LLMKUBE_SIGNING_KEY": KEY_A, "LLMKUBE_SIGNATURE": "../model.sig"}, "'..'"),
+        (
+            {"LLMKUBE_SIGNING_KEY": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"},
+            "holds no PEM PUBLIC KEY",
+        ),
+    ],
+)
+def test_a_bad_anchor_is_invalid_configuration(env: dict[str, str], words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(env)
+    assert words in caught.value.detail

@@ -1,0 +1,171 @@
+"""What a reader says of a signed model (#34 item 4), offline and without
+model-signing: `verify` refuses a model whose recorded verification does
+not fit its trust anchor and checks the files against the recorded signed
+digests; `plan` and `inspect` show the record's state. The judgement is
+the one a staging run makes (cache/sigrecord.py `record_problem`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.cache.sigrecord import (
+    SIGNATURE_RECORD_NAME,
+    Verification,
+    read_verification,
+    record_path,
+    record_problem,
+)
+from llmkube_stager.config import Config
+from llmkube_stager.config.anchor import local_bundle_path
+from llmkube_stager.errors import REMEDY_SIGNATURE_RECORD, SignatureError
+from llmkube_stager.schemes import of_source
+
+_MAX_BUNDLE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class SignatureState:
+    """`state`: "unchecked" (no anchor), "verified" (the record fits the
+    anchor), "pending" (a writer verifies the bundle from the source before
+    publishing: no record yet, or OnChange) or "refused" (`detail` says why)."""
+
+    state: str
+    detail: str = ""
+    anchor: str = ""  # the anchor's fingerprint, first 16 hex
+    signature: str = ""
+    # The recorded signed digests (verified only).
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "detail": self.detail,
+            "anchor": self.anchor,
+            "signature": self.signature,
+            "signed_files": len(self.files),
+        }
+
+    def line(self) -> str:
+        if self.state == "unchecked":
+            return "signature: not checked (no LLMKUBE_SIGNING_KEY / LLMKUBE_SIGNING_CERTS)"
+        if self.state == "pending":
+            return f"signature: to verify from the source ({self.detail})"
+        if self.state == "verified":
+            return (
+                f"signature: verified against anchor {self.anchor} ({self.signature}, "
+                f"{len(self.files)} signed files)"
+            )
+        return f"signature: REFUSED: {self.detail}"
+
+
+def signature_state(
+    config: Config, root: str, rels: tuple[str, ...], *, may_write: bool = False
+) -> SignatureState:
+    """`may_write`: the run would write the cache (`plan`'s writer), so it
+    verifies from the source where a reader refuses (staging/signed.py)."""
+    anchor = config.signing
+    if anchor is None:
+        return SignatureState("unchecked")
+    recorded = read_verification(record_path(root, rels, config.multi_file))
+    shown = "" if recorded is None else recorded.signature
+    if may_write and (recorded is None or config.refresh_policy == "OnChange"):
+        why = "no record yet" if recorded is None else "OnChange verifies on every start"
+        return SignatureState("pending", why, anchor.fingerprint[:16], shown)
+    problem = record_problem(recorded, anchor.fingerprint, _local_bundle(config))
+    if problem is None and recorded is not None:
+        problem = _set_problem(recorded, rels, config.multi_file, anchor.signature)
+    if problem is not None:
+        return SignatureState("refused", problem, anchor.fingerprint[:16], shown)
+    assert recorded is not None
+    files = recorded.files
+    if not config.multi_file:
+        files = {rels[0]: next(iter(recorded.files.values()))}
+    return SignatureState("verified", "", anchor.fingerprint[:16], shown, files)
+
+
+def pins_of(config: Config, state: SignatureState) -> dict[str, str]:
+    """The pins a reader checks the files against: the signed digests (a
+    pin of the user's that disagrees is a refusal, as when staging)."""
+    pins = dict(config.pins)
+    for rel, digest in state.files.items():
+        if pins.get(rel, digest) != digest:
+            raise SignatureError(
+                f"the pin of {rel} ({pins[rel]}) and its recorded signed sha256 ({digest}) "
+                "disagree",
+                file=rel,
+                remedy=REMEDY_SIGNATURE_RECORD,
+            )
+        pins[rel] = digest
+    return pins
+
+
+def refuse(state: SignatureState) -> None:
+    if state.state == "refused":
+        raise SignatureError(state.detail, remedy=REMEDY_SIGNATURE_RECORD)
+
+
+def _set_problem(
+    recorded: Verification, rels: tuple[str, ...], multi: bool, signature: str
+) -> str | None:
+    if not multi:
+        return None if len(recorded.files) == 1 else "the record signs more than one file"
+    from llmkube_stager.staging.bundle import SignedSet
+
+    signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
+    bundle_rel = "" if signature.startswith(("/", "http://", "https://")) else signature
+    staged = {r for r in rels if not signed.ignores(r, bundle_rel)}
+    differ = sorted(staged ^ set(recorded.files))
+    if differ:
+        return f"the files are not the verified set: {differ[0]!r} and {len(differ) - 1} more"
+    return None
+
+
+def _local_bundle(config: Config) -> tuple[str, str] | None:
+    anchor = config.signing
+    assert anchor is not None
+    base = None
+    row = of_source(config.source) if config.source else None
+    if row is not None and row.kind == "local":
+        from llmkube_stager.sources.local import local_path
+
+        base = local_path(config.source)
+        if not config.multi_file:
+            base = os.path.dirname(base)
+    path = local_bundle_path(anchor.signature, base)
+    if path is None:
+        return None
+    small = read_small(path, _MAX_BUNDLE_BYTES)
+    if small.data is None:
+        return ("", path)  # gone: not the bundle that was verified
+    return hashlib.sha256(small.data).hexdigest(), path
+
+
+def recorded_signatures(root: str) -> list[dict[str, object]]:
+    """`inspect`: every verification record in the directory, as recorded
+    (no anchor to judge them against)."""
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith(SIGNATURE_RECORD_NAME))
+    except OSError:
+        return []
+    for name in names:
+        recorded = read_verification(os.path.join(root, name))
+        if recorded is None:
+            found.append({"record": name, "valid": False})
+            continue
+        found.append(
+            {
+                "record": name,
+                "valid": True,
+                "anchor": recorded.anchor_fingerprint[:16],
+                "signature": recorded.signature,
+                "bundle_sha256": recorded.bundle_sha256,
+                "signed_files": len(recorded.files),
+            }
+        )
+    return found

@@ -1,0 +1,291 @@
+"""The gate of a signed model (#34 items 2, 3): with a trust anchor set,
+the signed digests become the files' pins before anything is fetched.
+
+- The record of an earlier verification (cache/sigrecord.py) serves an
+  IfNotPresent warm start offline: it must name this anchor (and this
+  bundle, where the bundle is local), and its digests are the pins the
+  files' stamps are checked against (milliseconds, no byte read).
+- Otherwise the bundle is read from the source (model.sig beside the
+  model, or LLMKUBE_SIGNATURE), verified against the anchor
+  (staging/bundle.py), and the staged set must equal the signed set under
+  model-signing's ignore rules; each file's pin is then its signed digest,
+  checked on the digest computed while the file was received
+  (acting/work.py), and the set is published whole (acting/executor.py) or
+  not at all. The record is written after the last rename (staging/run.py).
+
+A changed anchor or bundle on an IfNotPresent warm start, and a reader that
+may not write (a serving pod on FUSE) finding no record that fits, are
+refusals: never a silent pass, never a re-verification from the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import replace
+
+from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.cache.sigrecord import (
+    Verification,
+    read_verification,
+    record_path,
+    record_problem,
+)
+from llmkube_stager.config import Config
+from llmkube_stager.config.anchor import TrustAnchor, local_bundle_path
+from llmkube_stager.errors import (
+    REMEDY_SIGNATURE_FILES,
+    REMEDY_SIGNATURE_RECORD,
+    REMEDY_SIGNATURE_UNSIGNED,
+    Reason,
+    SignatureError,
+    StagerError,
+)
+from llmkube_stager.logs import Log, display_url
+from llmkube_stager.model import Manifest
+from llmkube_stager.sources.base import Body
+from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet
+from llmkube_stager.staging.prepare import Prepared, replan
+
+
+def signature_record(prepared: Prepared) -> str:
+    manifest = prepared.manifest
+    rels = tuple(f.rel for f in manifest.files)
+    return record_path(manifest.root, rels, manifest.multi_file)
+
+
+def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verification | None]:
+    """The plan with signed pins, and the verification to record once the
+    set is published (None: the record in the cache already says it)."""
+    anchor = config.signing
+    assert anchor is not None  # the caller's branch
+    recorded = read_verification(signature_record(prepared))
+    local = _local_bundle(config, prepared)
+    if config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write:
+        warm = _from_record(config, prepared, recorded, local)
+        if warm is not None:
+            log.info("signature_recorded", "the model's signature was verified when staged")
+            return warm, None
+    data, shown = local if local is not None else _fetch_bundle(config, prepared, log)
+    from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
+
+    signed = verify_bundle(data, anchor, shown)
+    for note in signed.notes:
+        log.warning("signature_note", f"model-signing: {note}")
+    pinned = _pinned(config, prepared, signed, anchor)
+    log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
+    files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
+    digest = hashlib.sha256(data).hexdigest()
+    verification = Verification(
+        digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths
+    )
+    return pinned, verification
+
+
+def _from_record(
+    config: Config,
+    prepared: Prepared,
+    recorded: Verification | None,
+    local: tuple[bytes, str] | None,
+) -> Prepared | None:
+    """The plan pinned by the record, offline; None when a writer verifies
+    from the source instead: no record yet (a first signed start), a record
+    of another file set (MODEL_FILES changed), files to stage. A record of
+    another anchor or bundle is a refusal (#34 item 3), and so is anything
+    short of a fitting record for a reader that may not write (item 4)."""
+    anchor = config.signing
+    assert anchor is not None
+    may_write = prepared.strategy.may_write
+    seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
+    problem = record_problem(recorded, anchor.fingerprint, seen)
+    if problem is not None:
+        if recorded is None and may_write:
+            return None
+        raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    assert recorded is not None
+    signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
+    try:
+        warm = _pinned(config, prepared, signed, anchor)
+    except SignatureError as err:
+        if may_write:
+            return None
+        raise err.amended(detail=f"against the recorded verification: {err.detail}") from None
+    return None if warm.plan.writes and may_write else warm
+
+
+def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
+    manifest = signed_manifest(prepared.manifest, signed, _bundle_rel(anchor))
+    return replan(config, replace(prepared, manifest=manifest))
+
+
+def signed_manifest(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Manifest:
+    """The manifest with each file pinned to its signed digest; refused
+    when the staged set is not the signed set (#34 item 2)."""
+    digests = _digests_for(manifest, signed, bundle_rel)
+    files = []
+    for file in manifest.files:
+        digest = digests.get(file.rel)
+        if digest is None:
+            files.append(file)
+            continue
+        if file.sha256 is not None and file.sha256 != digest:
+            raise SignatureError(
+                f"the pin of {file.rel} ({file.sha256}) and its signed sha256 ({digest}) disagree",
+                file=file.rel,
+                remedy=REMEDY_SIGNATURE_FILES,
+            )
+        files.append(replace(file, sha256=digest, signed=True))
+    return replace(manifest, files=tuple(files))
+
+
+def _digests_for(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Mapping[str, str]:
+    if not manifest.multi_file:
+        # One file: its name in the cache is the operator's (MODEL_PATH),
+        # so the statement must sign exactly one file, whatever its name.
+        if len(signed.files) != 1:
+            raise _differs(
+                manifest.files[0].rel,
+                f"the signature signs {len(signed.files)} files, not one file",
+            )
+        return {manifest.files[0].rel: next(iter(signed.files.values()))}
+    staged = {f.rel for f in manifest.files if not signed.ignores(f.rel, bundle_rel)}
+    unsigned = sorted(staged - set(signed.files))
+    missing = sorted(set(signed.files) - staged)
+    if unsigned:
+        raise _differs(unsigned[0], f"{_few(unsigned)} staged but not signed")
+    if missing:
+        raise _differs(missing[0], f"{_few(missing)} signed but not staged (removed or renamed)")
+    return {rel: signed.files[rel] for rel in staged}
+
+
+def _few(rels: list[str]) -> str:
+    shown = ", ".join(repr(r)[:120] for r in rels[:5])
+    more = f" and {len(rels) - 5} more" if len(rels) > 5 else ""
+    return f"{shown}{more} {'is' if len(rels) == 1 else 'are'}"
+
+
+def _differs(rel: str, why: str) -> SignatureError:
+    return SignatureError(
+        f"the files to stage are not the signed set: {why}",
+        file=rel,
+        remedy=REMEDY_SIGNATURE_FILES,
+    )
+
+
+def _bundle_rel(anchor: TrustAnchor) -> str:
+    """The bundle's name when it lies among the model's files."""
+    return "" if anchor.signature.startswith(("/", "http://", "https://")) else anchor.signature
+
+
+def _local_bundle(config: Config, prepared: Prepared) -> tuple[bytes, str] | None:
+    """The bundle's bytes where they are read without a network: an absolute
+    LLMKUBE_SIGNATURE (a mounted Secret) or beside a local source's model.
+    None where the bundle is remote."""
+    anchor = config.signing
+    assert anchor is not None
+    local = _local_base(prepared) if prepared.manifest.kind == "local" else None
+    path = local_bundle_path(anchor.signature, local)
+    if path is None:
+        return None
+    return read_bundle(path), path
+
+
+def _local_base(prepared: Prepared) -> str:
+    first = prepared.manifest.files[0]
+    if prepared.manifest.multi_file:
+        return first.url[: len(first.url) - len(first.rel)].rstrip("/") or "/"
+    return posixpath.dirname(first.url)
+
+
+def read_bundle(path: str) -> bytes:
+    small = read_small(path, MAX_BUNDLE_BYTES)
+    if small.data is None:
+        raise SignatureError(
+            f"no signature bundle at {path}",
+            reason=Reason.SIGNATURE_INVALID,
+            remedy=REMEDY_SIGNATURE_UNSIGNED,
+        )
+    return small.data
+
+
+def _fetch_bundle(config: Config, prepared: Prepared, log: Log) -> tuple[bytes, str]:
+    """The bundle read through the source's own client (its credentials,
+    its endpoint): model.sig beside the model, or an http(s) URL."""
+    from llmkube_stager.sources import open_source
+
+    derived = _bundle_config(config, prepared)
+    source = open_source(derived, log)
+    file = source.manifest().files[0]
+    shown = display_url(file.url)
+    fetcher = source.fetcher()
+    try:
+        meta = fetcher.probe(file)
+        body = fetcher.open(file, meta, 0)
+        try:
+            return _read_body(body, shown), shown
+        finally:
+            body.close()
+    except StagerError as err:
+        if err.reason is Reason.SOURCE_NOT_FOUND:
+            raise SignatureError(
+                f"no signature bundle at {shown}: {err.detail}",
+                remedy=REMEDY_SIGNATURE_UNSIGNED,
+            ) from None
+        raise
+    finally:
+        fetcher.close()
+
+
+def _read_body(body: Body, shown: str) -> bytes:
+    buffer = bytearray(1 << 16)
+    view = memoryview(buffer)
+    chunks: list[bytes] = []
+    total = 0
+    while n := body.readinto(view):
+        chunks.append(bytes(view[:n]))
+        total += n
+        if total > MAX_BUNDLE_BYTES:
+            raise SignatureError(f"the signature bundle {shown} is larger than 64 MiB")
+    return b"".join(chunks)
+
+
+def _bundle_config(config: Config, prepared: Prepared) -> Config:
+    """A configuration whose one file is the bundle: the model's source
+    with the bundle's name as its file (multi-file), or beside the single
+    file; an http(s) LLMKUBE_SIGNATURE as a source of its own. The
+    destination is never written (the body is read into memory)."""
+    anchor = config.signing
+    assert anchor is not None
+    scratch = os.path.join(prepared.manifest.root, ".llmkube-signature-bundle")
+    if anchor.signature.startswith(("http://", "https://")):
+        return replace(
+            config,
+            source=anchor.signature,
+            model_files=(),
+            model_path=scratch,
+            listed=False,
+            pins={},
+        )
+    source = config.source
+    if not prepared.manifest.multi_file:
+        source = _parent(prepared.manifest.kind, source)
+    return replace(
+        config,
+        source=source,
+        model_files=(anchor.signature,),
+        model_path="",
+        listed=False,
+        pins={},
+        s3_key="",
+        s3_prefix=config.s3_prefix if prepared.manifest.multi_file else "",
+    )
+
+
+def _parent(kind: str, source: str) -> str:
+    """Where a single file's directory is at the source."""
+    if kind == "hf" and source.startswith("hf://"):
+        repo = source[len("hf://") :].split("/")
+        return "hf://" + "/".join(repo[:2])
+    return source.rsplit("/", 1)[0] + "/"

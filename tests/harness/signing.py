@@ -1,0 +1,140 @@
+"""Signed models for the tests of #34: keys and certificate chains made
+here, bundles made by model-signing's own signing API (its elliptic-key
+and certificate signers, offline), never by the agent's code.
+
+`Signer.sign(files)` writes the files into a scratch directory under the
+test's tmp, signs it and returns the bundle's bytes (the statement names
+each file by its path relative to that directory, as a publisher's would).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+_PEM = serialization.Encoding.PEM
+
+
+def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(_PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _public_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.public_key().public_bytes(_PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _cert(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: str,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool,
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=not ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@dataclass
+class Signer:
+    """One publisher: a key (and, with `certs`, a CA and a leaf for it)."""
+
+    workdir: Path
+    certs: bool = False
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        self.key_path = self.workdir / "signing.key"
+        self.key_path.write_bytes(_private_pem(self._key))
+        self.public_pem = _public_pem(self._key)
+        self._count = 0
+        if self.certs:
+            ca_key = ec.generate_private_key(ec.SECP256R1())
+            ca = _cert("test model CA", ca_key, "test model CA", ca_key, ca=True)
+            leaf = _cert("publisher", self._key, "test model CA", ca_key, ca=False)
+            self.ca_pem = ca.public_bytes(_PEM)
+            self.leaf_path = self.workdir / "leaf.pem"
+            self.leaf_path.write_bytes(leaf.public_bytes(_PEM))
+            self.chain_path = self.workdir / "ca.pem"
+            self.chain_path.write_bytes(self.ca_pem)
+
+    @property
+    def anchor_env(self) -> dict[str, str]:
+        """The environment that trusts this publisher (by value)."""
+        if self.certs:
+            return {"LLMKUBE_SIGNING_CERTS": self.ca_pem.decode()}
+        return {"LLMKUBE_SIGNING_KEY": self.public_pem.decode()}
+
+    def sign(self, files: Mapping[str, bytes]) -> bytes:
+        import model_signing
+
+        self._count += 1
+        model = self.workdir / f"model-{self._count}"
+        for rel, data in files.items():
+            (model / rel).parent.mkdir(parents=True, exist_ok=True)
+            (model / rel).write_bytes(data)
+        bundle = self.workdir / f"model-{self._count}.sig"
+        config = model_signing.signing.Config()
+        if self.certs:
+            config.use_certificate_signer(
+                private_key=self.key_path,
+                signing_certificate=self.leaf_path,
+                certificate_chain=[self.chain_path],
+            )
+        else:
+            config.use_elliptic_key_signer(private_key=self.key_path)
+        config.sign(model, bundle)
+        return bundle.read_bytes()
+
+    def sign_sharded(self, files: Mapping[str, bytes]) -> bytes:
+        """The same model under model-signing's shard serialization."""
+        import model_signing
+
+        return self.sign_hashed(files, model_signing.hashing.Config().use_shard_serialization())
+
+    def sign_hashed(self, files: Mapping[str, bytes], hashing_config: object) -> bytes:
+        """Signed under another hashing configuration (model_signing.hashing.Config)."""
+        import model_signing
+
+        self._count += 1
+        model = self.workdir / f"model-{self._count}"
+        for rel, data in files.items():
+            (model / rel).parent.mkdir(parents=True, exist_ok=True)
+            (model / rel).write_bytes(data)
+        bundle = self.workdir / f"model-{self._count}.sig"
+        config = model_signing.signing.Config().use_elliptic_key_signer(private_key=self.key_path)
+        config.set_hashing_config(hashing_config)  # type: ignore[arg-type]
+        config.sign(model, bundle)
+        return bundle.read_bytes()
