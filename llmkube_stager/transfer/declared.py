@@ -71,4 +71,20 @@ def _crc32c() -> Any | None:
         return None
     if getattr(google_crc32c, "implementation", "") != "c":
         return None
-    return google_crc32c.Checksum()
+    return _BytesFed(google_crc32c.Checksum())
+
+
+class _BytesFed:
+    """google-crc32c's C `extend` takes read-only bytes only (a memoryview
+    of the reused buffer raised TypeError: an internal error for every
+    composite object, #33 item 1): each chunk is copied to bytes first."""
+
+    def __init__(self, checksum: Any) -> None:
+        self._checksum = checksum
+
+    def update(self, chunk: memoryview) -> None:
+        self._checksum.update(bytes(chunk))
+
+    def digest(self) -> bytes:
+        digest: bytes = self._checksum.digest()
+        return digest
