@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 
+import azureblob  # #33 item 5
 import benchlib
 import cases
 import gcs  # #33 item 5
@@ -38,7 +39,14 @@ from benchlib import HEADER, RUNS, Context, Row, Servers
 
 
 def all_cases() -> list[benchlib.Case]:
-    return [*cases.CASES, *manyfile.CASES, *shards.CASES, *kserve.CASES, *gcs.CASES]
+    return [
+        *cases.CASES,
+        *manyfile.CASES,
+        *shards.CASES,
+        *kserve.CASES,
+        *gcs.CASES,
+        *azureblob.CASES,
+    ]
 
 
 def main() -> int:

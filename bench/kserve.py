@@ -17,7 +17,9 @@ KSERVE_S3_OBJECTS x KSERVE_S3_MIB objects plus small files, SeaweedFS),
 kserve-hf (the bench's fake hub, 4 LFS shards behind a CDN + small files),
 kserve-archive (#31 item 8: a plain tar of KSERVE_ARCHIVE_MEMBERS 1-byte
 members through `file://`: KServe links it and extracts it with tarfile's
-`data` filter, the agent stages it and unpacks it durably).
+`data` filter, the agent stages it and unpacks it durably). kserve-gcs
+(bench/gcs.py) and kserve-azure (bench/azureblob.py, #33 item 5) reuse
+`side_by_side`.
 """
 
 from __future__ import annotations

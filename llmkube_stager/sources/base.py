@@ -49,7 +49,8 @@ class RemoteMeta:
     # the store returns with the stored bytes (#29 item 11).
     stored_encoding: str | None = None
     # Digests a store declares, base64 of the raw digest (GCS md5Hash and
-    # crc32c, #33 item 1): checked over the whole file before it is published.
+    # crc32c, #33 item 1; Azure Content-MD5, item 2): checked over the whole
+    # file before it is published.
     md5_b64: str | None = None
     crc32c_b64: str | None = None
     # Set by the fetcher when one body from byte 0 to its end hashed to the

@@ -1,6 +1,6 @@
 """The digests a store declares for a whole object (GCS md5Hash and crc32c,
-#33 item 1), checked over the finished partial before it is published, as
-the hub's sha256 is (engine._verified).
+#33 item 1; Azure's Content-MD5, item 2), checked over the finished
+partial before it is published, as the hub's sha256 is (engine._verified).
 
 The engine's ranged workers write out of order, so the check reads the
 partial once it is whole, through the page cache (a fresh descriptor: the
@@ -30,7 +30,7 @@ def check_declared(rel: str, meta: RemoteMeta, partial: str, discard: Callable[[
     """OriginChecksumMismatch (the partial discarded) when the bytes miss
     the declared md5, else the declared crc32c where it can be computed."""
     if meta.md5_b64 and meta.streamed_md5 is not None and meta.streamed_md5.matched:
-        return  # one whole body matched it while it was received (gcs/digest.py)
+        return  # one whole body matched it while it was received (sources/wire/digest.py)
     if meta.md5_b64:
         name, declared, digest = "md5", meta.md5_b64, _md5(partial)
     else:
@@ -71,4 +71,20 @@ def _crc32c() -> Any | None:
         return None
     if getattr(google_crc32c, "implementation", "") != "c":
         return None
-    return google_crc32c.Checksum()
+    return _BytesFed(google_crc32c.Checksum())
+
+
+class _BytesFed:
+    """google-crc32c's C `extend` takes read-only bytes only (a memoryview
+    of the reused buffer raised TypeError: an internal error for every
+    composite object, #33 item 1): each chunk is copied to bytes first."""
+
+    def __init__(self, checksum: Any) -> None:
+        self._checksum = checksum
+
+    def update(self, chunk: memoryview) -> None:
+        self._checksum.update(bytes(chunk))
+
+    def digest(self) -> bytes:
+        digest: bytes = self._checksum.digest()
+        return digest

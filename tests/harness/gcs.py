@@ -183,6 +183,14 @@ class _FrontState(Clients):
     after_media: Callable[[GcsRequest, int], None] | None = None
     # Body bytes sent so far under a media fault (a test waits on it).
     media_sent: int = 0
+    # Names described as composite objects (`GcsFront.composite`).
+    composite: set[str] = field(default_factory=set)
+
+    def described(self, item: dict[str, Any]) -> dict[str, Any]:
+        """A resource as GCS describes it: a composite object has no md5Hash."""
+        if item.get("name") not in self.composite:
+            return item
+        return {k: v for k, v in item.items() if k != "md5Hash"} | {"componentCount": 2}
 
     def __post_init__(self) -> None:
         Clients.__init__(self)
@@ -242,6 +250,8 @@ class _FrontHandler(TrackedHandler):
         if kind == "media":
             return self._media(path, raw_query, query, headers, fault)
         status, answer_headers, body = _ask(state.upstream_port, method, self.path)
+        if kind == "meta" and status == 200 and state.composite:
+            body = json.dumps(state.described(json.loads(body))).encode()
         return self._send(status, answer_headers, body, None)
 
     def _list(self, path: str, query: dict[str, list[str]]) -> tuple[int, int]:
@@ -251,6 +261,7 @@ class _FrontHandler(TrackedHandler):
         if status != 200:
             return self._send(status, headers, body, None)
         items = sorted(json.loads(body).get("items") or [], key=lambda i: i["name"])
+        items = [self.state.described(item) for item in items]
         start = int(query.get("pageToken", ["0"])[0] or 0)
         size = min(self.state.page_size, int(query.get("maxResults", ["1000"])[0]))
         doc: dict[str, Any] = {"kind": "storage#objects", "items": items[start : start + size]}
@@ -354,6 +365,13 @@ class GcsFront(LoopbackHTTP):
     def fault(self, fault: GcsFault) -> None:
         with self.state.lock:
             self.state.faults.append(fault)
+
+    def composite(self, *names: str) -> None:
+        """Describe these objects as GCS describes composed ones (`compose`,
+        parallel composite uploads): crc32c and no md5Hash. The emulator
+        gives every object an md5Hash, composed or not."""
+        with self.state.lock:
+            self.state.composite.update(names)
 
     def accept(self, *tokens: str) -> None:
         """Accept exactly these bearer tokens from now on (none: any request)."""

@@ -88,6 +88,9 @@ class S3Fault:
     # A hop that repeats the Content-Length line (RFC 9110 §8.6 allows the
     # same value twice; a client reads it joined, `N, N`).
     length_twice: bool = False
+    # A hop that flips one byte of each GET body it relays (the middle of
+    # its first piece): the bytes differ, the framing does not (#33).
+    corrupt: bool = False
 
 
 @dataclass
@@ -301,6 +304,9 @@ class _Handler(BaseHTTPRequestHandler):
             piece = response.read(want) if want > 0 else b""
             if not piece:
                 break
+            if fault.corrupt and self._entry.body_bytes == 0:
+                middle = len(piece) // 2
+                piece = piece[:middle] + bytes([piece[middle] ^ 0xFF]) + piece[middle + 1 :]
             self._write(piece)
             if rate is not None:
                 ahead_s = self._entry.body_bytes / rate - (time.monotonic() - started)

@@ -565,3 +565,133 @@ def test_kserve_sha256_blobs_are_files_like_any_other(pod, az, container) -> Non
     assert (first / "model.bin").read_bytes() == b"weights"
     assert (first / "model.bin.sha256").read_bytes() == b"abc  model.bin\n"
     assert (second / "model.onnx.sha256").read_bytes() == b"def  model.onnx\n"
+
+
+# -- Content-MD5 (#33 item 2: "ETag and Content-MD5 used as for S3") ------------------------
+
+
+def _md5_b64(data: bytes) -> str:
+    import hashlib
+
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def _stored_md5(az: Azurite, container: str, name: str) -> str | None:
+    props = az.service().get_blob_client(container, name).get_blob_properties()
+    md5 = props.content_settings.content_md5
+    return base64.b64encode(bytes(md5)).decode() if md5 else None
+
+
+def _drop_md5(az: Azurite, container: str, name: str) -> None:
+    """The blob as one uploaded in blocks is: no Content-MD5 at all."""
+    from azure.storage.blob import ContentSettings
+
+    blob = az.service().get_blob_client(container, name)
+    blob.set_http_headers(ContentSettings(content_type="application/octet-stream"))
+
+
+def _env_of(pod, az: Azurite, container: str, form: str, name: str, **extra: str) -> dict:
+    if form == "blob":
+        return pod.single_env(Azurite.source(container, name), name, **key_env(az), **extra)
+    return pod.env | {
+        "MODEL_SOURCE": Azurite.source(container, "models/"),
+        "CACHE_DIR": str(pod.cache_dir),
+        **key_env(az),
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("form", ["blob", "prefix"])
+def test_a_byte_flipped_in_flight_misses_the_content_md5_and_is_never_published(
+    pod, az, container, form
+) -> None:
+    """Azure declares the MD5 of a blob put whole (the HEAD's Content-MD5,
+    the listing's Content-MD5 property); the front flips one byte of every
+    body it relays: same length, same framing, other bytes."""
+    data = payload(256 * KIB, 21)
+    put(az, container, "models/model.gguf", data)
+    assert _stored_md5(az, container, "models/model.gguf") == _md5_b64(data)
+    az.set_fault(f"/{ACCOUNT}/{container}/models/model.gguf", S3Fault(corrupt=True))
+    name = "models/model.gguf" if form == "blob" else "model.gguf"
+    env = _env_of(pod, az, container, form, name, LLMKUBE_RETRIES="0")
+
+    run = pod.run(env=env)
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert "md5" in run.compact_term()["message"]
+    dest = pod.dest(name) if form == "blob" else pod.cache_dir / "model.gguf"
+    assert not dest.exists()
+    assert [r.status for r in blob_gets(az, container)] == [200]
+
+
+def test_a_byte_flipped_in_each_parallel_range_is_caught_before_publishing(
+    pod, az, container
+) -> None:
+    """48 MiB on two connections, the first stream slow: the engine widens
+    to ranged GETs, each with one byte flipped; no body was the whole blob,
+    so the partial is read back against the Content-MD5 before anything is
+    published."""
+    data = payload(48 * MIB, 22)
+    put(az, container, "big.gguf", data)
+    assert _stored_md5(az, container, "big.gguf") == _md5_b64(data)
+    # The first stream slow, so that the engine widens to ranged GETs.
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    az.set_fault(path, S3Fault(times=1, rate_bytes_per_s=8 * MIB, corrupt=True, methods=("GET",)))
+    az.set_fault("*", S3Fault(corrupt=True, methods=("GET",)))
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"),
+        "big.gguf",
+        LLMKUBE_CONNECTIONS="2",
+        LLMKUBE_RETRIES="0",
+        **key_env(az),
+    )
+
+    run = pod.run(env=env)
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert not pod.dest("big.gguf").exists()
+    ranges = [r.headers.get("range", "") for r in blob_gets(az, container)]
+    assert len(ranges) >= 2 and any(r.startswith("bytes=") for r in ranges), ranges
+
+
+@pytest.mark.parametrize("form", ["blob", "prefix"])
+def test_a_blob_without_content_md5_still_stages(pod, az, container, form) -> None:
+    data = payload(192 * KIB, 23)
+    put(az, container, "models/model.gguf", data)
+    _drop_md5(az, container, "models/model.gguf")
+    assert _stored_md5(az, container, "models/model.gguf") is None
+    name = "models/model.gguf" if form == "blob" else "model.gguf"
+
+    pod.run(env=_env_of(pod, az, container, form, name)).ok(files=1, fetched=1)
+
+    dest = pod.dest(name) if form == "blob" else pod.cache_dir / "model.gguf"
+    assert dest.read_bytes() == data
+
+
+def test_the_content_md5_of_a_whole_body_is_hashed_while_it_streams(
+    pod, az, container, tmp_path
+) -> None:
+    """One GET of the whole blob: its md5 is taken as the bytes arrive, so
+    the partial is never opened again to be read back (strace's record of
+    the agent's opens); the file is still checked (a flipped byte above)."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        missing_feature("strace is missing (tools/system-deps test installs it)")
+    data = payload(16 * MIB, 24)
+    put(az, container, "big.gguf", data)
+    trace = tmp_path / "opens.log"
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"), "big.gguf", LLMKUBE_CONNECTIONS="1", **key_env(az)
+    )
+
+    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.gguf").read_bytes() == data
+    assert [r.headers.get("range") for r in blob_gets(az, container)] == [None]
+    opens = [line for line in trace.read_text().splitlines() if ".llmkube-part" in line]
+    assert opens, "strace saw no open of the partial"
+    read_back = [line for line in opens if "O_RDONLY" in line]
+    assert read_back == [], read_back

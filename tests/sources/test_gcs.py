@@ -688,3 +688,61 @@ def test_kserve_sha256_objects_are_files_like_any_other(
     assert warm.returncode == 0, str(warm)
     assert len(gcs.requests()) == asked  # a warm start asks nothing
     assert _visible(first)["model.bin.sha256"] == b"abc  model.bin\n"
+
+
+# -- crc32c: composite objects (no md5Hash) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["object", "prefix"])
+def test_a_composite_objects_crc32c_refuses_a_flipped_byte(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, form: str
+) -> None:
+    """A composed object declares crc32c alone: with google-crc32c's C
+    implementation installed (the image's dependencies, the dev venv), a
+    byte flipped on the way is refused against it; before, such an object
+    was protected by the generation pin alone and the bad byte was
+    published."""
+    data = payload(256 * KIB, 31)
+    gcs.emulator.put(bucket, "models/model.gguf", data)
+    gcs.composite("models/model.gguf")
+    gcs.fault(GcsFault("media", corrupt=True))
+    env = _crc_env(pod, gcs, bucket, no_metadata, form, LLMKUBE_RETRIES="0")
+
+    run = pod.run(env=env)
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert "crc32c" in run.compact_term()["message"]
+    assert not _crc_dest(pod, form).exists()
+
+
+@pytest.mark.parametrize("form", ["object", "prefix"])
+def test_a_composite_object_whose_crc32c_matches_is_staged(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, form: str
+) -> None:
+    data = payload(256 * KIB, 32)
+    gcs.emulator.put(bucket, "models/model.gguf", data)
+    gcs.composite("models/model.gguf")
+
+    pod.run(env=_crc_env(pod, gcs, bucket, no_metadata, form)).ok(files=1, fetched=1)
+
+    assert _crc_dest(pod, form).read_bytes() == data
+    described = [r for r in gcs.requests() if r.kind in ("meta", "list")]
+    assert described, "the object was never described"
+
+
+def _crc_env(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, form: str, **extra: str
+) -> dict[str, str]:
+    if form == "object":
+        return pod.single_env(
+            f"gs://{bucket}/models/model.gguf", **gcs_env(gcs, no_metadata, **extra)
+        )
+    return pod.env | {
+        "MODEL_SOURCE": f"gs://{bucket}/models/",
+        "CACHE_DIR": str(pod.cache_dir),
+        **gcs_env(gcs, no_metadata, **extra),
+    }
+
+
+def _crc_dest(pod: Pod, form: str) -> Path:
+    return pod.dest() if form == "object" else pod.cache_dir / "model.gguf"

@@ -1,7 +1,11 @@
 """The blobs of an Azure prefix without MODEL_FILES (#33 item 2), as
 s3/listing.py lists a prefix: List Blobs page after page (NextMarker)
 until the listing is whole, one listing per run, each blob's ETag kept so
-that every GET is pinned to it (If-Match) and no blob needs a HEAD.
+that every GET is pinned to it (If-Match) and no blob needs a HEAD, with
+its Content-MD5 where the service declares one (a blob put whole; one put
+in blocks has none unless its uploader set it): the validator recorded is
+`<ETag>;md5=<base64>`, so that a run finished from its recorded listing
+still checks the bytes (transfer/declared.py).
 
 The prefix is taken at a '/' boundary (`.../models/iris` stages
 `models/iris/...`, never `models/iris-v2/...`); a blob whose name is the
@@ -14,6 +18,7 @@ are names ending in '/'.
 from __future__ import annotations
 
 import posixpath
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,11 +34,35 @@ MAX_PAGES = 100_000
 PAGE_BLOBS = 5000
 
 
+# A Content-MD5: base64 of 16 bytes.
+_MD5_RE = re.compile(r"[A-Za-z0-9+/]{22}==")
+_MD5_FIELD = ";md5="
+
+
 @dataclass(frozen=True)
 class Blob:
     name: str
     size_bytes: int
     etag: str  # quoted, as the ETag header carries it
+    md5_b64: str | None = None  # the Content-MD5 property, where set
+
+    @property
+    def validator(self) -> str:
+        return f"{self.etag}{_MD5_FIELD}{self.md5_b64}" if self.md5_b64 else self.etag
+
+
+def content_md5(value: str | None) -> str | None:
+    """A Content-MD5 as the service gives it, else None (none, or not one)."""
+    value = (value or "").strip()
+    return value if _MD5_RE.fullmatch(value) else None
+
+
+def split_validator(validator: str) -> tuple[str, str | None]:
+    """A recorded validator's ETag (the If-Match pin) and Content-MD5."""
+    etag, sep, md5 = validator.rpartition(_MD5_FIELD)
+    if sep and etag and content_md5(md5) is not None:
+        return etag, md5
+    return validator, None
 
 
 def page_query(prefix: str, marker: str) -> str:
@@ -110,7 +139,8 @@ def _blob(item: ET.Element) -> Blob | None:
         return None
     if etag and not etag.startswith('"'):
         etag = f'"{etag}"'
-    return Blob(name, int(size_text), etag)
+    md5 = content_md5(item.findtext("Properties/Content-MD5"))
+    return Blob(name, int(size_text), etag, md5)
 
 
 def _listed(raw: str, blob: Blob) -> ListedFile:
@@ -118,4 +148,4 @@ def _listed(raw: str, blob: Blob) -> ListedFile:
     # check_listed to refuse.
     rel = "/".join(p for p in raw.split("/") if p not in ("", "."))
     key = raw if rel != raw and rel else ""
-    return ListedFile(rel if rel else raw, blob.size_bytes, blob.etag, key)
+    return ListedFile(rel if rel else raw, blob.size_bytes, blob.validator, key)

@@ -27,7 +27,13 @@ from llmkube_stager.sources.azure.ref import (
     parse_azure_ref,
     parse_connection_string,
 )
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest, listed_manifest
+from llmkube_stager.sources.base import (
+    Body,
+    RemoteMeta,
+    StreamedDigest,
+    build_manifest,
+    listed_manifest,
+)
 
 if TYPE_CHECKING:
     from llmkube_stager.logs import Log
@@ -170,11 +176,23 @@ class AzureFetcher:
         return self._ref.blob_url(self._blob_of(file.rel, listed.key if listed else None))
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
+        from llmkube_stager.sources.azure.listing import content_md5, split_validator
+
         listed = self._listed.get(file.rel)
         if listed is not None:
-            # The listing said it: no HEAD per blob; If-Match pins the bytes.
-            etag = listed.validator or None
-            return RemoteMeta(file.url, listed.size_bytes, etag, True, if_match=etag)
+            # The listing said it: no HEAD per blob; If-Match pins the bytes,
+            # its Content-MD5 is checked before they are published.
+            pin, md5 = split_validator(listed.validator)
+            etag = pin or None
+            return RemoteMeta(
+                file.url,
+                listed.size_bytes,
+                etag,
+                True,
+                if_match=etag,
+                md5_b64=md5,
+                streamed_md5=StreamedDigest(),
+            )
         from llmkube_stager.sources.wire.status import parse_length
 
         # The blob's properties, its stored coding among them: judged on the GET.
@@ -187,6 +205,8 @@ class AzureFetcher:
             accept_ranges=True,
             if_match=etag,
             stored_encoding=(answer.get("content-encoding") or "").strip() or None,
+            md5_b64=content_md5(answer.get("content-md5")),
+            streamed_md5=StreamedDigest(),
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -218,8 +238,11 @@ class AzureFetcher:
             headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
         if meta.if_match:
             headers["If-Match"] = meta.if_match
+        from llmkube_stager.sources.wire.digest import md5_while_received
+
         proof = CodingProof(file.sha256 is not None, meta.stored_encoding, meta.size_bytes)
-        return self._client.get(self._url(file), headers, offset, end, proof, file.url)
+        body = self._client.get(self._url(file), headers, offset, end, proof, file.url)
+        return md5_while_received(body, meta, offset, end)
 
     def close(self) -> None:
         self._client.close()

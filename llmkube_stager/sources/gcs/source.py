@@ -227,13 +227,9 @@ class GcsFetcher:
             asked_url=file.url,
             proof=proof,
         )
-        cell, size = meta.streamed_md5, meta.size_bytes
-        streams_whole = offset == 0 and end is None and body.start == 0
-        if streams_whole and cell is not None and meta.md5_b64 and size:
-            from llmkube_stager.sources.gcs.digest import Md5Body
+        from llmkube_stager.sources.wire.digest import md5_while_received
 
-            return Md5Body(body, size, meta.md5_b64, cell)
-        return body
+        return md5_while_received(body, meta, offset, end)
 
     def _bearer(self) -> BearerAuth:
         if self._auth is None:

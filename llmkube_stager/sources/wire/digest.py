@@ -1,10 +1,12 @@
-"""md5 while a whole object is received (#33 item 1): a body asked from
-byte 0 to its end is hashed as the engine reads it, and when it ends with
-exactly the object's size and the declared md5Hash, the cell in its
-RemoteMeta says so; transfer/declared.py then skips its read-back pass.
-Anything else (a resume, a range of a parallel transfer, a body cut short,
-a mismatch) leaves the cell as it was: the whole partial is read back and
-checked before it is published, so this only ever saves work.
+"""md5 while a whole object is received (#33: GCS md5Hash, Azure
+Content-MD5): a body asked from byte 0 to its end is hashed as the engine
+reads it, and when it ends with exactly the object's size and the declared
+md5, the cell in its RemoteMeta says so; transfer/declared.py then skips
+its read-back pass. Anything else (a resume, a range of a parallel
+transfer, a body cut short, a mismatch) leaves the cell as it was: the
+whole partial is read back and checked before it is published, so this
+only ever saves work. Shared by the schemes that declare an md5 (gcs,
+azure), which never import each other.
 """
 
 from __future__ import annotations
@@ -13,7 +15,17 @@ import base64
 import hashlib
 from collections.abc import Callable
 
-from llmkube_stager.sources.base import Body, StreamedDigest
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest
+
+
+def md5_while_received(body: Body, meta: RemoteMeta, offset: int, end: int | None) -> Body:
+    """`body`, hashed as it is read when it is the whole object from byte 0
+    and the object declares an md5 (else `body` itself)."""
+    cell, size = meta.streamed_md5, meta.size_bytes
+    streams_whole = offset == 0 and end is None and body.start == 0
+    if streams_whole and cell is not None and meta.md5_b64 and size:
+        return Md5Body(body, size, meta.md5_b64, cell)
+    return body
 
 
 class Md5Body:
