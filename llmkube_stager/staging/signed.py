@@ -284,8 +284,14 @@ def _bundle_config(config: Config, prepared: Prepared) -> Config:
 
 
 def _parent(kind: str, source: str) -> str:
-    """Where a single file's directory is at the source."""
+    """Where a single file's directory is at the source. The URL's query is
+    not part of its path (a '/' in a SAS signature is not a directory): an
+    Azure blob's query is a SAS, the credential that reads its container,
+    so the bundle's request carries it (#34, through every source); any
+    other query signs one object only and is left out."""
     if kind == "hf" and source.startswith("hf://"):
         repo = source[len("hf://") :].split("/")
         return "hf://" + "/".join(repo[:2])
-    return source.rsplit("/", 1)[0] + "/"
+    path, mark, query = source.partition("?")
+    parent = path.rsplit("/", 1)[0] + "/"
+    return parent + mark + query if kind == "azure" else parent
