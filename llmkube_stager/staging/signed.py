@@ -150,6 +150,15 @@ def _digests_for(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Mapp
                 f"the signature signs {len(signed.files)} files, not one file",
             )
         return {manifest.files[0].rel: next(iter(signed.files.values()))}
+    if bundle_rel and bundle_rel in signed.files:
+        # A statement that signs the bundle's own name (an old model.sig in
+        # the signed directory): the bundle is never a file of the model,
+        # so this set can never be staged; said as what it is.
+        raise _differs(
+            bundle_rel,
+            f"the signature signs {bundle_rel!r}, the name of the signature bundle itself (sign "
+            "the model without a bundle in its directory, or point LLMKUBE_SIGNATURE elsewhere)",
+        )
     staged = {f.rel for f in manifest.files if not signed.ignores(f.rel, bundle_rel)}
     unsigned = sorted(staged - set(signed.files))
     missing = sorted(set(signed.files) - staged)
