@@ -14,13 +14,14 @@ Imports no click (entry.py dispatches here first): a warm start stays cheap.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, NoReturn
 
 from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm, no_flags
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError, StagerError
+from llmkube_stager.errors import ConfigError, SignatureError, StagerError
 from llmkube_stager.kserve.uris import Pair, parse_pairs
 from llmkube_stager.schemes import of_source
 
@@ -138,15 +139,56 @@ def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) ->
     # filesystem's only writable place, docs/kubernetes/kserve/) exists
     # before botocore writes its CA bundle.
     ensure_dir(pair.private, pair.dest, PRIVATE_DIR)
-    prepared, outcome = run_stage(config, effects)
+    try:
+        prepared, outcome = run_stage(config, effects)
+    except SignatureError as err:
+        raise _signed_archive_words(pair, err) from None
     manifest = prepared.manifest
     files = [(f.rel, f.dest) for f in manifest.files]
-    archive = _archive_of(pair, files)
+    archive = _archive_of(pair, [f for f in files if f[0] != _bundle_rel(config)])
     if archive is not None:
         _unpack(boundary, pair, config, archive)
     else:
         _expose(boundary, pair, files, drop=config.refresh_policy == "OnChange")
     return outcome, manifest.display_source
+
+
+def _bundle_rel(config: Config) -> str:
+    """The signature bundle's name among a listing's files (#34: model.sig
+    beside the model): not a second object of the model, so a signed
+    archive alone under a prefix is still the one object KServe unpacks.
+    '' without an anchor, or with the bundle at a path or URL of its own."""
+    anchor = config.signing
+    if anchor is None or anchor.signature.startswith(("/", "http://", "https://")):
+        return ""
+    return anchor.signature
+
+
+def _signed_archive_words(pair: Pair, err: SignatureError) -> SignatureError:
+    """An archive KServe unpacks is verified as one file: the bundle must
+    sign the archive object itself, checked on the digest taken while it
+    was received, before a member is unpacked (#34 in KServe mode). A
+    bundle of the unpacked tree is not verified: its members would reach
+    DEST_DIR before their digests were checked. Said in those words when
+    the signed set is not the archive."""
+    from urllib.parse import urlsplit
+
+    from llmkube_stager.errors import REMEDY_SIGNATURE_FILES
+    from llmkube_stager.kserve.archive import archive_kind
+
+    name = pair.archive_name or posixpath.basename(urlsplit(pair.uri).path)
+    if archive_kind(name) is None or err.remedy != REMEDY_SIGNATURE_FILES:
+        return err
+    if "signed set" not in err.detail:
+        return err
+    return err.amended(
+        detail=(
+            f"{err.detail}; KServe unpacks {name}: the agent verifies the archive as one file "
+            "before unpacking it, so the publisher must sign the archive file itself "
+            "(model-signing over a directory holding only the archive, its model.sig beside "
+            "it), not the unpacked tree"
+        )
+    )
 
 
 def _archive_of(pair: Pair, files: list[tuple[str, str]]) -> tuple[str, str, str] | None:

@@ -68,6 +68,29 @@ _REMEDIES: dict[str, str] = {
         "a staged file is shorter or longer than its own size record and the origin could not "
         "repair it now; restore access to the storageUri, or delete the pod for a fresh emptyDir"
     ),
+    # #34 in KServe mode: the anchor is the ClusterStorageContainer's `env`.
+    e.REMEDY_SIGNATURE_FILES: (
+        "the objects under the storageUri are not the files the publisher signed (an object "
+        "added, removed, renamed or changed, or a bundle of another model): point the storageUri "
+        "at the signed revision or have the publisher sign this one; nothing was exposed in "
+        "/mnt/models (docs/migration-kserve.md)"
+    ),
+    e.REMEDY_SIGNATURE_UNSIGNED: (
+        "the storageUri has no signature bundle where LLMKUBE_SIGNATURE points (default model.sig "
+        "beside the model): publish the model's model-signing bundle there, or set "
+        "LLMKUBE_SIGNATURE in the ClusterStorageContainer's env; nothing was exposed in "
+        "/mnt/models"
+    ),
+    e.REMEDY_SIGNATURE_WRONG_KEY: (
+        "the signature bundle does not verify against LLMKUBE_SIGNING_KEY / "
+        "LLMKUBE_SIGNING_CERTS of the ClusterStorageContainer's env (another key, a broken or "
+        "truncated bundle, an unsupported format): check the anchor and the bundle; nothing was "
+        "exposed in /mnt/models"
+    ),
+    e.REMEDY_SIGNATURE_RECORD: (
+        "/mnt/models holds a model verified against another trust anchor or bundle: delete the "
+        "pod for a fresh emptyDir staged with the ClusterStorageContainer's anchor"
+    ),
 }
 # What is left in a detail or an unmapped remedy, longest first.
 _FIELDS: tuple[tuple[str, str], ...] = (

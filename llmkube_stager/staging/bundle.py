@@ -18,9 +18,11 @@ nothing is written outside the cache.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -70,6 +72,7 @@ def verify_bundle(data: bytes, anchor: TrustAnchor, shown: str) -> SignedSet:
         raise _refused(shown, f"it is not a model-signing bundle ({type(err).__name__})") from None
     manifest, said = _verified_manifest(signature, anchor, shown)
     signed = _signed_set(manifest, shown)
+    _check_names(_statement_names(data, shown), shown)
     notes = tuple(" ".join(line.split()) for line in said.split("WARNING:") if line.strip())
     return replace(signed, notes=notes)
 
@@ -188,6 +191,41 @@ def _signed_set(manifest: Any, shown: str) -> SignedSet:
         files[str(descriptor.identifier)] = digest.digest_hex
     ignore = tuple(str(p) for p in params.get("ignore_paths", ()) or ())
     return SignedSet(files, method, ignore)
+
+
+def _statement_names(data: bytes, shown: str) -> list[str]:
+    """Every file name the signed statement lists, as written (the DSSE
+    payload is the signed bytes themselves, verified above): model-signing
+    turns them into PurePosixPath keys of a dict, so a name listed twice
+    keeps its LAST digest and 'a/' or './a' becomes 'a' without a word."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+        statement = json.loads(base64.b64decode(doc["dsseEnvelope"]["payload"]))
+        predicate = statement.get("predicate") or {}
+        rows = predicate["resources"] if "resources" in predicate else statement["subject"]
+        return [str(row["name"]) for row in rows]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        raise _refused(shown, f"its statement cannot be read ({type(err).__name__})") from None
+
+
+def _check_names(names: list[str], shown: str) -> None:
+    """A statement the agent would read otherwise than another verifier is
+    refused, never resolved by a choice (#34 adversarial pass): a name not
+    in the form a signer writes (a relative POSIX path, no '.', '..' or
+    empty part, no trailing '/', no absolute path), and a name listed twice
+    (also once NFC-normalized: two spellings of one name on a normalizing
+    filesystem, where the publisher hashed one of them)."""
+    seen: set[str] = set()
+    for name in names:
+        parts = name.split("/")
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise _refused(
+                shown, f"its statement lists {name[:120]!r}, not a relative path of a model file"
+            )
+        key = unicodedata.normalize("NFC", name)
+        if key in seen:
+            raise _refused(shown, f"its statement lists {name[:120]!r} twice")
+        seen.add(key)
 
 
 def _refused(shown: str, why: str) -> SignatureError:

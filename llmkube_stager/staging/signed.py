@@ -150,6 +150,15 @@ def _digests_for(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Mapp
                 f"the signature signs {len(signed.files)} files, not one file",
             )
         return {manifest.files[0].rel: next(iter(signed.files.values()))}
+    if bundle_rel and bundle_rel in signed.files:
+        # A statement that signs the bundle's own name (an old model.sig in
+        # the signed directory): the bundle is never a file of the model,
+        # so this set can never be staged; said as what it is.
+        raise _differs(
+            bundle_rel,
+            f"the signature signs {bundle_rel!r}, the name of the signature bundle itself (sign "
+            "the model without a bundle in its directory, or point LLMKUBE_SIGNATURE elsewhere)",
+        )
     staged = {f.rel for f in manifest.files if not signed.ignores(f.rel, bundle_rel)}
     unsigned = sorted(staged - set(signed.files))
     missing = sorted(set(signed.files) - staged)
@@ -284,8 +293,14 @@ def _bundle_config(config: Config, prepared: Prepared) -> Config:
 
 
 def _parent(kind: str, source: str) -> str:
-    """Where a single file's directory is at the source."""
+    """Where a single file's directory is at the source. The URL's query is
+    not part of its path (a '/' in a SAS signature is not a directory): an
+    Azure blob's query is a SAS, the credential that reads its container,
+    so the bundle's request carries it (#34, through every source); any
+    other query signs one object only and is left out."""
     if kind == "hf" and source.startswith("hf://"):
         repo = source[len("hf://") :].split("/")
         return "hf://" + "/".join(repo[:2])
-    return source.rsplit("/", 1)[0] + "/"
+    path, mark, query = source.partition("?")
+    parent = path.rsplit("/", 1)[0] + "/"
+    return parent + mark + query if kind == "azure" else parent
