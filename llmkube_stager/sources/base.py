@@ -10,7 +10,7 @@ never sees httpx, http.client or botocore types.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
@@ -22,7 +22,9 @@ from llmkube_stager.model import Manifest, RemoteFile
 
 
 class StreamedDigest:
-    """Whether a whole body from byte 0 matched the declared md5 (#33)."""
+    """Whether a whole body from byte 0 matched the declared md5 (#33).
+    It belongs to ONE transfer (`for_one_transfer`): a match says nothing
+    of the bytes of a later fetch of the same file."""
 
     def __init__(self) -> None:
         self.matched = False
@@ -55,8 +57,19 @@ class RemoteMeta:
     crc32c_b64: str | None = None
     # Set by the fetcher when one body from byte 0 to its end hashed to the
     # declared md5 while it was received: the check after the transfer is
-    # then not repeated (a mutable cell shared by fetcher and engine).
+    # then not repeated (a mutable cell shared by fetcher and engine, made
+    # anew for each transfer: `for_one_transfer`).
     streamed_md5: StreamedDigest | None = field(default=None, compare=False, repr=False)
+
+    def for_one_transfer(self) -> RemoteMeta:
+        """This answer with a streamed-digest cell of its own: the session
+        keeps a probe answer per file for the whole run and fetches with it
+        again (a partial adopted or swept away is staged again), and a match
+        of an earlier body must never vouch for the bytes of a later one
+        (review of #33: a flipped byte published unchecked)."""
+        if self.streamed_md5 is None:
+            return self
+        return replace(self, streamed_md5=StreamedDigest())
 
 
 class Body(Protocol):

@@ -59,6 +59,8 @@ def fetch_partial(
     Raises StagerError; the partial stays for a later resume."""
     if meta is None:
         meta = probe(fetcher, file, effects)
+    # The digest streamed while receiving is this transfer's alone (review of #33).
+    meta = meta.for_one_transfer()
     effects = _write_mode(effects, meta)
     target = Target(fetcher, file, meta)
     proven = frozenset[str]()

@@ -168,6 +168,9 @@ class GcsFault:
     cut_after_bytes: int | None = None  # the body ends early (a dropped connection)
     rate_bytes_per_s: int | None = None
     corrupt: bool = False  # one byte of the body flipped (a bad copy on the way)
+    # The first so many matching requests are served as they are: the
+    # fault applies from the next one on (the N-th GET of an object).
+    after: int = 0
 
 
 @dataclass
@@ -199,6 +202,9 @@ class _FrontState(Clients):
         with self.lock:
             for fault in self.faults:
                 if fault.name is not None and not path.endswith(f"/o/{fault.name}"):
+                    continue
+                if fault.kind == kind and fault.after > 0:
+                    fault.after -= 1
                     continue
                 if fault.kind == kind and (fault.times is None or fault.times > 0):
                     if fault.times is not None:

@@ -29,6 +29,7 @@ from tests.harness.gcs import (
     new_bucket,
 )
 from tests.harness.origin import closed_port_url
+from tests.harness.pause import await_stopped, pause_flags
 from tests.harness.pod import ON_CHANGE, Pod, import_lines, wait_for
 from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import KIB, MIB, payload
@@ -652,6 +653,48 @@ def test_a_flipped_byte_in_a_ranged_part_is_caught_by_the_read_back(
     run.failed("ModelTransferChecksumMismatch")
     assert not pod.dest("big.bin").exists()
     assert any(re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", "")) for m in gcs.requests())
+
+
+def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """A set of two (OnChange: both staged, then renamed): the first GET of
+    each object is whole and matches its md5 while received. The agent is
+    frozen after the first rename; an old script's `*.tmp` sweep takes the
+    other partial, so the agent stages that file again in the same run,
+    with the same probe answer, and this second GET has a byte flipped. It
+    must be checked against the md5 again, never published because the
+    first body matched (review of #33: the match was kept on the probe
+    answer for the whole run)."""
+    data = {"a.bin": payload(128 * KIB, 41), "b.bin": payload(128 * KIB, 42)}
+    for rel, body in data.items():
+        gcs.emulator.put(bucket, f"m/{rel}", body)
+        gcs.fault(GcsFault("media", name=f"m/{rel}", corrupt=True, after=1))
+    cache = pod.tmp / "c"
+    env = gcs_env(
+        gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(cache), **ON_CHANGE
+    )
+    flags, pause = pause_flags([cache / rel for rel in data], times=1)
+    proc = pod.popen(env={**env, **pause}, python_flags=flags)
+    try:
+        await_stopped(proc, 60)
+        published = {p.name for p in cache.iterdir() if p.name in data}
+        (lost,) = set(data) - published
+        swept = list(cache.glob("*.tmp"))  # `find "$CACHE_DIR" -name '*.tmp' -delete`
+        assert any(p.name.startswith(lost) for p in swept), swept
+        for partial in swept:
+            partial.unlink()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    run = pod.finish(proc)
+
+    assert "staging it again" in run.stderr, str(run)
+    seconds = [m for m in gcs.requests("media") if m.path.endswith(f"/o/m/{lost}")]
+    assert len(seconds) >= 2, "the lost file was never fetched again"
+    on_disk = cache / lost
+    assert not on_disk.exists() or on_disk.read_bytes() == data[lost], "wrong bytes published"
+    run.failed("ModelTransferChecksumMismatch")
+    assert "md5" in run.compact_term()["message"]
 
 
 def test_kserve_sha256_objects_are_files_like_any_other(

@@ -2,11 +2,13 @@
 Content-MD5): a body asked from byte 0 to its end is hashed as the engine
 reads it, and when it ends with exactly the object's size and the declared
 md5, the cell in its RemoteMeta says so; transfer/declared.py then skips
-its read-back pass. Anything else (a resume, a range of a parallel
-transfer, a body cut short, a mismatch) leaves the cell as it was: the
-whole partial is read back and checked before it is published, so this
-only ever saves work. Shared by the schemes that declare an md5 (gcs,
-azure), which never import each other.
+its read-back pass. The cell is one transfer's (RemoteMeta.for_one_transfer,
+made by transfer/engine.py) and every body opened clears it first: anything
+but a whole matching body last (a resume, a range of a parallel transfer,
+a body cut short, a mismatch, a second fetch of the file in the same run)
+leaves it False, and the whole partial is read back and checked before it
+is published, so this only ever saves work. Shared by the schemes that
+declare an md5 (gcs, azure), which never import each other.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ def md5_while_received(body: Body, meta: RemoteMeta, offset: int, end: int | Non
     """`body`, hashed as it is read when it is the whole object from byte 0
     and the object declares an md5 (else `body` itself)."""
     cell, size = meta.streamed_md5, meta.size_bytes
+    if cell is not None:
+        # Any body opened after a match writes other bytes into the
+        # partial: the match held for the body before it, not for them.
+        cell.matched = False
     streams_whole = offset == 0 and end is None and body.start == 0
     if streams_whole and cell is not None and meta.md5_b64 and size:
         return Md5Body(body, size, meta.md5_b64, cell)
