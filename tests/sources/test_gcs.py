@@ -746,3 +746,58 @@ def _crc_env(
 
 def _crc_dest(pod: Pod, form: str) -> Path:
     return pod.dest() if form == "object" else pod.cache_dir / "model.gguf"
+
+
+# -- STORAGE_EMULATOR_HOST is an emulator: anonymous, as google-cloud-storage -----------------
+
+
+@pytest.mark.parametrize("issuer", ["key_file", "metadata_server"])
+def test_storage_emulator_host_gets_no_credential_even_with_one_at_hand(
+    pod: Pod,
+    gcs: GcsFront,
+    bucket: str,
+    token_endpoint: TokenEndpoint,
+    metadata: GceMetadata,
+    issuer: str,
+) -> None:
+    """google-cloud-storage's Client gives an endpoint named by
+    STORAGE_EMULATOR_HOST AnonymousCredentials (client.py, `_is_emulator_set`):
+    neither a key file's token nor Workload Identity's is sent there (over
+    plain http when the variable is host:port), and no token is even asked
+    for. API_ENDPOINT_OVERRIDE is the custom endpoint that gets them."""
+    data = payload(24 * KIB, 77)
+    gcs.emulator.put(bucket, "model.gguf", data)
+    extra = {"STORAGE_EMULATOR_HOST": gcs.url, "GCE_METADATA_HOST": metadata.hostport}
+    extra["GCE_METADATA_IP"] = metadata.hostport
+    if issuer == "key_file":
+        key = token_endpoint.key_file(pod.tmp / "key.json")
+        extra["GOOGLE_APPLICATION_CREDENTIALS"] = str(key)
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **extra)).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    assert gcs.requests() and all("authorization" not in r.headers for r in gcs.requests())
+    assert token_endpoint.issued == [] and metadata.issued == []
+    assert "STORAGE_EMULATOR_HOST" in run.stderr
+
+
+def test_api_endpoint_override_is_a_custom_endpoint_that_gets_the_credentials(
+    pod: Pod, gcs: GcsFront, bucket: str, token_endpoint: TokenEndpoint, no_metadata: GceMetadata
+) -> None:
+    """google-cloud-storage sends its credentials to API_ENDPOINT_OVERRIDE
+    (use_auth_w_custom_endpoint defaults to True): a private endpoint."""
+    data = payload(24 * KIB, 78)
+    gcs.emulator.put(bucket, "model.gguf", data)
+    key = token_endpoint.key_file(pod.tmp / "key.json")
+    _accept_issued(gcs, token_endpoint)
+    env = {
+        "API_ENDPOINT_OVERRIDE": gcs.url,
+        "GCE_METADATA_HOST": no_metadata.hostport,
+        "GCE_METADATA_IP": no_metadata.hostport,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key),
+    }
+
+    pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env)).ok(files=1, fetched=1)
+
+    (token,) = token_endpoint.issued
+    assert {r.bearer for r in gcs.requests()} == {token}

@@ -62,7 +62,7 @@ class GcsSource:
         self._config = config
         self.ref = parse_gs(config.source)
         # Checked before any I/O (InvalidConfiguration naming the variable).
-        endpoint_of(config.gcs_emulator_host)
+        endpoint_of(config.gcs_emulator_host, config.gcs_api_endpoint)
         check_hostport("GCE_METADATA_HOST", config.gcs_metadata_host)
         check_hostport("GCE_METADATA_IP", config.gcs_metadata_ip)
         if not config.multi_file and (not self.ref.path or self.ref.path.endswith("/")):
@@ -162,7 +162,17 @@ class GcsFetcher:
         self._auth: BearerAuth | None = None
 
     def bind_log(self, log: Log) -> None:
+        from llmkube_stager.sources.gcs.ref import is_emulator
+
         self._session.log = log
+        if is_emulator(self._config.gcs_emulator_host):
+            # Said here: the session chose before a log was bound (preflight).
+            log.info(
+                "gcs_emulator_anonymous",
+                "STORAGE_EMULATOR_HOST is set: sending anonymous requests to the emulator, as "
+                "google-cloud-storage does (API_ENDPOINT_OVERRIDE is the custom endpoint that "
+                "is sent the credentials)",
+            )
 
     def _object(self, file: RemoteFile) -> GcsObject:
         listed = self._listed.get(file.rel)
