@@ -801,3 +801,63 @@ def test_api_endpoint_override_is_a_custom_endpoint_that_gets_the_credentials(
 
     (token,) = token_endpoint.issued
     assert {r.bearer for r in gcs.requests()} == {token}
+
+
+# -- crc32c without google-crc32c's C code: said, once --------------------------------------
+
+
+def _crc32c_without_its_c_code(where: Path) -> Path:
+    """A copy of the installed google_crc32c without its compiled module:
+    the library's own fallback (`implementation == "python"`), as on a
+    platform with no wheel. Put first on PYTHONPATH of the pod."""
+    import shutil
+
+    import google_crc32c
+
+    package = Path(google_crc32c.__file__).parent
+    target = where / "google_crc32c"
+    shutil.copytree(package, target, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return where
+
+
+def test_a_composite_object_unchecked_for_want_of_crc32c_c_code_is_said_once(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """Two composite objects (crc32c only) and google-crc32c without its C
+    code: the crc32c cannot be checked at speed (transfer/declared.py leaves
+    it unchecked), so the run warns, once, naming the library; a JSON log
+    stays JSON (the library's own RuntimeWarning is not let through)."""
+    import json
+
+    files = {f"part-{i}.bin": payload(64 * KIB, 40 + i) for i in range(2)}
+    for rel, data in files.items():
+        gcs.emulator.put(bucket, f"models/{rel}", data)
+    gcs.composite(*(f"models/{rel}" for rel in files))
+    shim = _crc32c_without_its_c_code(pod.tmp / "no-crc32c-c")
+    env = pod.env | {
+        "MODEL_SOURCE": f"gs://{bucket}/models/",
+        "CACHE_DIR": str(pod.cache_dir),
+        "PYTHONPATH": str(shim),
+        "LLMKUBE_LOG_FORMAT": "json",
+        **gcs_env(gcs, no_metadata),
+    }
+
+    run = pod.run(env=env).ok(files=2, fetched=2)
+
+    lines = [json.loads(line) for line in run.stderr.splitlines() if line.strip()]
+    said = [line for line in lines if "google-crc32c" in json.dumps(line)]
+    assert len(said) == 1, run.stderr
+    assert said[0].get("level") == "warning", said
+    for rel, data in files.items():
+        assert (pod.cache_dir / rel).read_bytes() == data
+
+
+def test_composite_objects_with_crc32c_c_code_are_not_warned_about(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    gcs.emulator.put(bucket, "models/model.gguf", payload(32 * KIB, 44))
+    gcs.composite("models/model.gguf")
+
+    run = pod.run(env=_crc_env(pod, gcs, bucket, no_metadata, "prefix")).ok(files=1, fetched=1)
+
+    assert "google-crc32c" not in run.stderr
