@@ -240,14 +240,26 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.parametrize("way", ["closed_port", "proxy_down"])
 def test_an_unreachable_token_endpoint_is_unreachable_not_unauthorized(
-    pod, az, entra, ca, container
+    pod, az, entra, ca, container, way: str
 ) -> None:
     """A service principal whose authority cannot be reached (a closed
-    port: DNS failing or a proxy down are the same to MSAL, which wraps the
-    connection error into an auth error without an HTTP answer) is the
-    origin unreachable, retryable, as a workload identity's is."""
+    port, or the proxy it must go through down: MSAL wraps the connection
+    error into an auth error without an HTTP answer) is the origin
+    unreachable, retryable, as a workload identity's is."""
     az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    if way == "proxy_down":
+        authority = entra.authority.replace("127.0.0.1", "localhost")
+        proxied = {"AZURE_AUTHORITY_HOST": authority, "NO_PROXY": "127.0.0.1"}
+        proxied["HTTPS_PROXY"] = f"http://127.0.0.1:{_closed_port()}"
+        env = pod.single_env(
+            Azurite.source(container, "model.gguf"),
+            **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET, **proxied),
+        )
+        pod.run(env=env).failed("ModelSourceUnreachable", exit_code=1, retryable=True)
+        assert entra.issued == [] and bearers(az, container) == []
+        return
     env = pod.single_env(
         Azurite.source(container, "model.gguf"),
         **identity_env(
