@@ -64,6 +64,7 @@ def _assemble(
         aws_env=rules.load_aws_env(read),
         gcs_credentials_file=read.raw("GOOGLE_APPLICATION_CREDENTIALS").strip(),
         gcs_emulator_host=read.raw("STORAGE_EMULATOR_HOST").strip(),
+        gcs_api_endpoint=read.raw("API_ENDPOINT_OVERRIDE").strip(),
         gcs_metadata_host=read.text("GCE_METADATA_HOST"),
         gcs_metadata_ip=read.text("GCE_METADATA_IP"),
         azure_env=rules.load_azure_env(read),

@@ -92,6 +92,9 @@ class Config:
     # STORAGE_EMULATOR_HOST, as given.
     gcs_credentials_file: str = ""
     gcs_emulator_host: str = ""
+    # API_ENDPOINT_OVERRIDE: a custom endpoint sent the credentials, unlike
+    # the emulator (google-cloud-storage's; #33 review item 5).
+    gcs_api_endpoint: str = ""
     gcs_metadata_host: str = DEFAULTS["GCE_METADATA_HOST"]
     gcs_metadata_ip: str = DEFAULTS["GCE_METADATA_IP"]
     # The AZURE_*/AZ_* settings that were given: the Azure source's (#33 item 2).

@@ -170,6 +170,10 @@ VARS: tuple[Var, ...] = (
         "gs://: a service-account key file (unset: GKE Workload Identity, else anonymous)",
     ),
     Var("STORAGE_EMULATOR_HOST", "gs://: an emulator or private endpoint (http(s)://host:port)"),
+    Var(
+        "API_ENDPOINT_OVERRIDE",
+        "gs://: a custom JSON API endpoint sent the credentials (https://host[:port])",
+    ),
     # google-auth's names for the metadata server (GKE Workload Identity).
     Var(
         "GCE_METADATA_HOST",

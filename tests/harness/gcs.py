@@ -577,10 +577,12 @@ class TokenEndpoint(LoopbackHTTP):
 
 
 def gcs_env(front: GcsFront, metadata: GceMetadata, **extra: str) -> dict[str, str]:
-    """What a pod of a gs:// test gets: the front as STORAGE_EMULATOR_HOST
-    and google-auth's metadata variables on the suite's own fake."""
+    """What a pod of a gs:// test gets: the front as API_ENDPOINT_OVERRIDE
+    (a custom endpoint, sent the credentials as google-cloud-storage sends
+    them; STORAGE_EMULATOR_HOST would be anonymous, #33 review item 5) and
+    google-auth's metadata variables on the suite's own fake."""
     return {
-        "STORAGE_EMULATOR_HOST": front.url,
+        "API_ENDPOINT_OVERRIDE": front.url,
         "GCE_METADATA_HOST": metadata.hostport,
         "GCE_METADATA_IP": metadata.hostport,
         **extra,

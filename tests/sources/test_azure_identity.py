@@ -230,3 +230,133 @@ def test_the_token_and_the_blobs_go_through_the_proxy_decided(
     targets = {r.target for r in proxy.requests()[before:] if r.method == "CONNECT"}
     assert targets == {f"127.0.0.1:{front_port}"}
     assert len(entra.issued) == 2
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("way", ["closed_port", "proxy_down"])
+def test_an_unreachable_token_endpoint_is_unreachable_not_unauthorized(
+    pod, az, entra, ca, container, way: str
+) -> None:
+    """A service principal whose authority cannot be reached (a closed
+    port, or the proxy it must go through down: MSAL wraps the connection
+    error into an auth error without an HTTP answer) is the origin
+    unreachable, retryable, as a workload identity's is."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    if way == "proxy_down":
+        authority = entra.authority.replace("127.0.0.1", "localhost")
+        proxied = {"AZURE_AUTHORITY_HOST": authority, "NO_PROXY": "127.0.0.1"}
+        proxied["HTTPS_PROXY"] = f"http://127.0.0.1:{_closed_port()}"
+        env = pod.single_env(
+            Azurite.source(container, "model.gguf"),
+            **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET, **proxied),
+        )
+        pod.run(env=env).failed("ModelSourceUnreachable", exit_code=1, retryable=True)
+        assert entra.issued == [] and bearers(az, container) == []
+        return
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(
+            az,
+            entra,
+            ca,
+            AZURE_CLIENT_SECRET=SECRET,
+            AZURE_AUTHORITY_HOST=f"https://127.0.0.1:{_closed_port()}",
+        ),
+    )
+
+    run = pod.run(env=env).failed("ModelSourceUnreachable", exit_code=1, retryable=True)
+
+    assert entra.issued == [] and bearers(az, container) == []
+    assert leaks(SECRET, run.outputs) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"AZURE_TENANT_ID": "not/a tenant"},
+        {"AZURE_AUTHORITY_HOST": "http://127.0.0.1:9"},
+    ],
+    ids=["tenant", "http_authority"],
+)
+def test_a_bad_tenant_or_plain_http_authority_is_invalid_configuration_before_the_cache(
+    pod, az, entra, ca, container, bad: dict[str, str]
+) -> None:
+    """What azure-identity refuses with ValueError (a tenant id of other
+    characters than letters, digits, '-' and '.'; an authority not https)
+    is the pod's configuration, said before anything is written."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=SECRET, **bad),
+    )
+
+    run = pod.run(env=env, audit=True).failed("InvalidConfiguration", exit_code=2)
+
+    (name,) = bad
+    assert name in run.term["message"]
+    assert [w for w in run.writes if str(pod.models) in str(w)] == []
+    assert not pod.cache_dir.exists()
+    assert entra.issued == [] and entra.state.refused == 0
+    assert leaks(SECRET, run.outputs) == []
+
+
+def test_a_missing_federated_token_file_is_invalid_configuration_naming_it(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_FEDERATED_TOKEN_FILE=str(tmp_path / "no-such-token")),
+    )
+
+    run = pod.run(env=env, audit=True).failed("InvalidConfiguration", exit_code=2)
+
+    assert "AZURE_FEDERATED_TOKEN_FILE" in run.term["message"]
+    assert [w for w in run.writes if str(pod.models) in str(w)] == []
+    assert entra.issued == [] and entra.state.refused == 0
+    assert az.requests() == []
+
+
+def test_a_federated_token_file_that_is_a_directory_is_not_read_out(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_FEDERATED_TOKEN_FILE=str(tmp_path)),
+    )
+
+    run = pod.run(env=env).failed("InvalidConfiguration", exit_code=2)
+
+    assert "AZURE_FEDERATED_TOKEN_FILE" in run.term["message"]
+
+
+def test_identity_library_log_lines_stay_out_of_a_json_log(pod, az, entra, ca, container) -> None:
+    """azure-identity and msal log a refused credential themselves (WARNING
+    on the `azure.identity` logger): in LLMKUBE_LOG_FORMAT=json every stderr
+    line is the agent's JSON, and no piece of the wrong secret shows."""
+    import json
+
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    wrong = canary("wrongsecret", 40)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_SECRET=wrong),
+        LLMKUBE_LOG_FORMAT="json",
+    )
+
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4, log_line=False)
+
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert lines
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
+    assert leaks(wrong, run.outputs) == []
+    assert entra.state.refused >= 1

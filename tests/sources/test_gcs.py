@@ -789,3 +789,118 @@ def _crc_env(
 
 def _crc_dest(pod: Pod, form: str) -> Path:
     return pod.dest() if form == "object" else pod.cache_dir / "model.gguf"
+
+
+# -- STORAGE_EMULATOR_HOST is an emulator: anonymous, as google-cloud-storage -----------------
+
+
+@pytest.mark.parametrize("issuer", ["key_file", "metadata_server"])
+def test_storage_emulator_host_gets_no_credential_even_with_one_at_hand(
+    pod: Pod,
+    gcs: GcsFront,
+    bucket: str,
+    token_endpoint: TokenEndpoint,
+    metadata: GceMetadata,
+    issuer: str,
+) -> None:
+    """google-cloud-storage's Client gives an endpoint named by
+    STORAGE_EMULATOR_HOST AnonymousCredentials (client.py, `_is_emulator_set`):
+    neither a key file's token nor Workload Identity's is sent there (over
+    plain http when the variable is host:port), and no token is even asked
+    for. API_ENDPOINT_OVERRIDE is the custom endpoint that gets them."""
+    data = payload(24 * KIB, 77)
+    gcs.emulator.put(bucket, "model.gguf", data)
+    extra = {"STORAGE_EMULATOR_HOST": gcs.url, "GCE_METADATA_HOST": metadata.hostport}
+    extra["GCE_METADATA_IP"] = metadata.hostport
+    if issuer == "key_file":
+        key = token_endpoint.key_file(pod.tmp / "key.json")
+        extra["GOOGLE_APPLICATION_CREDENTIALS"] = str(key)
+
+    run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **extra)).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    assert gcs.requests() and all("authorization" not in r.headers for r in gcs.requests())
+    assert token_endpoint.issued == [] and metadata.issued == []
+    assert "STORAGE_EMULATOR_HOST" in run.stderr
+
+
+def test_api_endpoint_override_is_a_custom_endpoint_that_gets_the_credentials(
+    pod: Pod, gcs: GcsFront, bucket: str, token_endpoint: TokenEndpoint, no_metadata: GceMetadata
+) -> None:
+    """google-cloud-storage sends its credentials to API_ENDPOINT_OVERRIDE
+    (use_auth_w_custom_endpoint defaults to True): a private endpoint."""
+    data = payload(24 * KIB, 78)
+    gcs.emulator.put(bucket, "model.gguf", data)
+    key = token_endpoint.key_file(pod.tmp / "key.json")
+    _accept_issued(gcs, token_endpoint)
+    env = {
+        "API_ENDPOINT_OVERRIDE": gcs.url,
+        "GCE_METADATA_HOST": no_metadata.hostport,
+        "GCE_METADATA_IP": no_metadata.hostport,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key),
+    }
+
+    pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env)).ok(files=1, fetched=1)
+
+    (token,) = token_endpoint.issued
+    assert {r.bearer for r in gcs.requests()} == {token}
+
+
+# -- crc32c without google-crc32c's C code: said, once --------------------------------------
+
+
+def _crc32c_without_its_c_code(where: Path) -> Path:
+    """A copy of the installed google_crc32c without its compiled module:
+    the library's own fallback (`implementation == "python"`), as on a
+    platform with no wheel. Put first on PYTHONPATH of the pod."""
+    import shutil
+
+    import google_crc32c
+
+    package = Path(google_crc32c.__file__).parent
+    target = where / "google_crc32c"
+    shutil.copytree(package, target, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return where
+
+
+def test_a_composite_object_unchecked_for_want_of_crc32c_c_code_is_said_once(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    """Two composite objects (crc32c only) and google-crc32c without its C
+    code: the crc32c cannot be checked at speed (transfer/declared.py leaves
+    it unchecked), so the run warns, once, naming the library; a JSON log
+    stays JSON (the library's own RuntimeWarning is not let through)."""
+    import json
+
+    files = {f"part-{i}.bin": payload(64 * KIB, 40 + i) for i in range(2)}
+    for rel, data in files.items():
+        gcs.emulator.put(bucket, f"models/{rel}", data)
+    gcs.composite(*(f"models/{rel}" for rel in files))
+    shim = _crc32c_without_its_c_code(pod.tmp / "no-crc32c-c")
+    env = pod.env | {
+        "MODEL_SOURCE": f"gs://{bucket}/models/",
+        "CACHE_DIR": str(pod.cache_dir),
+        "PYTHONPATH": str(shim),
+        "LLMKUBE_LOG_FORMAT": "json",
+        **gcs_env(gcs, no_metadata),
+    }
+
+    run = pod.run(env=env).ok(files=2, fetched=2)
+
+    lines = [json.loads(line) for line in run.stderr.splitlines() if line.strip()]
+    said = [line for line in lines if "google-crc32c" in json.dumps(line)]
+    assert len(said) == 1, run.stderr
+    assert said[0].get("level") == "warning", said
+    for rel, data in files.items():
+        assert (pod.cache_dir / rel).read_bytes() == data
+
+
+def test_composite_objects_with_crc32c_c_code_are_not_warned_about(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+) -> None:
+    gcs.emulator.put(bucket, "models/model.gguf", payload(32 * KIB, 44))
+    gcs.composite("models/model.gguf")
+
+    run = pod.run(env=_crc_env(pod, gcs, bucket, no_metadata, "prefix")).ok(files=1, fetched=1)
+
+    assert "google-crc32c" not in run.stderr

@@ -121,6 +121,14 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
         "/x",
     ),
     ("STORAGE_EMULATOR_HOST", "localhost:9023", SINGLE, "gcs_emulator_host", "localhost:9023", "x"),
+    (
+        "API_ENDPOINT_OVERRIDE",
+        "https://gcs.corp:443",
+        SINGLE,
+        "gcs_api_endpoint",
+        "https://gcs.corp:443",
+        "x",
+    ),
     ("GCE_METADATA_HOST", "127.0.0.1:8080", SINGLE, "gcs_metadata_host", "127.0.0.1:8080", "x"),
     ("GCE_METADATA_IP", "127.0.0.1:8080", SINGLE, "gcs_metadata_ip", "127.0.0.1:8080", "x"),
 ]

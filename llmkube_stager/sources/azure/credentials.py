@@ -25,6 +25,8 @@ above, and a missing one is said, not searched for.
 
 from __future__ import annotations
 
+import os
+import string
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -220,6 +222,7 @@ def choose(
     if client_id and (client_secret or token_file):
         if not tenant_id:
             raise ConfigError("AZURE_CLIENT_ID is set without AZURE_TENANT_ID")
+        check_identity_settings(env, tenant_id, "" if client_secret else token_file)
         return _identity(env, client_id, tenant_id, client_secret, token_file, identity())
     key = env.get("AZURE_STORAGE_ACCESS_KEY", "")
     if key:
@@ -228,6 +231,49 @@ def choose(
         bytes_key = decode_key(key, "AZURE_STORAGE_ACCESS_KEY")
         return KeySigned(ref.account, bytes_key, ref.container, "AZURE_STORAGE_ACCESS_KEY")
     return Anonymous()
+
+
+# What azure-identity accepts as a tenant id (_internal/utils.py
+# VALID_TENANT_ID_CHARACTERS); anything else is its ValueError at the first
+# token, after the cache was touched.
+_TENANT_ID_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-.")
+
+
+def authority_of(env: Mapping[str, str]) -> str:
+    """AZURE_AUTHORITY_HOST as azure-identity normalises it: https:// when
+    it names no scheme."""
+    authority = env.get("AZURE_AUTHORITY_HOST", "").strip().rstrip("/")
+    if not authority:
+        return "https://login.microsoftonline.com"
+    return authority if "://" in authority else "https://" + authority
+
+
+def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: str) -> None:
+    """What azure-identity would refuse only when the first token is asked
+    for, said now, before any cache I/O (#33 review items 2, 3): a tenant
+    id of other characters, an authority that is not https, a workload
+    identity's token file that is not there (never read here: its content
+    is a credential)."""
+    tenant_var = "AZURE_TENANT_ID" if env.get("AZURE_TENANT_ID") else "AZ_TENANT_ID"
+    if any(c not in _TENANT_ID_CHARACTERS for c in tenant_id):
+        raise ConfigError(
+            f"{tenant_var} is not a tenant id (letters, digits, '-' and '.' only: the "
+            "directory's GUID or its domain name)"
+        )
+    authority = authority_of(env)
+    scheme, _, rest = authority.partition("://")
+    if scheme.lower() != "https" or not rest.split("/", 1)[0]:
+        raise ConfigError(
+            f"AZURE_AUTHORITY_HOST {authority[:128]!r} is not an https URL (azure-identity sends "
+            "credentials to the authority over TLS only)"
+        )
+    if token_file and not (os.path.isfile(token_file) and os.access(token_file, os.R_OK)):
+        raise ConfigError(
+            f"AZURE_FEDERATED_TOKEN_FILE {token_file[:256]!r} is not a readable file (is the "
+            "service account token projected into the pod? AKS workload identity mounts it "
+            "when the pod's service account is annotated and the pod labelled "
+            "azure.workload.identity/use=true)"
+        )
 
 
 def _either(env: Mapping[str, str], name: str, legacy: str) -> str:
@@ -248,6 +294,7 @@ def _identity(
     # configuration (InvalidConfiguration naming it), and only a token
     # credential needs it (#33 item 3).
     require(AZURE_IDENTITY)
+    _silence_library_logs()
     from azure.identity import ClientSecretCredential, WorkloadIdentityCredential
 
     if secret:
@@ -270,6 +317,21 @@ def _identity(
     return Bearer(workload, name, bundle=settings.ca_bundle)
 
 
+def _silence_library_logs() -> None:
+    """azure-identity, azure-core and msal log a failed token request
+    themselves (WARNING, with the endpoint's text), to stderr through
+    logging's last resort: plain text in a JSON log and outside the agent's
+    redaction (#33 review item 4). The agent says the failure once, in its
+    own words (errors.py); their loggers go nowhere."""
+    import logging
+
+    for name in ("azure", "msal"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
 def _pipeline(env: Mapping[str, str], settings: IdentitySettings) -> dict[str, Any]:
     """azure-core's transport fed only what config/ collected: the CA bundle
     (system roots + LLMKUBE_CA_DIR), the agent's proxy decision for the
@@ -279,9 +341,7 @@ def _pipeline(env: Mapping[str, str], settings: IdentitySettings) -> dict[str, A
     import requests
     from azure.core.pipeline.transport import RequestsTransport
 
-    authority = env.get("AZURE_AUTHORITY_HOST", "") or "https://login.microsoftonline.com"
-    if "://" not in authority:
-        authority = "https://" + authority
+    authority = authority_of(env)
     session = requests.Session()
     session.trust_env = False  # never the process environment's proxies or netrc
     proxy = settings.proxy_for(authority)

@@ -61,9 +61,9 @@ def translate_identity_error(exc: Exception) -> SourceError:
     """azure-identity failing to get a token: unauthorized when the token
     endpoint refused the credential, unreachable when it could not be asked.
     The exception's text is never shown (it may quote the request)."""
-    from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+    from azure.core.exceptions import ClientAuthenticationError
 
-    if isinstance(exc, ServiceRequestError):
+    if getattr(exc, "response", None) is None and _not_asked(exc):
         return SourceError(
             f"the Azure token endpoint could not be reached ({type(exc).__name__})",
             reason=Reason.SOURCE_UNREACHABLE,
@@ -90,3 +90,20 @@ def translate_identity_error(exc: Exception) -> SourceError:
         reason=Reason.SOURCE_UNREACHABLE,
         transient=True,
     )
+
+
+def _not_asked(exc: BaseException) -> bool:
+    """The token endpoint was never answered: a connection refused, a name
+    not resolved, a proxy down, a TLS handshake failed, the answer cut.
+    MSAL wraps these into a ClientAuthenticationError with no response
+    (#33 review item 1), so the chain of causes says it, not the type."""
+    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ServiceRequestError | ServiceResponseError | ConnectionError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -44,17 +44,31 @@ def parse_gs(source: str) -> GcsRef:
     return GcsRef(bucket, path)
 
 
-def endpoint_of(emulator_host: str) -> str:
-    """The JSON API's origin: STORAGE_EMULATOR_HOST when set, else Google's."""
-    text = emulator_host.strip()
-    if not text:
-        return GCS_ENDPOINT
-    url = text if "://" in text else f"http://{text}"
+def endpoint_of(emulator_host: str, override: str = "") -> str:
+    """The JSON API's origin, in google-cloud-storage's order (Client.__init__):
+    STORAGE_EMULATOR_HOST (host:port is http://), else API_ENDPOINT_OVERRIDE
+    (host:port is https://), else Google's."""
+    if emulator_host.strip():
+        return _endpoint("STORAGE_EMULATOR_HOST", emulator_host.strip(), "http")
+    if override.strip():
+        return _endpoint("API_ENDPOINT_OVERRIDE", override.strip(), "https")
+    return GCS_ENDPOINT
+
+
+def is_emulator(emulator_host: str) -> bool:
+    """google-cloud-storage sends an emulator no credentials (#33 review
+    item 5): its Client gives STORAGE_EMULATOR_HOST AnonymousCredentials;
+    only API_ENDPOINT_OVERRIDE, a custom endpoint, is sent them."""
+    return bool(emulator_host.strip())
+
+
+def _endpoint(name: str, text: str, scheme: str) -> str:
+    url = text if "://" in text else f"{scheme}://{text}"
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ConfigError("STORAGE_EMULATOR_HOST must be host:port or an http(s):// URL")
+        raise ConfigError(f"{name} must be host:port or an http(s):// URL")
     if "@" in parts.netloc or parts.query or parts.fragment:
-        raise ConfigError("STORAGE_EMULATOR_HOST must not carry credentials, a query or fragment")
+        raise ConfigError(f"{name} must not carry credentials, a query or fragment")
     return f"{parts.scheme.lower()}://{parts.netloc}{parts.path.rstrip('/')}"
 
 

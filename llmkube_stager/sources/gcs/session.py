@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llmkube_stager.config import Config
 from llmkube_stager.sources.gcs.errors import gcs_status_error
 from llmkube_stager.sources.gcs.objects import GcsObject, from_resource
-from llmkube_stager.sources.gcs.ref import endpoint_of, list_url, meta_url
+from llmkube_stager.sources.gcs.ref import endpoint_of, is_emulator, list_url, meta_url
 from llmkube_stager.sources.gcs.transport import ControlError, call, json_of
 from llmkube_stager.sources.wire.connection import ConnectionPool
 from llmkube_stager.sources.wire.status import Origin
@@ -30,7 +30,7 @@ class GcsSession:
     def __init__(self, config: Config, bucket: str) -> None:
         self._config = config
         self.bucket = bucket
-        self.endpoint = endpoint_of(config.gcs_emulator_host)
+        self.endpoint = endpoint_of(config.gcs_emulator_host, config.gcs_api_endpoint)
         self.origin = Origin.of(self.endpoint)
         self._ssl: ssl.SSLContext | None = None
         timeouts = config.timeouts
@@ -65,6 +65,11 @@ class GcsSession:
 
         require(GOOGLE_AUTH)
         request = auth_transport(self.pool)
+        if is_emulator(self._config.gcs_emulator_host):
+            # As google-cloud-storage does (#33 review item 5): an emulator
+            # is sent no credential, not the key file's token nor Workload
+            # Identity's, and none is asked for (the fetcher's log says so).
+            return Tokens(None, request, "STORAGE_EMULATOR_HOST")
         creds, where = load_credentials(self._config, request)
         if self.log is not None:
             if creds is None:

@@ -19,6 +19,7 @@ downloads through its own `requests` session (`Blob.download_to_filename`
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,7 @@ class GcsSource:
         self._config = config
         self.ref = parse_gs(config.source)
         # Checked before any I/O (InvalidConfiguration naming the variable).
-        endpoint_of(config.gcs_emulator_host)
+        endpoint_of(config.gcs_emulator_host, config.gcs_api_endpoint)
         check_hostport("GCE_METADATA_HOST", config.gcs_metadata_host)
         check_hostport("GCE_METADATA_IP", config.gcs_metadata_ip)
         if not config.multi_file and (not self.ref.path or self.ref.path.endswith("/")):
@@ -160,9 +161,40 @@ class GcsFetcher:
         self._listed = listing.by_rel if listing is not None else {}
         self._pool: ConnectionPool | None = None
         self._auth: BearerAuth | None = None
+        self._log: Log | None = None
+        self._crc32c_said = False
+        self._crc32c_lock = threading.Lock()
+
+    def _say_unchecked_crc32c(self) -> None:
+        """A composite object declares crc32c alone, and transfer/declared.py
+        checks it only with google-crc32c's C code (a Python CRC would cost
+        minutes a GiB): without it the bytes are published on the generation
+        pin alone, which is said, once a run (#33 review item 6)."""
+        with self._crc32c_lock:  # files in flight probe at once: said once
+            if self._crc32c_said or crc32c_c_code():
+                return
+            self._crc32c_said = True
+        if self._log is not None:
+            self._log.warning(
+                "gcs_crc32c_unchecked",
+                "a composite object declares only a crc32c and google-crc32c's C code is not "
+                "installed: its bytes are not checked against it (only pinned to the listed "
+                "generation); install google-crc32c from a wheel with its C extension",
+            )
 
     def bind_log(self, log: Log) -> None:
+        from llmkube_stager.sources.gcs.ref import is_emulator
+
         self._session.log = log
+        self._log = log
+        if is_emulator(self._config.gcs_emulator_host):
+            # Said here: the session chose before a log was bound (preflight).
+            log.info(
+                "gcs_emulator_anonymous",
+                "STORAGE_EMULATOR_HOST is set: sending anonymous requests to the emulator, as "
+                "google-cloud-storage does (API_ENDPOINT_OVERRIDE is the custom endpoint that "
+                "is sent the credentials)",
+            )
 
     def _object(self, file: RemoteFile) -> GcsObject:
         listed = self._listed.get(file.rel)
@@ -176,6 +208,8 @@ class GcsFetcher:
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
         obj = self._object(file)
+        if obj.crc32c_b64 and not obj.md5_b64:
+            self._say_unchecked_crc32c()
         return RemoteMeta(
             url=media_url(self._session.endpoint, self._session.bucket, obj.name, obj.generation),
             size_bytes=obj.size_bytes or None,
@@ -239,3 +273,20 @@ class GcsFetcher:
 
     def close(self) -> None:
         self._session.close()
+
+
+def crc32c_c_code() -> bool:
+    """Whether google-crc32c imports with its C code. Imported here first,
+    with the library's RuntimeWarning about its slow Python fallback kept
+    off stderr (a JSON log stays JSON): the module is then cached for
+    transfer/declared.py, which decides the same way (`implementation`)."""
+    import importlib
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            module = importlib.import_module("google_crc32c")
+    except ImportError:
+        return False
+    return getattr(module, "implementation", "") == "c"
