@@ -169,7 +169,7 @@ VARS: tuple[Var, ...] = (
         "GOOGLE_APPLICATION_CREDENTIALS",
         "gs://: a service-account key file (unset: GKE Workload Identity, else anonymous)",
     ),
-    Var("STORAGE_EMULATOR_HOST", "gs://: an emulator or private endpoint (http(s)://host:port)"),
+    Var("STORAGE_EMULATOR_HOST", "gs://: an emulator, sent no credentials (http(s)://host:port)"),
     Var(
         "API_ENDPOINT_OVERRIDE",
         "gs://: a custom JSON API endpoint sent the credentials (https://host[:port])",
