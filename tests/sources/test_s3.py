@@ -13,6 +13,7 @@ from llmkube_stager.model import Decision
 from tests.harness.canary import canary, leaks
 from tests.harness.disk import debris, record_of, seed, shell_partial, tree
 from tests.harness.origin import closed_port_url
+from tests.harness.pod import import_lines
 from tests.harness.s3fetcher import fetcher_for
 from tests.harness.sample import KIB, payload
 from tests.harness.seaweed import READER, S3Request, s3_env
@@ -376,3 +377,22 @@ def test_a_dead_proxy_with_credentials_fails_without_showing_them(pod, s3, bucke
     assert password not in run.stderr and password not in str(run.error)
     assert password not in run.detail
     assert not pod.dest().exists()
+
+
+def test_an_s3_run_never_loads_pyopenssl(pod, s3, bucket) -> None:
+    """model-signing (#34) brings pyOpenSSL into the install; botocore's
+    httpsession then imports urllib3.contrib.pyopenssl (and with it
+    OpenSSL and cryptography, ~11 MiB RSS) only to take the standard
+    library's SSLContext back out of it. The S3 path must not load them:
+    the KServe bench's S3 start went from 50 to 62 MiB, its run over the
+    64 MiB budget."""
+    s3.put(bucket, "m/model.gguf", payload(8 * KIB, 5))
+    run = pod.run(
+        env=pod.single_env(f"s3://{bucket}/m/model.gguf", **s3_env(s3)),
+        python_flags=("-X", "importtime"),
+    )
+    assert run.returncode == 0, str(run)
+    loaded = import_lines(run.stderr)
+    assert "botocore.httpsession" in loaded  # the importtime output was captured
+    # (-X importtime also lists the refused import, at a few microseconds.)
+    assert not {m for m in loaded if m.split(".")[0] in ("OpenSSL", "cryptography")}

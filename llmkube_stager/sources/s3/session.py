@@ -226,9 +226,26 @@ def botocore_env(aws_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _stdlib_tls_only() -> None:
+    """Keep botocore off pyOpenSSL. botocore's httpsession imports
+    urllib3.contrib.pyopenssl when it can, only to take the standard
+    library's SSLContext back out of it (`orig_util_SSLContext`): the same
+    class either way. model-signing (#34) installs pyOpenSSL, and that
+    import then loads OpenSSL and cryptography, about 11 MiB of RSS on every
+    S3 run (tests/sources/test_s3.py::test_an_s3_run_never_loads_pyopenssl).
+    A None entry makes the import fail as it did before, and botocore takes
+    the class from urllib3.util.ssl_; nothing else imports that module
+    (requests does only on a Python without SNI)."""
+    import sys
+
+    if "urllib3.contrib.pyopenssl" not in sys.modules and "botocore.httpsession" not in sys.modules:
+        sys.modules["urllib3.contrib.pyopenssl"] = None  # type: ignore[assignment]
+
+
 def make_session(env: Mapping[str, str], sts_endpoint: str | None, sender: Sender) -> Any:
     """A botocore session whose configuration and credentials come from
     `env`, and whose clients' requests `sender` sends."""
+    _stdlib_tls_only()
     import botocore.session
     from botocore import configprovider as cp
 
