@@ -30,7 +30,7 @@ import string
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmkube_stager.errors import ConfigError
@@ -66,7 +66,7 @@ class Credential(Protocol):
 
 @dataclass
 class StaticSas:
-    sas: str
+    sas: str = field(repr=False)  # a credential: never in a repr
     name: str
     renewable: bool = False
 
