@@ -56,9 +56,12 @@ class PrefixHasher:
         size: int,
         sha: _Hash | None = None,
         position: int = 0,
+        name: str = "sha256",
     ) -> None:
         """`fd`: the data file the workers write; `ranges`: what they wrote;
-        `direct`: whether they write with O_DIRECT (then the disk is read)."""
+        `direct`: whether they write with O_DIRECT (then the disk is read);
+        `sha`: the hash to carry on from `position` (any hashlib object: a
+        declared md5 is followed too, transfer/declared.py)."""
         self._fd = fd
         self._ranges = ranges
         self._size = size
@@ -68,7 +71,7 @@ class PrefixHasher:
         self._reader = _direct_reader(fd) if direct else None
         self._window = window_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
         self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:

@@ -654,6 +654,44 @@ def test_a_byte_flipped_in_each_parallel_range_is_caught_before_publishing(
     assert len(ranges) >= 2 and any(r.startswith("bytes=") for r in ranges), ranges
 
 
+def test_the_content_md5_of_a_ranged_transfer_follows_the_ranges_and_is_not_read_back(
+    pod, az, container, tmp_path
+) -> None:
+    """48 MiB, the first stream slow: the engine widens to ranged GETs, and
+    the md5 follows the contiguous prefix the workers wrote (transfer/
+    declared.py Md5Follower), so the partial is never opened again to be
+    read back after the last range (#33 item 5: that pass was on the
+    critical path of every ranged blob); the file is still checked (a byte
+    flipped in each range, above, is refused)."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        missing_feature("strace is missing (tools/system-deps test installs it)")
+    data = payload(48 * MIB, 25)
+    put(az, container, "big.gguf", data)
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    az.set_fault(path, S3Fault(times=1, rate_bytes_per_s=8 * MIB, methods=("GET",)))
+    trace = tmp_path / "opens.log"
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"), "big.gguf", LLMKUBE_CONNECTIONS="2", **key_env(az)
+    )
+
+    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.gguf").read_bytes() == data
+    ranges = [r.headers.get("range", "") for r in blob_gets(az, container)]
+    assert any(r.startswith("bytes=") for r in ranges), ranges
+    lines = trace.read_text().splitlines()
+    # The stream's partial (renamed to the ranged data file: the read-back
+    # was the only open of that name).
+    opens = [line for line in lines if ".llmkube-part" in line or ".llmkube-segs" in line]
+    assert opens, "strace saw no open of the partial"
+    read_back = [line for line in opens if "O_RDONLY" in line]
+    assert read_back == [], read_back
+
+
 @pytest.mark.parametrize("form", ["blob", "prefix"])
 def test_a_blob_without_content_md5_still_stages(pod, az, container, form) -> None:
     data = payload(192 * KIB, 23)

@@ -246,19 +246,26 @@ def test_object_replaced_mid_transfer_is_never_spliced(
     assert resume.headers.get("range", "").startswith("bytes=") and resume.status == 404
 
 
-def test_bytes_that_miss_the_declared_md5_are_never_published(
-    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+@pytest.mark.parametrize("checked", ["crc32c", "md5"])
+def test_bytes_that_miss_the_declared_digest_are_never_published(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, checked: str
 ) -> None:
+    """The object declares both: the crc32c is checked where google-crc32c's
+    C code runs (#33 item 5, as Google's clients do), the md5 where it does
+    not (a copy of the library without its compiled module)."""
     data = payload(128 * KIB)
     obj = gcs.emulator.put(bucket, "model.gguf", data)
     assert obj["md5Hash"] == base64.b64encode(hashlib.md5(data).digest()).decode()
+    assert obj["crc32c"]
     gcs.fault(GcsFault("media", corrupt=True))
     env = pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata))
+    if checked == "md5":
+        env["PYTHONPATH"] = str(_crc32c_without_its_c_code(pod.tmp / "no-crc32c-c"))
 
     run = pod.run(env=env)
 
     run.failed("ModelTransferChecksumMismatch")
-    assert "md5" in run.compact_term()["message"]
+    assert f"the {checked} the store declares" in run.compact_term()["message"]
     assert not pod.dest().exists()
 
 
@@ -665,7 +672,8 @@ def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     with the same probe answer, and this second GET has a byte flipped. It
     must be checked against the md5 again, never published because the
     first body matched (review of #33: the match was kept on the probe
-    answer for the whole run)."""
+    answer for the whole run). google-crc32c without its C code, so that
+    the md5 is what is checked (with it, the crc32c is, read back)."""
     data = {"a.bin": payload(128 * KIB, 41), "b.bin": payload(128 * KIB, 42)}
     for rel, body in data.items():
         gcs.emulator.put(bucket, f"m/{rel}", body)
@@ -674,6 +682,7 @@ def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     env = gcs_env(
         gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(cache), **ON_CHANGE
     )
+    env["PYTHONPATH"] = str(_crc32c_without_its_c_code(pod.tmp / "no-crc32c-c"))
     flags, pause = pause_flags([cache / rel for rel in data], times=1)
     proc = pod.popen(env={**env, **pause}, python_flags=flags)
     try:
@@ -694,7 +703,7 @@ def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     on_disk = cache / lost
     assert not on_disk.exists() or on_disk.read_bytes() == data[lost], "wrong bytes published"
     run.failed("ModelTransferChecksumMismatch")
-    assert "md5" in run.compact_term()["message"]
+    assert "the md5 the store declares" in run.compact_term()["message"]
 
 
 def test_kserve_sha256_objects_are_files_like_any_other(

@@ -7,8 +7,11 @@ made by transfer/engine.py) and every body opened clears it first: anything
 but a whole matching body last (a resume, a range of a parallel transfer,
 a body cut short, a mismatch, a second fetch of the file in the same run)
 leaves it False, and the whole partial is read back and checked before it
-is published, so this only ever saves work. Shared by the schemes that
-declare an md5 (gcs, azure), which never import each other.
+is published, so this only ever saves work. A ranged transfer marks the
+cell the same way when the md5 that followed its workers' bytes matches
+(transfer/declared.py Md5Follower, #33 item 5). Shared by the schemes that
+declare an md5 (gcs, azure), which never import each other; gs:// asks for
+none where google-crc32c's C code lets the crc32c be checked instead.
 """
 
 from __future__ import annotations
