@@ -34,7 +34,7 @@ from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented
 from llmkube_stager.errors import Reason, SourceError, TransferError
 from llmkube_stager.layout import ranged_of_stream
 from llmkube_stager.sources.base import RangeUnusable
-from llmkube_stager.transfer.declared import follow_md5
+from llmkube_stager.transfer.declared import follow_declared
 from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer, fill_limit
 from llmkube_stager.transfer.prefixhash import PrefixHasher
 from llmkube_stager.transfer.progress import ProgressTicker
@@ -326,9 +326,12 @@ class ParallelTransfer:
             else:
                 hasher = PrefixHasher(shared.fd, shared.ranges, direct, self._size)
             shared.threads.append(hasher.thread)
-        md5 = follow_md5(shared.fd, shared.ranges, shared.writer.direct, self._target.meta)
-        if md5 is not None:
-            shared.threads.append(md5.thread)
+        # #33 item 5: a declared md5/crc32c follows the ranges too.
+        declared = follow_declared(
+            shared.fd, shared.ranges, shared.writer.direct, self._target.meta
+        )
+        if declared is not None:
+            shared.threads.append(declared.thread)
         for thread in workers:
             thread.start()
         spare = self._connections - len(workers)
@@ -337,14 +340,14 @@ class ParallelTransfer:
             self._supervise(shared, workers, ticker, lambda: self._grown(shared, items, grow))
             if shared.errors:
                 raise shared.errors[0]
-            if md5 is not None:
-                md5.settle()
+            if declared is not None:
+                declared.settle()
             return hasher.finish() if hasher is not None else None
         finally:
             if hasher is not None:
                 hasher.cancel()
-            if md5 is not None:
-                md5.cancel()
+            if declared is not None:
+                declared.cancel()
 
     def _spawn(
         self, shared: _Shared, items: queue.Queue[tuple[int, int]], count: int

@@ -18,7 +18,7 @@ from llmkube_stager.transfer.pipeline import MEMORY_BUDGET_BYTES, resident_bytes
 from llmkube_stager.transfer.segments import Ranges
 
 if TYPE_CHECKING:
-    from hashlib import _Hash
+    from llmkube_stager.sources.wire.digest import RunningDigest
 
 HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: not allocated, but resident (RSS)
 _SMALLEST_WINDOW_BYTES = 2 << 20
@@ -54,7 +54,7 @@ class PrefixHasher:
         ranges: Ranges,
         direct: bool,
         size: int,
-        sha: _Hash | None = None,
+        sha: RunningDigest | None = None,
         position: int = 0,
         name: str = "sha256",
     ) -> None:
@@ -65,7 +65,7 @@ class PrefixHasher:
         self._fd = fd
         self._ranges = ranges
         self._size = size
-        self._sha = sha if sha is not None else hashlib.sha256()
+        self._sha: RunningDigest = sha if sha is not None else hashlib.sha256()
         self._position = position if sha is not None else 0
         self._cancelled = threading.Event()
         self._reader = _direct_reader(fd) if direct else None

@@ -9,7 +9,6 @@ import base64
 import itertools
 import random
 import signal
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs
@@ -397,23 +396,27 @@ def test_a_listed_blob_replaced_mid_transfer_is_never_spliced(pod, az, container
 
 
 def test_a_blob_replaced_between_its_ranges_is_never_spliced(pod, az, container) -> None:
-    """Three 16 MiB ranges on two connections: the blob is replaced while
-    the first two stream, so the third range is asked of the new blob with
+    """A slow stream widens to ranged GETs on two connections; the blob is
+    replaced just before the second range is forwarded (the front's hook
+    runs before it answers), so that range is asked of the new blob with
     the old ETag in If-Match: Azurite answers 412 and no file of both
-    versions is published."""
+    versions is published. (Replaced on a timer instead, every range could
+    be asked before the new blob landed: the old blob, whole and matching
+    its Content-MD5, was then published, which is right, and no 412 was
+    seen: the test, not the agent, failed under load.)"""
     old, new = payload(48 * MIB, 12), payload(48 * MIB, 13)
     put(az, container, "big.gguf", old)
     path = f"/{ACCOUNT}/{container}/big.gguf"
     az.set_fault(path, S3Fault(rate_bytes_per_s=8 * MIB, methods=("GET",)))
     seen: list[S3Request] = []
 
-    def replace_after_two(request: S3Request) -> None:
+    def replace_before_the_second_range(request: S3Request) -> None:
         if request.method == "GET" and request.path == path:
             seen.append(request)
-            if len(seen) == 2:
-                threading.Timer(0.3, put, (az, container, "big.gguf", new)).start()
+            if len(seen) == 3:  # the stream, the first range, then this one
+                put(az, container, "big.gguf", new)
 
-    az.front.on_request(replace_after_two)
+    az.front.on_request(replace_before_the_second_range)
     env = pod.single_env(
         Azurite.source(container, "big.gguf"),
         LLMKUBE_CONNECTIONS="2",

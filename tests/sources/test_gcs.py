@@ -19,6 +19,7 @@ from llmkube_stager.schemes import REMEDY_RATE_LIMITED_GCS
 from llmkube_stager.sources.gcs.errors import REMEDY_NOT_FOUND_GCS, REMEDY_UNAUTHORIZED_GCS
 from tests.harness.canary import Secrets, assert_no_leak, leaks, outputs_of
 from tests.harness.disk import tree
+from tests.harness.features import missing_feature
 from tests.harness.gcs import (
     GceMetadata,
     GcsEmulator,
@@ -660,6 +661,37 @@ def test_a_flipped_byte_in_a_ranged_part_is_caught_by_the_read_back(
     run.failed("ModelTransferChecksumMismatch")
     assert not pod.dest("big.bin").exists()
     assert any(re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", "")) for m in gcs.requests())
+
+
+def test_a_whole_body_is_checked_against_the_crc32c_while_it_streams(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, tmp_path: Path
+) -> None:
+    """One GET of the whole object: its crc32c (checked rather than the
+    md5, google-crc32c's C code being installed) is taken as the bytes
+    arrive, so the partial is never opened again to be read back (#33 item
+    5: after direct writes the read-back read the disk); strace's record of
+    the agent's opens."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        missing_feature("strace is missing (tools/system-deps test installs it)")
+    data = payload(16 * MIB, 26)
+    gcs.emulator.put(bucket, "big.bin", data)
+    trace = tmp_path / "opens.log"
+    env = pod.single_env(
+        f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1")
+    )
+
+    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.bin").read_bytes() == data
+    assert [m.headers.get("range") for m in gcs.requests("media")] == [None]
+    opens = [line for line in trace.read_text().splitlines() if ".llmkube-part" in line]
+    assert opens, "strace saw no open of the partial"
+    read_back = [line for line in opens if "O_RDONLY" in line]
+    assert read_back == [], read_back
 
 
 def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
