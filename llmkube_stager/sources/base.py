@@ -30,6 +30,11 @@ class StreamedDigest:
 
     def __init__(self) -> None:
         self.matched = False
+        # The running digest of the last body from byte 0 and the bytes it
+        # has hashed: a ranged transfer that carries on from that stream
+        # (a widening) carries on from them too (transfer/declared.py).
+        self.running: Any = None
+        self.seen_bytes = 0
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,13 @@ _CHUNK_BYTES = 1 << 20
 
 class DigestFollower:
     """The declared digest of a ranged transfer, taken as the workers'
-    bytes become a contiguous prefix, from byte 0 (the stream's bytes
-    before a widening included): the data file itself, as the read-back
-    would hash it. A match marks the transfer's cell as a whole streamed
-    body's does; anything else leaves it unmarked, and check_declared reads
-    the partial back and names the mismatch."""
+    bytes become a contiguous prefix: the data file itself, as the
+    read-back would hash it, from byte 0, or from where the stream that
+    widened stopped when its body hashed exactly the bytes it left in the
+    partial (`stream_bytes`: [0, offset), written in the order read). A
+    match marks the transfer's cell as a whole streamed body's does;
+    anything else leaves it unmarked, and check_declared reads the partial
+    back and names the mismatch."""
 
     def __init__(
         self,
@@ -47,11 +49,14 @@ class DigestFollower:
         size_bytes: int,
         declared: Declared,
         cell: StreamedDigest,
+        stream_bytes: int = 0,
     ) -> None:
         self._declared, self._cell = declared, cell
-        self._running = declared.new_hasher()
+        carried = cell.running is not None and stream_bytes and cell.seen_bytes == stream_bytes
+        self._running: RunningDigest = cell.running.copy() if carried else declared.new_hasher()
+        position = stream_bytes if carried else 0
         self._hasher = PrefixHasher(
-            fd, ranges, direct, size_bytes, self._running, 0, name=declared.name
+            fd, ranges, direct, size_bytes, self._running, position, name=declared.name
         )
         self.thread = self._hasher.thread
 
@@ -66,14 +71,15 @@ class DigestFollower:
 
 
 def follow_declared(
-    fd: int, ranges: Ranges, direct: bool, meta: RemoteMeta
+    fd: int, ranges: Ranges, direct: bool, meta: RemoteMeta, stream_bytes: int = 0
 ) -> DigestFollower | None:
-    """A follower where the object declares a digest check_declared checks."""
+    """A follower where the object declares a digest check_declared checks;
+    `stream_bytes`: what the stream it carries on from left in the partial."""
     cell, size = meta.streamed_digest, meta.size_bytes
     declared = declared_digest(meta) if cell is not None and size else None
     if declared is None or cell is None or not size:
         return None
-    return DigestFollower(fd, ranges, direct, size, declared, cell)
+    return DigestFollower(fd, ranges, direct, size, declared, cell, stream_bytes)
 
 
 def check_declared(rel: str, meta: RemoteMeta, partial: str, discard: Callable[[], None]) -> None:

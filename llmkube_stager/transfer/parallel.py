@@ -327,8 +327,9 @@ class ParallelTransfer:
                 hasher = PrefixHasher(shared.fd, shared.ranges, direct, self._size)
             shared.threads.append(hasher.thread)
         # #33 item 5: a declared md5/crc32c follows the ranges too.
+        stream_bytes = self._seed.offset if self._seed is not None else 0
         declared = follow_declared(
-            shared.fd, shared.ranges, shared.writer.direct, self._target.meta
+            shared.fd, shared.ranges, shared.writer.direct, self._target.meta, stream_bytes
         )
         if declared is not None:
             shared.threads.append(declared.thread)

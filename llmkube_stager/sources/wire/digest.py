@@ -43,6 +43,8 @@ class RunningDigest(Protocol):
 
     def hexdigest(self) -> str: ...
 
+    def copy(self) -> RunningDigest: ...
+
 
 @dataclass(frozen=True)
 class Declared:
@@ -102,6 +104,9 @@ class _BytesFed:
     def hexdigest(self) -> str:
         return self.digest().hex()
 
+    def copy(self) -> _BytesFed:
+        return _BytesFed(self._checksum.copy())
+
 
 def digest_while_received(body: Body, meta: RemoteMeta, offset: int, end: int | None) -> Body:
     """`body`, hashed as it is read when it is the whole object from byte 0
@@ -110,7 +115,11 @@ def digest_while_received(body: Body, meta: RemoteMeta, offset: int, end: int | 
     if cell is not None:
         # Any body opened after a match writes other bytes into the
         # partial: the match held for the body before it, not for them.
+        # Nor may a follower carry on from an earlier body's digest: a
+        # resume rewrites bytes that body hashed (a byte flipped in the
+        # resumed ones would be vouched for by the first body's copy).
         cell.matched = False
+        cell.running, cell.seen_bytes = None, 0
     streams_whole = offset == 0 and end is None and body.start == 0
     declared = declared_digest(meta) if streams_whole and cell is not None and size else None
     if declared is not None and cell is not None and size:
@@ -130,6 +139,7 @@ class DigestBody:
         self._cell = cell
         self._hasher = declared.new_hasher()
         self._seen = 0
+        cell.running, cell.seen_bytes = self._hasher, 0
         self.start = body.start
         self.total_bytes = body.total_bytes
         self.complete = body.complete
@@ -142,6 +152,7 @@ class DigestBody:
         if count:
             self._hasher.update(buffer[:count])
             self._seen += count
+            self._cell.seen_bytes = self._seen
         elif self._seen == self._size and self.start == 0 and self._declared.matches(self._hasher):
             self._cell.matched = True
         return count
