@@ -86,16 +86,25 @@ def crc32c_c_module() -> Any | None:
     return module if getattr(module, "implementation", "") == "c" else None
 
 
+# The most _BytesFed copies at once: a whole receive buffer copied per read
+# put ~16 MiB more into the bench's peak RSS (4 files in flight).
+_CRC_PIECE_BYTES = 256 << 10
+
+
 class _BytesFed:
     """google-crc32c's C `extend` takes read-only bytes only (a memoryview
     of a reused buffer raised TypeError: an internal error for every
-    composite object, #33 item 1): each chunk is copied to bytes first."""
+    composite object, #33 item 1): each piece is copied to bytes first."""
 
     def __init__(self, checksum: Any) -> None:
         self._checksum = checksum
 
     def update(self, data: bytes | memoryview, /) -> None:
-        self._checksum.update(bytes(data))
+        if isinstance(data, bytes):
+            self._checksum.update(data)
+            return
+        for start in range(0, len(data), _CRC_PIECE_BYTES):
+            self._checksum.update(bytes(data[start : start + _CRC_PIECE_BYTES]))
 
     def digest(self) -> bytes:
         digest: bytes = self._checksum.digest()
