@@ -66,6 +66,11 @@ class Sample:
     # (/proc/stat): on a shared machine, the other engineers' work that
     # slows the tool and that neither of the above counts (#31 item 12).
     machine_cpu_s: float = 0.0
+    # CPU seconds of the origins' busiest thread during the run: an origin
+    # that serves every connection from one thread (Azurite's event loop,
+    # an emulator) bounds both tools when it nears the wall time, however
+    # idle the other cores are (#33 item 5).
+    origin_peak_thread_s: float = 0.0
 
 
 def free_port() -> int:
@@ -111,6 +116,7 @@ def run(
     report.close()
     timed = [GNU_TIME, "-f", "%e %U %S %M", "-o", report.name, *cmd]
     origin_before_s = origin_cpu_s()
+    threads_before = origin_thread_ticks()
     machine_before_s = machine_cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -125,6 +131,7 @@ def run(
     out, _ = proc.communicate()
     wall = time.monotonic() - started
     origin_s = origin_cpu_s() - origin_before_s
+    peak_thread_s = busiest_delta_s(threads_before, origin_thread_ticks())
     machine_s = machine_cpu_s() - machine_before_s
     with open(report.name) as handle:
         fields = handle.read().split()[-4:]
@@ -133,7 +140,16 @@ def run(
         _, user, system, rss_kib = (float(f) for f in fields)
     except ValueError:  # killed: time reports the signal instead
         user = system = rss_kib = 0.0
-    return Sample(wall, user + system, rss_kib / 1024, proc.returncode, out, origin_s, machine_s)
+    return Sample(
+        wall,
+        user + system,
+        rss_kib / 1024,
+        proc.returncode,
+        out,
+        origin_s,
+        machine_s,
+        peak_thread_s,
+    )
 
 
 def machine_cpu_s() -> float:
@@ -193,6 +209,33 @@ def origin_cpu_s() -> float:
             continue
         total_ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
     return total_ticks / _CLOCK_TICKS
+
+
+def origin_thread_ticks() -> dict[tuple[int, int], int]:
+    """utime + stime of every thread of the origin processes, now."""
+    pids = set(_ORIGIN_PIDS) | _children({p for p, kids in _ORIGIN_PIDS.items() if kids})
+    ticks: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            ticks[(pid, int(tid))] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def busiest_delta_s(before: dict[tuple[int, int], int], after: dict[tuple[int, int], int]) -> float:
+    """The CPU seconds of the thread that used the most between the two
+    snapshots (a thread born meanwhile counts from zero; one that ended
+    meanwhile is not seen: the long-lived servers' loops are what count)."""
+    deltas = [ticks - before.get(key, 0) for key, ticks in after.items()]
+    return max(deltas, default=0) / _CLOCK_TICKS
 
 
 def sh(script: str) -> list[str]:
@@ -529,8 +572,18 @@ def measured_bound(
             f" {agent.cpu_s:.1f} s + origin {agent.origin_cpu_s:.1f} s + other processes"
             f" {others_s:.1f} s in {agent.wall_s:.1f} s"
         )
+    serial_share = agent.origin_peak_thread_s / agent.wall_s
+    if serial_share >= CPU_BOUND_SHARE:
+        return (
+            f"bound: the origin's busiest thread, {serial_share:.0%} busy"
+            f" ({agent.origin_peak_thread_s:.2f} s of CPU in {agent.wall_s:.2f} s)"
+        )
+    shares = (
+        f"cores {busy_share:.0%} busy by the agent and the origin, the machine's"
+        f" {machine_share:.0%}, the origin's busiest thread {serial_share:.0%}"
+    )
     if floor is None:
-        return f"no measured bound: cores {busy_share:.0%} busy, no disk floor in this case"
+        return f"no measured bound: {shares}, no disk floor in this case"
     if start is not None:
         reference_s = floor.wall_s + start.wall_s
         over = agent.wall_s / reference_s
@@ -545,7 +598,7 @@ def measured_bound(
             f"bound: disk, durable floor {floor.wall_s:.2f} s ="
             f" {floor_mbps(floor):.0f} MB/s, agent {over_floor:.2f}x the floor"
         )
-    return f"no measured bound: agent {over_floor:.2f}x the disk floor, cores {busy_share:.0%} busy"
+    return f"no measured bound: agent {over_floor:.2f}x the disk floor, {shares}"
 
 
 def floor_mbps(floor: Sample) -> float:

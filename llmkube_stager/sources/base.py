@@ -22,12 +22,19 @@ from llmkube_stager.model import Manifest, RemoteFile
 
 
 class StreamedDigest:
-    """Whether a whole body from byte 0 matched the declared md5 (#33).
+    """Whether the declared digest (md5 or crc32c, #33) was matched while
+    the bytes were received: by a whole body from byte 0, or by a ranged
+    transfer's follower.
     It belongs to ONE transfer (`for_one_transfer`): a match says nothing
     of the bytes of a later fetch of the same file."""
 
     def __init__(self) -> None:
         self.matched = False
+        # The running digest of the last body from byte 0 and the bytes it
+        # has hashed: a ranged transfer that carries on from that stream
+        # (a widening) carries on from them too (transfer/declared.py).
+        self.running: Any = None
+        self.seen_bytes = 0
 
 
 @dataclass(frozen=True)
@@ -56,10 +63,11 @@ class RemoteMeta:
     md5_b64: str | None = None
     crc32c_b64: str | None = None
     # Set by the fetcher when one body from byte 0 to its end hashed to the
-    # declared md5 while it was received: the check after the transfer is
+    # declared digest while it was received (or by the engine's follower of
+    # a ranged transfer): the check after the transfer is
     # then not repeated (a mutable cell shared by fetcher and engine, made
     # anew for each transfer: `for_one_transfer`).
-    streamed_md5: StreamedDigest | None = field(default=None, compare=False, repr=False)
+    streamed_digest: StreamedDigest | None = field(default=None, compare=False, repr=False)
 
     def for_one_transfer(self) -> RemoteMeta:
         """This answer with a streamed-digest cell of its own: the session
@@ -67,9 +75,9 @@ class RemoteMeta:
         again (a partial adopted or swept away is staged again), and a match
         of an earlier body must never vouch for the bytes of a later one
         (review of #33: a flipped byte published unchecked)."""
-        if self.streamed_md5 is None:
+        if self.streamed_digest is None:
             return self
-        return replace(self, streamed_md5=StreamedDigest())
+        return replace(self, streamed_digest=StreamedDigest())
 
 
 class Body(Protocol):

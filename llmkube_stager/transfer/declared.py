@@ -1,90 +1,110 @@
-"""The digests a store declares for a whole object (GCS md5Hash and crc32c,
-#33 item 1; Azure's Content-MD5, item 2), checked over the finished
-partial before it is published, as the hub's sha256 is (engine._verified).
+"""The digests a store declares for a whole object (GCS crc32c and
+md5Hash, #33 item 1; Azure's Content-MD5, item 2), checked before the file
+is published, as the hub's sha256 is (engine._verified). Which one is
+checked: sources/wire/digest.py (`declared_digest`: the crc32c where
+google-crc32c's C code runs, else the md5).
 
-The engine's ranged workers write out of order, so the check reads the
-partial once it is whole, through the page cache (a fresh descriptor: the
-workers' may be O_DIRECT). md5 is hashlib's (C, ~600 MB/s a core); crc32c
-only where the object declares no md5 (a composite object) and
-google-crc32c's C implementation is installed: a pure-Python CRC would
-cost minutes per GiB, so without it the crc32c is left unchecked (the
-generation pin still keeps one generation's bytes; docs/design.md).
+Where the digest is taken, cheapest first (#33 item 5):
+- while a whole body from byte 0 is received (sources/wire/digest.py);
+- for a ranged transfer, by a thread that follows the contiguous prefix
+  the workers wrote (DigestFollower, a PrefixHasher of its own), which
+  overlaps the download instead of following it: on the bench's Azure
+  prefix the read-back after the last range was ~0.15 s of md5 per 64 MiB
+  blob on the critical path, and after direct (O_DIRECT) writes it read
+  the disk;
+- else (a resumed stream, a follower cut short) the partial is read back
+  once it is whole (a fresh descriptor: the workers' may be O_DIRECT).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Callable
-from typing import Any
 
 from llmkube_stager.errors import OriginChecksumMismatch
-from llmkube_stager.sources.base import RemoteMeta
+from llmkube_stager.sources.base import RemoteMeta, StreamedDigest
+from llmkube_stager.sources.wire.digest import Declared, RunningDigest, declared_digest
+from llmkube_stager.transfer.prefixhash import PrefixHasher
+from llmkube_stager.transfer.segments import Ranges
 
 # One buffer per check, reused: files in flight each hold one, within the
 # run's memory budget (a bench run with 8 MiB reads went past 64 MiB RSS).
 _CHUNK_BYTES = 1 << 20
 
 
+class DigestFollower:
+    """The declared digest of a ranged transfer, taken as the workers'
+    bytes become a contiguous prefix: the data file itself, as the
+    read-back would hash it, from byte 0, or from where the stream that
+    widened stopped when its body hashed exactly the bytes it left in the
+    partial (`stream_bytes`: [0, offset), written in the order read). A
+    match marks the transfer's cell as a whole streamed body's does;
+    anything else leaves it unmarked, and check_declared reads the partial
+    back and names the mismatch."""
+
+    def __init__(
+        self,
+        fd: int,
+        ranges: Ranges,
+        direct: bool,
+        size_bytes: int,
+        declared: Declared,
+        cell: StreamedDigest,
+        stream_bytes: int = 0,
+    ) -> None:
+        self._declared, self._cell = declared, cell
+        carried = cell.running is not None and stream_bytes and cell.seen_bytes == stream_bytes
+        self._running: RunningDigest = cell.running.copy() if carried else declared.new_hasher()
+        position = stream_bytes if carried else 0
+        self._hasher = PrefixHasher(
+            fd, ranges, direct, size_bytes, self._running, position, name=declared.name
+        )
+        self.thread = self._hasher.thread
+
+    def settle(self) -> None:
+        """After the last range: finish() hashes up to the file's size."""
+        self._hasher.finish()
+        if self._declared.matches(self._running):
+            self._cell.matched = True
+
+    def cancel(self) -> None:
+        self._hasher.cancel()
+
+
+def follow_declared(
+    fd: int, ranges: Ranges, direct: bool, meta: RemoteMeta, stream_bytes: int = 0
+) -> DigestFollower | None:
+    """A follower where the object declares a digest check_declared checks;
+    `stream_bytes`: what the stream it carries on from left in the partial."""
+    cell, size = meta.streamed_digest, meta.size_bytes
+    declared = declared_digest(meta) if cell is not None and size else None
+    if declared is None or cell is None or not size:
+        return None
+    return DigestFollower(fd, ranges, direct, size, declared, cell, stream_bytes)
+
+
 def check_declared(rel: str, meta: RemoteMeta, partial: str, discard: Callable[[], None]) -> None:
     """OriginChecksumMismatch (the partial discarded) when the bytes miss
-    the declared md5, else the declared crc32c where it can be computed."""
-    if meta.md5_b64 and meta.streamed_md5 is not None and meta.streamed_md5.matched:
-        return  # one whole body matched it while it was received (sources/wire/digest.py)
-    if meta.md5_b64:
-        name, declared, digest = "md5", meta.md5_b64, _md5(partial)
-    else:
-        crc = _crc32c()
-        if crc is None or not meta.crc32c_b64:
-            return
-        name, declared, digest = "crc32c", meta.crc32c_b64, _digest_of(partial, crc)
-    if base64.b64encode(digest).decode("ascii") != declared:
+    the declared digest."""
+    declared = declared_digest(meta)
+    if declared is None:
+        return
+    cell = meta.streamed_digest
+    if cell is not None and cell.matched:
+        return  # taken while received or while the ranges were written
+    hasher = declared.new_hasher()
+    _read_into(partial, hasher)
+    if not declared.matches(hasher):
         discard()
         raise OriginChecksumMismatch(
-            f"the bytes of {rel} do not match the {name} the store declares ({declared}); "
-            "the download was discarded",
+            f"the bytes of {rel} do not match the {declared.name} the store declares "
+            f"({declared.b64}); the download was discarded",
             file=rel,
         )
 
 
-def _md5(path: str) -> bytes:
-    return _digest_of(path, hashlib.md5(usedforsecurity=False))
-
-
-def _digest_of(path: str, hasher: Any) -> bytes:
+def _read_into(path: str, hasher: RunningDigest) -> None:
     buffer = bytearray(_CHUNK_BYTES)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as handle:
         while count := handle.readinto(buffer):
             hasher.update(view[:count])
-    digest: bytes = hasher.digest()
-    return digest
-
-
-def _crc32c() -> Any | None:
-    """google-crc32c's C checksum, else None (never its slow Python one)."""
-    import importlib
-
-    try:
-        google_crc32c: Any = importlib.import_module("google_crc32c")
-    except ImportError:
-        return None
-    if getattr(google_crc32c, "implementation", "") != "c":
-        return None
-    return _BytesFed(google_crc32c.Checksum())
-
-
-class _BytesFed:
-    """google-crc32c's C `extend` takes read-only bytes only (a memoryview
-    of the reused buffer raised TypeError: an internal error for every
-    composite object, #33 item 1): each chunk is copied to bytes first."""
-
-    def __init__(self, checksum: Any) -> None:
-        self._checksum = checksum
-
-    def update(self, chunk: memoryview) -> None:
-        self._checksum.update(bytes(chunk))
-
-    def digest(self) -> bytes:
-        digest: bytes = self._checksum.digest()
-        return digest

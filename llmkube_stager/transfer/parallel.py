@@ -34,6 +34,7 @@ from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented
 from llmkube_stager.errors import Reason, SourceError, TransferError
 from llmkube_stager.layout import ranged_of_stream
 from llmkube_stager.sources.base import RangeUnusable
+from llmkube_stager.transfer.declared import follow_declared
 from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer, fill_limit
 from llmkube_stager.transfer.prefixhash import PrefixHasher
 from llmkube_stager.transfer.progress import ProgressTicker
@@ -325,6 +326,13 @@ class ParallelTransfer:
             else:
                 hasher = PrefixHasher(shared.fd, shared.ranges, direct, self._size)
             shared.threads.append(hasher.thread)
+        # #33 item 5: a declared md5/crc32c follows the ranges too.
+        stream_bytes = self._seed.offset if self._seed is not None else 0
+        declared = follow_declared(
+            shared.fd, shared.ranges, shared.writer.direct, self._target.meta, stream_bytes
+        )
+        if declared is not None:
+            shared.threads.append(declared.thread)
         for thread in workers:
             thread.start()
         spare = self._connections - len(workers)
@@ -333,10 +341,14 @@ class ParallelTransfer:
             self._supervise(shared, workers, ticker, lambda: self._grown(shared, items, grow))
             if shared.errors:
                 raise shared.errors[0]
+            if declared is not None:
+                declared.settle()
             return hasher.finish() if hasher is not None else None
         finally:
             if hasher is not None:
                 hasher.cancel()
+            if declared is not None:
+                declared.cancel()
 
     def _spawn(
         self, shared: _Shared, items: queue.Queue[tuple[int, int]], count: int

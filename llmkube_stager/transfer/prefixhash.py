@@ -18,7 +18,7 @@ from llmkube_stager.transfer.pipeline import MEMORY_BUDGET_BYTES, resident_bytes
 from llmkube_stager.transfer.segments import Ranges
 
 if TYPE_CHECKING:
-    from hashlib import _Hash
+    from llmkube_stager.sources.wire.digest import RunningDigest
 
 HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: not allocated, but resident (RSS)
 _SMALLEST_WINDOW_BYTES = 2 << 20
@@ -54,21 +54,24 @@ class PrefixHasher:
         ranges: Ranges,
         direct: bool,
         size: int,
-        sha: _Hash | None = None,
+        sha: RunningDigest | None = None,
         position: int = 0,
+        name: str = "sha256",
     ) -> None:
         """`fd`: the data file the workers write; `ranges`: what they wrote;
-        `direct`: whether they write with O_DIRECT (then the disk is read)."""
+        `direct`: whether they write with O_DIRECT (then the disk is read);
+        `sha`: the hash to carry on from `position` (any hashlib object: a
+        declared md5 is followed too, transfer/declared.py)."""
         self._fd = fd
         self._ranges = ranges
         self._size = size
-        self._sha = sha if sha is not None else hashlib.sha256()
+        self._sha: RunningDigest = sha if sha is not None else hashlib.sha256()
         self._position = position if sha is not None else 0
         self._cancelled = threading.Event()
         self._reader = _direct_reader(fd) if direct else None
         self._window = window_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
         self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:

@@ -9,7 +9,6 @@ import base64
 import itertools
 import random
 import signal
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs
@@ -397,23 +396,27 @@ def test_a_listed_blob_replaced_mid_transfer_is_never_spliced(pod, az, container
 
 
 def test_a_blob_replaced_between_its_ranges_is_never_spliced(pod, az, container) -> None:
-    """Three 16 MiB ranges on two connections: the blob is replaced while
-    the first two stream, so the third range is asked of the new blob with
+    """A slow stream widens to ranged GETs on two connections; the blob is
+    replaced just before the second range is forwarded (the front's hook
+    runs before it answers), so that range is asked of the new blob with
     the old ETag in If-Match: Azurite answers 412 and no file of both
-    versions is published."""
+    versions is published. (Replaced on a timer instead, every range could
+    be asked before the new blob landed: the old blob, whole and matching
+    its Content-MD5, was then published, which is right, and no 412 was
+    seen: the test, not the agent, failed under load.)"""
     old, new = payload(48 * MIB, 12), payload(48 * MIB, 13)
     put(az, container, "big.gguf", old)
     path = f"/{ACCOUNT}/{container}/big.gguf"
     az.set_fault(path, S3Fault(rate_bytes_per_s=8 * MIB, methods=("GET",)))
     seen: list[S3Request] = []
 
-    def replace_after_two(request: S3Request) -> None:
+    def replace_before_the_second_range(request: S3Request) -> None:
         if request.method == "GET" and request.path == path:
             seen.append(request)
-            if len(seen) == 2:
-                threading.Timer(0.3, put, (az, container, "big.gguf", new)).start()
+            if len(seen) == 3:  # the stream, the first range, then this one
+                put(az, container, "big.gguf", new)
 
-    az.front.on_request(replace_after_two)
+    az.front.on_request(replace_before_the_second_range)
     env = pod.single_env(
         Azurite.source(container, "big.gguf"),
         LLMKUBE_CONNECTIONS="2",
@@ -652,6 +655,88 @@ def test_a_byte_flipped_in_each_parallel_range_is_caught_before_publishing(
     assert not pod.dest("big.gguf").exists()
     ranges = [r.headers.get("range", "") for r in blob_gets(az, container)]
     assert len(ranges) >= 2 and any(r.startswith("bytes=") for r in ranges), ranges
+
+
+def test_the_content_md5_of_a_ranged_transfer_follows_the_ranges_and_is_not_read_back(
+    pod, az, container, tmp_path
+) -> None:
+    """48 MiB, the first stream slow: the engine widens to ranged GETs, and
+    the md5 follows the contiguous prefix the workers wrote (transfer/
+    declared.py Md5Follower), so the partial is never opened again to be
+    read back after the last range (#33 item 5: that pass was on the
+    critical path of every ranged blob); the file is still checked (a byte
+    flipped in each range, above, is refused)."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        missing_feature("strace is missing (tools/system-deps test installs it)")
+    data = payload(48 * MIB, 25)
+    put(az, container, "big.gguf", data)
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    az.set_fault(path, S3Fault(times=1, rate_bytes_per_s=8 * MIB, methods=("GET",)))
+    trace = tmp_path / "opens.log"
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"), "big.gguf", LLMKUBE_CONNECTIONS="2", **key_env(az)
+    )
+
+    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.gguf").read_bytes() == data
+    ranges = [r.headers.get("range", "") for r in blob_gets(az, container)]
+    assert any(r.startswith("bytes=") for r in ranges), ranges
+    lines = trace.read_text().splitlines()
+    # The stream's partial (renamed to the ranged data file: the read-back
+    # was the only open of that name).
+    opens = [line for line in lines if ".llmkube-part" in line or ".llmkube-segs" in line]
+    assert opens, "strace saw no open of the partial"
+    read_back = [line for line in opens if "O_RDONLY" in line]
+    assert read_back == [], read_back
+
+
+def test_a_resumed_stream_that_widens_is_checked_whole_not_vouched_for_by_the_cut_body(
+    pod, az, container
+) -> None:
+    """The whole-blob GET is cut after 4 MiB (its md5 ran over them); the
+    resume from there is slow, so the engine widens, and it has a byte
+    flipped: the follower of the ranges must not carry on from the cut
+    body's digest (it hashed other bodies' bytes), so the flipped byte is
+    caught and the run either fails or fetches the blob again: the file
+    published is never other than the blob (#33 item 5)."""
+    data = payload(64 * MIB, 27)
+    put(az, container, "big.gguf", data)
+    path = f"/{ACCOUNT}/{container}/big.gguf"
+    gets: list[S3Request] = []
+
+    def faults_in_turn(request: S3Request) -> None:
+        if request.method != "GET" or request.path != path:
+            return
+        gets.append(request)
+        if len(gets) == 1:
+            az.set_fault(path, S3Fault(times=1, truncate_after=4 * MIB, methods=("GET",)))
+        elif len(gets) == 2:
+            slow = S3Fault(times=1, rate_bytes_per_s=8 * MIB, corrupt=True, methods=("GET",))
+            az.set_fault(path, slow)
+
+    az.front.on_request(faults_in_turn)
+    env = pod.single_env(
+        Azurite.source(container, "big.gguf"),
+        "big.gguf",
+        LLMKUBE_CONNECTIONS="2",
+        LLMKUBE_MAX_RETRY_WAIT="0.2",
+        **key_env(az),
+    )
+
+    run = pod.run(env=env)
+
+    assert len(gets) >= 3, [g.headers.get("range") for g in gets]
+    assert (gets[1].headers.get("range") or "").startswith("bytes="), "the cut body was not resumed"
+    if run.returncode == 0:
+        assert pod.dest("big.gguf").read_bytes() == data
+    else:
+        run.failed("ModelTransferChecksumMismatch")
+        assert not pod.dest("big.gguf").exists()
 
 
 @pytest.mark.parametrize("form", ["blob", "prefix"])

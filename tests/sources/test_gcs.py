@@ -19,6 +19,7 @@ from llmkube_stager.schemes import REMEDY_RATE_LIMITED_GCS
 from llmkube_stager.sources.gcs.errors import REMEDY_NOT_FOUND_GCS, REMEDY_UNAUTHORIZED_GCS
 from tests.harness.canary import Secrets, assert_no_leak, leaks, outputs_of
 from tests.harness.disk import tree
+from tests.harness.features import missing_feature
 from tests.harness.gcs import (
     GceMetadata,
     GcsEmulator,
@@ -246,19 +247,26 @@ def test_object_replaced_mid_transfer_is_never_spliced(
     assert resume.headers.get("range", "").startswith("bytes=") and resume.status == 404
 
 
-def test_bytes_that_miss_the_declared_md5_are_never_published(
-    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
+@pytest.mark.parametrize("checked", ["crc32c", "md5"])
+def test_bytes_that_miss_the_declared_digest_are_never_published(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, checked: str
 ) -> None:
+    """The object declares both: the crc32c is checked where google-crc32c's
+    C code runs (#33 item 5, as Google's clients do), the md5 where it does
+    not (a copy of the library without its compiled module)."""
     data = payload(128 * KIB)
     obj = gcs.emulator.put(bucket, "model.gguf", data)
     assert obj["md5Hash"] == base64.b64encode(hashlib.md5(data).digest()).decode()
+    assert obj["crc32c"]
     gcs.fault(GcsFault("media", corrupt=True))
     env = pod.single_env(f"gs://{bucket}/model.gguf", **gcs_env(gcs, no_metadata))
+    if checked == "md5":
+        env["PYTHONPATH"] = str(_crc32c_without_its_c_code(pod.tmp / "no-crc32c-c"))
 
     run = pod.run(env=env)
 
     run.failed("ModelTransferChecksumMismatch")
-    assert "md5" in run.compact_term()["message"]
+    assert f"the {checked} the store declares" in run.compact_term()["message"]
     assert not pod.dest().exists()
 
 
@@ -655,6 +663,37 @@ def test_a_flipped_byte_in_a_ranged_part_is_caught_by_the_read_back(
     assert any(re.fullmatch(r"bytes=\d+-\d+", m.headers.get("range", "")) for m in gcs.requests())
 
 
+def test_a_whole_body_is_checked_against_the_crc32c_while_it_streams(
+    pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata, tmp_path: Path
+) -> None:
+    """One GET of the whole object: its crc32c (checked rather than the
+    md5, google-crc32c's C code being installed) is taken as the bytes
+    arrive, so the partial is never opened again to be read back (#33 item
+    5: after direct writes the read-back read the disk); strace's record of
+    the agent's opens."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        missing_feature("strace is missing (tools/system-deps test installs it)")
+    data = payload(16 * MIB, 26)
+    gcs.emulator.put(bucket, "big.bin", data)
+    trace = tmp_path / "opens.log"
+    env = pod.single_env(
+        f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1")
+    )
+
+    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest("big.bin").read_bytes() == data
+    assert [m.headers.get("range") for m in gcs.requests("media")] == [None]
+    opens = [line for line in trace.read_text().splitlines() if ".llmkube-part" in line]
+    assert opens, "strace saw no open of the partial"
+    read_back = [line for line in opens if "O_RDONLY" in line]
+    assert read_back == [], read_back
+
+
 def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     pod: Pod, gcs: GcsFront, bucket: str, no_metadata: GceMetadata
 ) -> None:
@@ -665,7 +704,8 @@ def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     with the same probe answer, and this second GET has a byte flipped. It
     must be checked against the md5 again, never published because the
     first body matched (review of #33: the match was kept on the probe
-    answer for the whole run)."""
+    answer for the whole run). google-crc32c without its C code, so that
+    the md5 is what is checked (with it, the crc32c is, read back)."""
     data = {"a.bin": payload(128 * KIB, 41), "b.bin": payload(128 * KIB, 42)}
     for rel, body in data.items():
         gcs.emulator.put(bucket, f"m/{rel}", body)
@@ -674,6 +714,7 @@ def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     env = gcs_env(
         gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(cache), **ON_CHANGE
     )
+    env["PYTHONPATH"] = str(_crc32c_without_its_c_code(pod.tmp / "no-crc32c-c"))
     flags, pause = pause_flags([cache / rel for rel in data], times=1)
     proc = pod.popen(env={**env, **pause}, python_flags=flags)
     try:
@@ -694,7 +735,7 @@ def test_a_second_fetch_in_one_run_is_checked_against_the_md5_again(
     on_disk = cache / lost
     assert not on_disk.exists() or on_disk.read_bytes() == data[lost], "wrong bytes published"
     run.failed("ModelTransferChecksumMismatch")
-    assert "md5" in run.compact_term()["message"]
+    assert "the md5 the store declares" in run.compact_term()["message"]
 
 
 def test_kserve_sha256_objects_are_files_like_any_other(

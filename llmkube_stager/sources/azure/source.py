@@ -191,7 +191,7 @@ class AzureFetcher:
                 True,
                 if_match=etag,
                 md5_b64=md5,
-                streamed_md5=StreamedDigest(),
+                streamed_digest=StreamedDigest(),
             )
         from llmkube_stager.sources.wire.status import parse_length
 
@@ -206,7 +206,7 @@ class AzureFetcher:
             if_match=etag,
             stored_encoding=(answer.get("content-encoding") or "").strip() or None,
             md5_b64=content_md5(answer.get("content-md5")),
-            streamed_md5=StreamedDigest(),
+            streamed_digest=StreamedDigest(),
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -238,11 +238,11 @@ class AzureFetcher:
             headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
         if meta.if_match:
             headers["If-Match"] = meta.if_match
-        from llmkube_stager.sources.wire.digest import md5_while_received
+        from llmkube_stager.sources.wire.digest import digest_while_received
 
         proof = CodingProof(file.sha256 is not None, meta.stored_encoding, meta.size_bytes)
         body = self._client.get(self._url(file), headers, offset, end, proof, file.url)
-        return md5_while_received(body, meta, offset, end)
+        return digest_while_received(body, meta, offset, end)
 
     def close(self) -> None:
         self._client.close()

@@ -220,7 +220,7 @@ class GcsFetcher:
             immutable=True,
             md5_b64=obj.md5_b64,
             crc32c_b64=obj.crc32c_b64,
-            streamed_md5=StreamedDigest(),
+            streamed_digest=StreamedDigest(),
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -261,9 +261,9 @@ class GcsFetcher:
             asked_url=file.url,
             proof=proof,
         )
-        from llmkube_stager.sources.wire.digest import md5_while_received
+        from llmkube_stager.sources.wire.digest import digest_while_received
 
-        return md5_while_received(body, meta, offset, end)
+        return digest_while_received(body, meta, offset, end)
 
     def _bearer(self) -> BearerAuth:
         if self._auth is None:
@@ -276,17 +276,8 @@ class GcsFetcher:
 
 
 def crc32c_c_code() -> bool:
-    """Whether google-crc32c imports with its C code. Imported here first,
-    with the library's RuntimeWarning about its slow Python fallback kept
-    off stderr (a JSON log stays JSON): the module is then cached for
-    transfer/declared.py, which decides the same way (`implementation`)."""
-    import importlib
-    import warnings
+    """Whether google-crc32c imports with its C code (sources/wire/digest.py
+    decides with the same answer which digest is checked)."""
+    from llmkube_stager.sources.wire.digest import crc32c_c_module
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            module = importlib.import_module("google_crc32c")
-    except ImportError:
-        return False
-    return getattr(module, "implementation", "") == "c"
+    return crc32c_c_module() is not None
