@@ -476,6 +476,13 @@ class SourceError(StagerError):
         self.answered = answered
 
 
+def rejected(detail: str) -> SourceError:
+    """The origin answered, but with what the agent refuses to use (not its
+    protocol's form, a listing without end, a URL a request cannot carry):
+    SourceRejected, the same request asked again would get the same."""
+    return SourceError(detail, reason=Reason.SOURCE_REJECTED, answered=True)
+
+
 class ProxyUnauthorized(SourceError):
     """A forward proxy answered 407, on CONNECT or to a plain request, on
     any path (#22 item 6). Wrong proxy credentials do not fix themselves:

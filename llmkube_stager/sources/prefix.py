@@ -20,12 +20,12 @@ listing writes nothing.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import Reason, SourceError, SourceKind
+from llmkube_stager.errors import Reason, SourceError, SourceKind, rejected
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import build_manifest, listed_manifest
@@ -73,11 +73,7 @@ def paged(ask: PageOf[T], what: str) -> Iterator[T]:
         yield from objects
         if not token:
             return
-    raise SourceError(
-        f"the listing of {what} did not end after {MAX_PAGES} pages",
-        reason=Reason.SOURCE_REJECTED,
-        answered=True,
-    )
+    raise rejected(f"the listing of {what} did not end after {MAX_PAGES} pages")
 
 
 def not_a_directory(obj: Listed) -> bool:
@@ -136,6 +132,14 @@ def listed_file(raw: str, obj: Listed) -> ListedFile:
     rel = "/".join(p for p in raw.split("/") if p not in ("", "."))
     key = raw if rel != raw and rel else ""
     return ListedFile(rel if rel else raw, obj.size_bytes, obj.validator, key)
+
+
+def listed_key(listed: Mapping[str, ListedFile], rel: str) -> str:
+    """The name below the prefix the file `rel` is fetched by: the key it
+    was listed under where that is not its clean path (a key
+    `prefix//model.joblib`, #31 item 4), else `rel` itself."""
+    entry = listed.get(rel)
+    return entry.key if entry is not None and entry.key else rel
 
 
 def retried(

@@ -21,14 +21,9 @@ from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceKind
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.sources.azure.ref import (
-    AzureRef,
-    ConnectionString,
-    parse_azure_ref,
-    parse_connection_string,
-)
+from llmkube_stager.sources.azure.ref import AzureRef, parse_azure_ref, parse_connection_string
 from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest
-from llmkube_stager.sources.prefix import BucketSource
+from llmkube_stager.sources.prefix import BucketSource, listed_key
 
 if TYPE_CHECKING:
     from llmkube_stager.logs import Log
@@ -41,11 +36,9 @@ class AzureSource(BucketSource):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        env = config.azure_env
-        self._connection: ConnectionString | None = parse_connection_string(
-            env.get("AZURE_STORAGE_CONNECTION_STRING", "")
-        )
-        self.ref: AzureRef = parse_azure_ref(config.source, self._connection)
+        connection = config.azure_env.get("AZURE_STORAGE_CONNECTION_STRING", "")
+        self._connection = parse_connection_string(connection)
+        self.ref = parse_azure_ref(config.source, self._connection)
         self._client: AzureClient | None = None
         # Where the listed names start (the URI's path; a listing moves it).
         self._base = self.ref.path
@@ -154,8 +147,7 @@ class AzureFetcher:
             )
 
     def _url(self, file: RemoteFile) -> str:
-        listed = self._listed.get(file.rel)
-        return self._ref.blob_url(self._blob_of(file.rel, listed.key if listed else None))
+        return self._ref.blob_url(self._blob_of(listed_key(self._listed, file.rel), None))
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
         from llmkube_stager.sources.azure.listing import content_md5, split_validator

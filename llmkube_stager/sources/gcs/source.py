@@ -38,7 +38,7 @@ from llmkube_stager.sources.gcs.ref import (
     object_name,
     parse_gs,
 )
-from llmkube_stager.sources.prefix import BucketSource, retried
+from llmkube_stager.sources.prefix import BucketSource, listed_key, retried
 from llmkube_stager.sources.wire.status import AuthPolicy, Origin
 
 if TYPE_CHECKING:
@@ -169,8 +169,7 @@ class GcsFetcher:
 
     def _object(self, file: RemoteFile) -> GcsObject:
         listed = self._listed.get(file.rel)
-        rel = listed.key if listed is not None and listed.key else file.rel
-        name = object_name(self._ref, rel, self._config.multi_file)
+        name = object_name(self._ref, listed_key(self._listed, file.rel), self._config.multi_file)
         if listed is not None:
             obj = from_validator(name, listed.size_bytes, listed.validator)
             if obj is not None:

@@ -31,7 +31,7 @@ from llmkube_stager.errors import Reason, SourceError, SourceKind
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Body, RemoteMeta
-from llmkube_stager.sources.prefix import BucketSource, retried
+from llmkube_stager.sources.prefix import BucketSource, listed_key, retried
 from llmkube_stager.sources.s3.settings import (
     S3Ref,
     S3Settings,
@@ -137,8 +137,7 @@ class S3Fetcher:
         self._clients.log = log
 
     def _where(self, file: RemoteFile) -> tuple[str, str]:
-        listed = self._listed.get(file.rel)
-        rel = listed.key if listed is not None and listed.key else file.rel  # #31 item 4
+        rel = listed_key(self._listed, file.rel)  # #31 item 4
         key = object_key(self._ref, rel, self._config.multi_file)
         return key, f"s3://{self._ref.bucket}/{key}"
 
