@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Self
+from typing import Self, TypeVar
 
 # The kind-specific remedies live with their scheme's row (#32 item 1);
 # named here too, where every other remedy is.
@@ -474,6 +474,26 @@ class SourceError(StagerError):
         # True when the origin answered (an HTTP status), so the log never
         # calls an answering origin "unreachable" (scenario 51).
         self.answered = answered
+
+
+_T = TypeVar("_T")
+
+
+def known(value: _T | None, what: str) -> _T:
+    """`value`, which the caller's own logic has already made sure is set
+    (a branch, an invariant of its class): an internal error where it is
+    not, never a None carried on. Where an `assert` narrowed the type,
+    `python -O` stripped the check."""
+    if value is None:
+        raise StagerError(f"internal error: {what} is not set")
+    return value
+
+
+def rejected(detail: str) -> SourceError:
+    """The origin answered, but with what the agent refuses to use (not its
+    protocol's form, a listing without end, a URL a request cannot carry):
+    SourceRejected, the same request asked again would get the same."""
+    return SourceError(detail, reason=Reason.SOURCE_REJECTED, answered=True)
 
 
 class ProxyUnauthorized(SourceError):

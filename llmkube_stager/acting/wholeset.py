@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from llmkube_stager import messages
 from llmkube_stager.acting.work import Transfers
 from llmkube_stager.cache.runrecord import PublishEntry
-from llmkube_stager.errors import Reason, SourceError, StagerError
+from llmkube_stager.errors import Reason, SourceError, StagerError, known
 from llmkube_stager.model import Action, Decision, FileResult
 from llmkube_stager.transfer import Completed, KeepAlive
 
@@ -70,14 +70,12 @@ class WholeSet(Transfers):
         failures = [s for s in staged if s.error is not None]
         fatal = [s for s in failures if s.action.decision is not Decision.REFRESH]
         if fatal:
-            assert fatal[0].error is not None
-            raise self.failed(fatal[0].action, fatal[0].error)
+            raise self.failed(fatal[0].action, known(fatal[0].error, "a failed file's error"))
         if failures and any(s.action.decision is not Decision.REFRESH for s in staged):
             # A missing or broken file was fetched, but publishing it alone
             # would mix revisions, and there is no old copy of it to keep.
             first = failures[0]
-            assert first.error is not None
-            raise self.failed(first.action, first.error)
+            raise self.failed(first.action, known(first.error, "a failed file's error"))
         if failures:
             return {s.action.rel: self._kept(s, failures) for s in staged}
         return self._publish_set([s for s in staged if s.done is not None])
@@ -98,11 +96,9 @@ class WholeSet(Transfers):
             # rolls forward only a dead writer's publish (#21 item 5). By
             # name, not descriptor: a published claim's descriptor is closed.
             for one in staged:
-                assert one.done is not None
-                keep.add(functools.partial(_touch, one.done.partial))
+                keep.add(functools.partial(_touch, known(one.done, "a staged file").partial))
             for one in staged:
-                assert one.done is not None
-                result = self.publish_once(one.action, one.done)
+                result = self.publish_once(one.action, known(one.done, "a staged file"))
                 if result is None:
                     lost.append(one)
                 else:
@@ -116,11 +112,11 @@ class WholeSet(Transfers):
         return results
 
     def _entry(self, one: _Staged) -> PublishEntry:
-        assert one.done is not None
+        done = known(one.done, "a staged file")
         meta = self._session.metas.get(one.action.rel)
         validator = (meta.etag if meta is not None else None) or ""
-        partial = os.path.basename(one.done.partial)
-        return PublishEntry(one.action.rel, partial, one.done.claim.size(), validator)
+        partial = os.path.basename(done.partial)
+        return PublishEntry(one.action.rel, partial, done.claim.size(), validator)
 
     def _kept(self, staged: _Staged, failures: list[_Staged]) -> FileResult:
         rel = staged.action.rel

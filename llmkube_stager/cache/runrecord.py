@@ -215,18 +215,22 @@ def _parse_intent(raw: str) -> tuple[PublishEntry, ...]:
     doc = _json(raw)
     if not isinstance(doc, list):
         return ()
-    return tuple(_entry(e) for e in doc if isinstance(e, dict) and _entry_ok(e))
+    entries = (_entry(e) for e in doc if isinstance(e, dict))
+    return tuple(e for e in entries if e is not None)
 
 
-def _entry_ok(entry: dict[str, object]) -> bool:
-    rel, partial = entry.get("rel"), entry.get("partial")
-    return (
+def _entry(entry: dict[str, object]) -> PublishEntry | None:
+    """The publish entry `entry` records; None for one no writer wrote."""
+    rel, partial, size = entry.get("rel"), entry.get("partial"), entry.get("size")
+    if not (
         isinstance(rel, str)
         and _is_model_path(rel)
         and isinstance(partial, str)
         and "/" not in partial
-        and isinstance(entry.get("size"), int)
-    )
+        and isinstance(size, int)
+    ):
+        return None
+    return PublishEntry(rel, partial, size, str(entry.get("validator") or ""))
 
 
 def _is_model_path(rel: str) -> bool:
@@ -243,12 +247,6 @@ def _is_model_path(rel: str) -> bool:
     except InvalidFileSet:
         return False
     return True
-
-
-def _entry(doc: dict[str, object]) -> PublishEntry:
-    size = doc["size"]
-    assert isinstance(size, int)
-    return PublishEntry(str(doc["rel"]), str(doc["partial"]), size, str(doc.get("validator") or ""))
 
 
 def _parse_over(raw: str) -> dict[str, str]:
@@ -295,7 +293,7 @@ class Update:
         for name, key in _KEYS.items():
             value = getattr(self, name)
             if value is not None:
-                encoded[key] = _encode(name, value)
+                encoded[key] = _encode(value)
         return encoded
 
     def changes(self, record: RunRecord, writer: str) -> bool:
@@ -313,16 +311,16 @@ class Update:
         return bool(self.validators or self.run_keys())
 
 
-def _encode(name: str, value: object) -> str:
-    if name == "intent":
-        assert isinstance(value, tuple)
+def _encode(value: object) -> str:
+    """A run key's value as recorded: the intent (the one tuple) and the
+    names over (the one mapping) as JSON, the others as they are."""
+    if isinstance(value, tuple):
         entries = [
             {"rel": e.rel, "partial": e.partial, "size": e.size_bytes, "validator": e.validator}
             for e in value
         ]
         return json.dumps(entries, sort_keys=True, separators=(",", ":")) if entries else ""
-    if name == "over":
-        assert isinstance(value, Mapping)
+    if isinstance(value, Mapping):
         return json.dumps(dict(value), sort_keys=True) if value else ""
     return str(value)
 

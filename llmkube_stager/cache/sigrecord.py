@@ -27,6 +27,8 @@ from llmkube_stager.layout import VALIDATORS_NAME
 
 SIGNATURE_RECORD_NAME = VALIDATORS_NAME + ".signature"
 _MAX_RECORD_BYTES = 16 << 20  # a model of 100,000 files and their digests
+# Why no record vouches for the model: there is none (#34 items 3, 4).
+UNVERIFIED = "the model was not verified against a signature when it was staged"
 
 
 @dataclass(frozen=True)
@@ -90,13 +92,13 @@ def write_verification(path: str, verification: Verification) -> None:
 
 
 def record_problem(
-    recorded: Verification | None, fingerprint: str, bundle: tuple[str, str] | None
+    recorded: Verification, fingerprint: str, bundle: tuple[str, str] | None
 ) -> str | None:
     """Why the record does not vouch for the model under this anchor (None:
-    it does): the judgement every reader makes offline (#34 items 3, 4).
-    `bundle`: (sha256, shown) of the bundle where it is read offline."""
-    if recorded is None:
-        return "the model was not verified against a signature when it was staged"
+    it does): the judgement every reader makes offline (#34 items 3, 4);
+    no record at all is `UNVERIFIED`, said by the caller, which then knows
+    it holds a record. `bundle`: (sha256, shown) of the bundle where it is
+    read offline."""
     if recorded.anchor_fingerprint != fingerprint:
         return (
             "the model was verified against another trust anchor when it was staged "

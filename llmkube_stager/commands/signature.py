@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from llmkube_stager.cache.safeio import read_small
 from llmkube_stager.cache.sigrecord import (
     SIGNATURE_RECORD_NAME,
+    UNVERIFIED,
     Verification,
     read_verification,
     record_path,
     record_problem,
 )
 from llmkube_stager.config import Config
-from llmkube_stager.config.anchor import local_bundle_path
+from llmkube_stager.config.anchor import TrustAnchor, local_bundle_path
 from llmkube_stager.errors import REMEDY_SIGNATURE_RECORD, SignatureError
 from llmkube_stager.schemes import of_source
 
@@ -76,12 +77,14 @@ def signature_state(
     if may_write and (recorded is None or config.refresh_policy == "OnChange"):
         why = "no record yet" if recorded is None else "OnChange verifies on every start"
         return SignatureState("pending", why, anchor.fingerprint[:16], shown)
-    problem = record_problem(recorded, anchor.fingerprint, _local_bundle(config))
-    if problem is None and recorded is not None:
-        problem = _set_problem(recorded, rels, config.multi_file, anchor.signature)
+    local = _local_bundle(config, anchor)  # read, as before, even without a record
+    if recorded is None:
+        return SignatureState("refused", UNVERIFIED, anchor.fingerprint[:16], shown)
+    problem = record_problem(recorded, anchor.fingerprint, local) or _set_problem(
+        recorded, rels, config.multi_file, anchor.signature
+    )
     if problem is not None:
         return SignatureState("refused", problem, anchor.fingerprint[:16], shown)
-    assert recorded is not None
     files = recorded.files
     if not config.multi_file:
         files = {rels[0]: next(iter(recorded.files.values()))}
@@ -125,9 +128,7 @@ def _set_problem(
     return None
 
 
-def _local_bundle(config: Config) -> tuple[str, str] | None:
-    anchor = config.signing
-    assert anchor is not None
+def _local_bundle(config: Config, anchor: TrustAnchor) -> tuple[str, str] | None:
     base = None
     row = of_source(config.source) if config.source else None
     if row is not None and row.kind == "local":

@@ -216,9 +216,10 @@ class _StreamingZip(zipfile.ZipFile):
         if self.start_dir < 0:
             raise zipfile.BadZipFile("Bad offset for central directory")
 
-    def entries(self) -> Iterator[zipfile.ZipInfo]:
-        assert isinstance(self.filename, str)
-        with open(self.filename, "rb") as cd:
+    def entries(self, path: str) -> Iterator[zipfile.ZipInfo]:
+        """`path`: the file this was opened from (ZipFile's `filename` may
+        be None, for an archive opened from a file object)."""
+        with open(path, "rb") as cd:
             cd.seek(self.start_dir)
             read = 0
             while read < self.cd_size:
@@ -271,7 +272,7 @@ def zip_members(path: str, max_members: int) -> Iterator[Member]:
                 f"it holds {zipped.cd_entries} members, more than {max_members} "
                 "(LLMKUBE_ARCHIVE_MAX_FILES)"
             )
-        for info in zipped.entries():
+        for info in zipped.entries(path):
             # Unix mode bits only from a Unix zip (create_system 3).
             mode = info.external_attr >> 16 if info.create_system == 3 else 0
             kind = stat.S_IFMT(mode)

@@ -162,13 +162,8 @@ def _word(text: str, i: int, depth: int) -> tuple[Word, int]:
                 raise Unparsable("a trailing backslash")
             value.append(text[i + 1])
             i += 2
-        elif ch == "`":
-            raise Unparsable("backquote substitutions are not read")
-        elif ch == "$":
-            i = _dollar(text, i, value, subs, depth)
         else:
-            value.append(ch)
-            i += 1
+            i = _unquoting(text, i, value, subs, depth)
     return Word("".join(value), tuple(subs)), i
 
 
@@ -182,14 +177,24 @@ def _double_quoted(
         if ch == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
             value.append(text[i + 1])
             i += 2
-        elif ch == "`":
-            raise Unparsable("backquote substitutions are not read")
-        elif ch == "$":
-            i = _dollar(text, i, value, subs, depth)
         else:
-            value.append(ch)
-            i += 1
+            i = _unquoting(text, i, value, subs, depth)
     raise Unparsable('unterminated "')
+
+
+def _unquoting(
+    text: str, i: int, value: list[str], subs: list[tuple[Token, ...]], depth: int
+) -> int:
+    """The character at `i` that no quoting rule of the word took: a
+    backquote (refused), a `$` expansion, or itself; a bare word and a
+    double-quoted string read these alike."""
+    ch = text[i]
+    if ch == "`":
+        raise Unparsable("backquote substitutions are not read")
+    if ch == "$":
+        return _dollar(text, i, value, subs, depth)
+    value.append(ch)
+    return i + 1
 
 
 def _dollar(text: str, i: int, value: list[str], subs: list[tuple[Token, ...]], depth: int) -> int:

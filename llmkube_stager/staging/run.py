@@ -98,7 +98,7 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             # fetched (staging/signed.py: imported only with an anchor).
             from llmkube_stager.staging.signed import gate
 
-            prepared, verification = gate(config, prepared, effects.log)
+            prepared, verification = gate(config, config.signing, prepared, effects.log)
         check_plan(prepared, effects.log)
         if not prepared.plan.writes and not (pending and prepared.strategy.may_write):
             # Warm start: no lock, no mkdir, no sweep (spec §8.4, §9.3); a

@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from llmkube_stager.cache.safeio import read_small
 from llmkube_stager.cache.sigrecord import (
+    UNVERIFIED,
     Verification,
     read_verification,
     record_path,
@@ -56,19 +57,21 @@ def signature_record(prepared: Prepared) -> str:
     return record_path(manifest.root, rels, manifest.multi_file)
 
 
-def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verification | None]:
+def gate(
+    config: Config, anchor: TrustAnchor, prepared: Prepared, log: Log
+) -> tuple[Prepared, Verification | None]:
     """The plan with signed pins, and the verification to record once the
-    set is published (None: the record in the cache already says it)."""
-    anchor = config.signing
-    assert anchor is not None  # the caller's branch
+    set is published (None: the record in the cache already says it).
+    `anchor`: the configuration's (`config.signing`), which the caller
+    checked is set: passed, not asserted again (`python -O` strips asserts)."""
     recorded = read_verification(signature_record(prepared))
-    local = _local_bundle(config, prepared)
+    local = _local_bundle(anchor, prepared)
     if config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write:
-        warm = _from_record(config, prepared, recorded, local)
+        warm = _from_record(config, anchor, prepared, recorded, local)
         if warm is not None:
             log.info("signature_recorded", "the model's signature was verified when staged")
             return warm, None
-    data, shown = local if local is not None else _fetch_bundle(config, prepared, log)
+    data, shown = local if local is not None else _fetch_bundle(config, anchor, prepared, log)
     from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
 
     signed = verify_bundle(data, anchor, shown)
@@ -86,6 +89,7 @@ def gate(config: Config, prepared: Prepared, log: Log) -> tuple[Prepared, Verifi
 
 def _from_record(
     config: Config,
+    anchor: TrustAnchor,
     prepared: Prepared,
     recorded: Verification | None,
     local: tuple[bytes, str] | None,
@@ -95,16 +99,15 @@ def _from_record(
     of another file set (MODEL_FILES changed), files to stage. A record of
     another anchor or bundle is a refusal (#34 item 3), and so is anything
     short of a fitting record for a reader that may not write (item 4)."""
-    anchor = config.signing
-    assert anchor is not None
     may_write = prepared.strategy.may_write
+    if recorded is None:
+        if may_write:
+            return None
+        raise SignatureError(UNVERIFIED, remedy=REMEDY_SIGNATURE_RECORD)
     seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
     problem = record_problem(recorded, anchor.fingerprint, seen)
     if problem is not None:
-        if recorded is None and may_write:
-            return None
         raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
-    assert recorded is not None
     signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
     try:
         warm = _pinned(config, prepared, signed, anchor)
@@ -188,12 +191,10 @@ def _bundle_rel(anchor: TrustAnchor) -> str:
     return "" if anchor.signature.startswith(("/", "http://", "https://")) else anchor.signature
 
 
-def _local_bundle(config: Config, prepared: Prepared) -> tuple[bytes, str] | None:
+def _local_bundle(anchor: TrustAnchor, prepared: Prepared) -> tuple[bytes, str] | None:
     """The bundle's bytes where they are read without a network: an absolute
     LLMKUBE_SIGNATURE (a mounted Secret) or beside a local source's model.
     None where the bundle is remote."""
-    anchor = config.signing
-    assert anchor is not None
     local = _local_base(prepared) if prepared.manifest.kind == "local" else None
     path = local_bundle_path(anchor.signature, local)
     if path is None:
@@ -219,12 +220,14 @@ def read_bundle(path: str) -> bytes:
     return small.data
 
 
-def _fetch_bundle(config: Config, prepared: Prepared, log: Log) -> tuple[bytes, str]:
+def _fetch_bundle(
+    config: Config, anchor: TrustAnchor, prepared: Prepared, log: Log
+) -> tuple[bytes, str]:
     """The bundle read through the source's own client (its credentials,
     its endpoint): model.sig beside the model, or an http(s) URL."""
     from llmkube_stager.sources import open_source
 
-    derived = _bundle_config(config, prepared)
+    derived = _bundle_config(config, anchor, prepared)
     source = open_source(derived, log)
     file = source.manifest().files[0]
     shown = display_url(file.url)
@@ -260,13 +263,11 @@ def _read_body(body: Body, shown: str) -> bytes:
     return b"".join(chunks)
 
 
-def _bundle_config(config: Config, prepared: Prepared) -> Config:
+def _bundle_config(config: Config, anchor: TrustAnchor, prepared: Prepared) -> Config:
     """A configuration whose one file is the bundle: the model's source
     with the bundle's name as its file (multi-file), or beside the single
     file; an http(s) LLMKUBE_SIGNATURE as a source of its own. The
     destination is never written (the body is read into memory)."""
-    anchor = config.signing
-    assert anchor is not None
     scratch = os.path.join(prepared.manifest.root, ".llmkube-signature-bundle")
     if anchor.signature.startswith(("http://", "https://")):
         return replace(

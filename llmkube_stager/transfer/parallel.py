@@ -31,7 +31,7 @@ from llmkube_stager.cache.heldpartial import HeldPartial
 from llmkube_stager.cache.journal import load_journal, write_journal
 from llmkube_stager.cache.partialnames import new_writer_id
 from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented
-from llmkube_stager.errors import Reason, SourceError, TransferError
+from llmkube_stager.errors import Reason, SourceError, TransferError, known
 from llmkube_stager.layout import ranged_of_stream
 from llmkube_stager.sources.base import RangeUnusable
 from llmkube_stager.transfer.declared import follow_declared
@@ -114,7 +114,7 @@ def open_segmented(
     (else closed), or an idle partial of the same version adopted, or a
     fresh one. Raises StagerError."""
     meta = target.meta
-    assert meta.size_bytes is not None
+    size_bytes = known(meta.size_bytes, "the size of a ranged transfer")
     validator = identity_of(meta)
     if seed is not None:
         # Carry on from a stream's partial (engine.py's widening), under
@@ -122,7 +122,7 @@ def open_segmented(
         # partial after a kill between the journal and the rename knows
         # the journal for an orphan (cache/partials._drop_orphan_journal).
         data, journal = ranged_of_stream(seed.claim.path)
-        if _take_over(seed, data, journal, validator, meta.size_bytes):
+        if _take_over(seed, data, journal, validator, size_bytes):
             return ParallelTransfer(
                 target,
                 connections,
@@ -184,10 +184,9 @@ class ParallelTransfer:
         file's); `adopted`: the data file was another writer's, its journal
         tells what it holds. Made by `open_segmented`."""
         meta = target.meta
-        assert meta.size_bytes is not None
         self._target = target
         self._file = target.file
-        self._size = meta.size_bytes
+        self._size = known(meta.size_bytes, "the size of a ranged transfer")
         self._connections = connections
         self._make_budget = make_budget
         self._validator = identity_of(meta)

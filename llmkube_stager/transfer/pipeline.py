@@ -21,6 +21,7 @@ import queue
 import threading
 from typing import TYPE_CHECKING
 
+from llmkube_stager.errors import known
 from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer
 
 if TYPE_CHECKING:
@@ -130,8 +131,7 @@ class Pipeline:
         self._free.put(buffer)
 
     def _hash_loop(self) -> None:
-        assert self._sha is not None
-        update = self._sha.update
+        update = known(self._sha, "the hash of a hashing pipeline").update
         while (item := self._to_hash.get()) is not None:
             buffer, n, _ = item
             with memoryview(buffer) as view:

@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from llmkube_stager.cache.partials import HEARTBEAT_S
+from llmkube_stager.errors import known
 from llmkube_stager.transfer.directio import DirectReader
 from llmkube_stager.transfer.pipeline import MEMORY_BUDGET_BYTES, resident_bytes
 from llmkube_stager.transfer.segments import Ranges
@@ -92,13 +93,13 @@ class PrefixHasher:
         ready = self._ranges.wait_prefix_beyond(position, 0.5)
         if ready <= position:
             return position
-        assert self._reader is not None
+        reader = known(self._reader, "the direct reader")
         try:
-            chunk = self._reader.read(position, ready - position)
+            chunk = reader.read(position, ready - position)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            self._reader.close()  # this file does not take direct reads: the cache then
+            reader.close()  # this file does not take direct reads: the cache then
             self._reader = None
             return position
         self._sha.update(chunk)

@@ -43,7 +43,7 @@ from llmkube_stager.cache.disk import disk_error
 from llmkube_stager.cache.heldpartial import HeldPartial
 from llmkube_stager.cache.partialnames import new_writer_id
 from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_partial, fs_now, remove_stale
-from llmkube_stager.errors import Reason, SourceError, TransferError
+from llmkube_stager.errors import Reason, SourceError, TransferError, known
 from llmkube_stager.layout import private_partial_path
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Body, RangeUnusable, RemoteMeta
@@ -101,11 +101,9 @@ def fetch_stream(
         try:
             received = _fill(target, state, budget, effects, widen)
         except _Widen:
-            assert widen is not None
+            rate_bytes_per_s = known(widen, "the widening that was asked for").rate_bytes_per_s
             sha = state.sha if state.sha_at == state.offset else None
-            handover = Handover(
-                state.claim, state.offset, sha, state.received, widen.rate_bytes_per_s
-            )
+            handover = Handover(state.claim, state.offset, sha, state.received, rate_bytes_per_s)
             return Streamed(state.claim, state.expected_bytes, None, state.received, handover)
         digest = None
         if state.hash_it:

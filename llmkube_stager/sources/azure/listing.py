@@ -1,5 +1,5 @@
 """The blobs of an Azure prefix without MODEL_FILES (#33 item 2), as
-s3/listing.py lists a prefix: List Blobs page after page (NextMarker)
+every cloud lists a prefix (sources/prefix.py): List Blobs page after page (NextMarker)
 until the listing is whole, one listing per run, each blob's ETag kept so
 that every GET is pinned to it (If-Match) and no blob needs a HEAD, with
 its Content-MD5 where the service declares one (a blob put whole; one put
@@ -17,7 +17,6 @@ are names ending in '/'.
 
 from __future__ import annotations
 
-import posixpath
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
@@ -25,11 +24,11 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from llmkube_stager.errors import Reason, SourceError
-from llmkube_stager.listing import ListedFile, Listing
+from llmkube_stager.listing import Listing
+from llmkube_stager.sources.prefix import list_prefix, paged
 
 # One page: (prefix, marker) -> the XML of List Blobs.
 ListPage = Callable[[str, str], bytes]
-MAX_PAGES = 100_000
 # The service's largest page; it may answer fewer with a NextMarker.
 PAGE_BLOBS = 5000
 
@@ -75,43 +74,22 @@ def page_query(prefix: str, marker: str) -> str:
 
 
 def list_blobs(source: str, where: str, path: str, page: ListPage) -> Listing:
-    stem = path.strip("/")
-    exact: ListedFile | None = None
-    below: list[ListedFile] = []
-    single = bool(stem) and not path.endswith("/")
-    ask = stem if single else (stem + "/" if stem else "")
-    for blob in _pages(ask, page):
-        if blob.name.endswith("/") or blob.size_bytes == 0:
-            continue
-        if single and blob.name == stem:
-            exact = _listed(posixpath.basename(stem), blob)
-        elif blob.name.startswith(stem + "/" if stem else ""):
-            below.append(_listed(blob.name[len(stem) + 1 :] if stem else blob.name, blob))
-    if exact is not None:
-        # Its name is checked as a prefix's are, by staging/listed.py after
-        # the patterns (a KServe `.../m.sha256` blob is one file, #31 item 4).
-        return Listing(source, posixpath.dirname(stem), (exact,), exact=True)
-    if not below:
-        raise SourceError(
-            f"no blob under {where}{'/' if stem else ''} (an empty prefix, or no such blob)",
-            reason=Reason.SOURCE_NOT_FOUND,
-            answered=True,
-        )
-    return Listing(source, stem, tuple(below))
+    def blobs(prefix: str) -> Iterator[Blob]:
+        return paged(lambda marker: parse_page(page(prefix, marker or "")), repr(prefix))
 
-
-def _pages(prefix: str, page: ListPage) -> Iterator[Blob]:
-    marker = ""
-    for _ in range(MAX_PAGES):
-        blobs, marker = parse_page(page(prefix, marker))
-        yield from blobs
-        if not marker:
-            return
-    raise SourceError(
-        f"the listing of {prefix!r} did not end after {MAX_PAGES} pages",
-        reason=Reason.SOURCE_REJECTED,
-        answered=True,
+    return list_prefix(
+        source,
+        path,
+        blobs,
+        lambda under: (
+            f"no blob under {where}{'/' if under else ''} (an empty prefix, or no such blob)"
+        ),
+        keep=_kept,
     )
+
+
+def _kept(blob: Blob) -> bool:
+    return not blob.name.endswith("/") and blob.size_bytes != 0
 
 
 def parse_page(xml: bytes) -> tuple[list[Blob], str]:
@@ -141,11 +119,3 @@ def _blob(item: ET.Element) -> Blob | None:
         etag = f'"{etag}"'
     md5 = content_md5(item.findtext("Properties/Content-MD5"))
     return Blob(name, int(size_text), etag, md5)
-
-
-def _listed(raw: str, blob: Blob) -> ListedFile:
-    # Empty and '.' parts dropped, as for S3 (#31 item 4); '..' stays, for
-    # check_listed to refuse.
-    rel = "/".join(p for p in raw.split("/") if p not in ("", "."))
-    key = raw if rel != raw and rel else ""
-    return ListedFile(rel if rel else raw, blob.size_bytes, blob.validator, key)

@@ -20,20 +20,10 @@ from typing import TYPE_CHECKING, Any
 from llmkube_stager.config import Config
 from llmkube_stager.errors import SourceKind
 from llmkube_stager.listing import Listing
-from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.azure.ref import (
-    AzureRef,
-    ConnectionString,
-    parse_azure_ref,
-    parse_connection_string,
-)
-from llmkube_stager.sources.base import (
-    Body,
-    RemoteMeta,
-    StreamedDigest,
-    build_manifest,
-    listed_manifest,
-)
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.azure.ref import AzureRef, parse_azure_ref, parse_connection_string
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest
+from llmkube_stager.sources.prefix import BucketSource, listed_key
 
 if TYPE_CHECKING:
     from llmkube_stager.logs import Log
@@ -41,21 +31,15 @@ if TYPE_CHECKING:
     from llmkube_stager.sources.azure.credentials import IdentitySettings
 
 
-class AzureSource:
+class AzureSource(BucketSource):
     kind: SourceKind = "azure"
-    revision: str | None = None
-    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
-        self._config = config
-        env = config.azure_env
-        self._connection: ConnectionString | None = parse_connection_string(
-            env.get("AZURE_STORAGE_CONNECTION_STRING", "")
-        )
-        self.ref: AzureRef = parse_azure_ref(config.source, self._connection)
+        super().__init__(config)
+        connection = config.azure_env.get("AZURE_STORAGE_CONNECTION_STRING", "")
+        self._connection = parse_connection_string(connection)
+        self.ref = parse_azure_ref(config.source, self._connection)
         self._client: AzureClient | None = None
-        self.lists = config.listed
-        self.listing: Listing | None = None
         # Where the listed names start (the URI's path; a listing moves it).
         self._base = self.ref.path
 
@@ -112,13 +96,14 @@ class AzureSource:
 
     # -- the manifest and the bytes ------------------------------------------------------
 
-    def manifest(self) -> Manifest:
-        config, ref = self._config, self.ref
-        if self.listing is not None:
-            return _listed_manifest(config, ref, self.listing)
-        return build_manifest(
-            config, "azure", ref.display(), lambda rel: ref.display(self._blob_of(rel, None))
-        )
+    def _display(self) -> str:
+        return self.ref.display()
+
+    def _url_of(self, name: str, multi_file: bool) -> str:
+        if self.listing is None:
+            return self.ref.display(self._blob_of(name, None))
+        base = self.listing.base.strip("/")
+        return self.ref.display(posixpath.join(base, name) if base else name)
 
     def _blob_of(self, rel: str, key: str | None) -> str:
         if self.listing is not None or self._config.multi_file:
@@ -130,16 +115,6 @@ class AzureSource:
     def fetcher(self) -> AzureFetcher:
         client, self._client = self._open_client(), None  # the fetcher closes it
         return AzureFetcher(client, self.ref, self._blob_of, self.listing)
-
-
-def _listed_manifest(config: Config, ref: AzureRef, listing: Listing) -> Manifest:
-    base = listing.base.strip("/")
-    return listed_manifest(
-        "azure",
-        config,
-        listing,
-        lambda f: ref.display(posixpath.join(base, f.key or f.rel) if base else f.key or f.rel),
-    )
 
 
 class AzureFetcher:
@@ -172,8 +147,7 @@ class AzureFetcher:
             )
 
     def _url(self, file: RemoteFile) -> str:
-        listed = self._listed.get(file.rel)
-        return self._ref.blob_url(self._blob_of(file.rel, listed.key if listed else None))
+        return self._ref.blob_url(self._blob_of(listed_key(self._listed, file.rel), None))
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
         from llmkube_stager.sources.azure.listing import content_md5, split_validator

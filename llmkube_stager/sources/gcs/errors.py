@@ -35,32 +35,23 @@ def gcs_status_error(
 ) -> SourceError:
     """An error status of the JSON API; `pinned`: the request named the
     generation the listing or metadata gave; `text`: the wire's own words."""
-    wire = Wire(http_status=status)
     text = text or f"{where} returned HTTP {status}"
-    if status in (401, 403):
+
+    def answered(reason: Reason, remedy: str | None = None, detail: str = text) -> SourceError:
         return SourceError(
-            text,
-            reason=Reason.SOURCE_UNAUTHORIZED,
-            answered=True,
-            wire=wire,
-            remedy=REMEDY_UNAUTHORIZED_GCS,
+            detail, reason=reason, answered=True, wire=Wire(http_status=status), remedy=remedy
         )
+
+    if status in (401, 403):
+        return answered(Reason.SOURCE_UNAUTHORIZED, REMEDY_UNAUTHORIZED_GCS)
     if status == 404 and pinned:
-        return SourceError(
-            f"{text}: the generation it was listed at is gone (the object was replaced or "
-            "deleted since); nothing of the new generation was kept",
-            reason=Reason.SOURCE_CHANGED,
-            answered=True,
-            wire=wire,
+        return answered(
+            Reason.SOURCE_CHANGED,
+            detail=f"{text}: the generation it was listed at is gone (the object was replaced "
+            "or deleted since); nothing of the new generation was kept",
         )
     if status in (404, 410):
-        return SourceError(
-            text,
-            reason=Reason.SOURCE_NOT_FOUND,
-            answered=True,
-            wire=wire,
-            remedy=REMEDY_NOT_FOUND_GCS,
-        )
+        return answered(Reason.SOURCE_NOT_FOUND, REMEDY_NOT_FOUND_GCS)
     err = status_error(status, get, where)
     if status == 503:
         # GCS's overload answer: backed off as a 429 is (the rate-limit remedy).

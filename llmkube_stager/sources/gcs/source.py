@@ -27,14 +27,8 @@ from typing import TYPE_CHECKING, Any
 from llmkube_stager.config import Config
 from llmkube_stager.errors import ConfigError, SourceError, SourceKind
 from llmkube_stager.listing import Listing
-from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import (
-    Body,
-    RemoteMeta,
-    StreamedDigest,
-    build_manifest,
-    listed_manifest,
-)
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest
 from llmkube_stager.sources.gcs.objects import GcsObject, from_validator
 from llmkube_stager.sources.gcs.ref import (
     GcsRef,
@@ -44,6 +38,7 @@ from llmkube_stager.sources.gcs.ref import (
     object_name,
     parse_gs,
 )
+from llmkube_stager.sources.prefix import BucketSource, listed_key, retried
 from llmkube_stager.sources.wire.status import AuthPolicy, Origin
 
 if TYPE_CHECKING:
@@ -53,14 +48,11 @@ if TYPE_CHECKING:
     from llmkube_stager.sources.wire.connection import ConnectionPool
 
 
-class GcsSource:
+class GcsSource(BucketSource):
     kind: SourceKind = "gcs"
-    revision: str | None = None
-    # The metadata (or listing) names the generation the GET is pinned to.
-    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
-        self._config = config
+        super().__init__(config)
         self.ref = parse_gs(config.source)
         # Checked before any I/O (InvalidConfiguration naming the variable).
         endpoint_of(config.gcs_emulator_host, config.gcs_api_endpoint)
@@ -72,8 +64,6 @@ class GcsSource:
                 "object (gs://bucket/path/model.gguf) or set CACHE_DIR without MODEL_PATH"
             )
         self._session: GcsSession | None = None
-        self.lists = config.listed
-        self.listing: Listing | None = None
 
     @property
     def listing_source(self) -> str:
@@ -86,14 +76,9 @@ class GcsSource:
     def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
         from llmkube_stager.sources.gcs.listing import list_objects
 
-        session = self._open_session()
         ref, where = self._listed_ref, self.listing_source
-        return list_objects(
-            where,
-            ref.bucket,
-            ref.path,
-            lambda prefix, token: retry(lambda: session.list_page(prefix, token, where)),
-        )
+        page = retried(retry, self._open_session().list_page, where)
+        return list_objects(where, ref.bucket, ref.path, page)
 
     def use_listing(self, listing: Listing) -> None:
         self.listing = listing
@@ -109,29 +94,15 @@ class GcsSource:
             self._session = GcsSession(self._config, self.ref.bucket)
         return self._session
 
-    def manifest(self) -> Manifest:
-        config, ref = self._config, self.ref
-        if self.listing is not None:
-            return _listed_manifest(config, ref, self.listing)
-        return build_manifest(
-            config,
-            "gcs",
-            ref.display,
-            lambda rel: f"gs://{ref.bucket}/{object_name(ref, rel, config.multi_file)}",
-        )
+    def _display(self) -> str:
+        return self.ref.display
+
+    def _url_of(self, name: str, multi_file: bool) -> str:
+        return f"gs://{self.ref.bucket}/{object_name(self.ref, name, multi_file)}"
 
     def fetcher(self) -> GcsFetcher:
         session, self._session = self._open_session(), None  # the fetcher closes it
         return GcsFetcher(self._config, self.ref, session, self.listing)
-
-
-def _listed_manifest(config: Config, ref: GcsRef, listing: Listing) -> Manifest:
-    return listed_manifest(
-        "gcs",
-        config,
-        listing,
-        lambda f: f"gs://{ref.bucket}/{object_name(ref, f.key or f.rel, True)}",
-    )
 
 
 @dataclass(frozen=True)
@@ -198,8 +169,7 @@ class GcsFetcher:
 
     def _object(self, file: RemoteFile) -> GcsObject:
         listed = self._listed.get(file.rel)
-        rel = listed.key if listed is not None and listed.key else file.rel
-        name = object_name(self._ref, rel, self._config.multi_file)
+        name = object_name(self._ref, listed_key(self._listed, file.rel), self._config.multi_file)
         if listed is not None:
             obj = from_validator(name, listed.size_bytes, listed.validator)
             if obj is not None:

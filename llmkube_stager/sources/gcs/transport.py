@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.errors import SourceError, rejected
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.wire.connection import ConnectionPool
 from llmkube_stager.sources.wire.errors import translate_network_error
@@ -84,11 +84,7 @@ def json_of(answer: Answer, where: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict):
-        raise SourceError(
-            f"{where} answered with something that is not a JSON object",
-            reason=Reason.SOURCE_REJECTED,
-            answered=True,
-        )
+        raise rejected(f"{where} answered with something that is not a JSON object")
     return doc
 
 

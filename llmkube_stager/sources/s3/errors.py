@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmkube_stager.errors import ConfigError, Network, Reason, SourceError, Wire
+from llmkube_stager.errors import ConfigError, Network, Reason, SourceError, Wire, rejected
 
 # S3 (and STS, for credentials) error codes, checked first.
 ERROR_CODES: dict[str, Reason] = {
@@ -127,11 +127,7 @@ def translate_s3_error(exc: Exception, where: str) -> SourceError:
         )
     if _is_parse_error(exc):
         # An answer that is not S3's or STS's (a proxy's or gateway's page).
-        return SourceError(
-            f"{where} answered something that is not an S3 or STS response",
-            reason=Reason.SOURCE_REJECTED,
-            answered=True,
-        )
+        return rejected(f"{where} answered something that is not an S3 or STS response")
     raise exc
 
 

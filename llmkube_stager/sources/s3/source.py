@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError, SourceKind
 from llmkube_stager.listing import Listing
-from llmkube_stager.model import Manifest, RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta, build_manifest, listed_manifest
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.prefix import BucketSource, listed_key, retried
 from llmkube_stager.sources.s3.settings import (
     S3Ref,
     S3Settings,
@@ -49,34 +50,22 @@ if TYPE_CHECKING:
 PRESIGN_EXPIRY_S = 900
 
 
-class S3Source:
+class S3Source(BucketSource):
     kind: SourceKind = "s3"
-    revision: str | None = None
-    # The signed HEAD is also where the presigned GET comes from.
-    get_without_probe = False
 
     def __init__(self, config: Config) -> None:
-        self._config = config
+        super().__init__(config)
         self.ref = parse_s3_ref(config)
         self.settings = s3_settings(config)
         self._clients: S3Clients | None = None
-        # A prefix without MODEL_FILES (#24 item 5): the files are listed.
-        self.lists = config.listed
-        self.listing: Listing | None = None
 
     def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
         """ListObjectsV2 of the prefix, each page asked through `retry`."""
         from llmkube_stager.sources.s3.listing import list_objects
 
-        clients = self._open_clients()
-        key = self._listed_key()
         where = self.listing_source
-        return list_objects(
-            where,
-            self.ref.bucket,
-            key,
-            lambda prefix, token: retry(lambda: clients.list_page(prefix, token, where)),
-        )
+        page = retried(retry, self._open_clients().list_page, where)
+        return list_objects(where, self.ref.bucket, self._listed_key(), page)
 
     @property
     def listing_source(self) -> str:
@@ -104,31 +93,17 @@ class S3Source:
             self._clients = S3Clients(self._config, self.settings, self.ref.bucket)
         return self._clients
 
-    def manifest(self) -> Manifest:
-        config, ref = self._config, self.ref
-        if self.listing is not None:
-            return _listed_manifest(config, ref, self.listing)
-        return build_manifest(
-            config,
-            "s3",
-            f"s3://{ref.bucket}/{ref.key}",
-            lambda rel: f"s3://{ref.bucket}/{object_key(ref, rel, config.multi_file)}",
-        )
+    def _display(self) -> str:
+        return f"s3://{self.ref.bucket}/{self.ref.key}"
+
+    def _url_of(self, name: str, multi_file: bool) -> str:
+        return f"s3://{self.ref.bucket}/{object_key(self.ref, name, multi_file)}"
 
     def fetcher(self) -> S3Fetcher:
         clients, self._clients = self._open_clients(), None  # the fetcher closes them
         return S3Fetcher(
             self._config, self.ref, self.settings, clients=clients, listing=self.listing
         )
-
-
-def _listed_manifest(config: Config, ref: S3Ref, listing: Listing) -> Manifest:
-    return listed_manifest(
-        "s3",
-        config,
-        listing,
-        lambda f: f"s3://{ref.bucket}/{object_key(ref, f.key or f.rel, True)}",
-    )
 
 
 class S3Fetcher:
@@ -162,8 +137,7 @@ class S3Fetcher:
         self._clients.log = log
 
     def _where(self, file: RemoteFile) -> tuple[str, str]:
-        listed = self._listed.get(file.rel)
-        rel = listed.key if listed is not None and listed.key else file.rel  # #31 item 4
+        rel = listed_key(self._listed, file.rel)  # #31 item 4
         key = object_key(self._ref, rel, self._config.multi_file)
         return key, f"s3://{self._ref.bucket}/{key}"
 

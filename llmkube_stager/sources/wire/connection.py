@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from llmkube_stager.errors import known
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.wire.errors import ProxyRefused, translate_network_error
 from llmkube_stager.sources.wire.setup import bounded_setup
@@ -153,10 +154,9 @@ class ConnectionPool:
             conn.close()
             peer = Origin(origin.scheme, host, port)
             raise translate_network_error(exc, where, "connect", peer) from exc
-        assert conn.sock is not None
         # After the handshake the socket timeout is the stall timeout: the
         # longest time without a received byte (CONTRACT §3).
-        conn.sock.settimeout(self._stall_s)
+        known(conn.sock, "a connected socket").settimeout(self._stall_s)
         return conn
 
     def give_back(self, origin: Origin, conn: http.client.HTTPConnection) -> None:

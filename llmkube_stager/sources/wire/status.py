@@ -19,6 +19,7 @@ from llmkube_stager.errors import (
     SourceError,
     Wire,
     proxy_unauthorized,
+    rejected,
 )
 from llmkube_stager.logs import display_url
 from llmkube_stager.sources.wire.bounded import AbsurdNumber, wire_int
@@ -85,11 +86,7 @@ def sendable(url: str) -> str:
     try:
         return wire_url(url)
     except Unsendable as exc:
-        raise SourceError(
-            f"a URL of the source cannot be sent in a request: {exc}",
-            reason=Reason.SOURCE_REJECTED,
-            answered=True,
-        ) from None
+        raise rejected(f"a URL of the source cannot be sent in a request: {exc}") from None
 
 
 _HF_HOSTS = frozenset({"huggingface.co", "www.huggingface.co"})

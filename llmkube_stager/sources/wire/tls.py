@@ -35,11 +35,6 @@ def make_ssl_context(ca_dir: str) -> ssl.SSLContext:
     return context
 
 
-def is_cert_failure(exc: BaseException | None) -> bool:
-    """True when a TLS verification failure is anywhere in the chain."""
-    return cert_error(exc) is not None
-
-
 def cert_error(exc: BaseException | None) -> ssl.SSLCertVerificationError | None:
     """The TLS verification failure in the chain (its `verify_message` is
     OpenSSL's reason, which curl printed too), or None."""
