@@ -61,8 +61,14 @@ class DigestFollower:
         self.thread = self._hasher.thread
 
     def settle(self) -> None:
-        """After the last range: finish() hashes up to the file's size."""
-        self._hasher.finish()
+        """After the last range: finish() hashes up to the file's size. A
+        follower that failed to read (the disk, a mount) leaves the cell
+        unmarked: the read-back then decides, and names a disk error as
+        one (review of #33 item 5: it was an internal error)."""
+        try:
+            self._hasher.finish()
+        except OSError:
+            return
         if self._declared.matches(self._running):
             self._cell.matched = True
 

@@ -34,7 +34,7 @@ from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented
 from llmkube_stager.errors import Reason, SourceError, TransferError, known
 from llmkube_stager.layout import ranged_of_stream
 from llmkube_stager.sources.base import RangeUnusable
-from llmkube_stager.transfer.declared import follow_declared
+from llmkube_stager.transfer.declared import DigestFollower, follow_declared
 from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer, fill_limit
 from llmkube_stager.transfer.prefixhash import PrefixHasher
 from llmkube_stager.transfer.progress import ProgressTicker
@@ -314,29 +314,35 @@ class ParallelTransfer:
         for item in work_items(shared.ranges.missing(self._size), self._connections):
             items.put(item)
         workers = self._spawn(shared, items, self._start_connections)
-        hasher = None
-        if hash_it:
-            seed = self._seed
-            direct = shared.writer.direct
-            if seed is not None and seed.sha is not None:
-                hasher = PrefixHasher(
-                    shared.fd, shared.ranges, direct, self._size, seed.sha, seed.offset
-                )
-            else:
-                hasher = PrefixHasher(shared.fd, shared.ranges, direct, self._size)
-            shared.threads.append(hasher.thread)
-        # #33 item 5: a declared md5/crc32c follows the ranges too.
-        stream_bytes = self._seed.offset if self._seed is not None else 0
-        declared = follow_declared(
-            shared.fd, shared.ranges, shared.writer.direct, self._target.meta, stream_bytes
-        )
-        if declared is not None:
-            shared.threads.append(declared.thread)
-        for thread in workers:
-            thread.start()
-        spare = self._connections - len(workers)
-        grow = _Growth(shared, spare, self._grow_below) if spare > 0 and self._grow_below else None
+        hasher: PrefixHasher | None = None
+        declared: DigestFollower | None = None
+        # What the data file holds of the stream this carries on from, as
+        # opened (review of #33 item 5: not the seed's offset, should the
+        # data file have been started over): a hash carries on from there.
+        seed = self._seed
+        carried = seed.offset if seed is not None and shared.ranges.prefix() == seed.offset else 0
         try:
+            if hash_it:
+                direct = shared.writer.direct
+                if seed is not None and seed.sha is not None and carried:
+                    hasher = PrefixHasher(
+                        shared.fd, shared.ranges, direct, self._size, seed.sha, carried
+                    )
+                else:
+                    hasher = PrefixHasher(shared.fd, shared.ranges, direct, self._size)
+                shared.threads.append(hasher.thread)
+            # #33 item 5: a declared md5/crc32c follows the ranges too.
+            declared = follow_declared(
+                shared.fd, shared.ranges, shared.writer.direct, self._target.meta, carried
+            )
+            if declared is not None:
+                shared.threads.append(declared.thread)
+            for thread in workers:
+                thread.start()
+            spare = self._connections - len(workers)
+            grow = (
+                _Growth(shared, spare, self._grow_below) if spare > 0 and self._grow_below else None
+            )
             self._supervise(shared, workers, ticker, lambda: self._grown(shared, items, grow))
             if shared.errors:
                 raise shared.errors[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import mmap
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 HASH_WINDOW_BYTES = 16 << 20  # mmap'd page cache: not allocated, but resident (RSS)
 _SMALLEST_WINDOW_BYTES = 2 << 20
 HASH_READ_BYTES = 4 << 20  # read back after direct writes: allocated, counts in RSS
+# What mmap raises for a file that cannot be mapped shared: ENODEV (FUSE in
+# direct_io mode, virtiofs cache=none), EACCES, EINVAL, ENOTSUP.
+_UNMAPPABLE = frozenset({errno.ENODEV, errno.EACCES, errno.EINVAL, errno.ENOTSUP})
 
 
 def window_bytes_within(budget_bytes: int, resident: int) -> int:
@@ -44,7 +48,8 @@ def _direct_reader(fd: int) -> DirectReader | None:
 
 
 class PrefixHasher:
-    """sha256 of the file in order, over what the workers wrote. After
+    """A digest of the file in order (its sha256, or a declared md5/crc32c:
+    transfer/declared.py), over what the workers wrote. After
     buffered writes it hashes the page cache through a read-only mmap (no
     copy into a user buffer: pread cost ~0.25 ms/MB more CPU in the
     benchmark); after direct writes it reads the disk with O_DIRECT."""
@@ -71,6 +76,8 @@ class PrefixHasher:
         self._cancelled = threading.Event()
         self._reader = _direct_reader(fd) if direct else None
         self._window = window_bytes_within(MEMORY_BUDGET_BYTES, resident_bytes())
+        # Set when the file refuses a shared map: read with pread instead.
+        self._read_buffer: bytearray | None = None
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -81,6 +88,8 @@ class PrefixHasher:
             while position < self._size and not self._cancelled.is_set():
                 if self._reader is not None:
                     position = self._read_direct(position)
+                elif self._read_buffer is not None:
+                    position = self._hash_read(position)
                 else:
                     position = self._hash_window(position)
         except BaseException as exc:  # raised by finish(): never a silent mismatch
@@ -107,12 +116,24 @@ class PrefixHasher:
 
     def _hash_window(self, position: int) -> int:
         """Map one window at a time: mapped file pages count as resident,
-        so a whole-file map would put the file size into peak RSS."""
+        so a whole-file map would put the file size into peak RSS. A file
+        that refuses a shared map (a FUSE mount in direct_io mode: bindfs,
+        s3fs, rclone --direct-io, blobfuse2; virtiofs with cache=none:
+        ENODEV) is read with pread from then on (review of #33 item 5: the
+        follower of a ranged gs:// or Azure blob died there, and every such
+        file was an internal error; a pinned sha256 already was)."""
         window = self._window
         start = position - position % window
         length = min(window, self._size - start)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        with mmap.mmap(self._fd, length, flags=flags, prot=mmap.PROT_READ, offset=start) as mapped:
+        try:
+            mapped = mmap.mmap(self._fd, length, flags=flags, prot=mmap.PROT_READ, offset=start)
+        except OSError as exc:
+            if exc.errno not in _UNMAPPABLE:
+                raise
+            self._read_buffer = bytearray(HASH_READ_BYTES)
+            return position
+        with mapped:
             view = memoryview(mapped)
             try:
                 while position < start + length and not self._cancelled.is_set():
@@ -124,6 +145,22 @@ class PrefixHasher:
             finally:
                 view.release()
         return position
+
+    def _hash_read(self, position: int) -> int:
+        """One pread of what the workers completed beyond `position`."""
+        ready = self._ranges.wait_prefix_beyond(position, 0.5)
+        if ready <= position:
+            return position
+        buffer = known(self._read_buffer, "the read buffer")
+        view = memoryview(buffer)
+        try:
+            count = os.preadv(self._fd, [view[: min(len(buffer), ready - position)]], position)
+            if count <= 0:
+                raise OSError(errno.EIO, "the partial ended before what its workers wrote")
+            self._sha.update(view[:count])
+        finally:
+            view.release()
+        return position + count
 
     def finish(self) -> str:
         self.thread.join()

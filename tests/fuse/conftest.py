@@ -37,7 +37,9 @@ def _bind_missing() -> str | None:
     return None
 
 
-_FUSE_FIXTURES = frozenset({"fuse_cache", "plain_bindfs", "two_nodes", "caching_nodes"})
+_FUSE_FIXTURES = frozenset(
+    {"fuse_cache", "plain_bindfs", "two_nodes", "caching_nodes", "direct_io_fuse"}
+)
 _BIND_FIXTURES = frozenset({"ro_cache"})
 
 
@@ -55,11 +57,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @contextlib.contextmanager
-def _bindfs(tmp_path: Path, name: str, *, subtype: bool = True) -> Iterator[FuseCache]:
+def _bindfs(
+    tmp_path: Path, name: str, *, subtype: bool = True, options: str = ""
+) -> Iterator[FuseCache]:
     backing = tmp_path / f"{name}-backing"
     backing.mkdir()
     mnt = tmp_path / name
-    mount_bindfs(backing, mnt, subtype=subtype)
+    mount_bindfs(backing, mnt, subtype=subtype, options=options)
     try:
         yield FuseCache(backing, mnt)
     finally:
@@ -76,6 +80,15 @@ def fuse_cache(tmp_path: Path) -> Iterator[FuseCache]:
 def plain_bindfs(tmp_path: Path) -> Iterator[FuseCache]:
     """bindfs exactly as `bindfs --no-allow-other SRC MNT`, without a subtype."""
     with _bindfs(tmp_path, "plain-fuse", subtype=False) as cache:
+        yield cache
+
+
+@pytest.fixture
+def direct_io_fuse(tmp_path: Path) -> Iterator[FuseCache]:
+    """bindfs in direct_io mode, as blobfuse2 (`direct-io`), s3fs and rclone
+    (`--direct-io`) can run, and as virtiofs with cache=none behaves: no page
+    cache, and a shared mmap of a file fails (ENODEV)."""
+    with _bindfs(tmp_path, "direct-io-fuse", options="direct_io") as cache:
         yield cache
 
 

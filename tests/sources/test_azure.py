@@ -662,7 +662,7 @@ def test_the_content_md5_of_a_ranged_transfer_follows_the_ranges_and_is_not_read
 ) -> None:
     """48 MiB, the first stream slow: the engine widens to ranged GETs, and
     the md5 follows the contiguous prefix the workers wrote (transfer/
-    declared.py Md5Follower), so the partial is never opened again to be
+    declared.py DigestFollower), so the partial is never opened again to be
     read back after the last range (#33 item 5: that pass was on the
     critical path of every ranged blob); the file is still checked (a byte
     flipped in each range, above, is refused)."""
