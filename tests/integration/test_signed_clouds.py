@@ -8,26 +8,24 @@ source: a changed byte, an added object, a removed object, a bundle of
 another key. None is ever published (no model file on disk, no record,
 exit 4, ModelSignatureInvalid), the untampered one is.
 
-The fixtures are those of tests/sources/test_gcs.py and test_azure.py,
-repeated here (module-scoped emulators of their own) so that neither file
-changes.
+The emulators are the session's (tests/conftest.py: `gcs_emulator` behind
+a `gcs` front of the test's own, `azurite` cleared as `az`), each test in
+a bucket or container of its own.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.harness.azurite import Azurite, azurite_binary
-from tests.harness.features import missing_feature
-from tests.harness.gcs import GceMetadata, GcsEmulator, GcsFront, gcs_env, new_bucket
+from tests.harness.azurite import LOOPBACK_ONLY, Azurite
+from tests.harness.azurite import put as put_blob
+from tests.harness.gcs import GceMetadata, GcsFront, gcs_env
 from tests.harness.pod import Pod, Run
 from tests.harness.sample import KIB, payload
 from tests.harness.signing import Signer
@@ -41,7 +39,6 @@ FILES = {
     "tokenizer/tokenizer.json": b'{"version": "1.0"}',
 }
 PREFIX = "org/signed"
-_CONTAINERS = itertools.count()
 
 
 @dataclass
@@ -54,71 +51,28 @@ class Cloud:
     put: Callable[[str, bytes], None]
 
 
-# -- gs:// --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[GcsEmulator]:
-    with GcsEmulator() as emu:
-        yield emu
-
-
-@pytest.fixture
-def gcs(emulator: GcsEmulator) -> Iterator[GcsFront]:
-    with GcsFront(emulator) as front:
-        yield front
-
-
-@pytest.fixture
-def no_metadata() -> Iterator[GceMetadata]:
-    """A host without a metadata server: the agent settles on anonymous."""
-    with GceMetadata(present=False) as fake:
-        yield fake
-
-
-def _gcs_cloud(gcs: GcsFront, no_metadata: GceMetadata) -> Cloud:
-    bucket = new_bucket(gcs.emulator)
-
+def _gcs_cloud(gcs: GcsFront, no_metadata: GceMetadata, bucket: str) -> Cloud:
     def put(rel: str, data: bytes) -> None:
         gcs.emulator.put(bucket, f"{PREFIX}/{rel}", data)
 
     return Cloud(f"gs://{bucket}/{PREFIX}", gcs_env(gcs, no_metadata), put)
 
 
-# -- Azure Blob ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def azurite() -> Iterator[Azurite]:
-    if azurite_binary() is None:
-        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
-    with Azurite() as server:
-        yield server
-
-
-def _azure_cloud(azurite: Azurite) -> Cloud:
-    container = f"models-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
-    azurite.service().create_container(container)
-
+def _azure_cloud(az: Azurite, container: str) -> Cloud:
     def put(rel: str, data: bytes) -> None:
-        blob = azurite.service().get_blob_client(container, f"{PREFIX}/{rel}")
-        blob.upload_blob(data, overwrite=True)
+        put_blob(az, container, f"{PREFIX}/{rel}", data)
 
-    # A request to any host but 127.0.0.1 fails on a closed loopback port
-    # (tests/sources/test_azure.py's _loopback_only): nothing leaves the machine.
-    env = {
-        "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(),
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "NO_PROXY": "127.0.0.1",
-    }
+    env = {"AZURE_STORAGE_CONNECTION_STRING": az.connection_string(), **LOOPBACK_ONLY}
     return Cloud(Azurite.source(container, PREFIX), env, put)
 
 
 @pytest.fixture(params=["gcs", "azure"])
 def cloud(request: pytest.FixtureRequest) -> Cloud:
     if request.param == "gcs":
-        return _gcs_cloud(request.getfixturevalue("gcs"), request.getfixturevalue("no_metadata"))
-    return _azure_cloud(request.getfixturevalue("azurite"))
+        gcs, bucket = request.getfixturevalue("gcs"), request.getfixturevalue("gcs_bucket")
+        return _gcs_cloud(gcs, request.getfixturevalue("no_metadata"), bucket)
+    az, container = request.getfixturevalue("az"), request.getfixturevalue("container")
+    return _azure_cloud(az, container)
 
 
 @pytest.fixture
@@ -249,7 +203,7 @@ def test_a_single_cloud_object_finds_model_sig_beside_it(
 
 
 def test_a_single_azure_blob_with_a_sas_in_its_url_reads_its_bundle_with_it(
-    pod: Pod, azurite: Azurite, signer: Signer
+    pod: Pod, az: Azurite, container: str, signer: Signer
 ) -> None:
     """A private container, the container SAS in MODEL_SOURCE's query as
     the only credential: the bundle beside the blob is read with that SAS
@@ -261,8 +215,7 @@ def test_a_single_azure_blob_with_a_sas_in_its_url_reads_its_bundle_with_it(
 
     from tests.harness.azurite import ACCOUNT, ACCOUNT_KEY
 
-    cloud = _azure_cloud(azurite)
-    container = cloud.source.split("/")[3]
+    cloud = _azure_cloud(az, container)
     data = payload(40 * KIB, 10)
     cloud.put("llama.gguf", data)
     cloud.put("model.sig", signer.sign({"llama.gguf": data}))
@@ -275,7 +228,7 @@ def test_a_single_azure_blob_with_a_sas_in_its_url_reads_its_bundle_with_it(
     )
     env = pod.single_env(
         f"{cloud.source}/llama.gguf?{sas}",
-        **{**cloud.env, "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(key=False)},
+        **{**cloud.env, "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False)},
         **signer.anchor_env,
     )
 
