@@ -57,6 +57,7 @@ __all__ = [
     "S3Fault",
     "S3Request",
     "cleared",
+    "container_sas",
     "new_container",
     "put",
     "put_many",
@@ -243,22 +244,31 @@ def put(az: Azurite, container: str, name: str, data: bytes) -> str:
     return str(answer["etag"])
 
 
+def container_sas(container: str, *, valid_s: float = 3600, **permissions: bool) -> str:
+    """A container SAS the account key signs, with these permissions
+    (read, list, write, ...), valid for `valid_s` seconds from now (a
+    negative value: expired that long ago)."""
+    from datetime import UTC, datetime, timedelta
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    return str(
+        generate_container_sas(
+            ACCOUNT,
+            container,
+            account_key=ACCOUNT_KEY,
+            permission=ContainerSasPermissions(**permissions),
+            expiry=datetime.now(UTC) + timedelta(seconds=valid_s),
+        )
+    )
+
+
 def put_many(az: Azurite, container: str, names: list[str], data: bytes) -> None:
     """The same bytes under many names (a listing test's thousand blobs):
     Put Blob with a container SAS on one kept-alive connection, straight
     to Azurite (the SDK's client takes ~10 ms a blob, most of a listing
     test's time)."""
-    from datetime import UTC, datetime, timedelta
-
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
-    sas = generate_container_sas(
-        ACCOUNT,
-        container,
-        account_key=ACCOUNT_KEY,
-        permission=ContainerSasPermissions(create=True, write=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
+    sas = container_sas(container, create=True, write=True)
     conn = az.direct_connection()
     conn.connect()
     conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

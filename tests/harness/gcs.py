@@ -109,6 +109,18 @@ class GcsEmulator(Lifecycle):
 
     def put(self, bucket: str, name: str, data: bytes) -> dict[str, Any]:
         """Upload (a new generation) and return the object's resource."""
+        self._upload(bucket, name, data)
+        # Generations are clock-based: two uploads in one tick must differ.
+        time.sleep(0.002)
+        return self.meta(bucket, name)
+
+    def put_many(self, bucket: str, objects: dict[str, bytes]) -> None:
+        """Upload objects of distinct names without reading each one back
+        (a listing test's thousand objects)."""
+        for name, data in objects.items():
+            self._upload(bucket, name, data)
+
+    def _upload(self, bucket: str, name: str, data: bytes) -> None:
         query = urlencode({"uploadType": "media", "name": name})
         status, _, body = _ask(
             self.port,
@@ -118,23 +130,6 @@ class GcsEmulator(Lifecycle):
             {"Content-Type": "application/octet-stream"},
         )
         assert status == 200, (status, body[:200])
-        # Generations are clock-based: two uploads in one tick must differ.
-        time.sleep(0.002)
-        return self.meta(bucket, name)
-
-    def put_many(self, bucket: str, objects: dict[str, bytes]) -> None:
-        """Upload objects of distinct names, as `put` does each, without
-        reading each one back (a listing test's thousand objects)."""
-        for name, data in objects.items():
-            query = urlencode({"uploadType": "media", "name": name})
-            status, _, body = _ask(
-                self.port,
-                "POST",
-                f"/upload/storage/v1/b/{quote(bucket, safe='')}/o?{query}",
-                data,
-                {"Content-Type": "application/octet-stream"},
-            )
-            assert status == 200, (status, body[:200])
 
     def meta(self, bucket: str, name: str) -> dict[str, Any]:
         status, _, body = _ask(

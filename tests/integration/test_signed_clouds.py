@@ -18,26 +18,23 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.harness.azurite import LOOPBACK_ONLY, Azurite
+from tests.harness.azurite import LOOPBACK_ONLY, Azurite, container_sas
 from tests.harness.azurite import put as put_blob
 from tests.harness.gcs import GceMetadata, GcsFront, gcs_env
-from tests.harness.pod import Pod, Run
+from tests.harness.pod import Pod
 from tests.harness.sample import KIB, payload
-from tests.harness.signing import Signer
+from tests.harness.signing import (
+    FILES,
+    RECORD,
+    Signer,
+    changed_byte,
+    refused,
+)
 
-REASON = "ModelSignatureInvalid"
-RECORD = ".llmkube-validators.signature"
-FILES = {
-    "model-00001-of-00002.safetensors": payload(96 * KIB, 1),
-    "model-00002-of-00002.safetensors": payload(64 * KIB, 2),
-    "config.json": b'{"model_type": "llama"}',
-    "tokenizer/tokenizer.json": b'{"version": "1.0"}',
-}
 PREFIX = "org/signed"
 
 
@@ -97,20 +94,6 @@ def _upload(cloud: Cloud, files: dict[str, bytes], bundle: bytes) -> None:
     cloud.put("model.sig", bundle)
 
 
-def _nothing_published(cache_dir: Path, rels: list[str]) -> None:
-    for rel in rels:
-        assert not (cache_dir / rel).exists(), f"{rel} was published"
-    assert not (cache_dir / RECORD).exists()
-
-
-def _refused(run: Run, cache_dir: Path, rels: list[str], words: str) -> None:
-    doc = run.failed(REASON).term
-    assert run.returncode == 4
-    assert doc["retryable"] is False
-    assert words in str(doc["message"]), doc["message"]
-    _nothing_published(cache_dir, rels)
-
-
 def test_a_signed_cloud_prefix_is_published_with_its_record(
     pod: Pod, cloud: Cloud, signer: Signer
 ) -> None:
@@ -130,16 +113,9 @@ def test_a_signed_cloud_prefix_is_published_with_its_record(
     pod.run(env=env).ok(files=len(FILES) + 1, fetched=0, reused=len(FILES) + 1)
 
 
-def _changed_byte(files: dict[str, bytes]) -> dict[str, bytes]:
-    rel = "model-00002-of-00002.safetensors"
-    bad = bytearray(files[rel])
-    bad[len(bad) // 2] ^= 0x01
-    return {**files, rel: bytes(bad)}
-
-
 TAMPERS: dict[str, tuple[Callable[[dict[str, bytes]], dict[str, bytes]], str]] = {
     # (the objects under the prefix, what the refusal says)
-    "changed_byte": (_changed_byte, "does not have the sha256 its signature gives it"),
+    "changed_byte": (changed_byte, "does not have the sha256 its signature gives it"),
     "added_object": (
         lambda f: {**f, "backdoor.py": b"import os"},
         "'backdoor.py' is staged but not signed",
@@ -161,7 +137,7 @@ def test_a_tampered_cloud_prefix_is_never_published(
 
     run = pod.run(env=_listed_env(pod, cloud, signer))
 
-    _refused(run, pod.cache_dir, sorted(set(FILES) | set(served)), words)
+    refused(run, pod.cache_dir, sorted(set(FILES) | set(served)), words)
 
 
 def test_a_cloud_bundle_of_another_key_is_never_published(
@@ -171,7 +147,7 @@ def test_a_cloud_bundle_of_another_key_is_never_published(
 
     run = pod.run(env=_listed_env(pod, cloud, signer))
 
-    _refused(run, pod.cache_dir, sorted(FILES), "does not verify against the key")
+    refused(run, pod.cache_dir, sorted(FILES), "does not verify against the key")
 
 
 def test_a_cloud_prefix_without_a_bundle_is_never_published(
@@ -182,7 +158,7 @@ def test_a_cloud_prefix_without_a_bundle_is_never_published(
 
     run = pod.run(env=_listed_env(pod, cloud, signer))
 
-    _refused(run, pod.cache_dir, sorted(FILES), "no signature bundle at")
+    refused(run, pod.cache_dir, sorted(FILES), "no signature bundle at")
 
 
 def test_a_single_cloud_object_finds_model_sig_beside_it(
@@ -196,7 +172,7 @@ def test_a_single_cloud_object_finds_model_sig_beside_it(
     run = pod.run(env=env)
 
     # The bundle beside it signs other bytes: refused, nothing published.
-    _refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
+    refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
     cloud.put("model.sig", signer.sign({"llama.gguf": data}))
     pod.run(env=env).ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
@@ -211,21 +187,11 @@ def test_a_single_azure_blob_with_a_sas_in_its_url_reads_its_bundle_with_it(
     never shown nor recorded."""
     from urllib.parse import parse_qs
 
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
-    from tests.harness.azurite import ACCOUNT, ACCOUNT_KEY
-
     cloud = _azure_cloud(az, container)
     data = payload(40 * KIB, 10)
     cloud.put("llama.gguf", data)
     cloud.put("model.sig", signer.sign({"llama.gguf": data}))
-    sas = generate_container_sas(
-        ACCOUNT,
-        container,
-        account_key=ACCOUNT_KEY,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
+    sas = container_sas(container, read=True, list=True)
     env = pod.single_env(
         f"{cloud.source}/llama.gguf?{sas}",
         **{**cloud.env, "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False)},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import signal
 import threading
-from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
@@ -20,6 +20,7 @@ from tests.harness.azurite import (
     Azurite,
     S3Fault,
     S3Request,
+    container_sas,
     new_container,
     put,
     put_many,
@@ -137,17 +138,9 @@ def test_a_listing_of_more_than_one_page_is_followed(pod, az, container) -> None
 
 
 def test_a_sas_in_the_url_is_used_and_never_shown(pod, az, container) -> None:
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
     data = payload(64 * KIB, 3)
     put(az, container, "model.gguf", data)
-    sas = generate_container_sas(
-        ACCOUNT,
-        container,
-        account_key=ACCOUNT_KEY,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
+    sas = container_sas(container, read=True, list=True)
     source = Azurite.source(container, "model.gguf") + "?" + sas
     env = pod.single_env(source, AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False))
 
@@ -196,16 +189,8 @@ def test_a_wrong_account_key_names_the_variable(pod, az, container) -> None:
 
 
 def test_an_expired_sas_is_unauthorized(pod, az, container) -> None:
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
     put(az, container, "model.gguf", b"abc")
-    sas = generate_container_sas(
-        ACCOUNT,
-        container,
-        account_key=ACCOUNT_KEY,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=datetime.now(UTC) - timedelta(minutes=5),
-    )
+    sas = container_sas(container, valid_s=-300, read=True, list=True)
     env = pod.single_env(
         Azurite.source(container, "model.gguf") + "?" + sas,
         AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False),
@@ -256,6 +241,19 @@ def test_server_busy_is_rate_limited_with_azure_words(pod, az, container) -> Non
 # -- durability -------------------------------------------------------------------------------
 
 
+def _killed_with_a_partial(pod, env: dict[str, str], dest: Path, what: str) -> None:
+    """Start the CLI and SIGKILL it once a partial of `dest` holds 4 MiB."""
+    proc = pod.popen(env=env)
+    wait_for(
+        lambda: dest.parent.is_dir() and any(s >= 4 * MIB for s in partials(dest).values()),
+        60,
+        what,
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    assert pod.finish(proc).returncode == -signal.SIGKILL
+
+
 def test_a_killed_transfer_resumes_with_a_range(pod, az, container) -> None:
     # Written in 4 MiB buffers (transfer/pipeline.py): a blob of several,
     # paced, so that the kill finds some on disk and more to come.
@@ -266,18 +264,7 @@ def test_a_killed_transfer_resumes_with_a_range(pod, az, container) -> None:
     env = pod.single_env(
         Azurite.source(container, "big.gguf"), LLMKUBE_CONNECTIONS="1", **key_env(az)
     )
-    proc = pod.popen(env=env)
-    wait_for(
-        lambda: (
-            pod.dest().parent.is_dir()
-            and any(size >= 4 * MIB for size in partials(pod.dest()).values())
-        ),
-        60,
-        "a partial of the blob",
-        proc,
-    )
-    proc.send_signal(signal.SIGKILL)
-    assert pod.finish(proc).returncode == -signal.SIGKILL
+    _killed_with_a_partial(pod, env, pod.dest(), "a partial of the blob")
     az.clear()
 
     pod.run(env=env).ok(files=1, fetched=1)
@@ -299,18 +286,7 @@ def test_a_blob_replaced_mid_transfer_is_never_spliced(pod, az, container) -> No
     env = pod.single_env(
         Azurite.source(container, "model.gguf"), LLMKUBE_CONNECTIONS="1", **key_env(az)
     )
-    proc = pod.popen(env=env)
-    wait_for(
-        lambda: (
-            pod.dest().parent.is_dir()
-            and any(size >= 4 * MIB for size in partials(pod.dest()).values())
-        ),
-        60,
-        "a partial of the old blob",
-        proc,
-    )
-    proc.send_signal(signal.SIGKILL)
-    assert pod.finish(proc).returncode == -signal.SIGKILL
+    _killed_with_a_partial(pod, env, pod.dest(), "a partial of the old blob")
     az.clear()
     put(az, container, "model.gguf", new)
 
@@ -340,15 +316,7 @@ def test_a_listed_blob_replaced_mid_transfer_is_never_spliced(pod, az, container
         **key_env(az),
     }
     dest = pod.cache_dir / "model.gguf"
-    proc = pod.popen(env=env)
-    wait_for(
-        lambda: pod.cache_dir.is_dir() and any(s >= 4 * MIB for s in partials(dest).values()),
-        60,
-        "a partial of the old blob",
-        proc,
-    )
-    proc.send_signal(signal.SIGKILL)
-    assert pod.finish(proc).returncode == -signal.SIGKILL
+    _killed_with_a_partial(pod, env, dest, "a partial of the old blob")
     az.clear()
     new_etag = put(az, container, "m/model.gguf", new)
 

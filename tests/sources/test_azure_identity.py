@@ -127,11 +127,12 @@ def _slow_model(az: Azurite, container: str, count: int) -> dict[str, bytes]:
 def test_a_token_is_renewed_before_it_expires_during_a_transfer(
     pod, az, entra, ca, container
 ) -> None:
-    """Tokens that expire 302 s after they are issued are asked for again
-    300 s ahead, i.e. every 2 s: a transfer of several seconds sends later
-    requests with later tokens, none refused."""
-    entra.state.lifetime_s = 302
-    files = _slow_model(az, container, 8)
+    """Tokens that expire 301 s after they are issued are asked for again
+    300 s ahead, i.e. after at most 1 s: a transfer of 2 s (four files of
+    half a second, in turn) sends later requests with later tokens, none
+    refused."""
+    entra.state.lifetime_s = 301
+    files = _slow_model(az, container, 4)
     env = pod.env | {
         "MODEL_SOURCE": Azurite.source(container, "m"),
         "CACHE_DIR": str(pod.cache_dir),
