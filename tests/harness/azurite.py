@@ -14,14 +14,19 @@ https only), and the front speaks TLS on both sides.
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import os
+import random
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import quote
 
 from tests.harness.lifecycle import Lifecycle
 from tests.harness.s3front import S3Fault, S3Front, S3Request
@@ -36,7 +41,27 @@ ACCOUNT_KEY = (
 )
 _START_TIMEOUT_S = 30.0
 
-__all__ = ["ACCOUNT", "ACCOUNT_KEY", "Azurite", "AzuriteUnavailable", "S3Fault", "S3Request"]
+# A request to any host but 127.0.0.1 (a real account's, were the endpoint
+# ever not moved to the emulator) goes to a closed loopback proxy port and
+# fails there: nothing leaves the machine, not even DNS. Every pod of an
+# Azure test gets it (tests/conftest.py `azure_loopback_only`).
+LOOPBACK_ONLY = {"HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1"}
+_CONTAINERS = itertools.count()
+
+__all__ = [
+    "ACCOUNT",
+    "ACCOUNT_KEY",
+    "LOOPBACK_ONLY",
+    "Azurite",
+    "AzuriteUnavailable",
+    "S3Fault",
+    "S3Request",
+    "cleared",
+    "container_sas",
+    "new_container",
+    "put",
+    "put_many",
+]
 
 
 class AzuriteUnavailable(RuntimeError):
@@ -185,6 +210,13 @@ class Azurite(Lifecycle):
             **kwargs,
         )
 
+    def direct_connection(self) -> http.client.HTTPConnection:
+        """A connection straight to Azurite (not through the front)."""
+        if self._ca is None:
+            return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        context = self._ca.client_context()
+        return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=30, context=context)
+
     def requests(self, method: str | None = None) -> list[S3Request]:
         return [] if self.front is None else self.front.requests(method)
 
@@ -195,3 +227,69 @@ class Azurite(Lifecycle):
     def clear(self) -> None:
         if self.front is not None:
             self.front.clear()
+
+
+def new_container(az: Azurite, prefix: str = "models", **options: Any) -> str:
+    """A container of a name no other test uses (the emulator is the session's)."""
+    name = f"{prefix}-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
+    az.service().create_container(name, **options)
+    return name
+
+
+def put(az: Azurite, container: str, name: str, data: bytes) -> str:
+    """Uploads a blob (over any blob of that name); its ETag as the ETag
+    header carries it."""
+    blob = az.service().get_blob_client(container, name)
+    answer = blob.upload_blob(data, overwrite=True)
+    return str(answer["etag"])
+
+
+def container_sas(container: str, *, valid_s: float = 3600, **permissions: bool) -> str:
+    """A container SAS the account key signs, with these permissions
+    (read, list, write, ...), valid for `valid_s` seconds from now (a
+    negative value: expired that long ago)."""
+    from datetime import UTC, datetime, timedelta
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    return str(
+        generate_container_sas(
+            ACCOUNT,
+            container,
+            account_key=ACCOUNT_KEY,
+            permission=ContainerSasPermissions(**permissions),
+            expiry=datetime.now(UTC) + timedelta(seconds=valid_s),
+        )
+    )
+
+
+def put_many(az: Azurite, container: str, names: list[str], data: bytes) -> None:
+    """The same bytes under many names (a listing test's thousand blobs):
+    Put Blob with a container SAS on one kept-alive connection, straight
+    to Azurite (the SDK's client takes ~10 ms a blob, most of a listing
+    test's time)."""
+    sas = container_sas(container, create=True, write=True)
+    conn = az.direct_connection()
+    conn.connect()
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        for name in names:
+            conn.request(
+                "PUT",
+                f"/{ACCOUNT}/{container}/{quote(name)}?{sas}",
+                body=data,
+                headers={"x-ms-blob-type": "BlockBlob"},
+            )
+            answer = conn.getresponse()
+            body = answer.read()
+            assert answer.status == 201, (answer.status, body[:300])
+    finally:
+        conn.close()
+
+
+def cleared(server: Azurite) -> Iterator[Azurite]:
+    """A fixture's body: the session's Azurite with its front's log, faults
+    and caps cleared before and after the test."""
+    server.clear()
+    yield server
+    server.clear()

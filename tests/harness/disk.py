@@ -197,3 +197,13 @@ def depth_of(root: Path) -> int:
         with os.scandir(top) as entries:
             stack.extend((e.path, level + 1) for e in entries if e.is_dir(follow_symlinks=False))
     return deepest
+
+
+def read_back_opens(trace: Path) -> list[str]:
+    """The lines of an `strace -e trace=openat` log that open a partial (a
+    stream's, or the ranged data file it is renamed to) read-only: a pass
+    that reads the partial back (#33). Asserts a partial was opened at all."""
+    lines = trace.read_text().splitlines()
+    opens = [line for line in lines if ".llmkube-part" in line or ".llmkube-segs" in line]
+    assert opens, "strace saw no open of the partial"
+    return [line for line in opens if "O_RDONLY" in line]

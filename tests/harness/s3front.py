@@ -119,6 +119,8 @@ class _State:
     bucket_regions: dict[str, str] = field(default_factory=dict)
     hook: Callable[[S3Request], None] | None = None
     upstream_tls: ssl.SSLContext | None = None
+    # Query parameters lowered on the way up (`S3Front.cap_query`).
+    query_caps: dict[str, int] = field(default_factory=dict)
 
     def take_fault(self, path: str, method: str) -> S3Fault | None:
         with self.lock:
@@ -246,7 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
                 _HOST, state.upstream_port, timeout=_UPSTREAM_TIMEOUT_S
             )
         try:
-            upstream.putrequest(method, self.path, skip_host=True, skip_accept_encoding=True)
+            target = _capped(self.path, state.query_caps)
+            upstream.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
             for name, value in headers.items():
                 upstream.putheader(name, value)
             upstream.endheaders(body or None)
@@ -320,6 +323,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._entry.body_bytes += len(data)
 
 
+def _capped(target: str, caps: dict[str, int]) -> str:
+    """The request target with each capped integer parameter at most its cap."""
+    if not caps or "?" not in target:
+        return target
+    path, query = target.split("?", 1)
+    pairs = []
+    for pair in query.split("&"):
+        name, sep, value = pair.partition("=")
+        cap = caps.get(name)
+        if cap is not None and value.isdigit() and int(value) > cap:
+            value = str(cap)
+        pairs.append(f"{name}{sep}{value}")
+    return f"{path}?{'&'.join(pairs)}"
+
+
 class S3Front(Lifecycle):
     """The recording, fault-injecting front of one S3 server."""
 
@@ -378,12 +396,22 @@ class S3Front(Lifecycle):
             self._state.faults.clear()
             self._state.uses.clear()
             self._state.bucket_regions.clear()
+            self._state.query_caps.clear()
             self._state.hook = None
 
     def set_fault(self, path: str, fault: S3Fault) -> None:
         with self._state.lock:
             self._state.faults[path] = fault
             self._state.uses.pop(path, None)
+
+    def cap_query(self, name: str, most: int) -> None:
+        """Forward the integer query parameter `name` as at most `most` (the
+        log keeps what the client sent): a service answering smaller pages
+        than asked, as Azure's List Blobs may (fewer than `maxresults`,
+        with a NextMarker). Not for a request whose signature covers its
+        query (SigV4); a SAS signs its own fields only."""
+        with self._state.lock:
+            self._state.query_caps[name] = most
 
     def set_bucket_region(self, bucket: str, region: str) -> None:
         with self._state.lock:

@@ -5,6 +5,10 @@ and certificate signers, offline), never by the agent's code.
 `Signer.sign(files)` writes the files into a scratch directory under the
 test's tmp, signs it and returns the bundle's bytes (the statement names
 each file by its path relative to that directory, as a publisher's would).
+
+What the signed-model tests share: a model of four files (`FILES`), the
+refusal every tampered model must end in (`refused`: exit 4,
+ModelSignatureInvalid, not retryable, nothing published, no record).
 """
 
 from __future__ import annotations
@@ -19,7 +23,42 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.harness.pod import Run
+from tests.harness.sample import KIB, payload
+
 _PEM = serialization.Encoding.PEM
+REASON = "ModelSignatureInvalid"
+RECORD = ".llmkube-validators.signature"
+FILES = {
+    "model-00001-of-00002.safetensors": payload(96 * KIB, 1),
+    "model-00002-of-00002.safetensors": payload(64 * KIB, 2),
+    "config.json": b'{"model_type": "llama"}',
+    "tokenizer/tokenizer.json": b'{"version": "1.0"}',
+}
+
+
+def changed_byte(files: dict[str, bytes]) -> dict[str, bytes]:
+    """`FILES` with one bit of its second shard flipped."""
+    rel = "model-00002-of-00002.safetensors"
+    bad = bytearray(files[rel])
+    bad[len(bad) // 2] ^= 0x01
+    return {**files, rel: bytes(bad)}
+
+
+def nothing_published(cache_dir: Path, rels: list[str]) -> None:
+    for rel in rels:
+        assert not (cache_dir / rel).exists(), f"{rel} was published"
+    assert not (cache_dir / RECORD).exists()
+
+
+def refused(run: Run, cache_dir: Path, rels: list[str], words: str) -> dict[str, object]:
+    """The run refused the model as a signature check does, saying `words`."""
+    doc = run.failed(REASON).term
+    assert run.returncode == 4
+    assert doc["retryable"] is False
+    assert words in str(doc["message"]), doc["message"]
+    nothing_published(cache_dir, rels)
+    return doc
 
 
 def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -18,13 +18,11 @@ from pathlib import Path
 import pytest
 
 from tests.harness.origin import Origin
-from tests.harness.pod import Pod, Run
+from tests.harness.pod import Pod
 from tests.harness.sample import payload
-from tests.harness.signing import Signer
+from tests.harness.signing import Signer, refused
 
 KIB = 1024
-REASON = "ModelSignatureInvalid"
-RECORD = ".llmkube-validators.signature"
 FILES = {
     "model.safetensors": payload(64 * KIB, 1),
     "config.json": b'{"model_type": "llama"}',
@@ -79,16 +77,6 @@ def _serve(origin: Origin, files: dict[str, bytes], bundle: bytes) -> str:
     return origin.url + PATH + "/"
 
 
-def _refused(run: Run, cache_dir: Path, rels: list[str], words: str) -> None:
-    doc = run.failed(REASON).term
-    assert run.returncode == 4
-    assert doc["retryable"] is False
-    assert words in str(doc["message"]), doc["message"]
-    for rel in rels:
-        assert not (cache_dir / rel).exists(), f"{rel} was published"
-    assert not (cache_dir / RECORD).exists()
-
-
 def test_the_crafted_bundle_itself_verifies(pod: Pod, origin: Origin, signer: Signer) -> None:
     """The helper's bundle is a valid one: with well-formed names it is
     published (so the refusals below are about the names, not the helper)."""
@@ -126,7 +114,7 @@ def test_a_statement_naming_a_file_otherwise_than_a_signer_writes_it_is_refused(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(FILES), words)
+    refused(run, cache_dir, sorted(FILES), words)
     assert [r for r in origin.requests(method="GET") if "model.sig" not in r.path] == []
 
 
@@ -146,7 +134,7 @@ def test_a_name_listed_twice_is_refused_not_resolved_by_the_last_digest(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(FILES), "lists 'config.json' twice")
+    refused(run, cache_dir, sorted(FILES), "lists 'config.json' twice")
 
 
 def test_two_unicode_spellings_of_one_name_are_refused(
@@ -161,7 +149,7 @@ def test_two_unicode_spellings_of_one_name_are_refused(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(files), "twice")
+    refused(run, cache_dir, sorted(files), "twice")
 
 
 def test_a_name_signed_in_another_unicode_spelling_is_not_the_staged_file(
@@ -178,7 +166,7 @@ def test_a_name_signed_in_another_unicode_spelling_is_not_the_staged_file(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(files), "staged but not signed")
+    refused(run, cache_dir, sorted(files), "staged but not signed")
 
 
 def test_a_statement_signing_the_bundles_own_name_is_refused_in_its_own_words(
@@ -193,7 +181,7 @@ def test_a_statement_signing_the_bundles_own_name_is_refused_in_its_own_words(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(FILES), "the name of the signature bundle itself")
+    refused(run, cache_dir, sorted(FILES), "the name of the signature bundle itself")
 
 
 def test_a_local_file_that_is_a_symlink_outside_publishes_only_signed_bytes(
@@ -216,7 +204,7 @@ def test_a_local_file_that_is_a_symlink_outside_publishes_only_signed_bytes(
 
     run = pod.run(env=env)
 
-    _refused(run, pod.cache_dir, sorted(FILES), "does not have the sha256")
+    refused(run, pod.cache_dir, sorted(FILES), "does not have the sha256")
     assert secret.read_bytes() == b'{"token": "not for the model"}'
     assert "not for the model" not in run.outputs
 

@@ -8,40 +8,34 @@ source: a changed byte, an added object, a removed object, a bundle of
 another key. None is ever published (no model file on disk, no record,
 exit 4, ModelSignatureInvalid), the untampered one is.
 
-The fixtures are those of tests/sources/test_gcs.py and test_azure.py,
-repeated here (module-scoped emulators of their own) so that neither file
-changes.
+The emulators are the session's (tests/conftest.py: `gcs_emulator` behind
+a `gcs` front of the test's own, `azurite` cleared as `az`), each test in
+a bucket or container of its own.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.harness.azurite import Azurite, azurite_binary
-from tests.harness.features import missing_feature
-from tests.harness.gcs import GceMetadata, GcsEmulator, GcsFront, gcs_env, new_bucket
-from tests.harness.pod import Pod, Run
+from tests.harness.azurite import LOOPBACK_ONLY, Azurite, container_sas
+from tests.harness.azurite import put as put_blob
+from tests.harness.gcs import GceMetadata, GcsFront, gcs_env
+from tests.harness.pod import Pod
 from tests.harness.sample import KIB, payload
-from tests.harness.signing import Signer
+from tests.harness.signing import (
+    FILES,
+    RECORD,
+    Signer,
+    changed_byte,
+    refused,
+)
 
-REASON = "ModelSignatureInvalid"
-RECORD = ".llmkube-validators.signature"
-FILES = {
-    "model-00001-of-00002.safetensors": payload(96 * KIB, 1),
-    "model-00002-of-00002.safetensors": payload(64 * KIB, 2),
-    "config.json": b'{"model_type": "llama"}',
-    "tokenizer/tokenizer.json": b'{"version": "1.0"}',
-}
 PREFIX = "org/signed"
-_CONTAINERS = itertools.count()
 
 
 @dataclass
@@ -54,71 +48,28 @@ class Cloud:
     put: Callable[[str, bytes], None]
 
 
-# -- gs:// --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[GcsEmulator]:
-    with GcsEmulator() as emu:
-        yield emu
-
-
-@pytest.fixture
-def gcs(emulator: GcsEmulator) -> Iterator[GcsFront]:
-    with GcsFront(emulator) as front:
-        yield front
-
-
-@pytest.fixture
-def no_metadata() -> Iterator[GceMetadata]:
-    """A host without a metadata server: the agent settles on anonymous."""
-    with GceMetadata(present=False) as fake:
-        yield fake
-
-
-def _gcs_cloud(gcs: GcsFront, no_metadata: GceMetadata) -> Cloud:
-    bucket = new_bucket(gcs.emulator)
-
+def _gcs_cloud(gcs: GcsFront, no_metadata: GceMetadata, bucket: str) -> Cloud:
     def put(rel: str, data: bytes) -> None:
         gcs.emulator.put(bucket, f"{PREFIX}/{rel}", data)
 
     return Cloud(f"gs://{bucket}/{PREFIX}", gcs_env(gcs, no_metadata), put)
 
 
-# -- Azure Blob ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def azurite() -> Iterator[Azurite]:
-    if azurite_binary() is None:
-        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
-    with Azurite() as server:
-        yield server
-
-
-def _azure_cloud(azurite: Azurite) -> Cloud:
-    container = f"models-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
-    azurite.service().create_container(container)
-
+def _azure_cloud(az: Azurite, container: str) -> Cloud:
     def put(rel: str, data: bytes) -> None:
-        blob = azurite.service().get_blob_client(container, f"{PREFIX}/{rel}")
-        blob.upload_blob(data, overwrite=True)
+        put_blob(az, container, f"{PREFIX}/{rel}", data)
 
-    # A request to any host but 127.0.0.1 fails on a closed loopback port
-    # (tests/sources/test_azure.py's _loopback_only): nothing leaves the machine.
-    env = {
-        "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(),
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "NO_PROXY": "127.0.0.1",
-    }
+    env = {"AZURE_STORAGE_CONNECTION_STRING": az.connection_string(), **LOOPBACK_ONLY}
     return Cloud(Azurite.source(container, PREFIX), env, put)
 
 
 @pytest.fixture(params=["gcs", "azure"])
 def cloud(request: pytest.FixtureRequest) -> Cloud:
     if request.param == "gcs":
-        return _gcs_cloud(request.getfixturevalue("gcs"), request.getfixturevalue("no_metadata"))
-    return _azure_cloud(request.getfixturevalue("azurite"))
+        gcs, bucket = request.getfixturevalue("gcs"), request.getfixturevalue("gcs_bucket")
+        return _gcs_cloud(gcs, request.getfixturevalue("no_metadata"), bucket)
+    az, container = request.getfixturevalue("az"), request.getfixturevalue("container")
+    return _azure_cloud(az, container)
 
 
 @pytest.fixture
@@ -143,20 +94,6 @@ def _upload(cloud: Cloud, files: dict[str, bytes], bundle: bytes) -> None:
     cloud.put("model.sig", bundle)
 
 
-def _nothing_published(cache_dir: Path, rels: list[str]) -> None:
-    for rel in rels:
-        assert not (cache_dir / rel).exists(), f"{rel} was published"
-    assert not (cache_dir / RECORD).exists()
-
-
-def _refused(run: Run, cache_dir: Path, rels: list[str], words: str) -> None:
-    doc = run.failed(REASON).term
-    assert run.returncode == 4
-    assert doc["retryable"] is False
-    assert words in str(doc["message"]), doc["message"]
-    _nothing_published(cache_dir, rels)
-
-
 def test_a_signed_cloud_prefix_is_published_with_its_record(
     pod: Pod, cloud: Cloud, signer: Signer
 ) -> None:
@@ -176,16 +113,9 @@ def test_a_signed_cloud_prefix_is_published_with_its_record(
     pod.run(env=env).ok(files=len(FILES) + 1, fetched=0, reused=len(FILES) + 1)
 
 
-def _changed_byte(files: dict[str, bytes]) -> dict[str, bytes]:
-    rel = "model-00002-of-00002.safetensors"
-    bad = bytearray(files[rel])
-    bad[len(bad) // 2] ^= 0x01
-    return {**files, rel: bytes(bad)}
-
-
 TAMPERS: dict[str, tuple[Callable[[dict[str, bytes]], dict[str, bytes]], str]] = {
     # (the objects under the prefix, what the refusal says)
-    "changed_byte": (_changed_byte, "does not have the sha256 its signature gives it"),
+    "changed_byte": (changed_byte, "does not have the sha256 its signature gives it"),
     "added_object": (
         lambda f: {**f, "backdoor.py": b"import os"},
         "'backdoor.py' is staged but not signed",
@@ -207,7 +137,7 @@ def test_a_tampered_cloud_prefix_is_never_published(
 
     run = pod.run(env=_listed_env(pod, cloud, signer))
 
-    _refused(run, pod.cache_dir, sorted(set(FILES) | set(served)), words)
+    refused(run, pod.cache_dir, sorted(set(FILES) | set(served)), words)
 
 
 def test_a_cloud_bundle_of_another_key_is_never_published(
@@ -217,7 +147,7 @@ def test_a_cloud_bundle_of_another_key_is_never_published(
 
     run = pod.run(env=_listed_env(pod, cloud, signer))
 
-    _refused(run, pod.cache_dir, sorted(FILES), "does not verify against the key")
+    refused(run, pod.cache_dir, sorted(FILES), "does not verify against the key")
 
 
 def test_a_cloud_prefix_without_a_bundle_is_never_published(
@@ -228,7 +158,7 @@ def test_a_cloud_prefix_without_a_bundle_is_never_published(
 
     run = pod.run(env=_listed_env(pod, cloud, signer))
 
-    _refused(run, pod.cache_dir, sorted(FILES), "no signature bundle at")
+    refused(run, pod.cache_dir, sorted(FILES), "no signature bundle at")
 
 
 def test_a_single_cloud_object_finds_model_sig_beside_it(
@@ -242,14 +172,14 @@ def test_a_single_cloud_object_finds_model_sig_beside_it(
     run = pod.run(env=env)
 
     # The bundle beside it signs other bytes: refused, nothing published.
-    _refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
+    refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
     cloud.put("model.sig", signer.sign({"llama.gguf": data}))
     pod.run(env=env).ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
 
 
 def test_a_single_azure_blob_with_a_sas_in_its_url_reads_its_bundle_with_it(
-    pod: Pod, azurite: Azurite, signer: Signer
+    pod: Pod, az: Azurite, container: str, signer: Signer
 ) -> None:
     """A private container, the container SAS in MODEL_SOURCE's query as
     the only credential: the bundle beside the blob is read with that SAS
@@ -257,25 +187,14 @@ def test_a_single_azure_blob_with_a_sas_in_its_url_reads_its_bundle_with_it(
     never shown nor recorded."""
     from urllib.parse import parse_qs
 
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
-    from tests.harness.azurite import ACCOUNT, ACCOUNT_KEY
-
-    cloud = _azure_cloud(azurite)
-    container = cloud.source.split("/")[3]
+    cloud = _azure_cloud(az, container)
     data = payload(40 * KIB, 10)
     cloud.put("llama.gguf", data)
     cloud.put("model.sig", signer.sign({"llama.gguf": data}))
-    sas = generate_container_sas(
-        ACCOUNT,
-        container,
-        account_key=ACCOUNT_KEY,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
+    sas = container_sas(container, read=True, list=True)
     env = pod.single_env(
         f"{cloud.source}/llama.gguf?{sas}",
-        **{**cloud.env, "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(key=False)},
+        **{**cloud.env, "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False)},
         **signer.anchor_env,
     )
 

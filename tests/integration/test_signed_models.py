@@ -19,20 +19,20 @@ import pytest
 
 from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
-from tests.harness.pod import Pod, Run, import_lines
+from tests.harness.pod import Pod, import_lines
 from tests.harness.sample import payload
 from tests.harness.seaweed import s3_env
-from tests.harness.signing import Signer
+from tests.harness.signing import (
+    FILES,
+    REASON,
+    RECORD,
+    Signer,
+    changed_byte,
+    nothing_published,
+    refused,
+)
 
 KIB = 1024
-REASON = "ModelSignatureInvalid"
-RECORD = ".llmkube-validators.signature"
-FILES = {
-    "model-00001-of-00002.safetensors": payload(96 * KIB, 1),
-    "model-00002-of-00002.safetensors": payload(64 * KIB, 2),
-    "config.json": b'{"model_type": "llama"}',
-    "tokenizer/tokenizer.json": b'{"version": "1.0"}',
-}
 REPO = "org/repo"
 PATH = "/" + REPO
 
@@ -53,21 +53,6 @@ def _http_model(origin: Origin, files: dict[str, bytes], bundle: bytes | None) -
     if bundle is not None:
         origin.put(f"{PATH}/model.sig", bundle)
     return origin.url + PATH + "/"
-
-
-def _nothing_published(cache_dir: Path, rels: list[str]) -> None:
-    for rel in rels:
-        assert not (cache_dir / rel).exists(), f"{rel} was published"
-    assert not (cache_dir / RECORD).exists()
-
-
-def _refused(run: Run, cache_dir: Path, rels: list[str], words: str) -> dict[str, object]:
-    doc = run.failed(REASON).term
-    assert run.returncode == 4
-    assert doc["retryable"] is False
-    assert words in str(doc["message"]), doc["message"]
-    _nothing_published(cache_dir, rels)
-    return doc
 
 
 # -- http: untampered, then every tamper -------------------------------------------------
@@ -149,16 +134,9 @@ def test_without_an_anchor_nothing_of_model_signing_is_imported(
     assert "model_signing" in import_lines(signed.stderr)
 
 
-def _changed_byte(files: dict[str, bytes]) -> dict[str, bytes]:
-    rel = "model-00002-of-00002.safetensors"
-    bad = bytearray(files[rel])
-    bad[len(bad) // 2] ^= 0x01
-    return {**files, rel: bytes(bad)}
-
-
 TAMPERS: dict[str, tuple[Callable[[dict[str, bytes]], dict[str, bytes]], str]] = {
     # (the files the origin serves and MODEL_FILES lists, what the refusal says)
-    "changed_byte": (_changed_byte, "does not have the sha256 its signature gives it"),
+    "changed_byte": (changed_byte, "does not have the sha256 its signature gives it"),
     "added_file": (lambda f: {**f, "extra.bin": b"not signed"}, "staged but not signed"),
     "removed_file": (
         lambda f: {k: v for k, v in f.items() if k != "config.json"},
@@ -183,7 +161,7 @@ def test_a_tampered_http_model_is_never_published(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(set(FILES) | set(served)), words)
+    refused(run, cache_dir, sorted(set(FILES) | set(served)), words)
 
 
 def _other_key(signer: Signer, tmp: Path) -> bytes:
@@ -229,7 +207,7 @@ def test_a_wrong_bundle_is_never_published(
 
     run = pod.run(env=signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(FILES), words)
+    refused(run, cache_dir, sorted(FILES), words)
     # Refused before any file of the model was asked for.
     for rel in FILES:
         assert origin.requests(f"{PATH}/{rel}", "GET") == [], rel
@@ -241,7 +219,7 @@ def test_an_unsigned_model_is_never_published(pod: Pod, origin: Origin, signer: 
 
     run = pod.run(env=signer.anchor_env)
 
-    doc = _refused(run, cache_dir, sorted(FILES), "no signature bundle at")
+    doc = refused(run, cache_dir, sorted(FILES), "no signature bundle at")
     assert "sign the model with model-signing" in str(doc["remedy"])
 
 
@@ -254,7 +232,7 @@ def test_a_pin_that_disagrees_with_the_signature_is_refused(
 
     run = pod.run(env={**signer.anchor_env, "MODEL_FILE_SHA256": pins})
 
-    _refused(run, cache_dir, sorted(FILES), "disagree")
+    refused(run, cache_dir, sorted(FILES), "disagree")
 
 
 # -- certificate chains -----------------------------------------------------------------
@@ -282,19 +260,19 @@ def test_a_model_signed_under_another_ca_is_never_published(
 
     run = pod.run(env=cert_signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(FILES), "certificate chain of LLMKUBE_SIGNING_CERTS")
+    refused(run, cache_dir, sorted(FILES), "certificate chain of LLMKUBE_SIGNING_CERTS")
 
 
 def test_a_changed_byte_under_a_certificate_chain_is_never_published(
     pod: Pod, origin: Origin, cert_signer: Signer
 ) -> None:
-    served = _changed_byte(FILES)
+    served = changed_byte(FILES)
     base = _http_model(origin, served, cert_signer.sign(FILES))
     cache_dir = pod.multi(base, served)
 
     run = pod.run(env=cert_signer.anchor_env)
 
-    _refused(run, cache_dir, sorted(FILES), "does not have the sha256")
+    refused(run, cache_dir, sorted(FILES), "does not have the sha256")
 
 
 # -- Hugging Face ------------------------------------------------------------------------
@@ -319,11 +297,11 @@ def test_an_hf_file_whose_lfs_digest_is_not_the_signed_one_is_never_fetched(
 ) -> None:
     """A new commit changed a shard; the bundle is the old one: the LFS
     sha256 the hub lists and the signature disagree (#34 item 2)."""
-    hub.add_repo(REPO, {**_changed_byte(FILES), "model.sig": signer.sign(FILES)})
+    hub.add_repo(REPO, {**changed_byte(FILES), "model.sig": signer.sign(FILES)})
 
     run = pod.run(env=_hf_env(pod, hub, signer.anchor_env))
 
-    _refused(run, pod.cache_dir, sorted(FILES), "its signature")
+    refused(run, pod.cache_dir, sorted(FILES), "its signature")
     changed = hub.cdn_path_of(REPO, "model-00002-of-00002.safetensors")
     assert [r for r in cdn.requests(method="GET") if r.path.split("?")[0] == changed] == []
 
@@ -352,12 +330,12 @@ def test_a_signed_s3_model_is_published(pod: Pod, s3, bucket: str, signer: Signe
 def test_a_changed_byte_on_s3_is_never_published(  # type: ignore[no-untyped-def]
     pod: Pod, s3, bucket: str, signer: Signer
 ) -> None:
-    source = _s3_model(s3, bucket, _changed_byte(FILES), signer.sign(FILES))
+    source = _s3_model(s3, bucket, changed_byte(FILES), signer.sign(FILES))
     env = pod.multi_env(source, FILES, **s3_env(s3), **signer.anchor_env)
 
     run = pod.run(env=env)
 
-    _refused(run, pod.cache_dir, sorted(FILES), "does not have the sha256")
+    refused(run, pod.cache_dir, sorted(FILES), "does not have the sha256")
 
 
 # -- a local directory -------------------------------------------------------------------
@@ -394,12 +372,12 @@ def test_a_signed_local_model_and_its_changed_bundle_on_a_warm_start(
 def test_a_changed_byte_in_a_local_model_is_never_published(
     pod: Pod, signer: Signer, tmp_path: Path
 ) -> None:
-    model = _local_model(tmp_path / "src", _changed_byte(FILES), signer.sign(FILES))
+    model = _local_model(tmp_path / "src", changed_byte(FILES), signer.sign(FILES))
     env = pod.multi_env(str(model), FILES, **signer.anchor_env)
 
     run = pod.run(env=env)
 
-    _refused(run, pod.cache_dir, sorted(FILES), "does not have the sha256")
+    refused(run, pod.cache_dir, sorted(FILES), "does not have the sha256")
 
 
 def test_a_bundle_by_absolute_path_signs_a_single_file(
@@ -420,7 +398,7 @@ def test_a_bundle_by_absolute_path_signs_a_single_file(
     origin.put("/single/model.gguf", data[:-1] + b"\x00")
     pod.dest().unlink()
     run = pod.run(env=env)
-    _refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
+    refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
 
 
 def test_a_listed_s3_prefix_is_the_signed_set_or_nothing(  # type: ignore[no-untyped-def]
@@ -444,7 +422,7 @@ def test_a_listed_s3_prefix_is_the_signed_set_or_nothing(  # type: ignore[no-unt
     env2.update(s3_env(s3), **signer.anchor_env)
     run = other.run(env=env2)
     words = "'backdoor.py' is staged but not signed"
-    _refused(run, other.cache_dir, [*FILES, "backdoor.py"], words)
+    refused(run, other.cache_dir, [*FILES, "backdoor.py"], words)
 
 
 # -- where the bundle is -----------------------------------------------------------------
@@ -476,7 +454,7 @@ def test_a_single_http_file_finds_model_sig_beside_it(
     run = pod.run(env=env)
 
     # The bundle beside it signs other bytes: refused, nothing published.
-    _refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
+    refused(run, pod.cache_dir, ["model.gguf"], "does not have the sha256")
     origin.put("/files/model.sig", signer.sign({"llama.gguf": data}))
     pod.run(env=env).ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
@@ -519,7 +497,7 @@ def test_a_refused_refresh_keeps_the_verified_version_serving(
     rel = "model-00002-of-00002.safetensors"
     release = {**FILES, rel: payload(64 * KIB, 20)}
     origin.put(f"{PATH}/model.sig", signer.sign(release))
-    origin.put(f"{PATH}/{rel}", _changed_byte(release)[rel])
+    origin.put(f"{PATH}/{rel}", changed_byte(release)[rel])
 
     refresh = pod.run(env=signer.anchor_env, LLMKUBE_REFRESH_POLICY="OnChange")
 
@@ -595,4 +573,4 @@ def test_a_changed_byte_on_the_hub_cdn_is_never_published(
     run = pod.run(env=_hf_env(pod, hub, signer.anchor_env))
 
     run.failed("ModelTransferChecksumMismatch", retryable=True)
-    _nothing_published(pod.cache_dir, sorted(FILES))
+    nothing_published(pod.cache_dir, sorted(FILES))

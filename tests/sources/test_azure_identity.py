@@ -7,65 +7,39 @@ DefaultAzureCredential chain, no instance metadata probe)."""
 
 from __future__ import annotations
 
-import itertools
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness.azurite import Azurite, S3Fault, azurite_binary
+from tests.harness.azurite import Azurite, S3Fault, cleared
 from tests.harness.canary import canary, leaks
 from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra
-from tests.harness.features import missing_feature
 from tests.harness.sample import KIB, payload
-from tests.harness.tlsca import LocalCA, make_ca
+from tests.harness.tlsca import LocalCA
 
-pytestmark = pytest.mark.floors
-_CONTAINERS = itertools.count()
+pytestmark = [pytest.mark.floors, pytest.mark.usefixtures("azure_loopback_only")]
 SECRET = canary("azsecret", 40)
 ASSERTION = "eyJhbGciOiJub25lIn0." + canary("fedtoken", 40) + ".c2ln"
 
 
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
-    return make_ca(tmp_path_factory.mktemp("azure-ca"))
-
-
-@pytest.fixture(scope="module")
-def azurite_tls(ca: LocalCA) -> Iterator[Azurite]:
-    if azurite_binary() is None:
-        missing_feature("Azurite is missing (tools/system-deps test installs npm azurite@3)")
-    with Azurite(ca=ca) as server:
-        yield server
+@pytest.fixture
+def ca(azure_ca: LocalCA) -> LocalCA:
+    """The session's test CA: Azurite's and the fake Entra ID's certificates."""
+    return azure_ca
 
 
 @pytest.fixture
 def az(azurite_tls: Azurite) -> Iterator[Azurite]:
-    azurite_tls.clear()
-    yield azurite_tls
-    azurite_tls.clear()
+    """The session's Azurite over TLS (tests/conftest.py), its front cleared;
+    the conftest's `container` is made there."""
+    yield from cleared(azurite_tls)
 
 
 @pytest.fixture
 def entra(ca: LocalCA) -> Iterator[FakeEntra]:
     with FakeEntra(ca.server_context(), secret=SECRET, assertion=ASSERTION) as fake:
         yield fake
-
-
-@pytest.fixture(autouse=True)
-def _loopback_only(pod) -> None:
-    """A request to any host but 127.0.0.1 (a real account's, were the
-    endpoint ever not moved to the emulator) goes to a closed loopback
-    proxy port and fails there: nothing leaves the machine, not even DNS."""
-    pod.env.update(HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1")
-
-
-@pytest.fixture
-def container(az: Azurite) -> str:
-    name = f"models-{next(_CONTAINERS)}-{random.randrange(1 << 30):x}"
-    az.service().create_container(name)
-    return name
 
 
 def identity_env(az: Azurite, entra: FakeEntra, ca: LocalCA, **extra: str) -> dict[str, str]:
@@ -153,11 +127,12 @@ def _slow_model(az: Azurite, container: str, count: int) -> dict[str, bytes]:
 def test_a_token_is_renewed_before_it_expires_during_a_transfer(
     pod, az, entra, ca, container
 ) -> None:
-    """Tokens that expire 302 s after they are issued are asked for again
-    300 s ahead, i.e. every 2 s: a transfer of several seconds sends later
-    requests with later tokens, none refused."""
-    entra.state.lifetime_s = 302
-    files = _slow_model(az, container, 8)
+    """Tokens that expire 301 s after they are issued are asked for again
+    300 s ahead, i.e. after at most 1 s: a transfer of 2 s (four files of
+    half a second, in turn) sends later requests with later tokens, none
+    refused."""
+    entra.state.lifetime_s = 301
+    files = _slow_model(az, container, 4)
     env = pod.env | {
         "MODEL_SOURCE": Azurite.source(container, "m"),
         "CACHE_DIR": str(pod.cache_dir),

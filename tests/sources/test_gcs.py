@@ -10,7 +10,6 @@ import base64
 import hashlib
 import re
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 from llmkube_stager.schemes import REMEDY_RATE_LIMITED_GCS
 from llmkube_stager.sources.gcs.errors import REMEDY_NOT_FOUND_GCS, REMEDY_UNAUTHORIZED_GCS
 from tests.harness.canary import Secrets, assert_no_leak, leaks, outputs_of
-from tests.harness.disk import tree
+from tests.harness.disk import read_back_opens, tree
 from tests.harness.features import missing_feature
 from tests.harness.gcs import (
     GceMetadata,
@@ -27,7 +26,6 @@ from tests.harness.gcs import (
     GcsFront,
     TokenEndpoint,
     gcs_env,
-    new_bucket,
 )
 from tests.harness.origin import closed_port_url
 from tests.harness.pause import await_stopped, pause_flags
@@ -39,41 +37,10 @@ from tests.harness.tlsca import make_ca
 pytestmark = pytest.mark.floors
 
 
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[GcsEmulator]:
-    with GcsEmulator() as emu:
-        yield emu
-
-
 @pytest.fixture
-def gcs(emulator: GcsEmulator) -> Iterator[GcsFront]:
-    with GcsFront(emulator) as front:
-        yield front
-
-
-@pytest.fixture
-def bucket(emulator: GcsEmulator) -> str:
-    return new_bucket(emulator)
-
-
-@pytest.fixture
-def no_metadata() -> Iterator[GceMetadata]:
-    """A host without a metadata server: the agent settles on anonymous."""
-    with GceMetadata(present=False) as fake:
-        yield fake
-
-
-@pytest.fixture
-def metadata() -> Iterator[GceMetadata]:
-    """GKE's metadata server (Workload Identity)."""
-    with GceMetadata() as fake:
-        yield fake
-
-
-@pytest.fixture
-def token_endpoint() -> Iterator[TokenEndpoint]:
-    with TokenEndpoint() as fake:
-        yield fake
+def bucket(gcs_bucket: str) -> str:
+    """A bucket of the test's own on the session's emulator (tests/conftest.py)."""
+    return gcs_bucket
 
 
 def _accept_issued(
@@ -133,9 +100,9 @@ def test_a_prefix_of_more_than_1000_objects_is_listed_in_pages_once(
 ) -> None:
     """1,003 objects: two pages (pageToken), one listing for the run, no
     metadata request per object, every file at its listed generation."""
-    names = [f"m/shard-{i:04d}.bin" for i in range(1003)]
-    for i, name in enumerate(names):
-        gcs.emulator.put(bucket, name, f"shard {i}\n".encode())
+    gcs.emulator.put_many(
+        bucket, {f"m/shard-{i:04d}.bin": f"shard {i}\n".encode() for i in range(1003)}
+    )
     gcs.emulator.put(bucket, "m-v2/other.bin", b"not under the prefix")
     env = gcs_env(gcs, no_metadata, MODEL_SOURCE=f"gs://{bucket}/m", CACHE_DIR=str(pod.tmp / "c"))
 
@@ -504,14 +471,14 @@ def test_kserve_storage_uri_of_a_gs_prefix_and_of_one_object(
 
 
 def test_an_https_endpoint_is_trusted_by_llmkube_ca_dir_and_tunnelled_through_the_proxy(
-    pod: Pod, emulator: GcsEmulator, bucket: str, metadata: GceMetadata, proxy: ForwardProxy
+    pod: Pod, gcs_emulator: GcsEmulator, bucket: str, metadata: GceMetadata, proxy: ForwardProxy
 ) -> None:
     """The JSON API over TLS with the test's CA: a CONNECT tunnel through
     HTTPS_PROXY for the listing and the bytes, the CA from LLMKUBE_CA_DIR;
     the metadata server is asked directly, never through the proxy."""
     ca = make_ca(pod.tmp / "pki")
-    emulator.put(bucket, "model.gguf", b"m" * 1000)
-    with GcsFront(emulator, tls=ca.server_context()) as front:
+    gcs_emulator.put(bucket, "model.gguf", b"m" * 1000)
+    with GcsFront(gcs_emulator, tls=ca.server_context()) as front:
         _accept_issued(front, metadata)
         proxies = {"HTTPS_PROXY": proxy.url, "HTTP_PROXY": proxy.url}
         env = gcs_env(front, metadata, LLMKUBE_CA_DIR=str(ca.ca_dir), **proxies)
@@ -688,9 +655,7 @@ def test_a_whole_body_is_checked_against_the_crc32c_while_it_streams(
     run.ok(files=1, fetched=1)
     assert pod.dest("big.bin").read_bytes() == data
     assert [m.headers.get("range") for m in gcs.requests("media")] == [None]
-    opens = [line for line in trace.read_text().splitlines() if ".llmkube-part" in line]
-    assert opens, "strace saw no open of the partial"
-    read_back = [line for line in opens if "O_RDONLY" in line]
+    read_back = read_back_opens(trace)
     assert read_back == [], read_back
 
 

@@ -2,13 +2,13 @@
 TLS) on every client, as `curl --connect-timeout` does (#29 item 4).
 
 A forward proxy that answers CONNECT and then sends its header block one
-byte every half second (tests/harness/proxy.py `dribble_s`) gives every
+byte every quarter second (tests/harness/proxy.py `dribble_s`) gives every
 read of the client a byte well within its timeout: a timeout per read never
 fires, and the run hung. Each client is tried: the data path (http.client,
 the https HEAD and GET), botocore (s3://) and the hub API (huggingface_hub
 over httpx). The runs are subprocesses with a deadline of their own, so a
 hang fails the test instead of holding it: each must end within its bound
-(two attempts of a 2 s set-up and the wait between them, plus the
+(two attempts of a 1 s set-up and the wait between them, plus the
 interpreter's start) with the reason and words of a connect timeout.
 """
 
@@ -24,17 +24,29 @@ from tests.harness.proxy import DribblingTLS, ForwardProxy
 
 pytestmark = pytest.mark.floors
 
+# The bound the CONNECT-and-TLS test divides (its timings are in seconds
+# of this budget).
 BUDGET = {
     "LLMKUBE_CONNECT_TIMEOUT": "2",
     "LLMKUBE_STALL_TIMEOUT": "2",
     "LLMKUBE_RETRIES": "1",
     "LLMKUBE_MAX_RETRY_WAIT": "1",
 }
-# Two attempts of 2 s, a wait of at most 1 s, the start: 15 s is slack
-# enough on a loaded machine and a fraction of the hang.
+DRIBBLE_S = 0.5
+# The tests that only need a bound to end in: half of it, a byte every
+# quarter second (still four bytes per timeout: a timeout per read never
+# fires), a wait of at most 0.1 s between the attempts.
+QUICK_BUDGET = {
+    "LLMKUBE_CONNECT_TIMEOUT": "1",
+    "LLMKUBE_STALL_TIMEOUT": "1",
+    "LLMKUBE_RETRIES": "1",
+    "LLMKUBE_MAX_RETRY_WAIT": "0.1",
+}
+QUICK_DRIBBLE_S = 0.25
+# Two attempts of 1 s, the wait, the start: 15 s is slack enough on a
+# loaded machine and a fraction of the hang.
 BOUND_S = 15
 HANG_S = 45
-DRIBBLE_S = 0.5
 
 
 def proxied(url: str) -> dict[str, str]:
@@ -47,7 +59,7 @@ def _https_nowhere() -> str:
 
 
 def _bounded(pod: Pod, env: dict[str, str], proxy: ForwardProxy) -> Run:
-    run = pod.run(env={**env, **BUDGET, **proxied(proxy.url)}, timeout=HANG_S)
+    run = pod.run(env={**env, **QUICK_BUDGET, **proxied(proxy.url)}, timeout=HANG_S)
     run.failed("ModelSourceUnreachable", retryable=True)
     assert run.seconds < BOUND_S, run.seconds
     tunnels = [r for r in proxy.requests() if r.method == "CONNECT"]
@@ -58,7 +70,7 @@ def _bounded(pod: Pod, env: dict[str, str], proxy: ForwardProxy) -> Run:
 def test_the_data_path_bounds_a_connect_answer_that_never_ends(pod: Pod) -> None:
     """Failed before: killed after 45 s (http.client read the CONNECT answer
     with the connect timeout per read)."""
-    with ForwardProxy(dribble_s=DRIBBLE_S) as proxy:
+    with ForwardProxy(dribble_s=QUICK_DRIBBLE_S) as proxy:
         run = _bounded(pod, pod.single_env(f"{_https_nowhere()}/m.gguf"), proxy)
         where = f"via the proxy 127.0.0.1:{proxy.port}"
 
@@ -77,7 +89,7 @@ def test_botocore_bounds_a_connect_answer_that_never_ends(pod: Pod) -> None:
         AWS_SECRET_ACCESS_KEY="example-secret-not-used",
         AWS_EC2_METADATA_DISABLED="true",
     )
-    with ForwardProxy(dribble_s=DRIBBLE_S) as proxy:
+    with ForwardProxy(dribble_s=QUICK_DRIBBLE_S) as proxy:
         run = _bounded(pod, env, proxy)
         where = f"via the proxy 127.0.0.1:{proxy.port}"
 
@@ -91,7 +103,7 @@ def test_the_hub_api_bounds_a_connect_answer_that_never_ends(pod: Pod) -> None:
     env = pod.single_env(
         "hf://org/repo/config.json", name="config.json", HF_ENDPOINT=_https_nowhere(), HF_TOKEN=""
     )
-    with ForwardProxy(dribble_s=DRIBBLE_S) as proxy:
+    with ForwardProxy(dribble_s=QUICK_DRIBBLE_S) as proxy:
         run = _bounded(pod, env, proxy)
         where = f"via the proxy 127.0.0.1:{proxy.port}"
 
@@ -131,8 +143,8 @@ def test_a_tls_handshake_dribbled_one_byte_at_a_time_is_bounded(pod: Pod, client
     """A guard more than a repair: Python's ssl gives a handshake one
     deadline of the socket's timeout, which every client sets to the
     connect timeout; the set-up bound (TCP and TLS together) keeps it so."""
-    with DribblingTLS(every_s=DRIBBLE_S) as peer:
-        env = {**CLIENTS[client](peer.url, pod), **BUDGET}
+    with DribblingTLS(every_s=QUICK_DRIBBLE_S) as peer:
+        env = {**CLIENTS[client](peer.url, pod), **QUICK_BUDGET}
         run = pod.run(env=env, timeout=HANG_S)
         accepted = peer.accepted
 
