@@ -199,6 +199,19 @@ def depth_of(root: Path) -> int:
     return deepest
 
 
+def openat_tracer(trace: Path) -> list[str]:
+    """A `Pod.run` wrapper that logs every openat of the agent (and its
+    threads) to `trace`, for `read_back_opens`."""
+    import shutil
+
+    from tests.harness.features import missing_feature
+
+    strace = shutil.which("strace")
+    if strace is None:
+        missing_feature("strace is missing (tools/system-deps test installs it)")
+    return [str(strace), "-f", "-qq", "-e", "trace=openat", "-o", str(trace)]
+
+
 def read_back_opens(trace: Path) -> list[str]:
     """The lines of an `strace -e trace=openat` log that open a partial (a
     stream's, or the ranged data file it is renamed to) read-only: a pass

@@ -25,8 +25,7 @@ from tests.harness.azurite import (
     put_many,
 )
 from tests.harness.canary import assert_no_leak, canary, leaks, outputs_of
-from tests.harness.disk import partials, read_back_opens, record_of
-from tests.harness.features import missing_feature
+from tests.harness.disk import openat_tracer, partials, read_back_opens, record_of
 from tests.harness.pod import import_lines, wait_for
 from tests.harness.sample import KIB, MIB, payload
 
@@ -599,11 +598,6 @@ def test_the_content_md5_of_a_ranged_transfer_follows_the_ranges_and_is_not_read
     read back after the last range (#33 item 5: that pass was on the
     critical path of every ranged blob); the file is still checked (a byte
     flipped in each range, above, is refused)."""
-    import shutil
-
-    strace = shutil.which("strace")
-    if strace is None:
-        missing_feature("strace is missing (tools/system-deps test installs it)")
     data = payload(48 * MIB, 25)
     put(az, container, "big.gguf", data)
     path = f"/{ACCOUNT}/{container}/big.gguf"
@@ -613,7 +607,7 @@ def test_the_content_md5_of_a_ranged_transfer_follows_the_ranges_and_is_not_read
         Azurite.source(container, "big.gguf"), "big.gguf", LLMKUBE_CONNECTIONS="2", **key_env(az)
     )
 
-    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+    run = pod.run(env=env, wrapper=openat_tracer(trace))
 
     run.ok(files=1, fetched=1)
     assert pod.dest("big.gguf").read_bytes() == data
@@ -687,11 +681,6 @@ def test_the_content_md5_of_a_whole_body_is_hashed_while_it_streams(
     """One GET of the whole blob: its md5 is taken as the bytes arrive, so
     the partial is never opened again to be read back (strace's record of
     the agent's opens); the file is still checked (a flipped byte above)."""
-    import shutil
-
-    strace = shutil.which("strace")
-    if strace is None:
-        missing_feature("strace is missing (tools/system-deps test installs it)")
     data = payload(16 * MIB, 24)
     put(az, container, "big.gguf", data)
     trace = tmp_path / "opens.log"
@@ -699,7 +688,7 @@ def test_the_content_md5_of_a_whole_body_is_hashed_while_it_streams(
         Azurite.source(container, "big.gguf"), "big.gguf", LLMKUBE_CONNECTIONS="1", **key_env(az)
     )
 
-    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+    run = pod.run(env=env, wrapper=openat_tracer(trace))
 
     run.ok(files=1, fetched=1)
     assert pod.dest("big.gguf").read_bytes() == data

@@ -17,8 +17,7 @@ import pytest
 from llmkube_stager.schemes import REMEDY_RATE_LIMITED_GCS
 from llmkube_stager.sources.gcs.errors import REMEDY_NOT_FOUND_GCS, REMEDY_UNAUTHORIZED_GCS
 from tests.harness.canary import Secrets, assert_no_leak, leaks, outputs_of
-from tests.harness.disk import read_back_opens, tree
-from tests.harness.features import missing_feature
+from tests.harness.disk import openat_tracer, read_back_opens, tree
 from tests.harness.gcs import (
     GceMetadata,
     GcsEmulator,
@@ -638,11 +637,6 @@ def test_a_whole_body_is_checked_against_the_crc32c_while_it_streams(
     arrive, so the partial is never opened again to be read back (#33 item
     5: after direct writes the read-back read the disk); strace's record of
     the agent's opens."""
-    import shutil
-
-    strace = shutil.which("strace")
-    if strace is None:
-        missing_feature("strace is missing (tools/system-deps test installs it)")
     data = payload(16 * MIB, 26)
     gcs.emulator.put(bucket, "big.bin", data)
     trace = tmp_path / "opens.log"
@@ -650,7 +644,7 @@ def test_a_whole_body_is_checked_against_the_crc32c_while_it_streams(
         f"gs://{bucket}/big.bin", "big.bin", **gcs_env(gcs, no_metadata, LLMKUBE_CONNECTIONS="1")
     )
 
-    run = pod.run(env=env, wrapper=[strace, "-f", "-qq", "-e", "trace=openat", "-o", str(trace)])
+    run = pod.run(env=env, wrapper=openat_tracer(trace))
 
     run.ok(files=1, fetched=1)
     assert pod.dest("big.bin").read_bytes() == data
