@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
         command = BARE_COMMANDS.get(args[0])
         if command is not None:
             command(no_flags())
+    if args and args[0] == "check-command":
+        from llmkube_stager.operator.check import main as check_main
+
+        check_main(args[1:])
     if args and _is_kserve_form(args[0]):
         from llmkube_stager.kserve.command import kserve_command
 

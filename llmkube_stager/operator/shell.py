@@ -1,21 +1,23 @@
-"""The image's `sh` (/opt/llmkube/bin/sh, first on PATH; #30 item 1).
+"""The image's `sh` (/opt/llmkube/bin/sh, first on PATH).
 
-Today's operator runs every container in its init image as
+The LLMKube operator runs every container in its init image as
 `sh -c <generated script>`, which overrides the image's entrypoint. So the
 image answers to `sh`:
 
 - `sh -c SCRIPT` (also `sh -ec`, `sh -e -c`, `sh -xc`: the options the
-  agent honours, see `command_script`) where SCRIPT is one of the
-  operator's download commands
-  (recognise.py): the agent's `stage`, in this process, with what the
-  script encodes (policy, pins, the local file, the CA directory) given as
-  flags, and the operator's environment read as the contract says;
-- `sh -c SCRIPT` that would run curl but is not recognised: refused, with a
-  termination message naming the command (#30 item 2): this image has no
-  curl, and half a script must never end in exit 0 without the model;
-- a recognised script whose MODEL_SOURCE is not of its kind (a pvc verify
-  or a local copy with an http source): refused the same way, so that what
-  the script encodes is what the agent does;
+  agent honours, see `command_script`) where SCRIPT is, byte for byte, one
+  of the operator's download commands in the catalogue (catalogue.py): the
+  agent's `stage`, in this process, doing what the entry says the command
+  means (policy, pin gate, the local file, the CA directory, the token
+  rule) with the operator's environment read as the contract says;
+- a catalogue entry whose MODEL_SOURCE is not of its kind (a pvc verify
+  or a local copy with an http source): refused, so that what the command
+  means is what the agent does;
+- any other SCRIPT that would download (it names curl or wget): refused
+  before any I/O, exit 2, naming the nearest known command and where the
+  script first differs from it, never a word of the script (#39 item 2):
+  this image has no curl, and a script that means something else must
+  never run as the plain download;
 - anything else (the model-cache-prep container's chown/chmod, the prefetch
   Job's `echo prefetch complete`, the operator's `echo "ERROR: ..."; exit 1`
   placeholders, any other use of sh): the real /bin/sh, exec'd with the
@@ -28,43 +30,78 @@ uid 0 on every start, pays for one small module.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from llmkube_stager.operator.recognise import OperatorCommand
+    from llmkube_stager.operator.catalogue import Catalogue, Entry, Meaning
 
 REAL_SH = "/bin/sh"
-# Where the script's commands are shown in a refusal (recognise.outline):
-# enough to tell the builder that made it, short enough for the 200 bytes
-# the controller shows.
-_SHOWN_CHARS = 120
+# A script that names one of these would download; the image has neither.
+_DOWNLOADERS = re.compile(r"\b(?:curl|wget)\b")
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
+@dataclass(frozen=True)
+class Decision:
+    """What the image's `sh` does with its arguments: run `entry` as the
+    agent, refuse (`refused`, no word of the script in it), or exec /bin/sh
+    (neither)."""
+
+    entry: Entry | None = None
+    refused: str = ""
+
+
+def main(argv: list[str] | None = None, catalogue: Catalogue | None = None) -> NoReturn:
+    """`catalogue` is for tests; the image loads its own and the site's."""
     args = sys.argv[1:] if argv is None else argv
-    script = command_script(args)
-    # Every download command names $MODEL_PATH or $MODEL_FILES, and only a
-    # script with the word curl can be refused: anything else (the prep
-    # container on every start) goes to /bin/sh without the recogniser.
-    if script is not None and ("MODEL_" in script or "curl" in script):
-        from llmkube_stager.operator.recognise import (
-            calls_curl,
-            recognise,
-            source_mismatch,
-            why_not,
-        )
-
-        command = recognise(script)
-        if command is not None:
-            mismatch = source_mismatch(command, os.environ.get("MODEL_SOURCE", ""))
-            if mismatch:
-                refuse(script, mismatch)
-            run_agent(command)
-        if calls_curl(script):
-            refuse(script, why_not(script))
+    decision = decide(args, os.environ, catalogue)
+    if decision.refused:
+        refuse(decision.refused)
+    if decision.entry is not None:
+        run_agent(decision.entry)
     os.execv(REAL_SH, ["sh", *args])
+
+
+def decide(
+    args: list[str], environ: Mapping[str, str], catalogue: Catalogue | None = None
+) -> Decision:
+    script = command_script(args)
+    # Every operator command names $MODEL_PATH or $MODEL_FILES: anything else
+    # that cannot download (the prep container on every start) goes to
+    # /bin/sh without reading the catalogue.
+    if script is None or not ("MODEL_" in script or would_download(script)):
+        return Decision()
+    from llmkube_stager.operator.catalogue import load
+
+    known = catalogue if catalogue is not None else load()
+    entry = known.find(script)
+    if entry is not None:
+        problem = entry.refused or source_mismatch(entry.meaning, environ.get("MODEL_SOURCE", ""))
+        if problem:
+            return Decision(
+                refused=f"the script is {entry.name}, which this image does not run: {problem}"
+            )
+        return Decision(entry=entry)
+    if would_download(script):
+        return Decision(refused=unknown_command(script, known))
+    return Decision()
+
+
+def would_download(script: str) -> bool:
+    return _DOWNLOADERS.search(script) is not None
+
+
+def unknown_command(script: str, known: Catalogue) -> str:
+    """Why a script that would download is refused: the nearest entry and
+    where it first differs, by position and kind only."""
+    from llmkube_stager.operator.catalogue import nearest
+
+    near = nearest(script, known)
+    where = f"; {near.sentence()}" if near is not None else ""
+    return f"the script is not a command of any LLMKube version this image knows{where}"
 
 
 # The options of `sh` the agent honours when it runs a script in its place
@@ -102,51 +139,84 @@ def command_script(args: list[str]) -> str | None:
     return args[at]
 
 
-def agent_flags(command: OperatorCommand, environ: Mapping[str, str]) -> dict[str, str | None]:
-    """The flags that say what the script encoded; the environment the
+# The schemes of MODEL_SOURCE each kind of command is generated for.
+_SCHEMES = {
+    "http": frozenset({"http", "https", "hf"}),
+    "s3": frozenset({"s3"}),
+    "local": frozenset({"file"}),
+    "pvc": frozenset({"pvc"}),
+}
+
+
+def source_mismatch(meaning: Meaning, source: str) -> str:
+    """Why MODEL_SOURCE is not a source this kind of command is generated
+    for ("" when it is): a pvc verify or a local copy must never turn into a
+    download because the environment says http (#30 item 1)."""
+    head, sep, _ = source.strip().partition("://")
+    scheme = head.lower() if sep else ("file" if source.strip().startswith("/") else "")
+    if scheme in _SCHEMES[meaning.kind]:
+        return ""
+    shown = f"a {scheme}:// source" if scheme.isalnum() else "no URL"
+    return f"it is the operator's {meaning.kind} command, but MODEL_SOURCE is {shown}"
+
+
+def agent_flags(meaning: Meaning, environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The flags that say what the command means; the environment the
     operator set stays the environment (a flag wins over it, CONTRACT §2)."""
     from llmkube_stager.boundary import no_flags
 
     flags = no_flags()
-    # The policy is baked into the script's text: the operator never sets
+    # The policy is the command's: the operator never sets
     # LLMKUBE_REFRESH_POLICY, and a value from the source Secret must not
     # override what the Model asked for.
-    flags["LLMKUBE_REFRESH_POLICY"] = command.policy
-    if command.pinned and environ.get(command.pin_var) is None:
-        # A gated script without its pin fails closed, as its precheck did.
-        flags[command.pin_var] = ""
-    if command.host_model:
-        flags["LLMKUBE_HOST_MODEL"] = command.host_model
-    if command.ca_dir:
-        flags["LLMKUBE_CA_DIR"] = command.ca_dir
+    flags["LLMKUBE_REFRESH_POLICY"] = meaning.policy
+    if meaning.pinned and environ.get(meaning.pin_var) is None:
+        # A gated command without its pin fails closed, as its precheck did.
+        flags[meaning.pin_var] = ""
+    if meaning.host_model:
+        flags["LLMKUBE_HOST_MODEL"] = meaning.host_model
+    if meaning.ca_dir:
+        flags["LLMKUBE_CA_DIR"] = meaning.ca_dir
+    if meaning.hf_token == "never" and environ.get("HF_TOKEN"):
+        # The command's curl never sends it: neither does the agent (a
+        # source Secret may hold a token this Model was not meant to use).
+        flags["HF_TOKEN"] = ""
+    if meaning.multi_url == "resolve-main":
+        flags["MODEL_SOURCE"] = _resolve_main(environ.get("MODEL_SOURCE", ""))
     return flags
 
 
-def run_agent(command: OperatorCommand) -> NoReturn:
+def _resolve_main(source: str) -> str:
+    """LLMKube 0.8's loop fetches `${SOURCE%/}/resolve/main/$rel`, SOURCE
+    being MODEL_SOURCE with hf:// made https://huggingface.co/."""
+    stripped = source.strip()
+    if stripped.startswith("hf://"):
+        stripped = "https://huggingface.co/" + stripped[len("hf://") :]
+    return stripped.rstrip("/") + "/resolve/main/"
+
+
+def run_agent(entry: Entry) -> NoReturn:
     from llmkube_stager.commands.run import stage_command
 
-    sys.stderr.write(f"llmkube-stager: running the operator's {command.shape} command\n")
+    sys.stderr.write(f"llmkube-stager: running {entry.name} ({entry.meaning.describe()})\n")
     sys.stderr.flush()
-    stage_command(agent_flags(command, os.environ))
+    stage_command(agent_flags(entry.meaning, os.environ))
 
 
-def refuse(script: str, why: str) -> NoReturn:
-    """InvalidConfiguration (exit 2) naming the command, before any I/O."""
+def refuse(why: str) -> NoReturn:
+    """InvalidConfiguration (exit 2) before any I/O; `why` carries no word
+    of the script (an option's value may be a credential)."""
     from llmkube_stager.boundary import Boundary, no_flags
     from llmkube_stager.errors import ConfigError
-    from llmkube_stager.operator.recognise import outline
 
-    shown = outline(script)
-    if len(shown) > _SHOWN_CHARS:
-        shown = shown[:_SHOWN_CHARS] + "..."
     detail = (
-        f"the operator's command is not one this image runs ({why}); this image has no curl and "
-        f"runs the operator's downloads only through llmkube-stager: sh -c running {shown}"
+        f"{why}; this image has no curl and runs the operator's downloads only through "
+        "llmkube-stager"
     )
     remedy = (
-        "this operator version emits a download command llmkube-stager does not know yet: set the "
-        "operator's controllerManager.initContainer image back to curlimages/curl (see "
-        "docs/switching-llmkube.md), and report the command"
+        "run an LLMKube version this image knows (`llmkube-stager check-command` reads a pod's "
+        "command and says which), or set the operator's controllerManager.initContainer image "
+        "back to curlimages/curl (docs/switching-llmkube.md)"
     )
     boundary = Boundary(no_flags(), os.environ, terminate=True)
 

@@ -1,373 +1,277 @@
-"""The commands LLMKube's operator generates, in the shapes it emits (#30).
+# ruff: noqa: E501  (shell text reads best unbroken)
+"""Download commands of the suite's own writing, one for each meaning an
+operator command can have, and the test catalogue that registers them
+(#39 item 1).
 
-L0 is transcribed from upstream `internal/controller/model_storage.go` at
-907ac8d8 (buildModelInitCommand, remoteRevalidateScript,
-buildMultiFileInitCommand, addCACertVolume, cachePrepInitContainer,
-invalidFileSetInitContainer, disallowedLocalSourceStorageConfig) and
-`model_prefetch.go` (the `prefetch-done` container). L1/L2 (resume, HF
-token, progress, digest gates) are written from docs/spec/behavior.md §3, §5,
-§6 and §7, whose shell source was not published: the helpers' names and the
-lines the spec quotes, bodies of our own. Used by the recogniser's unit tests
-and by the image tests, which run them with `sh -c` in the image and with
-curl on the host.
+The image's `sh` runs a script as the agent only when the digest of its
+whole text is in a catalogue. The package's catalogue holds the digests of
+the LLMKube operator's real commands (read by tools/operator-catalogue; no
+text of theirs is in this repository); these commands are the suite's,
+written for this file in its own words and layout, and really work under
+/bin/sh with curl: the image tests run each through `sh -c` in the image
+and under this host's sh and curl, and compare the files. `catalogue()`
+gives them to the code under test as a site catalogue would
+(catalogue.SITE_CATALOGUE; the image tests mount `write_catalogue`'s file
+there).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-CA_PRELUDE = (
-    "export LLMKUBE_CA_BUNDLE=/tmp/llmkube-ca-bundle.crt && "
-    'cat /etc/ssl/certs/ca-certificates.crt /custom-certs/* > "$LLMKUBE_CA_BUNDLE" 2>/dev/null || '
-    'cat /custom-certs/* > "$LLMKUBE_CA_BUNDLE" && '
-    'export CURL_CA_BUNDLE="$LLMKUBE_CA_BUNDLE" && '
-)
+from llmkube_stager.operator.catalogue import Catalogue, Entry, Meaning, dump, entry_for
 
-PREP_FSGROUP = "chown 0:{gid} /models && chmod g+rwX /models"
-PREP_NO_FSGROUP = "chown 100:100 /models && chmod 770 /models"
-PREFETCH_DONE = "echo prefetch complete"
-INVALID_FILE_SET = (
-    'echo "ERROR: InvalidFileSet - model spec.files/spec.mmproj configuration is invalid. '
-    'Check file paths, directory escapes, and glob patterns."; exit 1'
-)
-SOURCE_NOT_ALLOWED = (
-    "echo \"ERROR: SourceNotAllowed - the model's local/hostPath source is not within the "
-    "operator's --allowed-host-path-roots (GHSA-jw3m-8q7m-f35r).\"; exit 1"
-)
-LOCAL_UNCACHED = "echo 'ERROR: Local model source requires model cache to be configured.'; exit 1"
+# Where the operator mounts a local source's file and its CA ConfigMap.
+HOST_FILE = "/host-model/model.gguf"
+CA_DIR = "/custom-certs"
 
-_S3_SINGLE_URL = '"${AWS_ENDPOINT_URL}/${S3_BUCKET}/${S3_KEY}"'
-_S3_CURL = (
-    'curl --aws-sigv4 "aws:amz:${AWS_REGION}:s3" -u "${AWS_ACCESS_KEY_ID}:${AWS_SECRET_ACCESS_KEY}"'
+_GET = "curl --fail --location --silent --show-error"
+_S3 = (
+    '--aws-sigv4 "aws:amz:${AWS_REGION}:s3" --user "${AWS_ACCESS_KEY_ID}:${AWS_SECRET_ACCESS_KEY}"'
 )
-
-REMOTE_REVALIDATE = (
-    "echo 'Revalidating model against upstream (RefreshPolicy=OnChange)...'; "
-    "remote_size=$(curl -fsSL -I \"$MODEL_SOURCE\" -o /dev/null -w '%header{content-length}' "
-    "2>/dev/null || echo 0); "
-    'if [ -f "$MODEL_PATH" ] && [ "$(stat -c %s "$MODEL_PATH" 2>/dev/null || echo 0)" = '
-    '"$remote_size" ] && [ "$remote_size" != "0" ]; then '
-    "echo 'Model revalidated (unchanged, skipped download)'; "
-    "else "
-    'if curl -fsSL -o "$MODEL_PATH.tmp" "$MODEL_SOURCE" && mv "$MODEL_PATH.tmp" "$MODEL_PATH"; '
-    "then echo 'Model revalidated (downloaded)'; "
-    "elif [ -f \"$MODEL_PATH\" ]; then echo 'Revalidation unreachable; kept cached copy'; exit 0; "
-    "else echo 'ERROR: model missing and revalidation failed'; exit 1; fi; "
-    "fi"
+_SINGLE_S3_URL = '"${AWS_ENDPOINT_URL}/${S3_BUCKET}/${S3_KEY}"'
+# hf://org/repo[@rev] as a base URL, as the operator's multi-file commands make it.
+_BASE = (
+    'base="$MODEL_SOURCE"\n'
+    'case "$base" in\n'
+    "  hf://*) repo=${base#hf://}\n"
+    '    if [ "${repo#*@}" != "$repo" ]; then base="https://huggingface.co/${repo%%@*}/resolve/${repo#*@}"\n'
+    '    else base="https://huggingface.co/$repo/resolve/main"; fi ;;\n'
+    "esac\n"
 )
 
 
 def single_file(kind: str, cached: bool, policy: str = "IfNotPresent") -> str:
-    """buildModelInitCommand(isLocal, isS3, useCache, refreshPolicy) at L0."""
-    if cached:
-        head = 'mkdir -p "$CACHE_DIR" && rm -f "$MODEL_PATH.tmp" && '
-        if kind == "local":
-            return head + (
-                "if [ ! -f \"$MODEL_PATH\" ]; then echo 'Copying model from local source...'; "
-                'cp /host-model/model.gguf "$MODEL_PATH.tmp" && mv "$MODEL_PATH.tmp" "$MODEL_PATH" '
-                "&& echo 'Model copied successfully'; "
-                "else echo 'Model already cached, skipping copy'; fi"
-            )
-        if kind == "s3":
-            return head + (
-                "if [ ! -f \"$MODEL_PATH\" ]; then echo 'Downloading model from S3...'; "
-                f'{_S3_CURL} -f -L -o "$MODEL_PATH.tmp" {_S3_SINGLE_URL} '
-                '&& mv "$MODEL_PATH.tmp" "$MODEL_PATH" '
-                "&& echo 'Model downloaded successfully'; "
-                "else echo 'Model already cached, skipping download'; fi"
-            )
-        if policy == "OnChange":
-            return head + REMOTE_REVALIDATE
-        return head + (
-            "if [ ! -f \"$MODEL_PATH\" ]; then echo 'Downloading model...'; "
-            'curl -f -L -o "$MODEL_PATH.tmp" "$MODEL_SOURCE" && mv "$MODEL_PATH.tmp" "$MODEL_PATH" '
-            "&& echo 'Model downloaded successfully'; "
-            "else echo 'Model already cached, skipping download'; fi"
-        )
+    """One file into $MODEL_PATH: http (IfNotPresent or OnChange by a size
+    probe), s3 (signed, never revalidated), or a copy of the host file."""
+    setup = 'mkdir -p "$CACHE_DIR" || exit 1\n' if cached else ""
     if kind == "local":
-        return LOCAL_UNCACHED
-    if kind == "s3":
-        return (
-            "if [ ! -f \"$MODEL_PATH\" ]; then echo 'Downloading model from S3...'; "
-            f'{_S3_CURL} -f -L -o "$MODEL_PATH.tmp" {_S3_SINGLE_URL} '
-            '&& mv "$MODEL_PATH.tmp" "$MODEL_PATH" '
-            "&& echo 'Model downloaded successfully'; "
-            "else echo 'Model already exists, skipping download'; fi"
+        return setup + (
+            'if [ -f "$MODEL_PATH" ]; then echo "kept: $MODEL_PATH"; exit 0; fi\n'
+            f'cp {HOST_FILE} "$MODEL_PATH.suite.tmp" && mv "$MODEL_PATH.suite.tmp" "$MODEL_PATH"\n'
         )
-    if policy == "OnChange":
-        return REMOTE_REVALIDATE
-    return (
-        "if [ ! -f \"$MODEL_PATH\" ]; then echo 'Downloading model...'; "
-        'curl -f -L -o "$MODEL_PATH.tmp" "$MODEL_SOURCE" && mv "$MODEL_PATH.tmp" "$MODEL_PATH" '
-        "&& echo 'Model downloaded successfully'; "
-        "else echo 'Model already exists, skipping download'; fi"
+    if kind == "s3":
+        fetch = f'{_GET} {_S3} --output "$MODEL_PATH.suite.tmp" {_SINGLE_S3_URL}'
+    else:
+        fetch = f'{_GET} --output "$MODEL_PATH.suite.tmp" "$MODEL_SOURCE"'
+    if policy == "OnChange" and kind == "http":
+        return setup + (
+            "want=$(curl -sfIL -o /dev/null -w '%header{content-length}' \"$MODEL_SOURCE\") || want=\n"
+            'if [ -n "$want" ] && [ -f "$MODEL_PATH" ] && [ "$(wc -c < "$MODEL_PATH")" -eq "$want" ]; then\n'
+            '  echo "unchanged: $MODEL_PATH"; exit 0\n'
+            "fi\n"
+            f'if {fetch}; then mv "$MODEL_PATH.suite.tmp" "$MODEL_PATH"; exit $?; fi\n'
+            'rm -f "$MODEL_PATH.suite.tmp"\n'
+            'if [ -f "$MODEL_PATH" ]; then echo "origin unreachable, kept $MODEL_PATH"; exit 0; fi\n'
+            "exit 1\n"
+        )
+    return setup + (
+        'if [ -f "$MODEL_PATH" ]; then echo "kept: $MODEL_PATH"; exit 0; fi\n'
+        f'{fetch} && mv "$MODEL_PATH.suite.tmp" "$MODEL_PATH"\n'
     )
-
-
-_NORMALIZE = (
-    'normalize_hf_source() { case "$1" in hf://*) src="${1#hf://}"; rev="${src#*@}"; '
-    'if [ "$rev" != "$src" ]; then echo "https://huggingface.co/${src%%@*}/resolve/$rev/"; '
-    'else echo "https://huggingface.co/$src/resolve/main/"; fi ;; *) echo "$1" ;; esac; } && '
-)
-_LOOP_HEAD = (
-    'SOURCE="$(normalize_hf_source "$MODEL_SOURCE")" && '
-    "printf '%s\\n' \"$MODEL_FILES\" | while IFS= read -r rel; do "
-    '[ -n "$rel" ] || continue; '
-    'dest="$CACHE_DIR/$rel"; '
-    'mkdir -p "$(dirname "$dest")"; '
-)
-_S3_URL = 'key="${S3_PREFIX:+${S3_PREFIX}/}$rel"; url="${AWS_ENDPOINT_URL}/${S3_BUCKET}/${key}"; '
 
 
 def multi_file(s3: bool, cached: bool, policy: str = "IfNotPresent") -> str:
-    """buildMultiFileInitCommand(useCache, isS3, refreshPolicy) at L0."""
-    prefix = (
-        'mkdir -p "$CACHE_DIR" && find "$CACHE_DIR" -name \'*.tmp\' -delete && '
-        if cached
-        else "mkdir -p /models && find /models -name '*.tmp' -delete && "
-    )
-    body = _NORMALIZE + _LOOP_HEAD
+    """Each line of $MODEL_FILES into $CACHE_DIR (or /models): from the base
+    URL joined with the name, or from $S3_PREFIX in the bucket."""
+    setup = 'mkdir -p "$CACHE_DIR" || exit 1\n' if cached else "mkdir -p /models || exit 1\n"
+    root = "$CACHE_DIR" if cached else "/models"
     if s3:
-        body += _S3_URL
-        head = f"{_S3_CURL} -fsSL -I"
-        get = f"{_S3_CURL} -f -L"
+        url = '"${AWS_ENDPOINT_URL}/${S3_BUCKET}/${S3_PREFIX:+$S3_PREFIX/}$name"'
+        get = f"{_GET} {_S3}"
+        head = f"curl -sfIL {_S3}"
     else:
-        body += 'url="${SOURCE%/}/$rel"; '
-        head = "curl -fsSL -I"
-        get = "curl -fsSL" if policy == "OnChange" else "curl -f -L"
+        url = '"${base%/}/$name"'
+        get = _GET
+        head = "curl -sfIL"
     if policy == "OnChange":
-        body += (
-            f"remote_size=$({head} \"$url\" -o /dev/null -w '%header{{content-length}}' "
-            "2>/dev/null || echo 0); "
-            'if [ -f "$dest" ] && '
-            '[ "$(stat -c %s "$dest" 2>/dev/null || echo 0)" = "$remote_size" ] '
-            '&& [ "$remote_size" != "0" ]; then '
-            'echo "Model artifact $rel revalidated (unchanged, skipped download)"; '
-            "else "
-            f'if {get} -o "$dest.tmp" "$url" && mv "$dest.tmp" "$dest"; then '
-            'echo "Model artifact $rel revalidated (downloaded)"; '
-            'elif [ -f "$dest" ]; then echo "Revalidation unreachable for $rel; kept cached copy"; '
-            'else echo "ERROR: model artifact $rel missing and revalidation failed"; exit 1; fi; '
-            "fi; "
-            "done"
+        keep = (
+            f"  want=$({head} -o /dev/null -w '%header{{content-length}}' {url}) || want=\n"
+            '  if [ -n "$want" ] && [ -f "$out" ] && [ "$(wc -c < "$out")" -eq "$want" ]; then continue; fi\n'
+            f'  if {get} --output "$out.suite.tmp" {url}; then mv "$out.suite.tmp" "$out" || exit 1\n'
+            '  else rm -f "$out.suite.tmp"; [ -f "$out" ] || exit 1; fi\n'
         )
     else:
-        body += (
-            'if [ ! -f "$dest" ]; then '
-            'echo "Downloading model artifact $rel..."; '
-            f'{get} -o "$dest.tmp" "$url" && mv "$dest.tmp" "$dest" '
-            '|| { echo "ERROR: failed to download $rel"; exit 1; }; '
-            'else echo "Model artifact $rel already cached, skipping download"; fi; '
-            "done"
+        keep = (
+            '  [ -f "$out" ] && continue\n'
+            f'  {get} --output "$out.suite.tmp" {url} && mv "$out.suite.tmp" "$out" || exit 1\n'
         )
-    return prefix + body
+    return (
+        setup
+        + ("" if s3 else _BASE)
+        + (
+            'printf "%s\\n" "$MODEL_FILES" | while read -r name; do\n'
+            '  [ -n "$name" ] || continue\n'
+            f'  out="{root}/$name"; mkdir -p "$(dirname "$out")" || exit 1\n'
+            f"{keep}"
+            "done\n"
+        )
+    )
 
 
 def with_ca(command: str) -> str:
-    """addCACertVolume's prelude."""
-    return CA_PRELUDE + command
+    """The system roots and every file of the CA directory, for curl."""
+    return (
+        f"cat /etc/ssl/certs/ca-certificates.crt {CA_DIR}/* > /tmp/suite-roots.pem 2>/dev/null\n"
+        "export CURL_CA_BUNDLE=/tmp/suite-roots.pem\n"
+    ) + command
 
 
-# -- L1/L2, written from the spec (§3.2, §5.2-5.4, §7) ----------------------------------
-
-HF_CURL = (
-    'hf_curl() { if [ -n "${HF_TOKEN:-}" ]; then curl -H "Authorization: Bearer ${HF_TOKEN}" "$@"; '
-    'else curl "$@"; fi; }; '
-)
-PROGRESS = (
-    'download_with_progress() { dest=$1; total=$2; shift 2; "$@" & pid=$!; '
-    'while kill -0 "$pid" 2>/dev/null; do sleep 1; done; wait "$pid"; }; '
-)
-
-
-def resumable_single(hf_auth: bool, pinned: bool = False) -> str:
-    """L1 single-file IfNotPresent: HEAD probe, validator-keyed partial,
-    keep-one sweep, `curl -C -` under download_with_progress (§5.2)."""
-    get = "hf_curl" if hf_auth else "curl"
-    precheck = "llmkube_precheck_sha256 || exit 1; " if pinned else ""
-    publish = (
-        'llmkube_publish_sha256 "$MODEL_PARTIAL" "$MODEL_PATH"'
+def token_single(pinned: bool = False) -> str:
+    """One file, with the Hugging Face token when one is set and, pinned,
+    published only when its sha256 is $MODEL_SHA256."""
+    gate = (
+        '[ -n "$MODEL_SHA256" ] || { echo "no sha256 given, refusing"; exit 1; }\n'
         if pinned
-        else 'mv "$MODEL_PARTIAL" "$MODEL_PATH"'
+        else ""
     )
-    helpers = (
-        'llmkube_precheck_sha256() { [ -n "$MODEL_SHA256" ] || '
-        "{ echo 'ERROR: spec.sha256 is empty; refusing to transfer unchecked'; return 1; }; }; "
-        "llmkube_publish_sha256() { got=$(sha256sum \"$1\" | cut -d' ' -f1); "
-        'if [ "$got" = "$MODEL_SHA256" ]; then mv "$1" "$2"; '
-        'else rm -f "$1"; '
-        "echo 'ERROR: spec.sha256 mismatch, download discarded'; return 1; fi; }; "
+    publish = (
+        "got=$(sha256sum \"$MODEL_PATH.suite.tmp\" | cut -d' ' -f1)\n"
+        'if [ "$got" != "$MODEL_SHA256" ]; then rm -f "$MODEL_PATH.suite.tmp"; echo "sha256 differs"; exit 1; fi\n'
         if pinned
         else ""
     )
     return (
-        (HF_CURL if hf_auth else "") + PROGRESS + helpers + precheck + 'mkdir -p "$CACHE_DIR" && '
-        "if [ ! -f \"$MODEL_PATH\" ]; then echo 'Downloading model...'; "
-        f'remote_head=$({get} -fsSL -I "$MODEL_SOURCE" -o /dev/null '
-        "-w 'CL%header{content-length}ET%header{etag}\\n%header{accept-ranges}' "
-        "2>/dev/null || echo ''); "
-        "remote_validator=$(printf '%s\\n' \"$remote_head\" | head -n 1); "
-        "accept_ranges=$(printf '%s\\n' \"$remote_head\" | sed -n 2p | tr -d '\\r'); "
-        "remote_size=${remote_validator#CL}; remote_size=${remote_size%%ET*}; "
-        "key=$(printf '%s' \"$remote_validator\" | sha256sum | cut -c1-12); "
-        'MODEL_PARTIAL="$MODEL_PATH.$key.tmp"; '
-        'find "$(dirname "$MODEL_PATH")" -maxdepth 1 -name \'*.tmp\' '
-        '! -name "$(basename "$MODEL_PARTIAL")" -delete; '
-        '[ "$accept_ranges" = bytes ] || rm -f "$MODEL_PARTIAL"; '
-        'download_with_progress "$MODEL_PARTIAL" "$remote_size" '
-        f'{get} -f -L -C - -o "$MODEL_PARTIAL" "$MODEL_SOURCE" --no-progress-meter && '
-        f"{publish} && echo 'Model downloaded successfully'; "
-        "else echo 'Model already cached, skipping download'; fi"
-    )
-
-
-def locked_multi() -> str:
-    """L3/L4 multi-file http IfNotPresent: FUSE detection, the directory
-    lock (an `exec` descriptor and flock), the 10-minute debris sweep, size
-    records written through `llmkube_atomic_write` (spec §5.1, §6.2, §9, §10;
-    the lock's name and the helpers' bodies are ours)."""
-    return (
-        'llmkube_atomic_write() { tmp=$(mktemp "$1.llmkube-tmp.XXXXXX") || return 1; '
-        'printf \'%s\' "$2" > "$tmp" && mv "$tmp" "$1" || { rm -f "$tmp"; return 1; }; }; '
-        'llmkube_fuse_reader() { [ "$fs_type" = 65735546 ] && '
-        '[ "${LLMKUBE_PREFETCH_STAGER:-false}" != true ]; }; '
-        'mkdir -p "$CACHE_DIR" || exit 1; '
-        'fs_type=$(stat -f -c %t "$CACHE_DIR" 2>/dev/null) || '
-        '{ echo "ERROR: ModelCacheLockUnsupported: cannot determine cache filesystem"; exit 1; }; '
-        "if ! llmkube_fuse_reader; then "
-        'exec 9>"$CACHE_DIR/.llmkube.lock" && flock 9; '
-        "find \"$CACHE_DIR\" -name '*.llmkube-tmp.??????' -mmin +10 -delete; fi; "
-        + _NORMALIZE
-        + _LOOP_HEAD
-        + 'url="${SOURCE%/}/$rel"; '
-        'if [ -f "$dest" ] && [ "$(cat "$dest.llmkube-size" 2>/dev/null)" = '
-        '"$(stat -c %s "$dest")" ]; then '
-        'echo "Model artifact $rel already cached, skipping download"; '
-        'elif llmkube_fuse_reader; then echo "ERROR: ModelCacheLockUnsupported: FUSE cache cannot '
-        'guarantee cross-node file locking for staging $rel; set spec.modelCache.prefetch: true"; '
-        "exit 1; "
-        'else echo "Downloading model artifact $rel..."; '
-        'curl -f -L -o "$dest.tmp" "$url" && mv "$dest.tmp" "$dest" && '
-        'llmkube_atomic_write "$dest.llmkube-size" "$(stat -c %s "$dest")" '
-        '|| { echo "ERROR: failed to download $rel"; exit 1; }; fi; '
-        "done"
+        "fetch() {\n"
+        '  if [ -n "${HF_TOKEN:-}" ]; then curl -H "Authorization: Bearer $HF_TOKEN" "$@"\n'
+        '  else curl "$@"; fi\n'
+        "}\n"
+        f"{gate}"
+        'mkdir -p "$CACHE_DIR" || exit 1\n'
+        'if [ -f "$MODEL_PATH" ]; then echo "kept: $MODEL_PATH"; exit 0; fi\n'
+        'fetch --fail --location --silent --show-error --output "$MODEL_PATH.suite.tmp" "$MODEL_SOURCE" || exit 1\n'
+        f"{publish}"
+        'mv "$MODEL_PATH.suite.tmp" "$MODEL_PATH"\n'
     )
 
 
 def pinned_multi() -> str:
-    """L2 multi-file http IfNotPresent with spec.fileSha256: the precheck
-    fails closed, a pinned file is published only through its digest
-    (spec §6.2, §6.4, §7; the helpers' names are the spec's, bodies ours)."""
+    """Each file of $MODEL_FILES, published only when its line of
+    $MODEL_FILE_SHA256 names its sha256 (a file without a line is taken)."""
     return (
-        "llmkube_file_digest() { printf '%s\\n' \"$MODEL_FILE_SHA256\" | "
-        'while read -r d r; do [ "$r" = "$1" ] && echo "$d"; done; }; '
-        'llmkube_precheck_file_sha256() { [ -n "$MODEL_FILE_SHA256" ] || '
-        "{ echo 'ERROR: spec.fileSha256 is empty; refusing to transfer unchecked'; return 1; }; }; "
-        'llmkube_publish_file() { want=$(llmkube_file_digest "$rel"); '
-        'if [ -z "$want" ]; then mv "$1" "$2"; return; fi; '
-        "got=$(sha256sum \"$1\" | cut -d' ' -f1); "
-        'if [ "$got" = "$want" ]; then mv "$1" "$2"; else rm -f "$1"; '
-        'echo "ERROR: spec.fileSha256 mismatch for $rel; '
-        'delete $2.$want.sha256-rejected to retry"; '
-        "return 1; fi; }; "
-        "llmkube_precheck_file_sha256 || exit 1; "
-        'mkdir -p "$CACHE_DIR" && find "$CACHE_DIR" -name \'*.tmp\' -delete && '
-        + _NORMALIZE
-        + _LOOP_HEAD
-        + 'url="${SOURCE%/}/$rel"; '
-        'if [ ! -f "$dest" ]; then echo "Downloading model artifact $rel..."; '
-        'curl -f -L -o "$dest.tmp" "$url" && llmkube_publish_file "$dest.tmp" "$dest" '
-        '|| { echo "ERROR: failed to download $rel"; exit 1; }; '
-        'else echo "Model artifact $rel already cached, skipping download"; fi; '
-        "done"
+        '[ -n "$MODEL_FILE_SHA256" ] || { echo "no sha256 list given, refusing"; exit 1; }\n'
+        'mkdir -p "$CACHE_DIR" || exit 1\n'
+        + _BASE
+        + 'printf "%s\\n" "$MODEL_FILES" | while read -r name; do\n'
+        '  [ -n "$name" ] || continue\n'
+        '  out="$CACHE_DIR/$name"; mkdir -p "$(dirname "$out")" || exit 1\n'
+        '  [ -f "$out" ] && continue\n'
+        f'  {_GET} --output "$out.suite.tmp" "${{base%/}}/$name" || exit 1\n'
+        '  want=$(printf "%s\\n" "$MODEL_FILE_SHA256" | awk -v n="$name" \'$2 == n {print $1}\')\n'
+        "  got=$(sha256sum \"$out.suite.tmp\" | cut -d' ' -f1)\n"
+        '  if [ -n "$want" ] && [ "$got" != "$want" ]; then rm -f "$out.suite.tmp"; exit 1; fi\n'
+        '  mv "$out.suite.tmp" "$out" || exit 1\n'
+        "done\n"
     )
+
+
+def resolve_main_multi() -> str:
+    """Each file of $MODEL_FILES from $MODEL_SOURCE/resolve/main/ (a
+    repository URL, the layout of LLMKube 0.8's loop)."""
+    return (
+        'mkdir -p "$CACHE_DIR" || exit 1\n'
+        'repo="$MODEL_SOURCE"; case "$repo" in hf://*) repo="https://huggingface.co/${repo#hf://}";; esac\n'
+        'printf "%s\\n" "$MODEL_FILES" | while read -r name; do\n'
+        '  [ -n "$name" ] || continue\n'
+        '  out="$CACHE_DIR/$name"; mkdir -p "$(dirname "$out")" || exit 1\n'
+        '  [ -f "$out" ] && continue\n'
+        f'  {_GET} --output "$out.suite.tmp" "${{repo%/}}/resolve/main/$name" && mv "$out.suite.tmp" "$out" || exit 1\n'
+        "done\n"
+    )
+
+
+# pvc:// with a pin: the pre-staged file is checked, never written.
+PVC_VERIFY = (
+    '[ -f "$MODEL_PATH" ] || { echo "no file at $MODEL_PATH"; exit 1; }\n'
+    "got=$(sha256sum \"$MODEL_PATH\" | cut -d' ' -f1)\n"
+    '[ "$got" = "$MODEL_SHA256" ] || { echo "sha256 of $MODEL_PATH differs"; exit 1; }\n'
+    'echo "verified $MODEL_PATH"\n'
+)
+
+# Containers that never download: they go to /bin/sh whatever the catalogue.
+PREP = "chown 100:100 /models && chmod 770 /models"
+DONE = "echo staged"
+PLACEHOLDER = 'echo "ERROR: this Model cannot be staged"; exit 1'
+NOT_DOWNLOADS = [PREP, "chown 0:102 /models && chmod g+rwX /models", DONE, PLACEHOLDER]
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One command the operator emits, and what the recogniser must read."""
+    """One of the suite's commands and what it means."""
 
     name: str
     script: str
-    layout: str
-    kind: str
-    policy: str
-    pinned: bool = False
+    meaning: Meaning
 
 
-def l0_shapes() -> list[Shape]:
-    shapes = []
+def _m(layout: str, kind: str, policy: str = "IfNotPresent", **more: object) -> Meaning:
+    return Meaning(layout=layout, kind=kind, policy=policy, **more)  # type: ignore[arg-type]
+
+
+def shapes() -> list[Shape]:
+    made: list[Shape] = []
     for cached in (True, False):
-        where = "cached" if cached else "emptyDir"
+        where = "cache" if cached else "emptyDir"
         for policy in ("IfNotPresent", "OnChange"):
-            shapes.append(
+            made.append(
                 Shape(f"single http {policy} {where}", single_file("http", cached, policy),
-                      "single", "http", policy)
+                      _m("single", "http", policy, cached=cached))
             )  # fmt: skip
-            # s3 single-file has no OnChange branch: IfNotPresent semantics.
-            shapes.append(
-                Shape(f"single s3 {policy} {where}", single_file("s3", cached, policy),
-                      "single", "s3", "IfNotPresent")
-            )  # fmt: skip
-            shapes.append(
+            made.append(
                 Shape(f"multi http {policy} {where}", multi_file(False, cached, policy),
-                      "multi", "http", policy)
+                      _m("multi", "http", policy, cached=cached, multi_url="joined"))
             )  # fmt: skip
-            shapes.append(
+            made.append(
                 Shape(f"multi s3 {policy} {where}", multi_file(True, cached, policy),
-                      "multi", "s3", policy)
+                      _m("multi", "s3", policy, cached=cached))
             )  # fmt: skip
-    shapes.append(
-        Shape("single local cached", single_file("local", True), "single", "local", "IfNotPresent")
-    )
-    return shapes
+        # The suite's s3 command never revalidates: IfNotPresent, whatever asked.
+        made.append(
+            Shape(
+                f"single s3 {where}", single_file("s3", cached), _m("single", "s3", cached=cached)
+            )
+        )
+    made += [
+        Shape("single local cache", single_file("local", True),
+              _m("single", "local", cached=True, host_model=HOST_FILE)),
+        Shape("single http with CA", with_ca(single_file("http", True)),
+              _m("single", "http", cached=True, ca_dir=CA_DIR)),
+        Shape("multi http OnChange with CA", with_ca(multi_file(False, True, "OnChange")),
+              _m("multi", "http", "OnChange", cached=True, ca_dir=CA_DIR, multi_url="joined")),
+        Shape("single http token", token_single(),
+              _m("single", "http", cached=True, hf_token="when-set")),
+        Shape("single http token pinned", token_single(pinned=True),
+              _m("single", "http", cached=True, hf_token="when-set", pinned=True)),
+        Shape("multi http pinned", pinned_multi(),
+              _m("multi", "http", cached=True, pinned=True, multi_url="joined")),
+        Shape("multi http resolve-main", resolve_main_multi(),
+              _m("multi", "http", cached=True, multi_url="resolve-main")),
+        Shape("pvc verify", PVC_VERIFY, _m("single", "pvc", cached=False, pinned=True)),
+    ]  # fmt: skip
+    return made
 
 
-def l1_shapes() -> list[Shape]:
+def by_name(name: str) -> Shape:
+    return next(s for s in shapes() if s.name == name)
+
+
+def entries() -> list[Entry]:
     return [
-        Shape(
-            "multi http locked, size records (L3/L4)",
-            locked_multi(),
-            "multi",
-            "http",
-            "IfNotPresent",
-        ),
-        Shape("multi http pinned (L2)", pinned_multi(), "multi", "http", "IfNotPresent", True),
-        Shape("single http resumable", resumable_single(False), "single", "http", "IfNotPresent"),
-        Shape(
-            "single hf token resumable", resumable_single(True), "single", "http", "IfNotPresent"
-        ),
-        Shape(
-            "single hf token resumable pinned",
-            resumable_single(True, pinned=True),
-            "single",
-            "http",
-            "IfNotPresent",
-            pinned=True,
-        ),
-    ]
+        entry_for(s.script, s.meaning, name=f"the suite's {s.name} command",
+                  versions=("suite",), read_from=("tests/harness/operator_commands.py",))
+        for s in shapes()
+    ]  # fmt: skip
 
 
-# pvc:// with spec.sha256: the verify-only init container (spec §3.5; its
-# texts are the spec's, the shell around them ours).
-PVC_VERIFY = (
-    'if [ ! -e "$MODEL_PATH" ]; then '
-    'echo "ERROR: $MODEL_PATH does not exist on the mounted volume"; exit 1; fi; '
-    'if [ -d "$MODEL_PATH" ]; then '
-    'echo "ERROR: $MODEL_PATH is a directory, not a file"; exit 1; fi; '
-    'if [ ! -r "$MODEL_PATH" ]; then '
-    'echo "ERROR: $MODEL_PATH is not readable by the init container"; exit 1; fi; '
-    "got=$(sha256sum \"$MODEL_PATH\" | cut -d' ' -f1); "
-    'if [ "$got" != "$MODEL_SHA256" ]; then '
-    'echo "ERROR: SHA256 mismatch for the pre-staged model $MODEL_PATH"; exit 1; fi; '
-    "echo 'Pre-staged model verified'"
-)
+def catalogue() -> Catalogue:
+    """The suite's commands only (the packaged catalogue is the real one's)."""
+    return Catalogue.of(entries())
 
-NOT_DOWNLOADS = [
-    PREP_FSGROUP.format(gid=102),
-    PREP_NO_FSGROUP,
-    PREFETCH_DONE,
-    INVALID_FILE_SET,
-    SOURCE_NOT_ALLOWED,
-    LOCAL_UNCACHED,
-]
+
+def write_catalogue(folder: Path) -> Path:
+    """The suite's commands as a site catalogue file, for the image."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "operator-catalogue.json"
+    path.write_text(dump(entries()))
+    return path
