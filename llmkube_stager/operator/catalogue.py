@@ -202,9 +202,10 @@ def _raw(entry: Entry) -> dict[str, Any]:
     return raw
 
 
-def _version_key(version: str) -> tuple[int | str, ...]:
-    parts = version.lstrip("v").replace("-", ".").split(".")
-    return tuple(int(p) if p.isdigit() else p for p in parts)
+def _version_key(version: str) -> tuple[tuple[int, int, str], ...]:
+    """v0.9.6 before v0.9.16, releases before other labels."""
+    parts = version.lstrip("v").replace("-", ".").replace(" ", ".").split(".")
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
 
 
 # -- the nearest entry, for a refusal -------------------------------------
