@@ -116,7 +116,7 @@ class Catalogue:
         return self._by_digest.get(digest(text))
 
     def versions(self) -> list[str]:
-        return sorted({v for e in self.entries for v in e.versions}, key=_version_key)
+        return sorted({v for e in self.entries for v in e.versions}, key=version_key)
 
 
 def digest(text: str) -> str:
@@ -134,7 +134,8 @@ def entry_for(
 ) -> Entry:
     """The entry of one command (what tools/operator-catalogue writes)."""
     keys = tuple(s.key() for s in segments(text))
-    return Entry(digest(text), name, meaning, tuple(versions), tuple(read_from), keys, refused)
+    ordered = tuple(sorted(versions, key=version_key))
+    return Entry(digest(text), name, meaning, ordered, tuple(read_from), keys, refused)
 
 
 def load(site: Path | None = Path(SITE_CATALOGUE)) -> Catalogue:
@@ -202,7 +203,7 @@ def _raw(entry: Entry) -> dict[str, Any]:
     return raw
 
 
-def _version_key(version: str) -> tuple[tuple[int, int, str], ...]:
+def version_key(version: str) -> tuple[tuple[int, int, str], ...]:
     """v0.9.6 before v0.9.16, releases before other labels."""
     parts = version.lstrip("v").replace("-", ".").replace(" ", ".").split(".")
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
