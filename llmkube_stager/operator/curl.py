@@ -3,7 +3,7 @@
 This image runs the operator's download scripts through llmkube-stager
 (shell.py) and has no curl. A script that reaches curl anyway (run by an
 absolute `/bin/sh`, from a file, or by a future operator through a path the
-recogniser does not see) gets a line that says so, where "curl: not found"
+image's `sh` does not see) gets a line that says so, where "curl: not found"
 would leave a user guessing, and curl's own "failed to initialize" status
 (2), so that `curl ... || echo 0` and `curl ... && mv` branch as on any
 curl failure: never an exit 0 without the model.
@@ -35,7 +35,8 @@ def message(args: list[str]) -> str:
     target = f" for {', '.join(hosts)}" if hosts else ""
     return (
         f"curl is not in this image (llmkube-stager){target}: the operator's download commands "
-        "run through the agent, and this one was not recognised; see docs/switching-llmkube.md, "
+        "run through the agent, and this one is not one this image knows; see "
+        "docs/switching-llmkube.md, "
         "or set the init image back to curlimages/curl"
     )
 
