@@ -252,7 +252,7 @@ def _where(mine: Sequence[Segment], their_keys: Sequence[str]) -> str:
     keys = [key_digest(s.key()) for s in mine]
     theirs = [key_digest(k) for k in their_keys]
     at = _common(keys, theirs)
-    total = f"the operator's has {len(theirs)} commands, the script {len(keys)}"
+    total = f"the known command has {len(theirs)} commands, the script {len(keys)}"
     if at == len(keys) == len(theirs):
         return "the same commands, joined by other separators or spacing"
     if at == len(keys):
@@ -261,13 +261,15 @@ def _where(mine: Sequence[Segment], their_keys: Sequence[str]) -> str:
         f"command {at + 1} (at character {mine[at].start}, after {_separator(mine[at].separator)})"
     )
     if at == len(theirs):
-        return f"{place} is added after the operator's last ({total})"
+        return f"{place} is added after the known command's last ({total})"
     if keys[at + 1 :] == theirs[at:]:
         return f"{place} is added ({total})"
     if theirs[at + 1 :] == keys[at:]:
-        return f"the operator's command {at + 1} is missing at {place} ({total})"
-    mine_words, their_words = mine[at].words, key_words(their_keys[at])
-    return f"{place} differs: {mine_words} words where the operator's has {their_words} ({total})"
+        return f"the known command's command {at + 1} is missing at {place} ({total})"
+    mine_words, their_words = str(mine[at].words), key_words(their_keys[at])
+    if mine_words == their_words:
+        return f"{place} differs in a word or its quoting, not in their number ({total})"
+    return f"{place} differs: {mine_words} words where the known one has {their_words} ({total})"
 
 
 def _separator(sep: str) -> str:

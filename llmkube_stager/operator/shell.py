@@ -66,17 +66,30 @@ def main(argv: list[str] | None = None, catalogue: Catalogue | None = None) -> N
 
 
 def decide(
-    args: list[str], environ: Mapping[str, str], catalogue: Catalogue | None = None
+    args: list[str],
+    environ: Mapping[str, str],
+    catalogue: Catalogue | None = None,
+    site: str | None = None,
 ) -> Decision:
+    """`catalogue` replaces the image's; `site`, the site file's path."""
     script = command_script(args)
     # Every operator command names $MODEL_PATH or $MODEL_FILES: anything else
     # that cannot download (the prep container on every start) goes to
     # /bin/sh without reading the catalogue.
     if script is None or not ("MODEL_" in script or would_download(script)):
         return Decision()
-    from llmkube_stager.operator.catalogue import load
+    from pathlib import Path
 
-    known = catalogue if catalogue is not None else load()
+    from llmkube_stager.operator.catalogue import SITE_CATALOGUE, CatalogueError, load
+
+    site_file = Path(site or SITE_CATALOGUE)
+    try:
+        known = catalogue if catalogue is not None else load(site_file)
+    except (OSError, CatalogueError) as exc:
+        # A site's broken ConfigMap: every download fails, loudly and the
+        # same way, rather than with a traceback (#39 review).
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return Decision(refused=f"the site catalogue {site_file} cannot be read: {why}")
     entry = known.find(script)
     if entry is not None:
         problem = entry.refused or source_mismatch(entry.meaning, environ.get("MODEL_SOURCE", ""))

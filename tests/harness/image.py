@@ -33,9 +33,11 @@ import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from llmkube_stager.operator.catalogue import SITE_CATALOGUE
+from tests.harness.operator_commands import write_catalogue
 from tests.harness.pod import SHORT_BUDGET, Run, multi_env, single_env
 from tests.harness.schema import checked_termination
 
@@ -61,6 +63,10 @@ CA_DIR = "/custom-certs"
 HOST_MODEL = "/host-model/model.gguf"
 # A pvc:// Model's claim, mounted read-only (the verify container).
 PVC_DIR = "/model-source"
+# The folder of the site catalogue the image's sh reads besides its own
+# (llmkube_stager/operator/catalogue.py SITE_CATALOGUE, #39): the suite's
+# commands are known to the image only through it.
+SITE_CATALOGUE_DIR = str(PurePosixPath(SITE_CATALOGUE).parent)
 
 # $1: the container's root filesystem; the rest: the command to run there.
 _READ_ONLY_ROOT = r"""
@@ -152,6 +158,7 @@ class Container:
             PROBE_DIR,
             CA_DIR,
             PVC_DIR,
+            SITE_CATALOGUE_DIR,
         ),
     ) -> None:
         self.config = config
@@ -237,6 +244,8 @@ class ImagePod:
         self.term_dir = _volume_dir(tmp / "termination", 0o755)
         self.tmp = _volume_dir(tmp / "tmp", 0o1777, owner=0)
         self.term_path = self.term_dir / "log"
+        # The suite's commands as the site's catalogue (#39), written once.
+        self.catalogue_dir = write_catalogue(tmp / "site-catalogue").parent
         self.env: dict[str, str] = {
             "LLMKUBE_TERMINATION_LOG": f"{TERMINATION_DIR}/log",
             **SHORT_BUDGET,
@@ -297,16 +306,23 @@ class ImagePod:
         user: str | None = None,
         extra: Iterable[Volume] = (),
         timeout: float = 120,
+        catalogue: bool = True,
     ) -> Run:
         """`sh -c script` as the operator runs its containers (#30): the
         command replaces the entrypoint, `sh` is found on the image's PATH;
         the environment is `env` alone (the operator's, and the source
-        Secret's) plus where the termination log is mounted."""
+        Secret's) plus where the termination log is mounted. With
+        `catalogue`, the suite's commands are mounted as the site's
+        catalogue (tests/harness/operator_commands.py); without it the
+        image knows only the operator's own."""
         self.term_path.unlink(missing_ok=True)
+        volumes = [*self.volumes(tmp_writable=True, models_read_only=False), *extra]
+        if catalogue:
+            volumes.append(Volume(self.catalogue_dir, SITE_CATALOGUE_DIR, read_only=True))
         proc = self.container.exec(
             ["sh", "-c", script],
             env={"LLMKUBE_TERMINATION_LOG": f"{TERMINATION_DIR}/log", **env},
-            volumes=[*self.volumes(tmp_writable=True, models_read_only=False), *extra],
+            volumes=volumes,
             timeout=timeout,
             user=user,
         )

@@ -1,23 +1,25 @@
-"""#30: today's LLMKube operator, unchanged, with this image as its init
-image. Each test runs a command the operator generates
-(tests/harness/operator_commands.py: its builders' shapes) through `sh -c`
-in the built image, with the operator's environment and pod settings (uid
-100 from the image, the model-cache-prep container as uid 0, the volumes at
-/models and /host-model), against the suite's origin, fake hub and S3; and
-the same command with curl on this host as the reference. The image's
-result must be the same files or better (records, resume, verification),
-and a failure must read at least as well in the Model's condition
-(tests/harness/upstream_matcher.py: the controller's matcher)."""
+"""#30, #39: the LLMKube operator, unchanged, with this image as its init
+image. Each test runs one of the suite's own download commands
+(tests/harness/operator_commands.py: one per meaning an operator command
+can have, registered in the site catalogue ImagePod.sh mounts) through
+`sh -c` in the built image, with the operator's environment and pod
+settings (uid 100 from the image, the model-cache-prep container as uid 0,
+the volumes at /models and /host-model), against the suite's origin, fake
+hub and S3; and the same command with curl on this host as the reference.
+The image's result must be the same files or better (records, resume,
+verification), and a failure must read at least as well in the Model's
+condition (tests/harness/upstream_matcher.py: the controller's matcher).
+A script outside the catalogue never runs the agent (#39 item 4)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -26,16 +28,18 @@ from tests.harness.hub import FakeHub
 from tests.harness.image import GID, UID, ImagePod, Volume
 from tests.harness.mounts import tmpfs
 from tests.harness.operator_commands import (
-    INVALID_FILE_SET,
-    PREFETCH_DONE,
-    PREP_FSGROUP,
-    PREP_NO_FSGROUP,
+    DONE,
+    NOT_DOWNLOADS,
+    PLACEHOLDER,
+    PREP,
     PVC_VERIFY,
-    locked_multi,
+    Shape,
+    by_name,
     multi_file,
     pinned_multi,
-    resumable_single,
+    shapes,
     single_file,
+    token_single,
     with_ca,
 )
 from tests.harness.origin import Fault, Origin, closed_port_url
@@ -49,6 +53,10 @@ pytestmark = [pytest.mark.image, pytest.mark.usefixtures("host_curl")]
 
 DATA = gguf_like(2 << 20, seed=30)
 FILES = {"config.json": b'{"model_type": "llama"}', "sub/model.safetensors": DATA}
+# A new version at the source, of other sizes (the suite's OnChange
+# commands compare sizes, as the operator's do).
+NEWER = gguf_like(3 << 20, seed=31)
+NEWER_FILES = {"config.json": b'{"model_type": "llama", "v": 2}', "sub/model.safetensors": NEWER}
 # Where the operator mounts the volumes; the host reference gets host
 # directories in their place (a kubelet mounts them; curl cannot).
 _PATH_VARS = ("CACHE_DIR", "MODEL_PATH")
@@ -56,6 +64,7 @@ _MOUNTS = re.compile(r"/models|/host-model/|/custom-certs/|/tmp/|/model-source")
 # The agent's own records beside the model (CONTRACT §4): "better", not other.
 # (size records, the lock, validators; the digest gate's stamp and marker).
 _AGENT_MARKS = (".llmkube", ".sha256")
+SINGLE = by_name("single http IfNotPresent cache").script
 
 
 def on_host(script: str, env: Mapping[str, str], root: Path) -> Run:
@@ -100,6 +109,11 @@ def same_or_better(image: Run, pod: ImagePod, ref: Run, ref_root: Path) -> None:
         assert (path.stat().st_uid, path.stat().st_gid) == (UID, GID), path
 
 
+def agent_line(shape: Shape) -> str:
+    """What the image's sh logs when it runs `shape` as the agent."""
+    return f"llmkube-stager: running the suite's {shape.name} command ({shape.meaning.describe()})"
+
+
 def cache_env(source: str, key: str = "k1", name: str = "model.gguf") -> dict[str, str]:
     return {
         "MODEL_SOURCE": source,
@@ -112,65 +126,159 @@ def multi_env(source: str, cache_dir: str = "/models/k2") -> dict[str, str]:
     return {"MODEL_SOURCE": source, "CACHE_DIR": cache_dir, "MODEL_FILES": "\n".join(FILES)}
 
 
-def serve_repo(origin: Origin) -> str:
-    for rel, data in FILES.items():
+def serve_repo(origin: Origin, files: Mapping[str, bytes] = FILES) -> str:
+    for rel, data in files.items():
         origin.put(f"/org/repo/resolve/main/{rel}", data)
     return origin.url + "/org/repo/resolve/main/"
 
 
-# -- every download command runs the agent ------------------------------------------------
+def _ca_dir(tmp_path: Path) -> Path:
+    """The CA ConfigMap's volume, for the image and the reference alike."""
+    certs = tmp_path / "ref" / "custom-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    shutil.copy("/etc/ssl/certs/ca-certificates.crt", certs / "ca.crt")
+    return certs
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["cache", "emptyDir"])
-@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
-def test_single_file_http(
-    pod: ImagePod, origin: Origin, tmp_path: Path, cached: bool, policy: str
-) -> None:
-    origin.put("/m/model.gguf", DATA)
-    script = single_file("http", cached, policy)
-    env = cache_env(origin.url + "/m/model.gguf")
-    if not cached:  # the operator's emptyDir: no CACHE_DIR, the file at /models
-        env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
-    ref = on_host(script, env, tmp_path / "ref")
-    origin.clear_log()
-    cold = pod.sh(script, env=env)
-    same_or_better(cold, pod, ref, tmp_path / "ref")
-    assert f"{policy}" in cold.stderr
-    assert cold.compact_term()["stats"]["fetched"] == 1
+# -- every meaning, on an empty, a current and a stale cache (#39 item 3) ---------------------
 
-    origin.clear_log()
-    warm = pod.sh(script, env=env)
-    assert warm.returncode == 0, str(warm)
-    if policy == "IfNotPresent":
-        assert origin.requests() == [], "a warm IfNotPresent start contacted the origin"
+
+@dataclass
+class Source:
+    """Where a command's model comes from, for one test: the environment
+    that names it, the volumes it needs, how to publish a newer version
+    there, and what the source was asked (methods) since `forget`."""
+
+    env: dict[str, str]
+    change: Callable[[], None]
+    asked: Callable[[], list[str]]
+    forget: Callable[[], None]
+    extra: list[Volume] = field(default_factory=list)
+
+
+def _http_source(shape: Shape, origin: Origin) -> Source:
+    m = shape.meaning
+    if m.layout == "single":
+        origin.put("/m/model.gguf", DATA)
+        env = cache_env(origin.url + "/m/model.gguf")
+        if not m.cached:  # the operator's emptyDir: no CACHE_DIR, the file at /models
+            env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
+        if m.pinned:
+            env["MODEL_SHA256"] = hashlib.sha256(DATA).hexdigest()
     else:
-        assert [r.method for r in origin.requests()] == ["HEAD"], "OnChange revalidates, no GET"
+        base = serve_repo(origin)
+        if m.multi_url == "resolve-main":  # the repository's URL, not its base
+            base = origin.url + "/org/repo"
+        env = multi_env(base, "/models/k2" if m.cached else "/models")
+        if m.pinned:
+            env["MODEL_FILE_SHA256"] = "\n".join(
+                f"{hashlib.sha256(d).hexdigest()} {rel}" for rel, d in FILES.items()
+            )
+
+    def change() -> None:
+        if m.layout == "single":
+            origin.put("/m/model.gguf", NEWER)
+        else:
+            serve_repo(origin, NEWER_FILES)
+
+    return Source(env, change, lambda: [r.method for r in origin.requests()], origin.clear_log)
 
 
-@pytest.mark.parametrize("policy", ["IfNotPresent", "OnChange"])
-@pytest.mark.parametrize("cached", [True, False], ids=["cache", "emptyDir"])
-def test_multi_file_http(
-    pod: ImagePod, origin: Origin, tmp_path: Path, policy: str, cached: bool
+def _s3_source(shape: Shape, s3: SeaweedS3, bucket: str) -> Source:
+    secret = s3_env(s3)
+    secret.pop("AWS_EC2_METADATA_DISABLED")  # not in an operator's Secret
+    if shape.meaning.layout == "single":
+        s3.put(bucket, "m/model.gguf", DATA)
+        env = {**cache_env(f"s3://{bucket}/m/model.gguf"), "S3_KEY": "m/model.gguf"}
+        if not shape.meaning.cached:
+            env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
+
+        def change() -> None:
+            s3.put(bucket, "m/model.gguf", NEWER)
+
+    else:
+        for rel, data in FILES.items():
+            s3.put(bucket, f"p/{rel}", data)
+        cache_dir = "/models/k2" if shape.meaning.cached else "/models"
+        env = {**multi_env(f"s3://{bucket}/p", cache_dir), "S3_PREFIX": "p"}
+
+        def change() -> None:
+            for rel, data in NEWER_FILES.items():
+                s3.put(bucket, f"p/{rel}", data)
+
+    env.update(S3_BUCKET=bucket, **secret)
+    return Source(env, change, lambda: [r.method for r in s3.object_requests(bucket)], s3.clear)
+
+
+def _local_source(tmp_path: Path) -> Source:
+    host = tmp_path / "ref" / "host-model"
+    host.mkdir(parents=True)
+    (host / "model.gguf").write_bytes(DATA)
+
+    def change() -> None:
+        (host / "model.gguf").write_bytes(NEWER)
+
+    mount = Volume(host / "model.gguf", "/host-model/model.gguf", read_only=True)
+    return Source(cache_env("/data/models/m.gguf"), change, list, lambda: None, [mount])
+
+
+def _source(shape: Shape, request: pytest.FixtureRequest, tmp_path: Path) -> Source:
+    kind = shape.meaning.kind
+    if kind == "s3":
+        s3: SeaweedS3 = request.getfixturevalue("s3")
+        return _s3_source(shape, s3, request.getfixturevalue("bucket"))
+    if kind == "local":
+        return _local_source(tmp_path)
+    assert kind == "http", shape
+    source = _http_source(shape, request.getfixturevalue("origin"))
+    if shape.meaning.ca_dir:
+        source.extra.append(Volume(_ca_dir(tmp_path), shape.meaning.ca_dir, read_only=True))
+    return source
+
+
+# pvc:// verifies a claim and writes no cache: test_pvc_verify is its differential.
+DIFFERENTIAL = [s for s in shapes() if s.meaning.kind != "pvc"]
+
+
+@pytest.mark.parametrize("shape", DIFFERENTIAL, ids=[s.name for s in DIFFERENTIAL])
+def test_each_command_means_in_the_image_what_it_means_under_curl(
+    pod: ImagePod, request: pytest.FixtureRequest, tmp_path: Path, shape: Shape
 ) -> None:
-    base = serve_repo(origin)
-    script = with_ca(multi_file(False, cached, policy))  # and the CA prelude
-    env = multi_env(base, "/models/k2" if cached else "/models/ns-m")
-    certs = _ca_dir(tmp_path)
-    ref = on_host(script, env, tmp_path / "ref")
-    image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
-    same_or_better(image, pod, ref, tmp_path / "ref")
-
-
-def test_the_locked_multi_file_shape(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
-    """L3/L4's lock, FUSE check and size records, as a newer operator emits
-    them: the agent stands in for it (its own lock, its own records)."""
-    base = serve_repo(origin)
-    env = multi_env(base)
-    ref = on_host(locked_multi(), env, tmp_path / "ref")
-    image = pod.sh(locked_multi(), env=env)
-    same_or_better(image, pod, ref, tmp_path / "ref")
-    for rel, data in FILES.items():
-        assert (pod.models / "k2" / f"{rel}.llmkube-size").read_text() == str(len(data))
+    """Each of the suite's commands, as the agent in the image and under
+    sh and curl on the host: the same files, the same success, on an empty
+    cache, a current one (IfNotPresent asks nothing, OnChange no body), and
+    a stale one (a newer version at the source: OnChange takes it,
+    IfNotPresent keeps the cached copy without asking)."""
+    source = _source(shape, request, tmp_path)
+    ref_root = tmp_path / "ref"
+    expected = 1 if shape.meaning.layout == "single" else len(FILES)
+    first: dict[str, bytes] = {}
+    for state in ("empty", "current", "stale"):
+        if state == "stale":
+            source.change()
+        ref = on_host(shape.script, source.env, ref_root)
+        source.forget()
+        image = pod.sh(shape.script, env=source.env, extra=source.extra)
+        same_or_better(image, pod, ref, ref_root)
+        assert agent_line(shape) in image.stderr, str(image)
+        asked = source.asked()
+        files = model_files(pod.models)
+        if state == "empty":
+            first = files
+            assert image.compact_term()["stats"]["fetched"] == expected, image.term
+            if shape.meaning.kind == "local":
+                assert "Model copied successfully" in image.stderr
+            continue
+        if shape.meaning.policy == "IfNotPresent" or state == "current":
+            assert files == first, f"{state}: the cached copy must stay"
+        else:
+            assert files != first, "OnChange kept an outdated model"
+        if shape.meaning.policy == "IfNotPresent":
+            assert asked == [], f"a {state} IfNotPresent start contacted the source: {asked}"
+        elif state == "current":
+            assert "GET" not in asked, f"OnChange revalidates a current cache, no body: {asked}"
+        elif shape.meaning.layout == "single":
+            assert "Model revalidated (downloaded)" in image.stderr
 
 
 def test_an_hf_single_file_source_works_where_curl_could_not(
@@ -181,8 +289,8 @@ def test_an_hf_single_file_source_works_where_curl_could_not(
     with FakeHub(origin) as hub:
         hub.add_repo("org/repo", {"model.gguf": DATA})
         env = {**cache_env("hf://org/repo/model.gguf"), "HF_ENDPOINT": hub.url}
-        ref = on_host(single_file("http", True), env, tmp_path / "ref")
-        image = pod.sh(single_file("http", True), env=env)
+        ref = on_host(SINGLE, env, tmp_path / "ref")
+        image = pod.sh(SINGLE, env=env)
     assert ref.returncode != 0, "curl fetched hf:// after all"
     assert image.returncode == 0, str(image)
     assert (pod.models / "k1/model.gguf").read_bytes() == DATA
@@ -198,11 +306,11 @@ def test_a_cut_transfer_resumes_in_the_same_start(
     env = cache_env(origin.url + "/m/model.gguf")
     cut = Fault(truncate_after=len(DATA) // 2, methods=("GET",), times=1)
     origin.set_fault("/m/model.gguf", cut)
-    ref = on_host(single_file("http", True), env, tmp_path / "ref")
+    ref = on_host(SINGLE, env, tmp_path / "ref")
     assert ref.returncode != 0 and not (tmp_path / "ref/models/k1/model.gguf").exists()
     origin.set_fault("/m/model.gguf", cut)
     origin.clear_log()
-    image = pod.sh(single_file("http", True), env=env)
+    image = pod.sh(SINGLE, env=env)
     assert image.returncode == 0, str(image)
     assert (pod.models / "k1/model.gguf").read_bytes() == DATA
     resumed = [
@@ -292,42 +400,22 @@ def test_a_rollback_starts_from_the_agents_cache(
     base = serve_repo(origin)
     env = multi_env(base) if multi else cache_env(origin.url + "/m/model.gguf")
     assert pod.sh(_scripts(multi, "IfNotPresent"), env=env).returncode == 0
+    staged = model_files(pod.models)
     origin.clear_log()
     back = on_host(_scripts(multi, "IfNotPresent"), env, pod.models.parent)
     assert back.returncode == 0, str(back)
-    assert "already cached" in back.stdout and "Downloading" not in back.stdout
     assert origin.requests() == []
-
-
-def _ca_dir(tmp_path: Path) -> Path:
-    """The CA ConfigMap's volume, for the image and the reference alike."""
-    certs = tmp_path / "ref" / "custom-certs"
-    certs.mkdir(parents=True, exist_ok=True)
-    shutil.copy("/etc/ssl/certs/ca-certificates.crt", certs / "ca.crt")
-    return certs
-
-
-def test_onchange_refreshes_a_changed_file_like_the_script(
-    pod: ImagePod, origin: Origin, tmp_path: Path
-) -> None:
-    origin.put("/m/model.gguf", DATA)
-    script = single_file("http", True, "OnChange")
-    env = cache_env(origin.url + "/m/model.gguf")
-    assert pod.sh(script, env=env).returncode == 0
-    newer = gguf_like(3 << 20, seed=31)
-    origin.put("/m/model.gguf", newer)
-    ref = on_host(script, env, tmp_path / "ref")  # cold on the host: the new bytes
-    image = pod.sh(script, env=env)
-    same_or_better(image, pod, ref, tmp_path / "ref")
-    assert (pod.models / "k1/model.gguf").read_bytes() == newer
-    assert "Model revalidated (downloaded)" in image.stderr
+    assert model_files(pod.models) == staged
+    if not multi:
+        assert "kept: " in back.stdout, back
 
 
 def test_hf_with_a_token_from_the_source_secret(
     pod: ImagePod, origin: Origin, tmp_path: Path
 ) -> None:
     """A private repo: the token goes to the hub (HF_ENDPOINT names it),
-    the CDN's 302 target gets none; the L1 shape with hf_curl and resume."""
+    the CDN's 302 target gets none; the suite's command that sends the
+    token when one is set."""
     with FakeHub(origin, tokens={"hf_secret_token"}) as hub:
         hub.add_repo("org/private", {"model.gguf": DATA}, private=True)
         env = {
@@ -335,7 +423,7 @@ def test_hf_with_a_token_from_the_source_secret(
             "HF_TOKEN": "hf_secret_token",
             "HF_ENDPOINT": hub.url,
         }
-        script = resumable_single(hf_auth=True)
+        script = token_single()
         ref = on_host(script, env, tmp_path / "ref")
         origin.clear_log()
         hub.clear_log()
@@ -355,72 +443,9 @@ def test_hf_with_a_token_from_the_source_secret(
         assert match(controller_message(without.term_raw, without.stderr)) is not None
 
 
-@pytest.mark.parametrize(
-    ("multi", "cached", "policy"),
-    [
-        (False, True, "IfNotPresent"),
-        (False, False, "IfNotPresent"),
-        (True, True, "IfNotPresent"),
-        (True, True, "OnChange"),
-        (True, False, "IfNotPresent"),
-    ],
-)
-def test_s3(
-    pod: ImagePod,
-    s3: SeaweedS3,
-    bucket: str,
-    tmp_path: Path,
-    multi: bool,
-    cached: bool,
-    policy: str,
-) -> None:
-    for rel, data in FILES.items():
-        s3.put(bucket, f"p/{rel}", data)
-    s3.put(bucket, "m/model.gguf", DATA)
-    secret = s3_env(s3)
-    secret.pop("AWS_EC2_METADATA_DISABLED")  # not in an operator's Secret
-    if multi:
-        env = {
-            **multi_env(f"s3://{bucket}/p", "/models/k2" if cached else "/models/ns-m"),
-            "S3_BUCKET": bucket,
-            "S3_PREFIX": "p",
-            **secret,
-        }
-        script = multi_file(True, cached, policy)
-    else:
-        env = {
-            **cache_env(f"s3://{bucket}/m/model.gguf"),
-            "S3_BUCKET": bucket,
-            "S3_KEY": "m/model.gguf",
-            **secret,
-        }
-        if not cached:
-            env.update(CACHE_DIR="", MODEL_PATH="/models/ns-m.gguf")
-        script = single_file("s3", cached, policy)
-    ref = on_host(script, env, tmp_path / "ref")
-    image = pod.sh(script, env=env)
-    same_or_better(image, pod, ref, tmp_path / "ref")
-
-
-def test_local_host_path(pod: ImagePod, tmp_path: Path) -> None:
-    host = tmp_path / "ref" / "host-model"
-    host.mkdir(parents=True)
-    (host / "model.gguf").write_bytes(DATA)
-    script = single_file("local", True)
-    env = cache_env("/data/models/m.gguf")
-    ref = on_host(script, env, tmp_path / "ref")
-    image = pod.sh(
-        script,
-        env=env,
-        extra=[Volume(host / "model.gguf", "/host-model/model.gguf", read_only=True)],
-    )
-    same_or_better(image, pod, ref, tmp_path / "ref")
-    assert "Model copied successfully" in image.stderr
-
-
 def test_digest_gate(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
     origin.put("/m/model.gguf", DATA)
-    script = resumable_single(hf_auth=False, pinned=True)
+    script = token_single(pinned=True)
     good = {
         **cache_env(origin.url + "/m/model.gguf"),
         "MODEL_SHA256": hashlib.sha256(DATA).hexdigest(),
@@ -444,50 +469,110 @@ def test_digest_gate(pod: ImagePod, origin: Origin, tmp_path: Path) -> None:
 # -- the containers that are not downloads: the real shell ------------------------------------
 
 
-@pytest.mark.parametrize("fs_group", [0, 102], ids=["no fsGroup", "fsGroup 102"])
-def test_prep_then_downloader(pod: ImagePod, origin: Origin, fs_group: int) -> None:
+@pytest.mark.parametrize(
+    ("script", "owner"),
+    [(PREP, (100, 100)), (NOT_DOWNLOADS[1], (0, 102))],
+    ids=["no fsGroup", "fsGroup 102"],
+)
+def test_prep_then_downloader(
+    pod: ImagePod, origin: Origin, script: str, owner: tuple[int, int]
+) -> None:
     """model-cache-prep as uid 0 on a root-owned 0755 volume: without an
     fsGroup it chowns to 100:100 with 770; with the chart's fsGroup 102 to
-    0:102 with g+rwX. Then the downloader, as the image's user, can write."""
+    0:102 with g+rwX (the real /bin/sh runs it). Then the downloader, as the
+    image's user, can write."""
     os.chown(pod.models, 0, 0)
     pod.models.chmod(0o755)
-    script = PREP_FSGROUP.format(gid=fs_group) if fs_group else PREP_NO_FSGROUP
     prep = pod.sh(script, env={}, user="0:0")
     assert prep.returncode == 0, str(prep)
-    owner = (0, fs_group) if fs_group else (100, 100)
     assert (pod.models.stat().st_uid, pod.models.stat().st_gid) == owner
     origin.put("/m/model.gguf", DATA)
-    run = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
+    run = pod.sh(SINGLE, env=cache_env(origin.url + "/m/model.gguf"))
     assert run.returncode == 0, str(run)
     assert (pod.models / "k1/model.gguf").read_bytes() == DATA
 
 
 def test_prefetch_job(pod: ImagePod, origin: Origin) -> None:
-    """The Job's downloader (the stager switch set) and its `prefetch-done`."""
+    """The Job's downloader (the stager switch set) and the container that
+    only says it is done (the real /bin/sh)."""
     base = serve_repo(origin)
     run = pod.sh(
         multi_file(False, True), env={**multi_env(base), "LLMKUBE_PREFETCH_STAGER": "true"}
     )
     assert run.returncode == 0, str(run)
-    done = pod.sh(PREFETCH_DONE, env={})
-    assert (done.returncode, done.stdout) == (0, "prefetch complete\n")
+    assert model_files(pod.models / "k2") == FILES
+    done = pod.sh(DONE, env={})
+    assert (done.returncode, done.stdout) == (0, "staged\n")
 
 
 def test_the_operators_error_placeholders_fail_as_they_did(pod: ImagePod) -> None:
-    run = pod.sh(INVALID_FILE_SET, env={})
-    assert run.returncode == 1 and run.stdout.startswith("ERROR: InvalidFileSet"), str(run)
+    run = pod.sh(PLACEHOLDER, env={})
+    assert run.returncode == 1 and run.stdout.startswith("ERROR: this Model cannot"), str(run)
+    assert run.term_raw is None, "the real /bin/sh ran it, not the agent"
 
 
-def test_an_unrecognised_curl_command_is_refused_by_name(pod: ImagePod, origin: Origin) -> None:
-    """#30 item 2: never a silent exit 0 without the model."""
+CANARY = "CANARY-c4n4ry-7e1"
+# Near misses of the suite's commands (#39 item 4): one token changed, one
+# command added, a quote; each also carries a credential-like option value
+# (`-uadmin:CANARY` in place of `--show-error`) that no refusal may print.
+_WITH_CANARY = SINGLE.replace("--show-error", f"-uadmin:{CANARY}")
+_ONCHANGE = by_name("single http OnChange cache").script.replace(
+    "--show-error", f"-uadmin:{CANARY}"
+)
+NEAR_MISSES = {
+    "one token changed": _WITH_CANARY,
+    "a leading rm -rf": 'rm -rf "$CACHE_DIR"\n' + _WITH_CANARY,
+    "a trailing touch": _WITH_CANARY + 'touch "$MODEL_PATH.done"\n',
+    "a function named mv": "mv() { :; }\n" + _WITH_CANARY,
+    "a single-quoted source": _WITH_CANARY.replace('"$MODEL_SOURCE"', "'$MODEL_SOURCE'"),
+    "OnChange compared with -ne": _ONCHANGE.replace('-eq "$want"', '-ne "$want"'),
+    # No curl in it: nothing to refuse, the real /bin/sh runs it.
+    "a pvc verify that passes a mismatch": PVC_VERIFY.replace(
+        '[ "$got" = "$MODEL_SHA256" ]', '[ "$got" != "$MODEL_SHA256" ]'
+    ),
+}
+
+
+def test_the_near_misses_are_what_they_are_built_from() -> None:
+    """Each near miss differs from its command (a replace that found
+    nothing would test the command itself)."""
+    known = {s.script for s in shapes()}
+    assert len(set(NEAR_MISSES.values())) == len(NEAR_MISSES)
+    assert known.isdisjoint(NEAR_MISSES.values())
+    assert all(CANARY in script for script in NEAR_MISSES.values() if "curl" in script)
+
+
+@pytest.mark.parametrize("script", list(NEAR_MISSES.values()), ids=list(NEAR_MISSES))
+def test_a_near_miss_never_runs_the_agent(pod: ImagePod, origin: Origin, script: str) -> None:
+    """#39 items 2 and 4: a script outside the catalogue that names curl is
+    refused before any I/O (exit 2, InvalidConfiguration), never staged as
+    the command it resembles, and the refusal prints no value of it."""
     origin.put("/m/model.gguf", DATA)
-    script = single_file("http", True).replace("curl -f", "curl --compressed -f")
     run = pod.sh(script, env=cache_env(origin.url + "/m/model.gguf"))
+    assert "llmkube-stager: running" not in run.stderr, str(run)
+    if "curl" not in script:  # nothing to refuse: /bin/sh runs it
+        assert run.term_raw is None, str(run)
+        return
     assert run.returncode == 2, str(run)
     doc = run.compact_term()
-    assert doc["reason"] == "InvalidConfiguration"
-    assert "--compressed" in doc["message"] and "curlimages/curl" in doc["remedy"]
-    assert origin.requests() == [] and not (pod.models / "k1/model.gguf").exists()
+    assert doc["reason"] == "InvalidConfiguration", doc
+    assert "not a command of any LLMKube version this image knows" in doc["message"], doc
+    assert "curlimages/curl" in doc["remedy"], doc
+    assert CANARY not in run.outputs and "admin" not in run.outputs, run.outputs
+    assert origin.requests() == [] and not (pod.models / "k1").exists()
+
+
+def test_without_the_site_catalogue_the_suites_command_is_refused(
+    pod: ImagePod, origin: Origin
+) -> None:
+    """The image knows the operator's commands alone: the suite's reach the
+    agent only through the site catalogue the other tests mount."""
+    origin.put("/m/model.gguf", DATA)
+    run = pod.sh(SINGLE, env=cache_env(origin.url + "/m/model.gguf"), catalogue=False)
+    assert run.returncode == 2, str(run)
+    assert "llmkube-stager: running" not in run.stderr, str(run)
+    assert run.compact_term()["reason"] == "InvalidConfiguration"
+    assert origin.requests() == [] and not (pod.models / "k1").exists()
 
 
 # -- #30 item 3: what the Model's condition shows, failure by failure -------------------------
@@ -515,7 +600,7 @@ def test_the_condition_reads_at_least_as_well_as_the_scripts(
         url = closed_port_url() + "/m/model.gguf"
     else:
         url = "http://no-such-host.invalid/m/model.gguf"
-    script = single_file("http", True)
+    script = SINGLE
     env = cache_env(url)
     ref = on_host(script, env, tmp_path / "ref")
     image = pod.sh(script, env={**env, "LLMKUBE_RETRIES": "0", "LLMKUBE_CONNECT_TIMEOUT": "2"})
@@ -532,7 +617,7 @@ def test_a_draft_model_beside_its_target(pod: ImagePod, origin: Origin) -> None:
     (mergeStorageConfigs renames the container, never the command)."""
     origin.put("/m/model.gguf", DATA)
     base = serve_repo(origin)
-    target = pod.sh(single_file("http", True), env=cache_env(origin.url + "/m/model.gguf"))
+    target = pod.sh(SINGLE, env=cache_env(origin.url + "/m/model.gguf"))
     draft = pod.sh(multi_file(False, True), env=multi_env(base, "/models/draftkey"))
     assert (target.returncode, draft.returncode) == (0, 0), (target, draft)
     assert (pod.models / "k1/model.gguf").read_bytes() == DATA
@@ -582,12 +667,12 @@ def test_tls_through_the_operators_ca_mount(pod: ImagePod, tmp_path: Path) -> No
     with Origin(tls=context) as tls_origin:
         tls_origin.put("/m/model.gguf", DATA)
         env = cache_env(tls_origin.url + "/m/model.gguf")
-        script = with_ca(single_file("http", True))
+        script = with_ca(SINGLE)
         ref = on_host(script, env, tmp_path / "ref")
         image = pod.sh(script, env=env, extra=[Volume(certs, "/custom-certs", read_only=True)])
         same_or_better(image, pod, ref, tmp_path / "ref")
 
-        bare = single_file("http", True)  # no --ca-cert-configmap
+        bare = SINGLE  # no --ca-cert-configmap
         env = cache_env(tls_origin.url + "/m/model.gguf", key="k5")
         ref = on_host(bare, env, tmp_path / "ref-bare")
         image = pod.sh(bare, env={**env, "LLMKUBE_RETRIES": "0"})
@@ -603,7 +688,7 @@ def test_out_of_space_reads_better_than_curls_line(
     signature (curl: (23) Failure writing output); the agent's names it."""
     origin.put("/m/model.gguf", DATA)
     env = cache_env(origin.url + "/m/model.gguf")
-    script = single_file("http", True)
+    script = SINGLE
     with tmpfs(pod.models / "k1") as _, tmpfs(tmp_path / "ref" / "models" / "k1") as _:
         os.chown(pod.models / "k1", UID, GID)
         ref = on_host(script, env, tmp_path / "ref")
@@ -616,14 +701,21 @@ def test_out_of_space_reads_better_than_curls_line(
         assert got[0] == want[0]
 
 
+# A pod spec's command that starts the script some other way: the outer
+# script names neither curl nor a MODEL_ variable (the real /bin/sh runs
+# it); the script itself comes from the environment.
+_INDIRECT = "SUITE_SCRIPT"
+
+
 def test_curl_reached_some_other_way_says_it_is_not_here(pod: ImagePod, origin: Origin) -> None:
     """An absolute /bin/sh bypasses the image's sh: its curl fails like any
     curl (exit 2), names the host, and the script never exits 0 without the
     model; no key of the source Secret is printed."""
     origin.put("/m/model.gguf", DATA)
     env = {**cache_env(origin.url + "/m/model.gguf"), "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
-    script = single_file("http", True).replace("curl -f", 'curl -u "x:$AWS_SECRET_ACCESS_KEY" -f')
-    run = pod.sh(f"exec /bin/sh -c {shlex.quote(script)}", env=env)
+    script = SINGLE.replace("curl --fail", 'curl -u "x:$AWS_SECRET_ACCESS_KEY" --fail')
+    assert script != SINGLE
+    run = pod.sh(f'exec /bin/sh -c "${_INDIRECT}"', env={**env, _INDIRECT: script})
     assert run.returncode == 2, str(run)
     assert "curl: (2) curl is not in this image" in run.stderr
     assert "s3cr3t-value" not in run.stdout + run.stderr
@@ -638,10 +730,9 @@ def test_sh_with_options_the_agent_honours_runs_the_agent(
     and runs the agent; it went to /bin/sh, whose curl is not here (#30
     review, llmkube_stager/operator/shell.py command_script)."""
     origin.put("/m/model.gguf", DATA)
-    env = cache_env(origin.url + "/m/model.gguf")
-    script = single_file("http", True)
-    run = pod.sh(f"exec sh {options} {shlex.quote(script)}", env=env)
+    env = {**cache_env(origin.url + "/m/model.gguf"), _INDIRECT: SINGLE}
+    run = pod.sh(f'exec sh {options} "${_INDIRECT}"', env=env)
     assert run.returncode == 0, str(run)
-    assert "running the operator's single-file http IfNotPresent command" in run.stderr
+    assert agent_line(by_name("single http IfNotPresent cache")) in run.stderr, str(run)
     assert run.compact_term()["stats"]["fetched"] == 1
     assert (pod.models / "k1/model.gguf").read_bytes() == DATA

@@ -1,11 +1,12 @@
 """#30 item 4: a rollout with both in one cache. While the operator's
-Deployments roll, script pods of other Models (curl on this host, the
-operator's own commands) share the cache directory with agent pods (the
-image, run by the same commands through its `sh`): the cache directory is
-keyed on the source alone, so two Models on one source share it, and the
-scripts sweep `*.tmp` there without a lock. The agent must never publish a
-wrong file, and must not lose its work to a sweep silently; an agent and a
-script staging the same file at once end with a right file."""
+Deployments roll, script pods of other Models (curl on this host) share the
+cache directory with agent pods (the image, run by the same commands
+through its `sh`; the suite's commands, tests/harness/operator_commands.py,
+stand for the operator's): the cache directory is keyed on the source
+alone, so two Models on one source share it, and the scripts sweep `*.tmp`
+there without a lock. The agent must never publish a wrong file, and must
+not lose its work to a sweep silently; an agent and a script staging the
+same file at once end with a right file."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ DATA = gguf_like(2 << 20, seed=304)
 # Slow enough that the sweep lands mid-transfer, whatever the agent's
 # connection count (each response is paced on its own).
 SLOW = Fault(rate_bytes_per_s=192 << 10, methods=("GET",))
+# The operator's multi-file commands sweep the cache directory's partials
+# before their loop, without a lock; the suite's command, run on the host
+# here as a script pod would, gets the same prologue.
+SWEEP = "find \"$CACHE_DIR\" -name '*.tmp' -delete\n"
 
 
 class Background:
@@ -92,9 +97,9 @@ def test_a_script_pods_sweep_mid_transfer_never_costs_a_right_file(
     _wait(lambda: any(shared.glob("*.tmp")), "the agent's partial", job)
 
     # Another Model's script pod on the same cache directory: its prologue
-    # `find "$CACHE_DIR" -name '*.tmp' -delete` takes the agent's partial.
+    # (the operator's multi-file commands begin so) takes the agent's partial.
     other = _host_script(
-        multi_file(False, cached=True),
+        SWEEP + multi_file(False, cached=True),
         {
             "MODEL_SOURCE": origin.url + "/other/resolve/main/",
             "CACHE_DIR": "/models/shared",
@@ -153,6 +158,6 @@ def test_an_agent_and_a_script_staging_the_same_file_end_with_a_right_file(
         # Its `.tmp` was swept or replaced under it: its restart finds the
         # agent's file (IfNotPresent), as a kubelet would restart it.
         again = _host_script(script, env, pod.models)
-        assert again.returncode == 0 and "already cached" in again.stdout, again
+        assert again.returncode == 0 and "kept: " in again.stdout, again
     assert dest.read_bytes() == DATA
     assert seen <= {len(DATA)}, f"the served name held a wrong size: {sorted(seen)}"

@@ -243,3 +243,22 @@ def test_the_meaning_becomes_the_agents_flags() -> None:
         ("http://127.0.0.1:9/org/repo/", "http://127.0.0.1:9/org/repo/resolve/main/"),
     ):
         assert agent_flags(main, {"MODEL_SOURCE": source})["MODEL_SOURCE"] == base
+
+
+def test_a_broken_site_catalogue_refuses_every_download_by_name(tmp_path: Path) -> None:
+    """A site's ConfigMap that is no catalogue, a directory or unreadable:
+    a refusal naming the file, never a traceback (#39 review)."""
+    script = by_name("single http IfNotPresent cache").script
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": 1, "entries": [{"name": "x"}]}')
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for site in (broken, folder):
+        decision = decide(["-c", script], ENV, site=str(site))
+        assert decision.entry is None
+        assert decision.refused.startswith(f"the site catalogue {site} cannot be read: "), decision
+    # A script that cannot download never reads it: the prep container runs.
+    assert decide(["-c", "chown 100:100 /models"], ENV, site=str(broken)).refused == ""
+    # No site file at all: the image's own catalogue, and the script is unknown.
+    decision = decide(["-c", script], ENV, site=str(tmp_path / "absent.json"))
+    assert decision.refused.startswith("the script is not a command of any LLMKube version")
