@@ -14,6 +14,7 @@ A script outside the catalogue never runs the agent (#39 item 4)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from llmkube_stager.operator.catalogue import Meaning
 from tests.harness.hub import FakeHub
 from tests.harness.image import GID, UID, ImagePod, Volume
 from tests.harness.mounts import tmpfs
@@ -43,7 +45,7 @@ from tests.harness.operator_commands import (
     with_ca,
 )
 from tests.harness.origin import Fault, Origin, closed_port_url
-from tests.harness.pod import Run
+from tests.harness.pod import SHORT_BUDGET, Run
 from tests.harness.sample import gguf_like
 from tests.harness.seaweed import SeaweedS3, s3_env
 from tests.harness.tlsca import tls_server_context
@@ -110,8 +112,27 @@ def same_or_better(image: Run, pod: ImagePod, ref: Run, ref_root: Path) -> None:
 
 
 def agent_line(shape: Shape) -> str:
-    """What the image's sh logs when it runs `shape` as the agent."""
-    return f"llmkube-stager: running the suite's {shape.name} command ({shape.meaning.describe()})"
+    """What the image's sh logs when it runs `shape` as the agent: the
+    operator's commands by their catalogue name, the suite's by theirs."""
+    name = shape.name if shape.name.startswith("LLMKube ") else f"the suite's {shape.name} command"
+    return f"llmkube-stager: running {name} ({shape.meaning.describe()})"
+
+
+def operator_texts() -> list[Shape]:
+    """The operator's real commands, when LLMKUBE_OPERATOR_TEXTS names a
+    folder of them with their meanings.json (tools/operator-catalogue's
+    input, kept outside this repository: no text of the operator's is in
+    it). They are known to the image through its own catalogue, and run
+    through the same differential as the suite's: how the catalogue's
+    meanings were checked while it was built (#39 item 3)."""
+    folder = os.environ.get("LLMKUBE_OPERATOR_TEXTS")
+    if not folder:
+        return []
+    meanings = json.loads((Path(folder) / "meanings.json").read_text())
+    return [
+        Shape(said["name"], (Path(folder) / name).read_text(newline=""), Meaning(**said["meaning"]))
+        for name, said in sorted(meanings.items(), key=lambda item: item[1]["name"])
+    ]
 
 
 def cache_env(source: str, key: str = "k1", name: str = "model.gguf") -> dict[str, str]:
@@ -154,6 +175,9 @@ class Source:
     asked: Callable[[], list[str]]
     forget: Callable[[], None]
     extra: list[Volume] = field(default_factory=list)
+    # Makes the source fail every request from now on (None: a host file,
+    # whose bind mount cannot be taken away between two runs).
+    fail: Callable[[], None] | None = None
 
 
 def _http_source(shape: Shape, origin: Origin) -> Source:
@@ -181,7 +205,15 @@ def _http_source(shape: Shape, origin: Origin) -> Source:
         else:
             serve_repo(origin, NEWER_FILES)
 
-    return Source(env, change, lambda: [r.method for r in origin.requests()], origin.clear_log)
+    def fail() -> None:
+        paths = ["/m/model.gguf"] if m.layout == "single" else [
+            f"/org/repo/resolve/main/{rel}" for rel in FILES
+        ]  # fmt: skip
+        for path in paths:
+            origin.set_fault(path, Fault(status=503))
+
+    asked = lambda: [r.method for r in origin.requests()]  # noqa: E731
+    return Source(env, change, asked, origin.clear_log, fail=fail)
 
 
 def _s3_source(shape: Shape, s3: SeaweedS3, bucket: str) -> Source:
@@ -207,7 +239,12 @@ def _s3_source(shape: Shape, s3: SeaweedS3, bucket: str) -> Source:
                 s3.put(bucket, f"p/{rel}", data)
 
     env.update(S3_BUCKET=bucket, **secret)
-    return Source(env, change, lambda: [r.method for r in s3.object_requests(bucket)], s3.clear)
+
+    def fail() -> None:  # the endpoint gone: every request refused
+        env["AWS_ENDPOINT_URL"] = closed_port_url()
+
+    asked = lambda: [r.method for r in s3.object_requests(bucket)]  # noqa: E731
+    return Source(env, change, asked, s3.clear, fail=fail)
 
 
 def _local_source(tmp_path: Path) -> Source:
@@ -237,18 +274,19 @@ def _source(shape: Shape, request: pytest.FixtureRequest, tmp_path: Path) -> Sou
 
 
 # pvc:// verifies a claim and writes no cache: test_pvc_verify is its differential.
-DIFFERENTIAL = [s for s in shapes() if s.meaning.kind != "pvc"]
+DIFFERENTIAL = [s for s in [*shapes(), *operator_texts()] if s.meaning.kind != "pvc"]
 
 
 @pytest.mark.parametrize("shape", DIFFERENTIAL, ids=[s.name for s in DIFFERENTIAL])
 def test_each_command_means_in_the_image_what_it_means_under_curl(
     pod: ImagePod, request: pytest.FixtureRequest, tmp_path: Path, shape: Shape
 ) -> None:
-    """Each of the suite's commands, as the agent in the image and under
-    sh and curl on the host: the same files, the same success, on an empty
-    cache, a current one (IfNotPresent asks nothing, OnChange no body), and
-    a stale one (a newer version at the source: OnChange takes it,
-    IfNotPresent keeps the cached copy without asking)."""
+    """Each of the suite's commands (and, with LLMKUBE_OPERATOR_TEXTS, each
+    of the operator's), as the agent in the image and under sh and curl on
+    the host: the same files, the same success, on an empty cache, a
+    current one (IfNotPresent asks nothing, OnChange no body), a stale one
+    (a newer version at the source: OnChange takes it, IfNotPresent keeps
+    the cached copy without asking), then with the source failing."""
     source = _source(shape, request, tmp_path)
     ref_root = tmp_path / "ref"
     expected = 1 if shape.meaning.layout == "single" else len(FILES)
@@ -279,6 +317,35 @@ def test_each_command_means_in_the_image_what_it_means_under_curl(
             assert "GET" not in asked, f"OnChange revalidates a current cache, no body: {asked}"
         elif shape.meaning.layout == "single":
             assert "Model revalidated (downloaded)" in image.stderr
+    if source.fail is not None:
+        failing_source_keeps_the_cache_and_fails_an_empty_one(pod, source, shape, ref_root)
+
+
+def failing_source_keeps_the_cache_and_fails_an_empty_one(
+    pod: ImagePod, source: Source, shape: Shape, ref_root: Path
+) -> None:
+    """The source fails every request: a cached copy is kept and the start
+    succeeds (IfNotPresent without asking, OnChange as the command's
+    "kept cached copy"), in the image as under curl; with nothing cached,
+    both fail and neither publishes a file."""
+    assert source.fail is not None
+    source.fail()
+    env = {**source.env, **SHORT_BUDGET}
+    kept = model_files(pod.models)
+    ref = on_host(shape.script, env, ref_root)
+    image = pod.sh(shape.script, env=env, extra=source.extra)
+    # A partial may stay for the next start to resume: not same_or_better.
+    assert (ref.returncode, image.returncode) == (0, 0), f"{ref}\n{image}"
+    assert model_files(pod.models) == kept == model_files(ref_root / "models")
+    assert pod.container.writes() == [], "written outside the volumes"
+    for models in (pod.models, ref_root / "models"):
+        for child in models.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    ref = on_host(shape.script, env, ref_root)
+    image = pod.sh(shape.script, env=env, extra=source.extra)
+    assert ref.returncode != 0, f"the reference succeeded with its source failing: {ref}"
+    assert image.returncode != 0, str(image)
+    assert model_files(pod.models) == {} == model_files(ref_root / "models")
 
 
 def test_an_hf_single_file_source_works_where_curl_could_not(
