@@ -130,7 +130,7 @@ def operator_texts() -> list[Shape]:
         return []
     meanings = json.loads((Path(folder) / "meanings.json").read_text())
     return [
-        Shape(said["name"], (Path(folder) / name).read_text(newline=""), Meaning(**said["meaning"]))
+        Shape(said["name"], (Path(folder) / name).read_bytes().decode(), Meaning(**said["meaning"]))
         for name, said in sorted(meanings.items(), key=lambda item: item[1]["name"])
     ]
 
@@ -691,10 +691,18 @@ def test_a_draft_model_beside_its_target(pod: ImagePod, origin: Origin) -> None:
     assert model_files(pod.models / "draftkey") == FILES
 
 
+VERIFIERS = [
+    by_name("pvc verify"),
+    *(s for s in operator_texts() if s.meaning.kind == "pvc"),
+]
+
+
+@pytest.mark.parametrize("verifier", VERIFIERS, ids=[s.name for s in VERIFIERS])
 @pytest.mark.parametrize("right", [True, False], ids=["match", "mismatch"])
-def test_pvc_verify(pod: ImagePod, tmp_path: Path, right: bool) -> None:
+def test_pvc_verify(pod: ImagePod, tmp_path: Path, right: bool, verifier: Shape) -> None:
     """pvc:// with spec.sha256: the claim read-only at /model-source, hashed
-    on every start, nothing written to it."""
+    on every start, nothing written to it (the suite's command, and the
+    operator's with LLMKUBE_OPERATOR_TEXTS)."""
     claim = tmp_path / "ref" / "model-source"
     claim.mkdir(parents=True)
     (claim / "m.gguf").write_bytes(DATA)
@@ -704,8 +712,10 @@ def test_pvc_verify(pod: ImagePod, tmp_path: Path, right: bool) -> None:
         "MODEL_PATH": "/model-source/m.gguf",
         "MODEL_SHA256": pin,
     }
-    ref = on_host(PVC_VERIFY, env, tmp_path / "ref")
-    image = pod.sh(PVC_VERIFY, env=env, extra=[Volume(claim, "/model-source", read_only=True)])
+    ref = on_host(verifier.script, env, tmp_path / "ref")
+    volume = Volume(claim, "/model-source", read_only=True)
+    image = pod.sh(verifier.script, env=env, extra=[volume])
+    assert agent_line(verifier) in image.stderr, str(image)
     assert (image.returncode == 0, ref.returncode == 0) == (right, right), (image, ref)
     assert sorted(p.name for p in claim.iterdir()) == ["m.gguf"], "the claim was written"
     if not right:
