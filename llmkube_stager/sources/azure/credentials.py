@@ -12,7 +12,8 @@ string of emulators and private endpoints first:
    AZURE_TENANT_ID, azure-identity's WorkloadIdentityCredential;
 5. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
    (azure-storage-blob takes a string credential that parses as a SAS as a
-   SAS, which is how KServe users pass one);
+   SAS, which is how KServe users pass one; told apart by its rule,
+   sas.is_sas, #41 item 2);
 6. none: anonymous (a public container), and the log says so.
 
 The credentials are built explicitly, never through DefaultAzureCredential:
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.sources.azure.ref import API_VERSION, AzureRef, ConnectionString
-from llmkube_stager.sources.azure.sas import container_sas, decode_key
+from llmkube_stager.sources.azure.sas import container_sas, decode_key, is_sas
 
 # azure-identity's token scope for Blob storage.
 STORAGE_SCOPE = "https://storage.azure.com/.default"
@@ -226,7 +227,7 @@ def choose(
         return _identity(env, client_id, tenant_id, client_secret, token_file, identity())
     key = env.get("AZURE_STORAGE_ACCESS_KEY", "")
     if key:
-        if "sig=" in key:
+        if is_sas(key):
             return StaticSas(key.lstrip("?"), "the SAS in AZURE_STORAGE_ACCESS_KEY")
         bytes_key = decode_key(key, "AZURE_STORAGE_ACCESS_KEY")
         return KeySigned(ref.account, bytes_key, ref.container, "AZURE_STORAGE_ACCESS_KEY")
