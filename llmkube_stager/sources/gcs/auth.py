@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     import ssl
 
 # google-auth's: a token is refreshed this long before it expires
-# (google.auth._helpers.REFRESH_THRESHOLD), and its metadata ping's bound.
+# (google.auth._helpers.REFRESH_THRESHOLD), and the bound of each of its
+# metadata requests, connection and answer.
 REFRESH_MARGIN_S = 225.0
 PING_TIMEOUT_S = 3.0
 _FLAVOR = {"Metadata-Flavor": "Google"}
@@ -80,8 +81,13 @@ class MetadataServer:
         self._ip = config.gcs_metadata_ip
         # A host that is no GCE/GKE node blackholes 169.254.169.254: bounded
         # as google-auth bounds its ping (3 s), not by LLMKUBE_CONNECT_TIMEOUT.
-        bound_s = min(config.timeouts.connect_s, PING_TIMEOUT_S)
-        self._pool = ConnectionPool(bound_s, config.timeouts.stall_s, _no_tls)
+        # The answer too: an address that accepts and never answers is
+        # left after google-auth's bound of every metadata request
+        # (_metadata.py `_METADATA_DEFAULT_TIMEOUT`, ping and token alike),
+        # not after LLMKUBE_STALL_TIMEOUT, paid on every cold start (#41 item 5).
+        connect_s = min(config.timeouts.connect_s, PING_TIMEOUT_S)
+        read_s = min(config.timeouts.stall_s, PING_TIMEOUT_S)
+        self._pool = ConnectionPool(connect_s, read_s, _no_tls)
 
     def present(self) -> bool:
         """One ping of GCE_METADATA_IP: a metadata server answers with its flavor."""
