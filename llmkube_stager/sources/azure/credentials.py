@@ -253,8 +253,8 @@ def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: 
     """What azure-identity would refuse only when the first token is asked
     for, said now, before any cache I/O (#33 review items 2, 3): a tenant
     id of other characters, an authority that is not https, a workload
-    identity's token file that is not there (never read here: its content
-    is a credential)."""
+    identity's token file that is not there or is no bounded regular file
+    (read and dropped, never shown: its content is a credential)."""
     tenant_var = "AZURE_TENANT_ID" if env.get("AZURE_TENANT_ID") else "AZ_TENANT_ID"
     if any(c not in _TENANT_ID_CHARACTERS for c in tenant_id):
         raise ConfigError(
@@ -268,13 +268,19 @@ def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: 
             f"AZURE_AUTHORITY_HOST {authority[:128]!r} is not an https URL (azure-identity sends "
             "credentials to the authority over TLS only)"
         )
-    if token_file and not (os.path.isfile(token_file) and os.access(token_file, os.R_OK)):
+    if token_file and not os.path.lexists(token_file):
         raise ConfigError(
             f"AZURE_FEDERATED_TOKEN_FILE {token_file[:256]!r} is not a readable file (is the "
             "service account token projected into the pod? AKS workload identity mounts it "
             "when the pod's service account is annotated and the pod labelled "
             "azure.workload.identity/use=true)"
         )
+    if token_file:
+        # A bounded regular file, as every credential file (#41 item 4):
+        # azure-identity reads it whole at every token.
+        from llmkube_stager.sources.credfile import check_credential_file
+
+        check_credential_file(token_file, "AZURE_FEDERATED_TOKEN_FILE")
 
 
 def _either(env: Mapping[str, str], name: str, legacy: str) -> str:
