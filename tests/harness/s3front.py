@@ -98,6 +98,9 @@ class S3Fault:
     # 1,000 keys, and SigV4 signs the query a front could lower).
     replay_first: bool = False
     rewrite: Callable[[bytes], bytes] | None = None
+    # Headers added to the relayed answer, as a store that encrypted the
+    # object says so (`x-amz-server-side-encryption: aws:kms`, #41 item 7).
+    add_headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -283,6 +286,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         if fault.ignore_range:
             self.send_header("Accept-Ranges", "none")
+        for name, value in fault.add_headers:
+            self.send_header(name, value)
         if length is not None:
             self.send_header("Content-Length", length)
             if fault.length_twice:
