@@ -60,7 +60,7 @@ def _from_file(path: str, request: Any) -> Any:
     """The key file read by the agent as a bounded regular file (a
     directory, a FIFO or /dev/zero is InvalidConfiguration naming the
     variable, #41 item 4), its contents handed to google-auth
-    (`load_credentials_from_dict`, google-auth >= 2.12; older ones are
+    (`load_credentials_from_dict`, google-auth >= 2.20.0; older ones are
     given the path the agent just read)."""
     from llmkube_stager.sources.credfile import read_credential_file
 
