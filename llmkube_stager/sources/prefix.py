@@ -64,15 +64,34 @@ ObjT = TypeVar("ObjT", bound=Listed)
 PageOf = Callable[[str | None], tuple[Iterable[T], str | None]]
 
 
-def paged(ask: PageOf[T], what: str) -> Iterator[T]:
+def paged(ask: PageOf[ObjT], what: str) -> Iterator[ObjT]:
     """Every object of every page `ask` gives, page after page; `what`
-    names the listing where it never ends."""
+    names the listing where it never ends or goes round.
+
+    A listing goes forward: S3, GCS and Azure give each page token and
+    each object name once (in name order). A token given again, or an
+    object listed again, is a listing that goes round (a broken or hostile
+    endpoint, a proxy replaying an answer): ModelSourceRejected at once,
+    not after MAX_PAGES pages of it held in memory (#41 item 5). The
+    names seen are the objects' own strings: the set costs its table."""
+    tokens: set[str] = set()
+    names: set[str] = set()
     token: str | None = None
     for _ in range(MAX_PAGES):
         objects, token = ask(token)
-        yield from objects
+        if token and token in tokens:
+            raise rejected(f"the listing of {what} gave the same page token twice")
+        for obj in objects:
+            if obj.name in names:
+                raise rejected(
+                    f"the listing of {what} named an object twice ({obj.name[:256]!r}): "
+                    "its pages go round"
+                )
+            names.add(obj.name)
+            yield obj
         if not token:
             return
+        tokens.add(token)
     raise rejected(f"the listing of {what} did not end after {MAX_PAGES} pages")
 
 

@@ -211,6 +211,9 @@ class _FrontState(Clients):
     media_sent: int = 0
     # Names described as composite objects (`GcsFront.composite`).
     composite: set[str] = field(default_factory=set)
+    # A listing without end (#41 item 5): every page is the first page's
+    # objects, with a token of its own.
+    endless: bool = False
 
     def described(self, item: dict[str, Any]) -> dict[str, Any]:
         """A resource as GCS describes it: a composite object has no md5Hash."""
@@ -293,8 +296,9 @@ class _FrontHandler(TrackedHandler):
         items = [self.state.described(item) for item in items]
         start = int(query.get("pageToken", ["0"])[0] or 0)
         size = min(self.state.page_size, int(query.get("maxResults", ["1000"])[0]))
-        doc: dict[str, Any] = {"kind": "storage#objects", "items": items[start : start + size]}
-        if start + size < len(items):
+        first = 0 if self.state.endless else start
+        doc: dict[str, Any] = {"kind": "storage#objects", "items": items[first : first + size]}
+        if start + size < len(items) or self.state.endless:
             doc["nextPageToken"] = str(start + size)
         return self._json(200, doc)
 

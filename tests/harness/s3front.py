@@ -91,6 +91,16 @@ class S3Fault:
     # A hop that flips one byte of each GET body it relays (the middle of
     # its first piece): the bytes differ, the framing does not (#33).
     corrupt: bool = False
+    # A listing that goes round (#41 item 5): every matching request after
+    # the first is answered with the first's answer (the same page, the
+    # same token), `rewrite` applied to that first body (e.g. an S3 page
+    # made truncated with a continuation token: SeaweedFS's pages are of
+    # 1,000 keys, and SigV4 signs the query a front could lower).
+    replay_first: bool = False
+    rewrite: Callable[[bytes], bytes] | None = None
+    # Headers added to the relayed answer, as a store that encrypted the
+    # object says so (`x-amz-server-side-encryption: aws:kms`, #41 item 7).
+    add_headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -121,6 +131,9 @@ class _State:
     upstream_tls: ssl.SSLContext | None = None
     # Query parameters lowered on the way up (`S3Front.cap_query`).
     query_caps: dict[str, int] = field(default_factory=dict)
+    # The first answer per path of a `replay_first` fault: status, reason,
+    # headers, body.
+    replayed: dict[str, tuple[int, str, list[tuple[str, str]], bytes]] = field(default_factory=dict)
 
     def take_fault(self, path: str, method: str) -> S3Fault | None:
         with self.lock:
@@ -254,7 +267,10 @@ class _Handler(BaseHTTPRequestHandler):
                 upstream.putheader(name, value)
             upstream.endheaders(body or None)
             response = upstream.getresponse()
-            self._relay(method, response, fault)
+            if fault.replay_first:
+                self._replay(response, fault, state)
+            else:
+                self._relay(method, response, fault)
         finally:
             upstream.close()
 
@@ -270,6 +286,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         if fault.ignore_range:
             self.send_header("Accept-Ranges", "none")
+        for name, value in fault.add_headers:
+            self.send_header(name, value)
         if length is not None:
             self.send_header("Content-Length", length)
             if fault.length_twice:
@@ -281,6 +299,26 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "HEAD":
             return
         self._relay_body(response, fault, None if length is None else int(length))
+
+    def _replay(self, response: http.client.HTTPResponse, fault: S3Fault, state: _State) -> None:
+        """The first answer this path got, again and again (GET only)."""
+        skipped = _HOP_BY_HOP | {"content-length"}
+        headers = [(n, v) for n, v in response.getheaders() if n.lower() not in skipped]
+        data = response.read()
+        if fault.rewrite is not None:
+            data = fault.rewrite(data)
+        with state.lock:
+            first = state.replayed.setdefault(
+                self._entry.path, (response.status, response.reason, headers, data)
+            )
+        status, reason, headers, data = first
+        self._entry.status = status
+        self.send_response_only(status, reason)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self._write(data)
 
     def _relay_gzipped(self, response: http.client.HTTPResponse) -> None:
         import gzip
@@ -397,12 +435,14 @@ class S3Front(Lifecycle):
             self._state.uses.clear()
             self._state.bucket_regions.clear()
             self._state.query_caps.clear()
+            self._state.replayed.clear()
             self._state.hook = None
 
     def set_fault(self, path: str, fault: S3Fault) -> None:
         with self._state.lock:
             self._state.faults[path] = fault
             self._state.uses.pop(path, None)
+            self._state.replayed.pop(path, None)
 
     def cap_query(self, name: str, most: int) -> None:
         """Forward the integer query parameter `name` as at most `most` (the

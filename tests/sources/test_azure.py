@@ -16,6 +16,7 @@ from llmkube_stager.sources.azure.listing import PAGE_BLOBS
 from tests.harness.azurite import (
     ACCOUNT,
     ACCOUNT_KEY,
+    SIG_ENDING_KEY,
     Azurite,
     S3Fault,
     S3Request,
@@ -149,6 +150,34 @@ def test_a_sas_in_the_url_is_used_and_never_shown(pod, az, container) -> None:
     signature = parse_qs(sas)["sig"][0]
     assert get.params["sig"] == [signature]
     assert leaks(signature, run.outputs) == []
+
+
+@pytest.mark.parametrize("where", ["AZURE_STORAGE_ACCESS_KEY", "AccountKey"])
+def test_an_account_key_ending_in_sig_is_a_key_not_a_sas(pod, az, container, where) -> None:
+    """#41 item 2: a key whose base64 ends in `sig==` (the account's second
+    key, which Azurite checks) signs a SAS like any key. Failed before: it
+    was taken for a SAS and sent as the query, which Azurite refused (403)."""
+    data = payload(48 * KIB, 41)
+    put(az, container, "model.gguf", data)
+    endpoint_only = az.connection_string(key=False)
+    if where == "AccountKey":
+        extra = {"AZURE_STORAGE_CONNECTION_STRING": endpoint_only + f"AccountKey={SIG_ENDING_KEY};"}
+    else:
+        extra = {
+            "AZURE_STORAGE_CONNECTION_STRING": endpoint_only,
+            "AZURE_STORAGE_ACCESS_KEY": SIG_ENDING_KEY,
+        }
+
+    run = pod.run(env=pod.single_env(Azurite.source(container, "model.gguf"), **extra))
+
+    run.ok(files=1, fetched=1)
+    assert pod.dest().read_bytes() == data
+    (get,) = blob_gets(az, container)
+    assert get.params["sr"] == ["c"] and get.params["sp"] == ["rl"]
+    # The key never went out, in the query or anywhere else.
+    assert all(SIG_ENDING_KEY[:40] not in r.query for r in az.requests())
+    assert leaks(SIG_ENDING_KEY, run.outputs) == []
+    assert get.params["sig"][0] not in run.outputs
 
 
 def test_a_public_container_is_read_anonymously(pod, az) -> None:

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tests.harness.gcs import (
     TokenEndpoint,
     gcs_env,
 )
-from tests.harness.origin import closed_port_url
+from tests.harness.origin import Blackhole, closed_port_url
 from tests.harness.pause import await_stopped, pause_flags
 from tests.harness.pod import ON_CHANGE, Pod, import_lines, wait_for
 from tests.harness.proxy import ForwardProxy
@@ -534,6 +535,38 @@ def test_no_metadata_server_listening_means_anonymous_requests(
 
     run.ok(files=1, fetched=1)
     assert all("authorization" not in r.headers for r in gcs.requests())
+
+
+@pytest.mark.parametrize("silent", ["GCE_METADATA_IP", "GCE_METADATA_HOST"])
+def test_a_metadata_address_that_accepts_and_never_answers_is_left_within_its_short_bound(
+    pod: Pod, gcs: GcsFront, bucket: str, metadata: GceMetadata, silent: str
+) -> None:
+    """#41 item 5: the metadata server's address accepts the connection and
+    never answers. The ping (GCE_METADATA_IP) and the token request
+    (GCE_METADATA_HOST) are bounded as google-auth bounds them (3 s), not by
+    LLMKUBE_STALL_TIMEOUT (30 s here): a silent ping is no metadata server
+    (anonymous), a silent token request a retried ModelSourceUnreachable.
+    Failed before: each wait took LLMKUBE_STALL_TIMEOUT."""
+    gcs.emulator.put(bucket, "model.gguf", b"public" * 100)
+    with Blackhole("accept") as hole:
+        hostport = hole.url.removeprefix("http://")
+        env = gcs_env(gcs, metadata, **{silent: hostport, "LLMKUBE_STALL_TIMEOUT": "30"})
+        started = time.monotonic()
+        run = pod.run(env=pod.single_env(f"gs://{bucket}/model.gguf", **env), timeout=120)
+        elapsed_s = time.monotonic() - started
+        asked = hole.connections
+
+    assert asked >= 1
+    if silent == "GCE_METADATA_IP":
+        run.ok(files=1, fetched=1)
+        assert all(r.bearer is None for r in gcs.requests())
+        assert elapsed_s < 15, elapsed_s
+    else:
+        run.failed("ModelSourceUnreachable", retryable=True)
+        assert "metadata server" in run.term["message"]
+        # One wait per attempt (LLMKUBE_RETRIES=2 in the source budget).
+        assert elapsed_s < 3 * 3 + 15, elapsed_s
+    assert metadata.issued == []
 
 
 # -- canaries ---------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ string of emulators and private endpoints first:
    AZURE_TENANT_ID, azure-identity's WorkloadIdentityCredential;
 5. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
    (azure-storage-blob takes a string credential that parses as a SAS as a
-   SAS, which is how KServe users pass one);
+   SAS, which is how KServe users pass one; told apart by its rule,
+   sas.is_sas, #41 item 2);
 6. none: anonymous (a public container), and the log says so.
 
 The credentials are built explicitly, never through DefaultAzureCredential:
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.sources.azure.ref import API_VERSION, AzureRef, ConnectionString
-from llmkube_stager.sources.azure.sas import container_sas, decode_key
+from llmkube_stager.sources.azure.sas import container_sas, decode_key, is_sas
 
 # azure-identity's token scope for Blob storage.
 STORAGE_SCOPE = "https://storage.azure.com/.default"
@@ -226,7 +227,7 @@ def choose(
         return _identity(env, client_id, tenant_id, client_secret, token_file, identity())
     key = env.get("AZURE_STORAGE_ACCESS_KEY", "")
     if key:
-        if "sig=" in key:
+        if is_sas(key):
             return StaticSas(key.lstrip("?"), "the SAS in AZURE_STORAGE_ACCESS_KEY")
         bytes_key = decode_key(key, "AZURE_STORAGE_ACCESS_KEY")
         return KeySigned(ref.account, bytes_key, ref.container, "AZURE_STORAGE_ACCESS_KEY")
@@ -252,8 +253,8 @@ def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: 
     """What azure-identity would refuse only when the first token is asked
     for, said now, before any cache I/O (#33 review items 2, 3): a tenant
     id of other characters, an authority that is not https, a workload
-    identity's token file that is not there (never read here: its content
-    is a credential)."""
+    identity's token file that is not there or is no bounded regular file
+    (read and dropped, never shown: its content is a credential)."""
     tenant_var = "AZURE_TENANT_ID" if env.get("AZURE_TENANT_ID") else "AZ_TENANT_ID"
     if any(c not in _TENANT_ID_CHARACTERS for c in tenant_id):
         raise ConfigError(
@@ -267,13 +268,19 @@ def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: 
             f"AZURE_AUTHORITY_HOST {authority[:128]!r} is not an https URL (azure-identity sends "
             "credentials to the authority over TLS only)"
         )
-    if token_file and not (os.path.isfile(token_file) and os.access(token_file, os.R_OK)):
+    if token_file and not os.path.lexists(token_file):
         raise ConfigError(
             f"AZURE_FEDERATED_TOKEN_FILE {token_file[:256]!r} is not a readable file (is the "
             "service account token projected into the pod? AKS workload identity mounts it "
             "when the pod's service account is annotated and the pod labelled "
             "azure.workload.identity/use=true)"
         )
+    if token_file:
+        # A bounded regular file, as every credential file (#41 item 4):
+        # azure-identity reads it whole at every token.
+        from llmkube_stager.sources.credfile import check_credential_file
+
+        check_credential_file(token_file, "AZURE_FEDERATED_TOKEN_FILE")
 
 
 def _either(env: Mapping[str, str], name: str, legacy: str) -> str:

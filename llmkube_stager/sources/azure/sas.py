@@ -17,7 +17,7 @@ import base64
 import hashlib
 import hmac
 import time
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 from llmkube_stager.errors import ConfigError
 from llmkube_stager.sources.azure.ref import API_VERSION
@@ -27,6 +27,62 @@ from llmkube_stager.sources.azure.ref import API_VERSION
 SAS_LIFETIME_S = 900
 # The service's clock may run behind ours (Azure: up to 15 minutes).
 CLOCK_SKEW_S = 300
+
+
+# The query fields of a SAS, as azure-storage-blob lists them
+# (_shared/shared_access_signature.py `QueryStringConstants.to_list`,
+# 12.31): a string of only these is a SAS.
+SAS_FIELDS = frozenset(
+    [
+        "sig",
+        "sp",
+        "st",
+        "se",
+        "sr",
+        "si",
+        "sip",
+        "spr",
+        "sv",
+        "rscc",
+        "rscd",
+        "rsce",
+        "rscl",
+        "rsct",
+        "spk",
+        "srk",
+        "epk",
+        "erk",
+        "srt",
+        "ss",
+        "skoid",
+        "sktid",
+        "skt",
+        "ske",
+        "sks",
+        "skv",
+        "ses",
+        "srh",
+        "srq",
+        "skdutid",
+        "sduoid",
+        "saoid",
+        "suoid",
+        "scid",
+        "sdd",
+    ]
+)
+
+
+def is_sas(text: str) -> bool:
+    """Whether a string credential is a SAS, as azure-storage-blob tells
+    (`_shared_access_signature._is_credential_sastoken`): a query (a leading
+    '?' allowed) with at least one field, every field a SAS field; anything
+    else is an account key (#41 item 2). An account key's base64 is never
+    one: its '=' padding makes it a single field named by the key's own
+    characters, so a key ending in `sig==` is a key, where a search for
+    `sig=` took 1 key in 16,384 for a SAS."""
+    fields = parse_qs(text.lstrip("?"))
+    return bool(fields) and all(name in SAS_FIELDS for name in fields)
 
 
 def decode_key(key: str, variable: str) -> bytes:

@@ -24,6 +24,7 @@ the assertion or the key's id), only what failed.
 from __future__ import annotations
 
 import importlib
+import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     import ssl
 
 # google-auth's: a token is refreshed this long before it expires
-# (google.auth._helpers.REFRESH_THRESHOLD), and its metadata ping's bound.
+# (google.auth._helpers.REFRESH_THRESHOLD), and the bound of each of its
+# metadata requests, connection and answer.
 REFRESH_MARGIN_S = 225.0
 PING_TIMEOUT_S = 3.0
 _FLAVOR = {"Metadata-Flavor": "Google"}
@@ -55,15 +57,33 @@ def load_credentials(config: Config, request: Any) -> tuple[Any | None, str]:
 
 
 def _from_file(path: str, request: Any) -> Any:
+    """The key file read by the agent as a bounded regular file (a
+    directory, a FIFO or /dev/zero is InvalidConfiguration naming the
+    variable, #41 item 4), its contents handed to google-auth
+    (`load_credentials_from_dict`, google-auth >= 2.20.0; older ones are
+    given the path the agent just read)."""
+    from llmkube_stager.sources.credfile import read_credential_file
+
+    data = read_credential_file(path, "GOOGLE_APPLICATION_CREDENTIALS")
     auth: Any = importlib.import_module("google.auth")
     exceptions: Any = importlib.import_module("google.auth.exceptions")
+    unknown = ConfigError(
+        f"GOOGLE_APPLICATION_CREDENTIALS {path[:256]!r} is not a credentials file google-auth knows"
+    )
     try:
-        creds, _ = auth.load_credentials_from_file(path, scopes=[READ_ONLY_SCOPE])
-    except exceptions.DefaultCredentialsError as exc:
+        info = json.loads(data)
+    except ValueError:
+        raise unknown from None
+    if not isinstance(info, dict):
+        raise unknown
+    try:
+        if hasattr(auth, "load_credentials_from_dict"):
+            creds, _ = auth.load_credentials_from_dict(info, scopes=[READ_ONLY_SCOPE])
+        else:
+            creds, _ = auth.load_credentials_from_file(path, scopes=[READ_ONLY_SCOPE])
+    except exceptions.DefaultCredentialsError:
         # Its text may quote the file; the cause is said by type only.
-        missing = isinstance(exc.__cause__, OSError) or "not found" in str(exc)
-        what = "cannot be read" if missing else "is not a credentials file google-auth knows"
-        raise ConfigError(f"GOOGLE_APPLICATION_CREDENTIALS {path} {what}") from None
+        raise unknown from None
     return creds
 
 
@@ -80,8 +100,13 @@ class MetadataServer:
         self._ip = config.gcs_metadata_ip
         # A host that is no GCE/GKE node blackholes 169.254.169.254: bounded
         # as google-auth bounds its ping (3 s), not by LLMKUBE_CONNECT_TIMEOUT.
-        bound_s = min(config.timeouts.connect_s, PING_TIMEOUT_S)
-        self._pool = ConnectionPool(bound_s, config.timeouts.stall_s, _no_tls)
+        # The answer too: an address that accepts and never answers is
+        # left after google-auth's bound of every metadata request
+        # (_metadata.py `_METADATA_DEFAULT_TIMEOUT`, ping and token alike),
+        # not after LLMKUBE_STALL_TIMEOUT, paid on every cold start (#41 item 5).
+        connect_s = min(config.timeouts.connect_s, PING_TIMEOUT_S)
+        read_s = min(config.timeouts.stall_s, PING_TIMEOUT_S)
+        self._pool = ConnectionPool(connect_s, read_s, _no_tls)
 
     def present(self) -> bool:
         """One ping of GCE_METADATA_IP: a metadata server answers with its flavor."""

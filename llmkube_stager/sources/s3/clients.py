@@ -181,14 +181,25 @@ class S3Clients:
 
 
 def _check_files(env: Mapping[str, str]) -> None:
-    """Files the credential chain will read: there, or a clear error now
-    rather than a failed request later."""
+    """Files the credential chain will read: bounded regular files, or a
+    clear error now rather than a failed request later, a read that blocks
+    on a FIFO or one of /dev/zero that never ends (#41 item 4). The token
+    files must be there; the shared files may be absent (botocore reads
+    none then)."""
+    from llmkube_stager.sources.credfile import check_credential_file
+
     for name in ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"):
         path = env.get(name)
-        if path and not os.path.isfile(path):
+        if path and not os.path.lexists(path):
             raise ConfigError(
-                f"{name} {path!r} is not a file (is the token projected into the pod?)"
+                f"{name} {path[:256]!r} does not exist (is the token projected into the pod?)"
             )
+        if path:
+            check_credential_file(path, name)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        path = env.get(name)
+        if path:
+            check_credential_file(path, name, missing_ok=True)
 
 
 def _profile(session: Any, env: Mapping[str, str]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ is InvalidConfiguration (#11 item 12). docs/sources.md tells what is sent where.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError, SourceKind
 from llmkube_stager.listing import Listing
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.sources.base import Body, RemoteMeta
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest
 from llmkube_stager.sources.prefix import BucketSource, listed_key, retried
 from llmkube_stager.sources.s3.settings import (
     S3Ref,
@@ -159,6 +159,9 @@ class S3Fetcher:
             accept_ranges=True,
             if_match=etag,
             stored_encoding=_stored_encoding(head),
+            # Checked before publishing, as gs:// and Azure check theirs (#41 item 7).
+            md5_b64=etag_md5(head),
+            streamed_digest=StreamedDigest(),
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -225,6 +228,30 @@ class S3Fetcher:
     def close(self) -> None:
         self._http.close()
         self._clients.close()
+
+
+# SSE-KMS (`aws:kms`, `aws:kms:dsse`) and SSE-C objects have ETags that
+# are not the MD5 of their bytes; SSE-S3 (`AES256`) and unencrypted
+# single-part objects have (S3 API reference, Object.ETag).
+_MD5_ETAG_SSE = frozenset(("", "AES256"))
+
+
+def etag_md5(head: Mapping[str, Any]) -> str | None:
+    """A HEAD's ETag as the base64 MD5 of the object's bytes, where S3
+    makes it one: a single-part object (32 hex digits; a multipart ETag is
+    `<md5 of the parts' md5s>-<N>`) neither SSE-KMS nor SSE-C encrypted
+    (#41 item 7). None: nothing declared, the bytes stay unchecked (a
+    listed object too: ListObjectsV2 does not say how it is encrypted)."""
+    etag = head.get("ETag")
+    sse = head.get("ServerSideEncryption") or ""
+    if not isinstance(etag, str) or head.get("SSECustomerAlgorithm") or sse not in _MD5_ETAG_SSE:
+        return None
+    hex_digest = etag.strip().strip('"')
+    if len(hex_digest) != 32 or any(c not in "0123456789abcdefABCDEF" for c in hex_digest):
+        return None
+    import base64
+
+    return base64.b64encode(bytes.fromhex(hex_digest)).decode()
 
 
 def _stored_encoding(head: dict[str, Any]) -> str | None:
