@@ -67,10 +67,14 @@ def test_the_catalogue_file_round_trips_and_holds_no_script_text(tmp_path: Path)
 
 def test_the_packaged_catalogue_parses_and_names_versions() -> None:
     packaged = load(site=None)
+    assert len(packaged.entries) >= 24, "the operator's 24 goldens at least"
     for entry in packaged.entries:
-        assert entry.versions and entry.read_from, entry.name
-        assert not entry.site
+        assert entry.versions and entry.read_from and entry.segments, entry.name
+        assert entry.name.startswith("LLMKube ") and not entry.site
+        flags = agent_flags(entry.meaning, {"MODEL_SOURCE": "hf://org/repo", "HF_TOKEN": "t"})
+        assert flags["LLMKUBE_REFRESH_POLICY"] == entry.meaning.policy
     assert len({e.sha256 for e in packaged.entries}) == len(packaged.entries)
+    assert len({e.name for e in packaged.entries}) == len(packaged.entries)
 
 
 def test_a_site_entry_never_replaces_a_packaged_one(tmp_path: Path) -> None:
