@@ -12,7 +12,7 @@ local checks is kept (§8.4 item 4).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmkube_stager import messages
 from llmkube_stager.config import RefreshPolicy
@@ -238,12 +238,13 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
     same_size = probe.size_bytes is not None and probe.size_bytes == local.size_bytes
     if local.usable:
         if _same_version(local, probe, same_size):
-            return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
+            return _unchanged(ctx, local, probe)
         return _changed_or_unknown(ctx, local, probe)
-    if same_size and local.pin is PinState.UNPINNED and ctx.permission.may_write:
+    same = _same_version(local, probe, same_size)
+    if same and local.pin is PinState.UNPINNED and ctx.permission.may_write:
         # The record is stale, the origin confirms the size (§8.1 row 3); a
         # pod that may not write refuses instead (§8.2: fails local checks).
-        return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
+        return _unchanged(ctx, local, probe)
     if ctx.permission.may_write and not probe.answered:
         return Action(
             rel,
@@ -255,12 +256,33 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
 
 
 def _same_version(local: LocalFile, probe: Remote, same_size: bool) -> bool:
-    """With a recorded validator, a same-size change (an HF config.json next
-    to a re-sized shard) is a change: mixing it would mix revisions (§8.5).
-    Without one, the size decides, as in the scripts."""
+    """With a recorded validator, a same-size change is a change: a
+    fine-tune of the base model's shape over http(s) (#46 item 1), an HF
+    config.json next to a re-sized shard (mixing it would mix revisions,
+    §8.5). Without one on either side, the size decides, as in the scripts
+    (a cache they left is judged by their rule)."""
     if probe.validator and local.validator:
         return probe.validator == local.validator and same_size
     return same_size
+
+
+def _unchanged(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
+    """The scripts' line, and beside it, when the size alone decided, why
+    nothing else could (#46 item 1: a person must see how little
+    "unchanged" proved)."""
+    action = _accept(ctx, local, Decision.REUSE, messages.unchanged(ctx.multi, local.rel))
+    if probe.validator and local.validator:
+        return action
+    if not probe.validator:
+        why = "the origin sends no strong ETag or Last-Modified for it"
+    else:
+        why = (
+            "no validator was recorded when it was staged (by the scripts, or an agent "
+            "before validators were recorded); a same-size change cannot be seen until "
+            "it is staged again"
+        )
+    note = f"{local.rel} revalidated by its size only: {why}"
+    return replace(action, note=note)
 
 
 def _changed_or_unknown(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
