@@ -16,7 +16,14 @@ from dataclasses import dataclass, replace
 
 from llmkube_stager import messages
 from llmkube_stager.config import RefreshPolicy
-from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, REMEDY_UNREADABLE, Reason
+from llmkube_stager.errors import (
+    REMEDY_LEADS_OUTSIDE,
+    REMEDY_OTHER_SOURCE,
+    REMEDY_UNREADABLE,
+    ConfigError,
+    Reason,
+)
+from llmkube_stager.logs import display_url
 from llmkube_stager.model import (
     Action,
     CacheState,
@@ -306,3 +313,30 @@ def _changed_or_unknown(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
 def failed(plan: Plan) -> Action | None:
     """The first failing action, if any: the run fails before any transfer."""
     return next((a for a in plan.actions if a.decision is Decision.FAIL), None)
+
+
+def model_source_id(source: str) -> str:
+    """The source as a cache directory records it (#46 item 2): as the log
+    shows it, without userinfo, query or fragment, so that no credential is
+    written, and a rotated token or a newly presigned URL of the same file
+    is the same source."""
+    return display_url(source.strip())
+
+
+def source_refusal(
+    root: str, recorded: str, current: str, *, any_present: bool, all_pinned: bool
+) -> ConfigError | None:
+    """A directory holds one source's model (#46 item 2): the operator
+    derives one per source, but a Job, KServe's local cache or a person may
+    reuse one for another source, and every check of a file by its size
+    record, its size or even its validator then calls the old model this
+    one. Refused unless nothing of it is there, nothing was recorded (the
+    scripts' directories: judged as before), or every file is pinned (the
+    pins prove the bytes, whichever URL serves them)."""
+    if not (recorded and current) or recorded == current or not any_present or all_pinned:
+        return None
+    return ConfigError(
+        f"the cache directory {root} holds the model staged from {recorded}, "
+        f"not from MODEL_SOURCE {current}",
+        remedy=REMEDY_OTHER_SOURCE,
+    )

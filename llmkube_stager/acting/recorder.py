@@ -15,6 +15,7 @@
   files transferred this run (a file transferred without one clears the
   one of the bytes it replaced), and kept files whose validator was
   verified.
+- The source the run stages from, credentials removed (#46 item 2).
 - The intent of an OnChange set's publish (#10 defect 13).
 - Whether the files a Hugging Face run over the whole model published are
   still its own (#29 item 1): two writers that no claim covers (a pod on a
@@ -53,6 +54,7 @@ from llmkube_stager.cache.runrecord import (
 )
 from llmkube_stager.errors import Reason, SourceError, StagerError
 from llmkube_stager.model import Decision, FileResult, Manifest
+from llmkube_stager.plan import model_source_id
 from llmkube_stager.schemes import has_commits
 from llmkube_stager.sources.base import ListingSource, RemoteMeta, Source
 
@@ -312,11 +314,14 @@ class Recorder:
         return {rel: _validator(metas.get(rel)) for rel in rels if rel not in self._foreign}
 
     def _run_update(self) -> Update:
-        """The revision and commit this run publishes from (Hugging Face)."""
+        """The source this run stages from (#46 item 2: a directory knows
+        its source), and the revision and commit (Hugging Face)."""
+        source = model_source_id(self._session.config.source)
+        update = Update(source=source) if source else Update()
         resolved = self._session.resolved()
         if resolved is None or resolved.commit is None:
-            return Update()
-        update = Update(revision=resolved.revision, commit=resolved.commit)
+            return update
+        update = update | Update(revision=resolved.revision, commit=resolved.commit)
         if self._session.over_whole_model:
             # A run over the whole model supersedes the shares' commits
             # (RunRecord.commits); a model never sharded keeps the record it had.

@@ -28,7 +28,13 @@ from llmkube_stager.model import (
     Role,
     Strategy,
 )
-from llmkube_stager.plan import failed, make_plan, strategy_for
+from llmkube_stager.plan import (
+    failed,
+    make_plan,
+    model_source_id,
+    source_refusal,
+    strategy_for,
+)
 from llmkube_stager.sources import open_source
 from llmkube_stager.sources.base import ListingSource, Source
 from llmkube_stager.staging.mode import WHOLE_MODEL, RunMode
@@ -83,7 +89,24 @@ def prepare(config: Config, effects: Effects) -> Prepared:
     role = role_of(config)
     strategy = strategy_for(fs, role, config.direct_io)
     prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
-    return replan(config, replace(prepared, started_s=started))
+    prepared = replan(config, replace(prepared, started_s=started))
+    _refuse_another_source(config, prepared)
+    return prepared
+
+
+def _refuse_another_source(config: Config, prepared: Prepared) -> None:
+    """Before any probe, lock or write, for `stage` (OnChange too) and
+    `plan` alike (#46 item 2, plan.source_refusal)."""
+    manifest, files = prepared.manifest, prepared.cache.files.values()
+    refusal = source_refusal(
+        manifest.root,
+        prepared.record.source,
+        model_source_id(config.source),
+        any_present=any(local.present for local in files),
+        all_pinned=all(f.sha256 for f in manifest.files),
+    )
+    if refusal is not None:
+        raise refusal
 
 
 def _manifest(config: Config, source: Source, effects: Effects) -> Manifest:
