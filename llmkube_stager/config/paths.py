@@ -89,7 +89,15 @@ def _model_files(read: Reader) -> tuple[str, ...]:
         read.warnings.append(
             f"MODEL_FILES has {blank} blank line(s) between entries; skipped, as the scripts did"
         )
-    return parse_file_list(text)
+    files = parse_file_list(text)
+    if len(files) == 1 and "," in files[0]:
+        # A comma is part of a name: "a,b" is one file, a 404 on a%2Cb at the
+        # origin (#46 item 4). Not refused: a name may hold a comma.
+        read.warnings.append(
+            f"MODEL_FILES is one name, {shown(files[0])}: the list is one name per line, "
+            "and a comma is part of a name"
+        )
+    return files
 
 
 def _listable(read: Reader, source: str) -> bool:

@@ -303,7 +303,7 @@ BAD_VALUES = [
     ("MODEL_SHA256", "g" * 64),
     ("MODEL_SHA256", "a" * 63),
     ("MODEL_SHA256", "a" * 65),
-    ("MODEL_SHA256", "sha256:" + "a" * 64),
+    ("MODEL_SHA256", "md5:" + "a" * 64),  # sha256: is accepted (#46 item 4), no other
     ("MODEL_SHA256", ""),
     ("MODEL_FILE_SHA256", f"{DIGEST_A} m.gguf"),  # single-file model
     ("MODEL_PATH", "~/models/m.gguf"),
