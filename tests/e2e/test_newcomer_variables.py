@@ -102,3 +102,28 @@ def test_a_wrong_pin_with_the_prefix_still_fails_closed(pod: Pod, origin: Origin
 
     assert run.returncode != 0, str(run)
     assert not dest.exists()
+
+
+def test_a_ca_dir_that_is_not_there_is_named(pod: Pod, origin: Origin) -> None:
+    # A ConfigMap not mounted, a path mistyped: before, nothing said so and
+    # the first TLS failure blamed the origin's certificate.
+    origin.put("/m.gguf", DATA)
+    dest = pod.single(origin.url + "/m.gguf")
+    missing = pod.tmp / "etc-llmkube-ca"
+
+    run = pod.run(LLMKUBE_CA_DIR=str(missing)).ok()
+
+    line = run.line_with("LLMKUBE_CA_DIR")
+    assert line.startswith("WARNING: LLMKUBE_CA_DIR") and "no such directory" in line
+    assert "system" in line  # what is trusted instead
+    assert dest.read_bytes() == DATA
+
+
+def test_the_default_ca_dir_missing_is_not_warned_about(pod: Pod, origin: Origin) -> None:
+    # /custom-certs is mounted only with --ca-cert-configmap (spec §2.4).
+    origin.put("/m.gguf", DATA)
+    pod.single(origin.url + "/m.gguf")
+
+    run = pod.run(LLMKUBE_CA_DIR=None).ok()
+
+    assert "LLMKUBE_CA_DIR" not in run.stderr
