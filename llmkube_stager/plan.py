@@ -18,6 +18,7 @@ from llmkube_stager import messages
 from llmkube_stager.config import RefreshPolicy
 from llmkube_stager.errors import (
     REMEDY_LEADS_OUTSIDE,
+    REMEDY_OTHER_HF_SOURCE,
     REMEDY_OTHER_SOURCE,
     REMEDY_UNREADABLE,
     ConfigError,
@@ -324,7 +325,13 @@ def model_source_id(source: str) -> str:
 
 
 def source_refusal(
-    root: str, recorded: str, current: str, *, any_present: bool, all_pinned: bool
+    root: str,
+    recorded: str,
+    current: str,
+    *,
+    any_present: bool,
+    all_pinned: bool,
+    hub: bool = False,
 ) -> ConfigError | None:
     """A directory holds one source's model (#46 item 2): the operator
     derives one per source, but a Job, KServe's local cache or a person may
@@ -332,11 +339,12 @@ def source_refusal(
     record, its size or even its validator then calls the old model this
     one. Refused unless nothing of it is there, nothing was recorded (the
     scripts' directories: judged as before), or every file is pinned (the
-    pins prove the bytes, whichever URL serves them)."""
+    pins prove the bytes, whichever URL serves them). `hub`: a source with
+    digests a hub declares, which OnChange can prove the files by."""
     if not (recorded and current) or recorded == current or not any_present or all_pinned:
         return None
     return ConfigError(
         f"the cache directory {root} holds the model staged from {recorded}, "
         f"not from MODEL_SOURCE {current}",
-        remedy=REMEDY_OTHER_SOURCE,
+        remedy=REMEDY_OTHER_HF_SOURCE if hub else REMEDY_OTHER_SOURCE,
     )

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.canary import canary, leaks
+from tests.harness.canary import HF_TOKEN, canary, leaks
+from tests.harness.hub import FakeHub
 from tests.harness.origin import Origin
 from tests.harness.pod import ON_CHANGE, Pod
 from tests.harness.sample import payload
@@ -110,3 +111,51 @@ def test_a_directory_without_a_recorded_source_is_judged_as_before(
     pod.run(MODEL_SOURCE=origin.url + "/other/model.gguf").ok()
 
     assert dest.read_bytes() == BASE
+
+
+# -- a Hugging Face source: files proven by the hub's digests (OnChange) ------------------
+
+HF_REPO, HF_MIRROR = "org/repo", "org/mirror"
+HF_FILES = {
+    "model.safetensors": payload(64 * 1024, seed=13),
+    "config.json": b'{"model_type": "llama"}',
+}
+
+
+def _hf_staged(pod: Pod, hub: FakeHub) -> Path:
+    hub.add_repo(HF_REPO, HF_FILES)
+    root = pod.multi(f"hf://{HF_REPO}@main", list(HF_FILES))
+    pod.env.update(HF_ENDPOINT=hub.url, HF_TOKEN=HF_TOKEN)
+    pod.run().ok()
+    return root
+
+
+def test_hf_onchange_keeps_what_the_hub_proves_the_same(
+    pod: Pod, hub: FakeHub, cdn: Origin
+) -> None:
+    root = _hf_staged(pod, hub)
+    changed = {**HF_FILES, "config.json": b'{"model_type": "mistral"}'}
+    hub.add_repo(HF_MIRROR, changed)  # the weights the same, config.json not
+    cdn.clear_log()
+    hub.clear_log()
+
+    run = pod.run(MODEL_SOURCE=f"hf://{HF_MIRROR}@main", **ON_CHANGE).ok()
+
+    assert (root / "model.safetensors").read_bytes() == HF_FILES["model.safetensors"]
+    assert (root / "config.json").read_bytes() == changed["config.json"]
+    assert not any("model.safetensors" in r.path for r in cdn.requests(method="GET"))
+    assert "proven by the hub's digests" in run.line_with(f"hf://{HF_REPO}")
+    again = pod.run(MODEL_SOURCE=f"hf://{HF_MIRROR}@main").ok()  # the directory's source now
+    assert again.stats == (2, 0, 2, 0)
+
+
+def test_hf_if_not_present_cannot_prove_another_source_offline(
+    pod: Pod, hub: FakeHub, cdn: Origin
+) -> None:
+    _hf_staged(pod, hub)
+    hub.add_repo(HF_MIRROR, HF_FILES)
+
+    run = pod.run(MODEL_SOURCE=f"hf://{HF_MIRROR}@main")
+
+    run.failed("InvalidConfiguration", exit_code=2)
+    assert "OnChange" in run.term["message"]
