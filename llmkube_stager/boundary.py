@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, NoReturn
 
-from llmkube_stager.config import VARS, Config, early_settings, load_config, secret_values
+from llmkube_stager.config import (
+    VARS,
+    Config,
+    early_settings,
+    load_config,
+    secret_values,
+    unknown_variables,
+)
 from llmkube_stager.errors import (
     EXIT_INTERNAL,
     EXIT_OK,
@@ -67,6 +74,10 @@ class Boundary:
     def config(self, flags: Flags, *, require_source: bool = True) -> Config:
         """The configuration; the values it tolerated (as the scripts did)
         are logged as warnings here, where the logger exists."""
+        # Before the configuration is read: a misspelt MODEL_SOURCE is named
+        # beside "MODEL_SOURCE is required" (#46 item 4).
+        for warning in unknown_variables(self._environ):
+            self.log.warning("unknown_variable", warning)
         config = load_config(self._environ, flags, require_source=require_source)
         for warning in config.warnings:
             self.log.warning("config_tolerated", warning)

@@ -210,6 +210,18 @@ REMEDY_LEADS_OUTSIDE = (
     "or a directory, FIFO or device where a model file or directory belongs); nothing was "
     "written: remove it, then restart"
 )
+# #46 item 2: a cache directory holds one source's model; the user's words
+# (the variables), since a Job or a person set them, not the operator.
+REMEDY_OTHER_SOURCE = (
+    "give each MODEL_SOURCE its own CACHE_DIR (the operator uses /models/<the first 16 hex "
+    "digits of the sha256 of the source>), or empty this directory to stage the new source "
+    "into it; files pinned by MODEL_SHA256 or MODEL_FILE_SHA256 may be kept across sources"
+)
+# A Hugging Face source: the hub's digests prove each file, online only.
+REMEDY_OTHER_HF_SOURCE = (
+    REMEDY_OTHER_SOURCE + "; or stage once with LLMKUBE_REFRESH_POLICY=OnChange, which keeps "
+    "each file the hub's digests prove the same and fetches the rest"
+)
 # An archive of a KServe storage URI with a member that would land outside
 # DEST_DIR, a special file, or too many bytes or members (#24 item 2).
 REMEDY_ARCHIVE_UNSAFE = (

@@ -66,7 +66,7 @@ _RUN_ON_LINES = 2
 # files writes 2,000 cache hits): a buffered log holds their lines until the
 # next other line, the end of the command, or _BURST_MAX_LINES of them, and
 # writes them with one write and one flush.
-BURST_EVENTS = frozenset({"cache_hit", "pin_accepted", "backfilled"})
+BURST_EVENTS = frozenset({"cache_hit", "pin_accepted", "backfilled", "revalidated_by_size"})
 _BURST_MAX_LINES = 256
 
 # Events whose text line is the message alone (see the module docstring).

@@ -205,6 +205,9 @@ class Action:
     write_stamp: bool = False
     failure: Reason | None = None
     remedy: str = ""  # a cause-specific remedy for a FAIL, where the reason's misleads
+    # A line logged beside `message`, never appended to it (the scripts'
+    # lines are exact): what an OnChange verdict rested on (#46 item 1).
+    note: str = ""
 
     @property
     def transfers(self) -> bool:

@@ -14,13 +14,22 @@ from collections.abc import Mapping
 from llmkube_stager.errors import ConfigError
 
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+# How digests are often written (OCI, `sha256sum --tag`-style tools): taken
+# as the bare digest (#46 item 4).
+_ALGORITHM_PREFIX = "sha256:"
+
+
+def _bare(digest: str) -> str:
+    if digest[: len(_ALGORITHM_PREFIX)].lower() == _ALGORITHM_PREFIX:
+        return digest[len(_ALGORITHM_PREFIX) :]
+    return digest
 
 
 def single_pin(value: str | None, multi_file: bool) -> str | None:
     """MODEL_SHA256: absent -> None; present -> a lowercase 64-hex digest."""
     if value is None:
         return None
-    digest = value.strip().lower()
+    digest = _bare(value.strip().lower())
     if not digest:
         raise ConfigError("MODEL_SHA256 is set but empty: refusing to transfer unchecked")
     if multi_file:
@@ -56,6 +65,7 @@ def file_pins(value: str | None, files: tuple[str, ...]) -> Mapping[str, str]:
 
 def _parse_line(number: int, line: str) -> tuple[str, str]:
     digest, sep, rel = line.partition(" ")
+    digest = _bare(digest)
     if not sep or not _DIGEST_RE.fullmatch(digest.lower()):
         raise ConfigError(
             f"MODEL_FILE_SHA256 line {number} must be '<64-hex digest> <relative path>'"

@@ -12,11 +12,19 @@ local checks is kept (§8.4 item 4).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmkube_stager import messages
 from llmkube_stager.config import RefreshPolicy
-from llmkube_stager.errors import REMEDY_LEADS_OUTSIDE, REMEDY_UNREADABLE, Reason
+from llmkube_stager.errors import (
+    REMEDY_LEADS_OUTSIDE,
+    REMEDY_OTHER_HF_SOURCE,
+    REMEDY_OTHER_SOURCE,
+    REMEDY_UNREADABLE,
+    ConfigError,
+    Reason,
+)
+from llmkube_stager.logs import display_url
 from llmkube_stager.model import (
     Action,
     CacheState,
@@ -238,12 +246,13 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
     same_size = probe.size_bytes is not None and probe.size_bytes == local.size_bytes
     if local.usable:
         if _same_version(local, probe, same_size):
-            return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
+            return _unchanged(ctx, local, probe)
         return _changed_or_unknown(ctx, local, probe)
-    if same_size and local.pin is PinState.UNPINNED and ctx.permission.may_write:
+    same = _same_version(local, probe, same_size)
+    if same and local.pin is PinState.UNPINNED and ctx.permission.may_write:
         # The record is stale, the origin confirms the size (§8.1 row 3); a
         # pod that may not write refuses instead (§8.2: fails local checks).
-        return _accept(ctx, local, Decision.REUSE, messages.unchanged(multi, rel))
+        return _unchanged(ctx, local, probe)
     if ctx.permission.may_write and not probe.answered:
         return Action(
             rel,
@@ -255,12 +264,33 @@ def _on_change(ctx: _Ctx, local: LocalFile, remote: Remote | None) -> Action:
 
 
 def _same_version(local: LocalFile, probe: Remote, same_size: bool) -> bool:
-    """With a recorded validator, a same-size change (an HF config.json next
-    to a re-sized shard) is a change: mixing it would mix revisions (§8.5).
-    Without one, the size decides, as in the scripts."""
+    """With a recorded validator, a same-size change is a change: a
+    fine-tune of the base model's shape over http(s) (#46 item 1), an HF
+    config.json next to a re-sized shard (mixing it would mix revisions,
+    §8.5). Without one on either side, the size decides, as in the scripts
+    (a cache they left is judged by their rule)."""
     if probe.validator and local.validator:
         return probe.validator == local.validator and same_size
     return same_size
+
+
+def _unchanged(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
+    """The scripts' line, and beside it, when the size alone decided, why
+    nothing else could (#46 item 1: a person must see how little
+    "unchanged" proved)."""
+    action = _accept(ctx, local, Decision.REUSE, messages.unchanged(ctx.multi, local.rel))
+    if probe.validator and local.validator:
+        return action
+    if not probe.validator:
+        why = "the origin sends no strong ETag or Last-Modified for it"
+    else:
+        why = (
+            "no validator was recorded when it was staged (by the scripts, or an agent "
+            "before validators were recorded); a same-size change cannot be seen until "
+            "it is staged again"
+        )
+    note = f"{local.rel} revalidated by its size only: {why}"
+    return replace(action, note=note)
 
 
 def _changed_or_unknown(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
@@ -284,3 +314,37 @@ def _changed_or_unknown(ctx: _Ctx, local: LocalFile, probe: Remote) -> Action:
 def failed(plan: Plan) -> Action | None:
     """The first failing action, if any: the run fails before any transfer."""
     return next((a for a in plan.actions if a.decision is Decision.FAIL), None)
+
+
+def model_source_id(source: str) -> str:
+    """The source as a cache directory records it (#46 item 2): as the log
+    shows it, without userinfo, query or fragment, so that no credential is
+    written, and a rotated token or a newly presigned URL of the same file
+    is the same source."""
+    return display_url(source.strip())
+
+
+def source_refusal(
+    root: str,
+    recorded: str,
+    current: str,
+    *,
+    any_present: bool,
+    all_pinned: bool,
+    hub: bool = False,
+) -> ConfigError | None:
+    """A directory holds one source's model (#46 item 2): the operator
+    derives one per source, but a Job, KServe's local cache or a person may
+    reuse one for another source, and every check of a file by its size
+    record, its size or even its validator then calls the old model this
+    one. Refused unless nothing of it is there, nothing was recorded (the
+    scripts' directories: judged as before), or every file is pinned (the
+    pins prove the bytes, whichever URL serves them). `hub`: a source with
+    digests a hub declares, which OnChange can prove the files by."""
+    if not (recorded and current) or recorded == current or not any_present or all_pinned:
+        return None
+    return ConfigError(
+        f"the cache directory {root} holds the model staged from {recorded}, "
+        f"not from MODEL_SOURCE {current}",
+        remedy=REMEDY_OTHER_HF_SOURCE if hub else REMEDY_OTHER_SOURCE,
+    )

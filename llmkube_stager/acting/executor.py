@@ -65,7 +65,7 @@ def execute(session: Session, work: Work, plan: Plan) -> tuple[FileResult, ...]:
     overtaken = recorder.settle(kept_files=bool(settled))
     done = {**settled, **moved}
     results = tuple(done[a.rel] for a in plan.actions)
-    if plan.may_write and (moved or work.verified) and recorder.keeps_validators:
+    if plan.may_write and (moved or work.verified):
         recorder.record_validators(results, whole_set)
     if overtaken is not None:
         raise overtaken

@@ -6,12 +6,16 @@
   (#10 defect 11); a run over the whole model also records which shares'
   commits it superseded (#21 item 4).
 - The listing a listed source publishes from (#24 item 5, staging/listed.py).
-- The validators of the copies, only where they name the bytes: Hugging
-  Face blob ids are content hashes, and a listed S3 set's ETags are what
-  OnChange compares for the whole set (#24 item 5); a plain server's ETag
-  may change without the bytes. Only what is known is recorded (#10
-  defect 12): files transferred this run, and kept files whose validator
-  was verified.
+- The validators of the copies, for every source (#46 item 1): what
+  OnChange compares, so that a same-size replacement (a fine-tune of the
+  base model's shape) is seen. Hugging Face blob ids are content hashes, a
+  listed S3 set's ETags are compared for the whole set (#24 item 5), a
+  plain server's strong ETag, else its Last-Modified (`RemoteMeta.validator`:
+  never a weak ETag). Only what is known is recorded (#10 defect 12):
+  files transferred this run (a file transferred without one clears the
+  one of the bytes it replaced), and kept files whose validator was
+  verified.
+- The source the run stages from, credentials removed (#46 item 2).
 - The intent of an OnChange set's publish (#10 defect 13).
 - Whether the files a Hugging Face run over the whole model published are
   still its own (#29 item 1): two writers that no claim covers (a pod on a
@@ -50,6 +54,7 @@ from llmkube_stager.cache.runrecord import (
 )
 from llmkube_stager.errors import Reason, SourceError, StagerError
 from llmkube_stager.model import Decision, FileResult, Manifest
+from llmkube_stager.plan import model_source_id
 from llmkube_stager.schemes import has_commits
 from llmkube_stager.sources.base import ListingSource, RemoteMeta, Source
 
@@ -71,7 +76,6 @@ class Recorder:
         # OnChange: present files whose validator was verified against the
         # origin's (recorded, or hashed this run): only those are recorded.
         self.verified = verified
-        self.keeps_validators = has_commits(manifest.kind) or self._listing is not None
         self._run_recorded = False
         self._recording = threading.Lock()
         self._manifest = manifest
@@ -305,19 +309,19 @@ class Recorder:
 
     def _validators_of(self, rels: list[str]) -> dict[str, str]:
         metas = self._session.metas
-        # Never a validator for bytes this run did not write (#29 item 1).
-        return {
-            rel: etag
-            for rel in rels
-            if rel not in self._foreign and (etag := _etag(metas.get(rel)))
-        }
+        # Never a validator for bytes this run did not write (#29 item 1);
+        # "" where the origin gave none: the replaced bytes' is not theirs.
+        return {rel: _validator(metas.get(rel)) for rel in rels if rel not in self._foreign}
 
     def _run_update(self) -> Update:
-        """The revision and commit this run publishes from (Hugging Face)."""
+        """The source this run stages from (#46 item 2: a directory knows
+        its source), and the revision and commit (Hugging Face)."""
+        source = model_source_id(self._session.config.source)
+        update = Update(source=source) if source else Update()
         resolved = self._session.resolved()
         if resolved is None or resolved.commit is None:
-            return Update()
-        update = Update(revision=resolved.revision, commit=resolved.commit)
+            return update
+        update = update | Update(revision=resolved.revision, commit=resolved.commit)
         if self._session.over_whole_model:
             # A run over the whole model supersedes the shares' commits
             # (RunRecord.commits); a model never sharded keeps the record it had.
@@ -332,5 +336,5 @@ class Recorder:
             self.best_effort(lambda: write_listing(self._root, listing))
 
 
-def _etag(meta: RemoteMeta | None) -> str | None:
-    return meta.etag if meta is not None else None
+def _validator(meta: RemoteMeta | None) -> str:
+    return (meta.validator or "") if meta is not None else ""

@@ -18,6 +18,8 @@ def settle(
 ) -> FileResult:
     file = manifest.file(action.rel)
     log.info("cache_hit", action.message, file=file.rel)
+    if action.note:
+        log.info("revalidated_by_size", action.note, file=file.rel)
     if file.sha256:
         # Beside the scripts' line, never appended to it (spec §7 "stamp hit").
         log.info("pin_accepted", f"{file.rel} {action.why}", file=file.rel)

@@ -15,6 +15,9 @@ take (a rel never starts with "/"):
   written before the first rename and cleared after the last, so a writer
   killed in between is rolled forward by the next one and a reader does not
   take a half-published set for a whole one (#10 defect 13);
+- `/source`: the source the writer staged from, as `model_source_id`
+  shows it (no credentials, query or fragment): a directory holds one
+  source's model, and a run of another is refused (#46 item 2);
 - `/over`: a run over the whole model, the shares' commits it superseded
   (`{share id: commit}`, #21 item 4);
 - a share's `/view`, `/claim`, `/complete`: the digest of the listing it
@@ -69,6 +72,7 @@ _KEYS = {
     "view": "/view",
     "claim": "/claim",
     "complete": "/complete",
+    "source": "/source",
 }
 
 
@@ -98,6 +102,7 @@ class WriterRun:
     view: str = ""
     claim: str = ""
     complete: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,14 @@ class RunRecord:
     def publishing(self) -> list[WriterRun]:
         """The writers with a publish in progress, the unsharded one first."""
         return [self.runs[w] for w in sorted(self.runs) if self.runs[w].intent]
+
+    @property
+    def source(self) -> str:
+        """The source the directory's model was staged from (#46 item 2):
+        the unsharded writer's, else a share's; "" where none was recorded
+        (the scripts', or an agent's before #46)."""
+        recorded = [self.run().source] + [self.runs[w].source for w in sorted(self.runs) if w]
+        return next((s for s in recorded if s), "")
 
     def share_commits(self) -> dict[str, str]:
         """The shares' recorded commits, for an unsharded run's `over`."""
@@ -208,6 +221,7 @@ def _parse_run(writer: str, doc: Mapping[str, str]) -> WriterRun:
         view=text["view"],
         claim=text["claim"],
         complete=text["complete"],
+        source=text["source"],
     )
 
 
@@ -282,6 +296,7 @@ class Update:
     view: str | None = None
     claim: str | None = None
     complete: str | None = None
+    source: str | None = None
 
     def __or__(self, other: Update) -> Update:
         """Both in one write (`other` wins where both set a key)."""

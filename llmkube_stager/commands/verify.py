@@ -23,6 +23,7 @@ from llmkube_stager.errors import (
     REMEDY_SIGNATURE_RECORD,
     REMEDY_UNREADABLE,
     CacheError,
+    ConfigError,
     Reason,
     SignatureError,
     TransferError,
@@ -30,6 +31,7 @@ from llmkube_stager.errors import (
 from llmkube_stager.layout import LOCK_NAME, dest_path, destinations
 from llmkube_stager.logs import Log
 from llmkube_stager.model import LocalState, PinState
+from llmkube_stager.plan import model_source_id, source_refusal
 from llmkube_stager.schemes import of_source
 
 # What an "empty" volume holds: filesystem furniture and our own lock file.
@@ -49,8 +51,9 @@ class VerifyReport:
     unreadable: list[str] = field(default_factory=list)
     not_files: list[str] = field(default_factory=list)
     # Why the files, each fine on its own, are not one set: a publish in
-    # progress, two commits (#21 items 3, 4; the judgement `stage` makes).
-    refusal: CacheError | None = None
+    # progress, two commits (#21 items 3, 4; the judgement `stage` makes),
+    # files of another source (#46 item 2).
+    refusal: CacheError | ConfigError | None = None
     # #34 item 4: the signature's state where a trust anchor is set.
     signature: str = ""
 
@@ -115,7 +118,16 @@ def check_files(config: Config) -> VerifyReport:
             if local.state is LocalState.LEGACY and local.pin is PinState.UNPINNED:
                 report.unrecorded.append(rel)
             report.checked.append(rel)
-    report.refusal = judge_set(read_run_record(root), root)
+    record = read_run_record(root)
+    # #46 item 2: files of another source are not this model, however
+    # whole (plan.source_refusal); MODEL_SOURCE is optional here.
+    report.refusal = source_refusal(
+        root,
+        record.source,
+        model_source_id(config.source),
+        any_present=bool(report.checked or report.short or report.mismatched),
+        all_pinned=all(rel in pins for rel, _ in pairs),
+    ) or judge_set(record, root)
     return report
 
 

@@ -54,6 +54,7 @@ from llmkube_stager.config.variables import (
     SECRET_VARS,
     VARS,
     Var,
+    unknown_variables,
 )
 
 __all__ = [
@@ -83,5 +84,6 @@ __all__ = [
     "load_secrets",
     "load_timeouts",
     "secret_values",
+    "unknown_variables",
     "with_kserve",
 ]

@@ -68,7 +68,7 @@ def _assemble(
         gcs_metadata_host=read.text("GCE_METADATA_HOST"),
         gcs_metadata_ip=read.text("GCE_METADATA_IP"),
         azure_env=rules.load_azure_env(read),
-        ca_dir=read.raw("LLMKUBE_CA_DIR").strip(),
+        ca_dir=rules.ca_dir(read),
         host_model=paths.abs_path(read, "LLMKUBE_HOST_MODEL"),
         allowed_host_roots=paths.allowed_roots(read),
         termination_log=paths.abs_path(read, "LLMKUBE_TERMINATION_LOG"),

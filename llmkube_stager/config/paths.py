@@ -26,8 +26,11 @@ from llmkube_stager.schemes import of_source
 def layout_paths(read: Reader, source: str, cwd: str | None) -> tuple[str, str, tuple[str, ...]]:
     """CACHE_DIR, MODEL_PATH and the validated file list, with the mode rules."""
     cache_dir = _local_path("CACHE_DIR", read.raw("CACHE_DIR").strip(), cwd)
-    model_path = _local_path("MODEL_PATH", read.raw("MODEL_PATH").strip(), cwd)
+    given_path = read.raw("MODEL_PATH").strip()
+    model_path = _local_path("MODEL_PATH", given_path, cwd)
     row = of_source(source)
+    if cache_dir and model_path and not (row is not None and row.verify_only):
+        _check_inside(cache_dir, model_path, given_path)
     if not model_path and row is not None and row.verify_only:
         # pvc:// is verified where the claim is mounted (spec §3.5).
         claim_path = source.split("/", 3)[3] if source.count("/") >= 3 else ""
@@ -86,7 +89,15 @@ def _model_files(read: Reader) -> tuple[str, ...]:
         read.warnings.append(
             f"MODEL_FILES has {blank} blank line(s) between entries; skipped, as the scripts did"
         )
-    return parse_file_list(text)
+    files = parse_file_list(text)
+    if len(files) == 1 and "," in files[0]:
+        # A comma is part of a name: "a,b" is one file, a 404 on a%2Cb at the
+        # origin (#46 item 4). Not refused: a name may hold a comma.
+        read.warnings.append(
+            f"MODEL_FILES is one name, {shown(files[0])}: the list is one name per line, "
+            "and a comma is part of a name"
+        )
+    return files
 
 
 def _listable(read: Reader, source: str) -> bool:
@@ -119,6 +130,27 @@ def _local_path(name: str, path: str, cwd: str | None) -> str:
         except OSError:
             raise ConfigError(f"{name} is relative, and the working directory is gone") from None
     return posixpath.normpath(posixpath.join(cwd, path))
+
+
+def _check_inside(cache_dir: str, model_path: str, given: str) -> None:
+    """MODEL_PATH names a file in CACHE_DIR (#46 item 3). The model's
+    directory is MODEL_PATH's: its size record, run record and lock go
+    there, so a bare `model.gguf` wrote them into the working directory (`/`
+    in a pod) and an absolute path elsewhere wrote there, outside the cache
+    volume, and CACHE_DIR was never created. Compared as written, before
+    any I/O: a symlink is the volume's business (cache/state.py refuses one
+    that leads outside). Without CACHE_DIR (the operator's emptyDir form,
+    spec §2.1) MODEL_PATH's directory is the model's, as before."""
+    if model_path.startswith(cache_dir.rstrip("/") + "/"):
+        return
+    as_given = "" if given == model_path else f" (given as {shown(given)})"
+    raise ConfigError(
+        f"MODEL_PATH {shown(model_path)}{as_given} is outside CACHE_DIR {shown(cache_dir)}: "
+        "the model, its records and its lock would be written outside the cache; set "
+        f"MODEL_PATH to a file in CACHE_DIR, e.g. "
+        f"{shown(posixpath.join(cache_dir, posixpath.basename(model_path)))}, or unset "
+        "CACHE_DIR to use MODEL_PATH's directory"
+    )
 
 
 def _check_plain_text(name: str, path: str) -> None:

@@ -4,6 +4,7 @@ the proxy). Paths and the model's files have theirs in paths.py."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 
@@ -291,3 +292,17 @@ def load_proxy(read: Reader) -> ProxySettings:
         )
     except ProxyConfigError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def ca_dir(read: Reader) -> str:
+    """LLMKUBE_CA_DIR. A directory set but not there (a ConfigMap not
+    mounted, a typo) is named: it used to be silent, and the first TLS
+    failure then blamed the origin's certificate (#46 item 4). The default
+    is not: /custom-certs is mounted only with --ca-cert-configmap."""
+    path = read.raw("LLMKUBE_CA_DIR").strip()
+    if path and path != DEFAULTS["LLMKUBE_CA_DIR"] and not os.path.isdir(path):
+        read.warnings.append(
+            f"LLMKUBE_CA_DIR is {shown(path)}, and there is no such directory: only the "
+            "system's CA certificates are trusted"
+        )
+    return path

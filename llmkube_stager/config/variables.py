@@ -5,7 +5,7 @@ and its line in the assembly (load.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -210,3 +210,31 @@ AWS_ENV_VARS: tuple[str, ...] = (
 )
 # Every variable the Azure source reads (#33 item 2).
 AZURE_ENV_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.env.startswith(("AZURE_", "AZ_")))
+
+# The prefixes of the agent's own variables: one of them set that the agent
+# does not read is most likely a misspelling, which was ignored or answered
+# with "MODEL_SOURCE is required" (#46 item 4).
+_OWN_PREFIXES = ("LLMKUBE_", "MODEL_", "CACHE_")
+# Set beside the agent's by the operator's pod spec or its scripts, never
+# read by the agent (spec §2.1 MODEL_DIGEST_FIELD, §2.3 LLMKUBE_CA_BUNDLE).
+_SET_BY_OTHERS = frozenset({"MODEL_DIGEST_FIELD", "LLMKUBE_CA_BUNDLE"})
+
+
+def unknown_variables(names: Iterable[str]) -> list[str]:
+    """A warning for each set variable of the agent's prefixes that it
+    does not read, with the closest name it does (names only: a value may
+    be a secret)."""
+    known = {v.env for v in VARS}
+    unknown = sorted(
+        n for n in names if n.startswith(_OWN_PREFIXES) and n not in known | _SET_BY_OTHERS
+    )
+    if not unknown:
+        return []
+    import difflib  # only when there is one: a warm start does not pay for it
+
+    warnings = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]}?" if close else "it is ignored"
+        warnings.append(f"{name} is not a variable of llmkube-stager; {hint}")
+    return warnings

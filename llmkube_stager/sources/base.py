@@ -62,12 +62,28 @@ class RemoteMeta:
     # file before it is published.
     md5_b64: str | None = None
     crc32c_b64: str | None = None
+    # The Last-Modified the origin sent (http(s)): the validator where no
+    # strong ETag names the bytes (#46 item 1, `validator`).
+    last_modified: str | None = None
     # Set by the fetcher when one body from byte 0 to its end hashed to the
     # declared digest while it was received (or by the engine's follower of
     # a ranged transfer): the check after the transfer is
     # then not repeated (a mutable cell shared by fetcher and engine, made
     # anew for each transfer: `for_one_transfer`).
     streamed_digest: StreamedDigest | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def validator(self) -> str | None:
+        """What names this version of the bytes: recorded when they are
+        staged, compared by OnChange (#46 item 1). A strong ETag, else
+        Last-Modified; a weak ETag never: it names "semantically
+        equivalent" representations, not bytes (RFC 9110 §8.8.1), so the
+        same weak tag may cover other bytes, and a replica or a compressing
+        front may name the same bytes with another one (docs/reliability.md
+        "What OnChange compares")."""
+        if self.etag and not self.etag.startswith("W/"):
+            return self.etag
+        return self.last_modified or None
 
     def for_one_transfer(self) -> RemoteMeta:
         """This answer with a streamed-digest cell of its own: the session

@@ -75,4 +75,4 @@ def _probe_one(
 
             session.metas[rel] = unknown_meta(url)
         return Remote(answered=err.answered, detail=err.detail)
-    return Remote(answered=True, size_bytes=meta.size_bytes, validator=meta.etag)
+    return Remote(answered=True, size_bytes=meta.size_bytes, validator=meta.validator)

@@ -28,7 +28,14 @@ from llmkube_stager.model import (
     Role,
     Strategy,
 )
-from llmkube_stager.plan import failed, make_plan, strategy_for
+from llmkube_stager.plan import (
+    failed,
+    make_plan,
+    model_source_id,
+    source_refusal,
+    strategy_for,
+)
+from llmkube_stager.schemes import has_commits
 from llmkube_stager.sources import open_source
 from llmkube_stager.sources.base import ListingSource, Source
 from llmkube_stager.staging.mode import WHOLE_MODEL, RunMode
@@ -62,6 +69,9 @@ class Prepared:
     # The whole model, or one share of a sharded prefetch (#32 item 3,
     # staging/mode.py): chosen once by the run; `plan` plans the whole model.
     mode: RunMode = WHOLE_MODEL
+    # #46 item 2: the source the directory recorded, where it is not this
+    # run's and OnChange proves each file by the hub's digests instead.
+    other_source: str = ""
 
 
 def role_of(config: Config) -> Role:
@@ -83,7 +93,38 @@ def prepare(config: Config, effects: Effects) -> Prepared:
     role = role_of(config)
     strategy = strategy_for(fs, role, config.direct_io)
     prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
-    return replan(config, replace(prepared, started_s=started))
+    prepared = replan(config, replace(prepared, started_s=started))
+    return _another_source(config, prepared, effects.log)
+
+
+def _another_source(config: Config, prepared: Prepared, log: Log) -> Prepared:
+    """Before any probe, lock or write, for `stage` (OnChange too) and
+    `plan` alike (#46 item 2, plan.source_refusal): files of another
+    source are refused; but a Hugging Face writer under OnChange asks the
+    hub for every file anyway, and its digests (LFS sha256, git blob id)
+    prove each file by its bytes: no recorded validator is trusted, what
+    is not proven is fetched (staging/onchange.py `_check_unrecorded`)."""
+    manifest, files = prepared.manifest, prepared.cache.files.values()
+    hub = has_commits(manifest.kind)
+    recorded = prepared.record.source
+    refusal = source_refusal(
+        manifest.root,
+        recorded,
+        model_source_id(config.source),
+        any_present=any(local.present for local in files),
+        all_pinned=all(f.sha256 for f in manifest.files),
+        hub=hub,
+    )
+    if refusal is None:
+        return prepared
+    if not (hub and config.refresh_policy == "OnChange" and prepared.strategy.may_write):
+        raise refusal
+    log.warning(
+        "other_source",
+        f"the cache directory holds files staged from {recorded}: each is kept only where "
+        "proven by the hub's digests to be the file of MODEL_SOURCE, the rest fetched",
+    )
+    return replan(config, replace(prepared, other_source=recorded))
 
 
 def _manifest(config: Config, source: Source, effects: Effects) -> Manifest:
@@ -101,7 +142,9 @@ def replan(config: Config, prepared: Prepared) -> Prepared:
     # A model the writers' entries refuse (#29 item 1, cache/writers.py): no
     # recorded validator says what a file holds; OnChange proves each by
     # its bytes (staging/onchange.py).
-    cache = read_cache_state(prepared.manifest, {} if record.mixed else record.validators)
+    # Nor where they are another source's (#46 item 2, `_another_source`).
+    distrust = bool(record.mixed or prepared.other_source)
+    cache = read_cache_state(prepared.manifest, {} if distrust else record.validators)
     if prepared.checked:
         files = {
             rel: replace(local, validator=prepared.checked.get(rel, local.validator))

@@ -100,14 +100,18 @@ def test_multi_file_cold_then_warm(
         assert f"Model artifact {rel} already cached, skipping download" in warm.stderr
 
 
-def test_warm_start_needs_no_origin(pod: Pod, sample_repo: tuple[str, dict[str, bytes]]) -> None:
+def test_warm_start_needs_no_origin(
+    pod: Pod, origin: Origin, sample_repo: tuple[str, dict[str, bytes]]
+) -> None:
     """spec §8.4: a warm cache serves with the origin gone (a legacy file too)."""
     base, files = sample_repo
     cache_dir = pod.multi(base, files)
     assert pod.run("stage").returncode == 0
     # One file from before size records existed: kept as-is and backfilled.
     (cache_dir / "config.json.llmkube-size").unlink()
-    pod.env["MODEL_SOURCE"] = closed_port_url() + "/org/repo/resolve/main/"
+    # Gone at the same address: another address is another source, which the
+    # directory does not hold (#46 item 2).
+    origin.close()
     run = pod.run("stage")
     run.ok(files=4, fetched=0, reused=3, kept=1, nbytes=0)
     assert record_of(cache_dir / "config.json") == str(len(files["config.json"]))

@@ -133,7 +133,9 @@ def test_the_scripts_multi_file_sweeps_remove_every_agent_partial(pod: Pod, orig
 
     assert agent_debris(cache) == []
     left = sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file())
-    assert left == [".llmkube.lock", "config.json", "config.json.llmkube-size"], left
+    # The run record (every source's validators and the source, #46) stays.
+    expected = [".llmkube-validators", ".llmkube.lock", "config.json", "config.json.llmkube-size"]
+    assert left == expected, left
 
 
 def test_the_scripts_single_file_sweeps_remove_the_agents_partial(pod: Pod, origin: Origin) -> None:

@@ -35,6 +35,7 @@ class SimulatedKill(BaseException):
 
 
 def hf_env(tmp_path: Path, hub: FakeHub, **extra: str) -> dict[str, str]:
+    (tmp_path / "no-certs").mkdir(exist_ok=True)  # empty: a missing one is warned about
     return {
         "MODEL_SOURCE": f"hf://{REPO}@main",
         "HF_ENDPOINT": hub.url,

@@ -115,7 +115,7 @@ class _Resource:
 
     size: int
     etag: str | None
-    last_modified: float
+    last_modified: float | None  # None: no Last-Modified header
     data: bytes | None = None
     file_path: str | None = None
     # A CDN edge's per-connection cap: every GET of this path is paced.
@@ -344,7 +344,9 @@ class _Handler(TrackedHandler):
             self.send_header("ETag", res.etag)
         if not fault.ignore_range:
             self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Last-Modified", email.utils.formatdate(res.last_modified, usegmt=True))
+        if res.last_modified is not None:
+            modified = email.utils.formatdate(res.last_modified, usegmt=True)
+            self.send_header("Last-Modified", modified)
         self.send_header("Content-Type", "application/octet-stream")
         if fault.content_encoding is not None:
             self.send_header("Content-Encoding", fault.content_encoding)
@@ -409,13 +411,16 @@ class Origin(LoopbackHTTP):
         *,
         etag: str | None = "auto",
         rate_bytes_per_s: int | None = None,
+        last_modified: float | Literal["now"] | None = "now",
     ) -> None:
         """Serve ``data`` at ``path``; replaces any previous content (an upstream change).
-        ``rate_bytes_per_s`` caps every connection's GET of it, like a CDN edge."""
+        ``rate_bytes_per_s`` caps every connection's GET of it, like a CDN edge.
+        ``last_modified``: the Last-Modified time (epoch seconds), None for no header."""
         _check_path(path)
         tag = _auto_etag(data) if etag == "auto" else etag
+        modified = time.time() if last_modified == "now" else last_modified
         res = _Resource(
-            len(data), tag, time.time(), data=bytes(data), rate_bytes_per_s=rate_bytes_per_s
+            len(data), tag, modified, data=bytes(data), rate_bytes_per_s=rate_bytes_per_s
         )
         with self._state.lock:
             self._state.files[path] = res

@@ -382,13 +382,15 @@ class Pod:
         self.cache_dir = self.models / DEFAULT_KEY
         self.term_path = self._claim(term_path or tmp / "termination-log")
         (tmp / "home").mkdir(parents=True, exist_ok=True)
+        # An empty CA directory: one set but missing is warned about (#46 item 4).
+        (tmp / "no-custom-certs").mkdir(exist_ok=True)
         self.env: dict[str, str] = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(tmp / "home"),
             "LANG": "C.UTF-8",
             "LLMKUBE_TERMINATION_LOG": str(self.term_path),
             # The defaults (/custom-certs, /host-model/model.gguf) point at
-            # nothing, whatever this machine has there.
+            # nothing (an empty directory, no file), whatever this machine has there.
             "LLMKUBE_CA_DIR": str(tmp / "no-custom-certs"),
             "LLMKUBE_HOST_MODEL": str(tmp / "no-host-model" / "model.gguf"),
             **budget,

@@ -25,6 +25,7 @@ PATH = "/m/model.gguf"
 
 
 def env_for(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
+    (tmp_path / "no-certs").mkdir(exist_ok=True)  # empty: a missing one is warned about
     return {
         **single_env(url, tmp_path / "cache"),
         **IMPATIENT,

@@ -133,7 +133,8 @@ def test_multi_file_subdirectories_and_percent_encoded_names(origin, pod) -> Non
     assert f"{REPO}/my%20model/part%201.bin" in raw
     assert f"{REPO}/a%2520b.bin" in raw
     assert not any(" " in p for p in raw)
-    assert cached_files(pod.cache_dir) == set(files) | {f + ".llmkube-size" for f in files}
+    records = {f + ".llmkube-size" for f in files} | {".llmkube-validators"}  # #46
+    assert cached_files(pod.cache_dir) == set(files) | records
     assert run.outcome is not None and run.outcome.count(Decision.FETCH) == len(files)
 
 

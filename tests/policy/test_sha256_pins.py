@@ -509,7 +509,10 @@ def test_without_pins_nothing_of_the_digest_machinery_shows(pod: Pod, origin: Or
     mixed_run = pod.stage(MODEL_FILE_SHA256=file_pins((sha256(REPO_FILES[SHARD]), SHARD))).ok()
 
     assert sorted(p.name for p in plain.iterdir()) == sorted(
-        [SHARD, CONFIG, SHARD + ".llmkube-size", CONFIG + ".llmkube-size", ".llmkube.lock"]
+        [
+            *(SHARD, CONFIG, SHARD + ".llmkube-size", CONFIG + ".llmkube-size", ".llmkube.lock"),
+            ".llmkube-validators",  # every source's validators (#46 item 1)
+        ]
     )
     assert "sha256" not in unpinned_run.stderr and "stamp" not in unpinned_run.stderr
     config_lines = [line for line in unpinned_run.lines if CONFIG in line]

@@ -102,6 +102,7 @@ def test_multi_file_local_directory(pod) -> None:
     assert run.count(Decision.FETCH) == 4
     published = {k: v for k, v in tree(pod.cache_dir).items() if not k.endswith(".llmkube-size")}
     published.pop(".llmkube.lock", None)
+    published.pop(".llmkube-validators")  # the run record (#46 items 1, 2)
     assert published == files
     for rel, data in files.items():
         assert record_of(pod.dest(rel)) == str(len(data))

@@ -65,7 +65,7 @@ def load(
 # (variable, value, base env, attribute, expected value, another valid value)
 CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("MODEL_SOURCE", "s3://bucket/m.gguf", SINGLE, "source", "s3://bucket/m.gguf", "/abs/m"),
-    ("CACHE_DIR", "/models/abc", SINGLE, "cache_dir", "/models/abc", "/other"),
+    ("CACHE_DIR", "/models/abc", MULTI, "cache_dir", "/models/abc", "/other"),
     ("MODEL_PATH", "/models/k/x.gguf", SINGLE, "model_path", "/models/k/x.gguf", "/y.gguf"),
     ("MODEL_FILES", "a.json\nsub/b.bin", MULTI, "model_files", ("a.json", "sub/b.bin"), "z"),
     ("S3_BUCKET", "bucket", SINGLE, "s3_bucket", "bucket", "other"),
@@ -303,7 +303,7 @@ BAD_VALUES = [
     ("MODEL_SHA256", "g" * 64),
     ("MODEL_SHA256", "a" * 63),
     ("MODEL_SHA256", "a" * 65),
-    ("MODEL_SHA256", "sha256:" + "a" * 64),
+    ("MODEL_SHA256", "md5:" + "a" * 64),  # sha256: is accepted (#46 item 4), no other
     ("MODEL_SHA256", ""),
     ("MODEL_FILE_SHA256", f"{DIGEST_A} m.gguf"),  # single-file model
     ("MODEL_PATH", "~/models/m.gguf"),

@@ -65,6 +65,11 @@ def test_the_example_is_accepted(name: str) -> None:
     if name in ("LLMKUBE_SHARDS", "JOB_COMPLETION_INDEX"):
         base = SHARDED
     env = {**base, name: example}
+    if name == "CACHE_DIR":
+        # MODEL_PATH is a file in CACHE_DIR (#46 item 3).
+        env["MODEL_PATH"] = example + "/model.gguf"
+    if name == "MODEL_PATH":
+        env["CACHE_DIR"] = example.rsplit("/", 1)[0]
     if name == "MODEL_FILES":
         env.pop("MODEL_PATH", None)
     load_config(env, {})

@@ -52,6 +52,7 @@ def meta_from(status: int, headers: Mapping[str, str], url: str) -> RemoteMeta:
             etag=etag,
             accept_ranges=headers.get("accept-ranges", "").strip().lower() == "bytes",
             if_range=strong(etag) or headers.get("last-modified"),
+            last_modified=(headers.get("last-modified") or "").strip() or None,
         )
     if status in _HEAD_UNSUPPORTED or (status == 403 and urlsplit(url).query):
         return unknown_meta(url)
