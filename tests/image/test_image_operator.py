@@ -92,7 +92,7 @@ def on_host(script: str, env: Mapping[str, str], root: Path) -> Run:
 
 
 # curl's `--etag-save` marker beside each file (`.<name>.etag`, LLMKube's
-# OnChange of v0.9.6 to v0.9.13): curl's record, as the agent's are its own;
+# OnChange of v0.8.2 to v0.9.12): curl's record, as the agent's are its own;
 # the agent writes none (docs/switching-llmkube.md).
 _CURL_MARK = re.compile(r"(?:^|/)\.[^/]+\.etag\Z")
 
