@@ -23,10 +23,13 @@ from llmkube_stager.cache.sweep import DEBRIS_AGE_S, FUTURE_SLACK_S, is_atomic_d
 from llmkube_stager.layout import (
     AGENT_PARTIAL_SUFFIXES,
     EVIDENCE_SUFFIX,
+    LISTING_NAME,
     LOCK_NAME,
     MARKER_SUFFIX,
+    SHARDS_NAME,
     SIZE_RECORD_SUFFIX,
     STAMP_SUFFIX,
+    VALIDATORS_NAME,
 )
 
 _MARKER_RE = re.compile(r"^(?P<base>.+)\.(?P<digest>[0-9a-f]{64})" + re.escape(MARKER_SUFFIX) + "$")
@@ -96,11 +99,13 @@ def _leftover_kind(name: str) -> str | None:
 
 
 def _is_metadata(name: str) -> bool:
+    """The agent's own records, never listed as model files (the validators,
+    written by every run since #46 item 1, were)."""
     return (
         name.endswith((SIZE_RECORD_SUFFIX, STAMP_SUFFIX, EVIDENCE_SUFFIX))
         or bool(_MARKER_RE.match(name))
         or name == LOCK_NAME
-        or name.startswith(SIGNATURE_RECORD_NAME)
+        or name.startswith((SIGNATURE_RECORD_NAME, VALIDATORS_NAME, SHARDS_NAME, LISTING_NAME))
     )
 
 

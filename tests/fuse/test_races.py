@@ -22,6 +22,7 @@ from tests.harness.disk import LOCK_NAME, debris, make_old, names, record_of, se
 from tests.harness.mounts import TwoNodes
 from tests.harness.origin import Fault, Origin, gets
 from tests.harness.pod import Pod, Run, single_env, wait_for
+from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import payload
 
 SIZE = 256 * 1024
@@ -193,21 +194,22 @@ def test_stager_against_serving_pods_on_two_nodes(
     tmp_path: Path, origin: Origin, two_nodes: TwoNodes
 ) -> None:
     """A stager on node 1, a serving pod on node 2 started before, during and
-    after the transfer. The serving pod never transfers (its own origin sees
+    after the transfer. The serving pod never transfers (it reaches the
+    origin, the same source as the stager's, only through a proxy that sees
     zero requests) and either refuses or starts from the complete file;
     the published file is the origin's."""
-    with Origin() as serving_origin:
+    with ForwardProxy() as serving_proxy:
         for i, delay in enumerate((0.0, 0.1, 0.2, 0.4, 1.0)):
             data = payload(SIZE, 2000 + i)
             path = f"/s{i}/model.gguf"
             origin.put(path, data)
             origin.set_fault(path, Fault(rate_bytes_per_s=RATE))
-            serving_origin.put(path, data)
             key = f"s{i}"
             stager = Pod(
                 tmp_path, single_env(origin.url + path, two_nodes.node1 / key), stager=True
             )
-            serving = Pod(tmp_path, single_env(serving_origin.url + path, two_nodes.node2 / key))
+            serving = Pod(tmp_path, single_env(origin.url + path, two_nodes.node2 / key))
+            serving.env.update(HTTP_PROXY=serving_proxy.url, NO_PROXY="")
             proc = stager.popen("stage")
             time.sleep(delay)
             served = serving.run("stage")
@@ -221,7 +223,7 @@ def test_stager_against_serving_pods_on_two_nodes(
                 assert "Model already cached, skipping download" in served.stderr
             else:
                 served.failed("ModelCacheLockUnsupported")
-        assert serving_origin.requests() == []
+        assert serving_proxy.requests() == []
 
 
 # -- off FUSE: the flock serializes writers -----------------------------------------

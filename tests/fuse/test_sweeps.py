@@ -105,7 +105,8 @@ def test_scenario_61_single_file_atomic_temp_swept_when_a_writer_starts(
     env = single_env(origin.url + "/m.gguf", fuse_cache.mnt / "k")
     run = Pod(tmp_path, env, stager=True).run("stage")
     run.ok()
-    assert names(root) == ["model.gguf", "model.gguf.llmkube-size"]
+    # The validators the file came with (#46 item 1) beside its size record.
+    assert names(root) == [".llmkube-validators", "model.gguf", "model.gguf.llmkube-size"]
     assert (root / "model.gguf").read_bytes() == WEIGHTS
 
 

@@ -224,7 +224,8 @@ def test_s10_sweep_never_touches_another_manifest_files_partial(origin, pod) -> 
     for rel, data in blobs.items():
         assert pod.dest(rel).read_bytes() == data, rel
         assert record_of(pod.dest(rel)) == str(len(data)), rel
-    assert cached_files(pod.cache_dir) == set(blobs) | {f + ".llmkube-size" for f in blobs}
+    records = {f + ".llmkube-size" for f in blobs} | {".llmkube-validators"}  # #46 item 1
+    assert cached_files(pod.cache_dir) == set(blobs) | records
 
 
 def test_s86_failed_probe_never_resumes_blindly(origin, pod) -> None:
@@ -257,7 +258,8 @@ def test_s87_stale_partial_in_a_subdirectory_is_removed(origin, pod) -> None:
     pod.stage(pod.multi_env(origin.url + REPO + "/", files)).ok()
 
     assert not orphan.exists()
-    assert cached_files(pod.cache_dir) == set(files) | {f + ".llmkube-size" for f in files}
+    records = {f + ".llmkube-size" for f in files} | {".llmkube-validators"}  # #46 item 1
+    assert cached_files(pod.cache_dir) == set(files) | records
 
 
 def test_s87_failed_loop_keeps_the_partials_of_later_files(origin, pod) -> None:

@@ -440,11 +440,12 @@ def test_onchange_dropping_a_stale_name_never_follows_a_symlink_out(
 
 def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_files() -> None:
     """A listing that changed between pages (or a server that repeats a
-    key): InvalidFileSet naming the key and the listing, not MODEL_FILES,
-    which the user never set (the page function is the listing's injected
-    dependency, as in test_listing_rules.py)."""
-    from llmkube_stager.errors import InvalidFileSet
-    from llmkube_stager.sources.base import check_listed
+    key): refused naming the key and the listing, not MODEL_FILES, which
+    the user never set (the page function is the listing's injected
+    dependency, as in test_listing_rules.py). Since #41 item 5 the listing
+    itself refuses an object named twice (ModelSourceRejected, at the page
+    that repeats it), before the set's own check would (InvalidFileSet)."""
+    from llmkube_stager.errors import SourceError
     from llmkube_stager.sources.s3.listing import list_objects
 
     answers = [["m/a.bin", "m/b.bin"], ["m/b.bin", "m/c.bin"]]
@@ -457,13 +458,13 @@ def test_a_listing_that_repeats_a_key_across_pages_names_the_listing_not_model_f
             "NextContinuationToken": str(i + 1),
         }
 
-    listing = list_objects("s3://b/m", "b", "m", page)
-    with pytest.raises(InvalidFileSet) as caught:
-        check_listed(listing.source, listing.files)  # after the patterns (#31 item 4)
+    with pytest.raises(SourceError) as caught:
+        list_objects("s3://b/m", "b", "m", page)
 
+    assert caught.value.reason.value == "ModelSourceRejected", caught.value.reason
     assert "MODEL_FILES" not in caught.value.detail, caught.value.detail
-    assert "'b.bin' twice" in caught.value.detail
-    assert "s3://b/m" in caught.value.detail
+    assert "'m/b.bin'" in caught.value.detail and "twice" in caught.value.detail
+    assert "'m'" in caught.value.detail, caught.value.detail
 
 
 def test_a_recorded_listing_with_a_climbing_name_is_no_record(
