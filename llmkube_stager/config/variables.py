@@ -144,6 +144,16 @@ VARS: tuple[Var, ...] = (
     Var("AZURE_CLIENT_SECRET", "Azure service principal secret", secret=True),
     Var("AZURE_TENANT_ID", "Azure tenant of the service principal or workload identity"),
     Var("AZURE_FEDERATED_TOKEN_FILE", "AKS workload identity token file"),
+    # #41 item 3: a certificate service principal (EnvironmentCredential's).
+    Var(
+        "AZURE_CLIENT_CERTIFICATE_PATH",
+        "Azure service principal certificate: a PEM or PKCS12 file with its private key",
+    ),
+    Var(
+        "AZURE_CLIENT_CERTIFICATE_PASSWORD",
+        "password of AZURE_CLIENT_CERTIFICATE_PATH's private key",
+        secret=True,
+    ),
     Var("AZURE_AUTHORITY_HOST", "Microsoft Entra authority (default login.microsoftonline.com)"),
     Var("AZ_CLIENT_ID", "KServe's legacy name of AZURE_CLIENT_ID"),
     Var("AZ_CLIENT_SECRET", "KServe's legacy name of AZURE_CLIENT_SECRET", secret=True),

@@ -47,6 +47,10 @@ class _State:
     # The JWT's own exp, when shorter than what expires_in says (a token
     # the service refuses before the client expects it to).
     jwt_lifetime_s: int | None = None
+    # The public key (PEM) of a certificate service principal's
+    # certificate: an RS256 client assertion it verifies is that grant
+    # (#41 item 3).
+    certificate_key: bytes | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     issued: list[Issued] = field(default_factory=list)
     refused: int = 0
@@ -82,8 +86,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != f"/{TENANT}/oauth2/v2.0/token" or form.get("client_id") != CLIENT_ID:
             self._json(400, {"error": "invalid_request"})
             return
+        assertion = form.get("client_assertion", "")
         if form.get("client_secret"):
             grant, ok = "secret", form["client_secret"] == state.secret
+        elif state.certificate_key is not None and assertion.count(".") == 2:
+            grant = "certificate"
+            ok = form.get("client_assertion_type") == ASSERTION_TYPE and _signed_by(
+                assertion, state.certificate_key
+            )
         else:
             grant = "assertion"
             ok = (
@@ -123,6 +133,63 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def _signed_by(jwt: str, public_pem: bytes) -> bool:
+    """An RS256 JWT (MSAL's client assertion for a certificate) whose
+    signature the certificate's public key verifies, addressed to this
+    tenant's token endpoint."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    try:
+        head, claims, sig = jwt.split(".")
+        signature = base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
+        key: Any = serialization.load_pem_public_key(public_pem)
+        key.verify(signature, f"{head}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256())
+        doc = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+    except (ValueError, InvalidSignature):
+        return False
+    return bool(doc.get("sub") == CLIENT_ID and f"/{TENANT}/" in str(doc.get("aud")))
+
+
+def certificate_file(path: Any, *, password: str | None = None) -> bytes:
+    """A certificate service principal's PEM file (private key, then its
+    self-signed certificate; the key encrypted with `password`), written
+    to `path`; returns the public key's PEM for `FakeEntra.state`."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmkube-stager-test-sp")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    encryption: Any = (
+        serialization.BestAvailableEncryption(password.encode())
+        if password
+        else serialization.NoEncryption()
+    )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    ) + cert.public_bytes(serialization.Encoding.PEM)
+    path.write_bytes(pem)
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 class FakeEntra(Lifecycle):

@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness.azurite import Azurite, S3Fault, cleared
 from tests.harness.canary import canary, leaks
-from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra
+from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra, certificate_file
 from tests.harness.sample import KIB, payload
 from tests.harness.tlsca import LocalCA
 
@@ -113,6 +113,86 @@ def test_workload_identity_reads_the_federated_token_file(
     assert pod.dest().read_bytes() == data
     assert [i.grant for i in entra.issued] == ["assertion"]
     assert leaks(ASSERTION.split(".")[1], run.outputs) == []
+
+
+def test_a_certificate_service_principal_gets_a_token_azurite_accepts(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    """AZURE_CLIENT_CERTIFICATE_PATH (KServe's DefaultAzureCredential takes
+    it, #41 item 3): azure-identity's CertificateCredential signs the
+    client assertion with the file's key (encrypted with
+    AZURE_CLIENT_CERTIFICATE_PASSWORD); the fake Entra ID verifies it
+    with the certificate's public key. Failed before: anonymous requests,
+    no token asked for, ModelSourceUnauthorized naming missing credentials."""
+    data = payload(64 * KIB, 13)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    password = canary("certpass", 24)
+    cert = tmp_path / "sp.pem"
+    entra.state.certificate_key = certificate_file(cert, password=password)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(
+            az,
+            entra,
+            ca,
+            AZURE_CLIENT_CERTIFICATE_PATH=str(cert),
+            AZURE_CLIENT_CERTIFICATE_PASSWORD=password,
+        ),
+    )
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    (issued,) = entra.issued
+    assert issued.grant == "certificate"
+    assert set(bearers(az, container)) == {f"Bearer {issued.token}"}
+    key_line = cert.read_text().splitlines()[3]  # 64 characters of the encrypted key
+    for secret in (password, key_line, issued.token.split(".")[1]):
+        assert leaks(secret, run.outputs) == [], "a secret leaked"
+
+
+def test_a_certificate_path_that_is_a_directory_is_invalid_configuration_naming_it(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    """A credential file like every other (#41 items 3, 4): a bounded
+    regular file, checked before any request. Failed before: anonymous."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_CERTIFICATE_PATH=str(tmp_path)),
+    )
+
+    run = pod.run(env=env).failed("InvalidConfiguration", exit_code=2)
+
+    assert "AZURE_CLIENT_CERTIFICATE_PATH" in run.term["message"]
+    assert entra.issued == [] and az.requests() == []
+
+
+def test_a_certificate_whose_password_does_not_open_it_is_invalid_configuration(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    """The key does not load: InvalidConfiguration naming the variables,
+    no token asked for, neither password shown (#41 item 3)."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    cert = tmp_path / "sp.pem"
+    entra.state.certificate_key = certificate_file(cert, password=canary("rightpass", 24))
+    wrong = canary("wrongpass", 24)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(
+            az,
+            entra,
+            ca,
+            AZURE_CLIENT_CERTIFICATE_PATH=str(cert),
+            AZURE_CLIENT_CERTIFICATE_PASSWORD=wrong,
+        ),
+    )
+
+    run = pod.run(env=env).failed("InvalidConfiguration", exit_code=2)
+
+    assert "AZURE_CLIENT_CERTIFICATE_PASSWORD" in run.term["message"]
+    assert entra.issued == [] and entra.state.refused == 0
+    assert leaks(wrong, run.outputs) == []
 
 
 def _slow_model(az: Azurite, container: str, count: int) -> dict[str, bytes]:

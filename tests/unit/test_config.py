@@ -51,6 +51,7 @@ SECRETS = {
     "AZURE_STORAGE_CONNECTION_STRING": "AccountName=a;AccountKey=Y2FuYXJ5LWNvbm4ta2V5",
     "AZURE_CLIENT_SECRET": "canary-azure-client-secret-value",
     "AZ_CLIENT_SECRET": "canary-az-legacy-client-secret-0",
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD": "canary-azure-certificate-password",
 }
 
 
@@ -163,6 +164,8 @@ _AZURE_ENV_CASES: dict[str, tuple[str, str]] = {
     "AZURE_CLIENT_SECRET": ("s3cr3t", "x"),
     "AZURE_TENANT_ID": ("72f988bf", "x"),
     "AZURE_FEDERATED_TOKEN_FILE": ("/var/run/azure-token", "/x"),
+    "AZURE_CLIENT_CERTIFICATE_PATH": ("/var/run/azure/sp.pem", "/x"),
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD": ("p4ss", "x"),
     "AZURE_AUTHORITY_HOST": ("https://login.microsoftonline.us", "x"),
     "AZ_CLIENT_ID": ("0b6c0c3e", "x"),
     "AZ_CLIENT_SECRET": ("s3cr3t", "x"),

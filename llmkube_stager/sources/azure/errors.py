@@ -80,7 +80,8 @@ def translate_identity_error(exc: Exception) -> SourceError:
             )
         return SourceError(
             "the Azure token endpoint refused the credential (AZURE_CLIENT_ID, AZURE_TENANT_ID "
-            "and AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE)",
+            "and AZURE_CLIENT_SECRET, AZURE_CLIENT_CERTIFICATE_PATH or "
+            "AZURE_FEDERATED_TOKEN_FILE)",
             reason=Reason.SOURCE_UNAUTHORIZED,
             answered=True,
             remedy=unauthorized_remedy("the service principal or workload identity"),
