@@ -265,6 +265,7 @@ def azure_secrets(read: Reader) -> tuple[str, ...]:
 
     sources = (read.raw("AZURE_STORAGE_ACCESS_KEY"), read.raw("MODEL_SOURCE"), *values[pieces:])
     values.append(read.raw("AZURE_CLIENT_CERTIFICATE_PASSWORD").strip())  # #41 item 3
+    values.append(read.raw("IDENTITY_HEADER").strip())
     for text in sources:
         for part in text.replace("?", "&").replace(";", "&").split("&"):
             if part.startswith("sig="):

@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from tests.harness.lifecycle import Lifecycle
+from tests.harness.loopback import Clients, LoopbackHTTP, TrackedHandler
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 CLIENT_ID = "0b6c0c3e-1a3f-4d5e-9a7b-1c2d3e4f5a6b"
@@ -224,5 +225,116 @@ class FakeEntra(Lifecycle):
 
     @property
     def issued(self) -> list[Issued]:
+        with self.state.lock:
+            return list(self.state.issued)
+
+
+# -- managed identity (#41 item 3) ------------------------------------------------------------
+
+
+def storage_token(lifetime_s: int, n: int) -> str:
+    """A JWT Azurite's `--oauth basic` accepts, as the fake Entra ID issues."""
+    now = int(time.time())
+    claims = {
+        "aud": "https://storage.azure.com",
+        "iss": f"https://sts.windows.net/{TENANT}/",
+        "iat": now - 60,
+        "nbf": now - 60,
+        "exp": now + lifetime_s,
+        "oid": CLIENT_ID,
+        "n": n,
+    }
+    return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}.c2ln"
+
+
+@dataclass
+class ImdsRequest:
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+class _ImdsState(Clients):
+    def __init__(self, identity_header: str, lifetime_s: int) -> None:
+        super().__init__()
+        self.identity_header = identity_header
+        self.lifetime_s = lifetime_s
+        self.requests: list[ImdsRequest] = []
+        self.issued: list[str] = []
+
+
+class _ImdsHandler(TrackedHandler):
+    """Azure's instance metadata service (`Metadata: true`, api-version
+    2018-02-01) and App Service's identity endpoint (`X-IDENTITY-HEADER`,
+    api-version 2019-08-01), each for the user-assigned identity CLIENT_ID
+    (or the system-assigned one, when no client_id is asked)."""
+
+    def answer(self, method: str) -> None:
+        state = self.server.state
+        assert isinstance(state, _ImdsState)
+        parts = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        with state.lock:
+            state.requests.append(ImdsRequest(parts.path, query, headers))
+        if parts.path == "/metadata/identity/oauth2/token":
+            ok = headers.get("metadata") == "true" and query.get("api-version") == "2018-02-01"
+        elif parts.path == "/msi/token":
+            ok = (
+                headers.get("x-identity-header") == state.identity_header
+                and query.get("api-version") == "2019-08-01"
+            )
+        else:
+            self._reply(404, {"error": "not_found"})
+            return
+        if not ok:
+            self._reply(400, {"error": "invalid_request"})
+            return
+        if query.get("client_id", CLIENT_ID) != CLIENT_ID:
+            self._reply(
+                400, {"error": "invalid_request", "error_description": "Identity not found"}
+            )
+            return
+        with state.lock:
+            token = storage_token(state.lifetime_s, len(state.issued))
+            state.issued.append(token)
+        expires_on = str(int(time.time()) + state.lifetime_s)
+        self._reply(
+            200,
+            {
+                "access_token": token,
+                "expires_on": expires_on,
+                "expires_in": str(state.lifetime_s),
+                "resource": query.get("resource", ""),
+                "token_type": "Bearer",
+            },
+        )
+
+    def _reply(self, status: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class FakeImds(LoopbackHTTP):
+    """Azure's IMDS and App Service's identity endpoint on 127.0.0.1,
+    plain http as theirs are; every request recorded."""
+
+    _name = "fake-imds"
+
+    def __init__(self, *, identity_header: str = "", lifetime_s: int = 3600) -> None:
+        self.state = _ImdsState(identity_header, lifetime_s)
+        super().__init__(self.state, _ImdsHandler)
+
+    @property
+    def requests(self) -> list[ImdsRequest]:
+        with self.state.lock:
+            return list(self.state.requests)
+
+    @property
+    def issued(self) -> list[str]:
         with self.state.lock:
             return list(self.state.issued)

@@ -13,11 +13,16 @@ string of emulators and private endpoints first:
    EnvironmentCredential takes them in that order (#41 item 3);
 4. AKS workload identity: AZURE_CLIENT_ID + AZURE_FEDERATED_TOKEN_FILE +
    AZURE_TENANT_ID, azure-identity's WorkloadIdentityCredential;
-5. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
+5. a managed identity (managed.py), only when the environment asks for
+   one: AZURE_CLIENT_ID with none of the above's secret, certificate or
+   token file and no AZURE_STORAGE_ACCESS_KEY, or
+   LLMKUBE_AZURE_MANAGED_IDENTITY=true (#41 item 3);
+6. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
    (azure-storage-blob takes a string credential that parses as a SAS as a
    SAS, which is how KServe users pass one; told apart by its rule,
    sas.is_sas, #41 item 2);
-6. none: anonymous (a public container), and the log says so.
+7. none: anonymous (a public container), and the log says so; no
+   metadata service is asked.
 
 The credentials are built explicitly, never through DefaultAzureCredential:
 its chain would probe the instance metadata service (169.254.169.254) and
@@ -37,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmkube_stager.errors import ConfigError
+from llmkube_stager.errors import ConfigError, StagerError
 from llmkube_stager.sources.azure.ref import API_VERSION, AzureRef, ConnectionString
 from llmkube_stager.sources.azure.sas import container_sas, decode_key, is_sas
 
@@ -188,6 +193,8 @@ def _token_of(credential: Any) -> tuple[str, float]:
 
     try:
         token = credential.get_token(STORAGE_SCOPE)
+    except StagerError:
+        raise  # already the agent's (a managed identity's refusal, #41 item 3)
     except Exception as exc:
         raise translate_identity_error(exc) from None
     return str(token.token), float(token.expires_on)
@@ -233,6 +240,10 @@ def choose(
             return _certificate(env, client_id, tenant_id, certificate, identity())
         return _identity(env, client_id, tenant_id, client_secret, token_file, identity())
     key = env.get("AZURE_STORAGE_ACCESS_KEY", "")
+    from llmkube_stager.sources.azure.managed import wanted
+
+    if wanted(env, client_id, bool(key)):
+        return _managed(env, client_id, identity())
     if key:
         if is_sas(key):
             return StaticSas(key.lstrip("?"), "the SAS in AZURE_STORAGE_ACCESS_KEY")
@@ -288,6 +299,17 @@ def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: 
         from llmkube_stager.sources.credfile import check_credential_file
 
         check_credential_file(token_file, "AZURE_FEDERATED_TOKEN_FILE")
+
+
+def _managed(env: Mapping[str, str], client_id: str, settings: IdentitySettings) -> Bearer:
+    """A managed identity's token, from IMDS or App Service (#41 item 3)."""
+    from llmkube_stager.sources.azure.managed import managed_identity
+
+    credential = managed_identity(env, client_id, settings.connect_s, settings.stall_s)
+    flavour = "App Service" if env.get("IDENTITY_ENDPOINT") else "the instance metadata service"
+    which = "user-assigned, AZURE_CLIENT_ID" if client_id else "system-assigned"
+    name = f"the managed identity ({which}, from {flavour})"
+    return Bearer(lambda: credential, name, bundle=settings.ca_bundle)
 
 
 def _check_certificate_file(path: str) -> None:
