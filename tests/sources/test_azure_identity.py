@@ -312,11 +312,21 @@ def test_with_nothing_set_no_metadata_service_is_asked(pod, az, imds, ca, contai
     az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
     env = pod.single_env(Azurite.source(container, "model.gguf"), **managed_env(az, imds, ca))
 
-    run = pod.run(env=env)
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4)
 
-    assert run.returncode != 0
     assert "managed identity" in run.stderr  # the log names what was not asked
     assert imds.requests == []
+    # The refusal names how to ask for each credential, and what stays
+    # unsupported (#41 item 3). Failed before: a remedy about a key or SAS.
+    remedy = run.term["remedy"]
+    for words in (
+        "AZURE_CLIENT_CERTIFICATE_PATH",
+        "LLMKUBE_AZURE_MANAGED_IDENTITY",
+        "not supported",
+        "Azure Arc",
+        "AZURE_USERNAME",
+    ):
+        assert words in remedy, remedy
 
 
 def _slow_model(az: Azurite, container: str, count: int) -> dict[str, bytes]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmkube_stager.errors import ConfigError, StagerError
+from llmkube_stager.sources.azure.errors import ANONYMOUS_NAME
 from llmkube_stager.sources.azure.ref import API_VERSION, AzureRef, ConnectionString
 from llmkube_stager.sources.azure.sas import container_sas, decode_key, is_sas
 
@@ -112,7 +113,7 @@ class KeySigned:
 
 @dataclass
 class Anonymous:
-    name: str = "no credentials (anonymous access)"
+    name: str = ANONYMOUS_NAME
     renewable: bool = False
 
     def query(self) -> str:
