@@ -273,6 +273,36 @@ def test_app_services_identity_endpoint_is_asked_with_its_header(
     assert leaks(IDENTITY_HEADER, run.outputs) == []
 
 
+def test_the_metadata_service_is_asked_directly_never_through_a_proxy(
+    pod, az, imds, ca, container
+) -> None:
+    """IMDS is link-local (App Service's endpoint the pod's own): asked
+    directly whatever the proxy variables say, as botocore asks container
+    credentials. Here IMDS is `localhost`, which NO_PROXY leaves to the
+    proxy, a closed port: a proxied request would fail."""
+    data = payload(8 * KIB, 17)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    port = imds.url.rsplit(":", 1)[1]
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **managed_env(
+            az,
+            imds,
+            ca,
+            AZURE_CLIENT_ID=CLIENT_ID,
+            AZURE_POD_IDENTITY_AUTHORITY_HOST=f"http://localhost:{port}",
+            HTTP_PROXY="http://127.0.0.1:9",
+            HTTPS_PROXY="http://127.0.0.1:9",
+            NO_PROXY="127.0.0.1",
+        ),
+    )
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    assert len(imds.requests) == 1
+
+
 def test_our_setting_asks_for_the_system_assigned_identity(pod, az, imds, ca, container) -> None:
     """LLMKUBE_AZURE_MANAGED_IDENTITY=true without AZURE_CLIENT_ID: the
     system-assigned identity (no client_id in the query)."""

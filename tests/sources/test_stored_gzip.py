@@ -32,6 +32,7 @@ from tests.harness.azurite import LOOPBACK_ONLY, Azurite
 from tests.harness.gcs import GceMetadata, GcsFault, GcsFront, gcs_env
 from tests.harness.pod import Pod
 from tests.harness.sample import KIB, payload
+from tests.harness.seaweed import SeaweedS3, s3_env
 
 
 def _gz(size: int, seed: int = 6) -> bytes:
@@ -153,3 +154,19 @@ def test_kserve_mode_keeps_a_blob_whose_encoding_names_no_coding(
 
     assert run.returncode == 0, str(run)
     assert (dest / "model.bin").read_bytes() == data
+
+
+def test_kserve_mode_keeps_a_gzip_stored_s3_object_as_stored(
+    pod: Pod, s3: SeaweedS3, bucket: str
+) -> None:
+    """boto3, KServe's S3 client, leaves an object's stored bytes whatever
+    its Content-Encoding: so does the agent in KServe mode (docs/sources.md
+    "Objects stored with a Content-Encoding")."""
+    stored = _gz(16 * KIB, 10)
+    s3.admin().put_object(Bucket=bucket, Key="z/model.bin", Body=stored, ContentEncoding="gzip")
+    dest = pod.tmp / "mnt" / "models"
+
+    run = pod.run(f"s3://{bucket}/z/model.bin", str(dest), env=s3_env(s3))
+
+    assert run.returncode == 0, str(run)
+    assert (dest / "model.bin").read_bytes() == stored
