@@ -142,6 +142,13 @@ REMEDY_ENCODED = (
     "proxy with NO_PROXY; a file stored compressed (a .tar.gz served with gzip) is saved as "
     "served when pinned by MODEL_SHA256 or MODEL_FILE_SHA256; then retry"
 )
+REMEDY_STORED_ENCODING = (
+    "the object is stored compressed (uploaded with gsutil cp -z, or given a Content-Encoding "
+    "such as gzip) and KServe's Google and Azure clients would leave it decompressed, which the "
+    "agent does not do; store the model's own bytes: upload it again without -z, or remove the "
+    "object's Content-Encoding (gsutil setmeta -h Content-Encoding:, or the blob's properties); "
+    "stage mode saves the stored bytes as they are; then retry"
+)
 REMEDY_GATED = (
     "the Hugging Face repository is gated: its terms must be accepted on the repository's page "
     "(and access granted, where the owner reviews requests) by the account HF_TOKEN belongs to; "

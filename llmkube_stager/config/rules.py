@@ -257,13 +257,16 @@ def azure_secrets(read: Reader) -> tuple[str, ...]:
             "AZURE_STORAGE_CONNECTION_STRING",
         )
     ]
+    pieces = len(values)
     for piece in read.raw("AZURE_STORAGE_CONNECTION_STRING").split(";"):
         name, _, value = piece.partition("=")
         if name.strip().lower() in ("accountkey", "sharedaccesssignature"):
             values.append(value.strip())
     from urllib.parse import unquote
 
-    sources = (read.raw("AZURE_STORAGE_ACCESS_KEY"), read.raw("MODEL_SOURCE"), *values[4:])
+    sources = (read.raw("AZURE_STORAGE_ACCESS_KEY"), read.raw("MODEL_SOURCE"), *values[pieces:])
+    values.append(read.raw("AZURE_CLIENT_CERTIFICATE_PASSWORD").strip())  # #41 item 3
+    values.append(read.raw("IDENTITY_HEADER").strip())
     for text in sources:
         for part in text.replace("?", "&").replace(";", "&").split("&"):
             if part.startswith("sig="):

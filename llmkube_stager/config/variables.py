@@ -144,6 +144,29 @@ VARS: tuple[Var, ...] = (
     Var("AZURE_CLIENT_SECRET", "Azure service principal secret", secret=True),
     Var("AZURE_TENANT_ID", "Azure tenant of the service principal or workload identity"),
     Var("AZURE_FEDERATED_TOKEN_FILE", "AKS workload identity token file"),
+    # #41 item 3: a certificate service principal (EnvironmentCredential's).
+    Var(
+        "AZURE_CLIENT_CERTIFICATE_PATH",
+        "Azure service principal certificate: a PEM or PKCS12 file with its private key",
+    ),
+    Var(
+        "AZURE_CLIENT_CERTIFICATE_PASSWORD",
+        "password of AZURE_CLIENT_CERTIFICATE_PATH's private key",
+        secret=True,
+    ),
+    # #41 item 3: managed identity (sources/azure/managed.py).
+    Var(
+        "AZURE_POD_IDENTITY_AUTHORITY_HOST",
+        "the Azure instance metadata service's address (default http://169.254.169.254)",
+    ),
+    Var("IDENTITY_ENDPOINT", "App Service's managed identity endpoint (set by App Service)"),
+    Var(
+        "IDENTITY_HEADER", "App Service's managed identity header (set by App Service)", secret=True
+    ),
+    Var(
+        "LLMKUBE_AZURE_MANAGED_IDENTITY",
+        "true: an Azure managed identity (system-assigned, or AZURE_CLIENT_ID's); false: never",
+    ),
     Var("AZURE_AUTHORITY_HOST", "Microsoft Entra authority (default login.microsoftonline.com)"),
     Var("AZ_CLIENT_ID", "KServe's legacy name of AZURE_CLIENT_ID"),
     Var("AZ_CLIENT_SECRET", "KServe's legacy name of AZURE_CLIENT_SECRET", secret=True),
@@ -209,7 +232,12 @@ AWS_ENV_VARS: tuple[str, ...] = (
     "HOME",
 )
 # Every variable the Azure source reads (#33 item 2).
-AZURE_ENV_VARS: tuple[str, ...] = tuple(v.env for v in VARS if v.env.startswith(("AZURE_", "AZ_")))
+AZURE_ENV_VARS: tuple[str, ...] = tuple(
+    v.env
+    for v in VARS
+    if v.env.startswith(("AZURE_", "AZ_"))
+    or v.env in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "LLMKUBE_AZURE_MANAGED_IDENTITY")
+)
 
 # The prefixes of the agent's own variables: one of them set that the agent
 # does not read is most likely a misspelling, which was ignored or answered

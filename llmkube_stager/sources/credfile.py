@@ -3,7 +3,8 @@ regular files: GOOGLE_APPLICATION_CREDENTIALS (read here, handed to
 google-auth as its contents), and the files a library reads itself
 (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_WEB_IDENTITY_TOKEN_FILE,
 AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE for botocore,
-AZURE_FEDERATED_TOKEN_FILE for azure-identity), checked the same way
+AZURE_FEDERATED_TOKEN_FILE and AZURE_CLIENT_CERTIFICATE_PATH (#41 item 3)
+for azure-identity), checked the same way
 before the library is given the path.
 
 Why: a directory (the Secret's mount folder instead of the key in it, a

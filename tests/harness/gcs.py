@@ -214,9 +214,14 @@ class _FrontState(Clients):
     # A listing without end (#41 item 5): every page is the first page's
     # objects, with a token of its own.
     endless: bool = False
+    # Names stored gzip-encoded (`GcsFront.gzip_stored`, #41 item 6).
+    gzipped: set[str] = field(default_factory=set)
 
     def described(self, item: dict[str, Any]) -> dict[str, Any]:
-        """A resource as GCS describes it: a composite object has no md5Hash."""
+        """A resource as GCS describes it: a composite object has no md5Hash,
+        an object uploaded with `gsutil cp -z` has its contentEncoding."""
+        if item.get("name") in self.gzipped:
+            item = item | {"contentEncoding": "gzip"}
         if item.get("name") not in self.composite:
             return item
         return {k: v for k, v in item.items() if k != "md5Hash"} | {"componentCount": 2}
@@ -282,7 +287,7 @@ class _FrontHandler(TrackedHandler):
         if kind == "media":
             return self._media(path, raw_query, query, headers, fault)
         status, answer_headers, body = _ask(state.upstream_port, method, self.path)
-        if kind == "meta" and status == 200 and state.composite:
+        if kind == "meta" and status == 200 and (state.composite or state.gzipped):
             body = json.dumps(state.described(json.loads(body))).encode()
         return self._send(status, answer_headers, body, None)
 
@@ -329,10 +334,40 @@ class _FrontHandler(TrackedHandler):
             upstream,
         )
         answer_headers["x-goog-generation"] = live
+        if name in self.state.gzipped and status in (200, 206):
+            status, data = self._gzip_stored(status, answer_headers, data, headers, meta_path)
         if fault is not None and fault.corrupt and data:
             middle = len(data) // 2
             data = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
         return self._send(status, answer_headers, data, fault)
+
+    def _gzip_stored(
+        self,
+        status: int,
+        answer_headers: dict[str, str],
+        data: bytes,
+        headers: dict[str, str],
+        meta_path: str,
+    ) -> tuple[int, bytes]:
+        """GCS's answers for an object stored with Content-Encoding: gzip
+        (its transcoding documentation): a request that accepts gzip gets
+        the stored bytes, labelled; any other gets them decompressed
+        (decompressive transcoding), the whole object whatever Range asked,
+        with the stored coding and length in x-goog-stored-* headers."""
+        import gzip
+
+        if "gzip" in headers.get("accept-encoding", "").lower():
+            answer_headers["content-encoding"] = "gzip"
+            return status, data
+        _, _, stored = _ask(
+            self.state.upstream_port,
+            "GET",
+            f"{meta_path.replace('/storage', '/download/storage', 1)}?alt=media",
+        )
+        answer_headers.pop("content-range", None)
+        answer_headers["x-goog-stored-content-encoding"] = "gzip"
+        answer_headers["x-goog-stored-content-length"] = str(len(stored))
+        return 200, gzip.decompress(stored)
 
     def _json(self, status: int, doc: Any, extra: dict[str, str] | None = None) -> tuple[int, int]:
         body = json.dumps(doc).encode()
@@ -346,6 +381,9 @@ class _FrontHandler(TrackedHandler):
         for name in (
             "content-type",
             "content-range",
+            "content-encoding",
+            "x-goog-stored-content-encoding",
+            "x-goog-stored-content-length",
             "x-goog-hash",
             "x-goog-generation",
             "retry-after",
@@ -405,6 +443,14 @@ class GcsFront(LoopbackHTTP):
         gives every object an md5Hash, composed or not."""
         with self.state.lock:
             self.state.composite.update(names)
+
+    def gzip_stored(self, *names: str) -> None:
+        """Describe and serve these objects as GCS does those uploaded with
+        `gsutil cp -z` (#41 item 6): contentEncoding gzip in the resource,
+        the stored bytes only to a request that accepts gzip, else
+        decompressive transcoding. The test uploads the gzip bytes."""
+        with self.state.lock:
+            self.state.gzipped.update(names)
 
     def accept(self, *tokens: str) -> None:
         """Accept exactly these bearer tokens from now on (none: any request)."""

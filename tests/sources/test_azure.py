@@ -483,8 +483,9 @@ def test_onchange_refetches_a_replaced_blob_by_its_etag(pod, az, container) -> N
 
 def test_a_blobs_stored_content_encoding_is_its_metadata(pod, az, container) -> None:
     """A blob stored with Content-Encoding: gzip is answered with it: the
-    stored bytes are the file (KServe writes them as they are), as for S3
-    (#29 item 11). A listed blob's coding is asked by one HEAD."""
+    stored bytes are the file in stage mode, as for S3 (#29 item 11; KServe
+    mode refuses it, #41 item 6: tests/sources/test_stored_gzip.py). A
+    listed blob's coding is asked by one HEAD."""
     from azure.storage.blob import ContentSettings
 
     data = payload(16 * KIB, 42)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness.azurite import Azurite, S3Fault, cleared
 from tests.harness.canary import canary, leaks
-from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra
+from tests.harness.entra import CLIENT_ID, TENANT, FakeEntra, FakeImds, certificate_file
 from tests.harness.sample import KIB, payload
 from tests.harness.tlsca import LocalCA
 
@@ -113,6 +113,250 @@ def test_workload_identity_reads_the_federated_token_file(
     assert pod.dest().read_bytes() == data
     assert [i.grant for i in entra.issued] == ["assertion"]
     assert leaks(ASSERTION.split(".")[1], run.outputs) == []
+
+
+def test_a_certificate_service_principal_gets_a_token_azurite_accepts(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    """AZURE_CLIENT_CERTIFICATE_PATH (KServe's DefaultAzureCredential takes
+    it, #41 item 3): azure-identity's CertificateCredential signs the
+    client assertion with the file's key (encrypted with
+    AZURE_CLIENT_CERTIFICATE_PASSWORD); the fake Entra ID verifies it
+    with the certificate's public key. Failed before: anonymous requests,
+    no token asked for, ModelSourceUnauthorized naming missing credentials."""
+    data = payload(64 * KIB, 13)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    password = canary("certpass", 24)
+    cert = tmp_path / "sp.pem"
+    entra.state.certificate_key = certificate_file(cert, password=password)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(
+            az,
+            entra,
+            ca,
+            AZURE_CLIENT_CERTIFICATE_PATH=str(cert),
+            AZURE_CLIENT_CERTIFICATE_PASSWORD=password,
+        ),
+    )
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    (issued,) = entra.issued
+    assert issued.grant == "certificate"
+    assert set(bearers(az, container)) == {f"Bearer {issued.token}"}
+    key_line = cert.read_text().splitlines()[3]  # 64 characters of the encrypted key
+    for secret in (password, key_line, issued.token.split(".")[1]):
+        assert leaks(secret, run.outputs) == [], "a secret leaked"
+
+
+def test_a_certificate_path_that_is_a_directory_is_invalid_configuration_naming_it(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    """A credential file like every other (#41 items 3, 4): a bounded
+    regular file, checked before any request. Failed before: anonymous."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(az, entra, ca, AZURE_CLIENT_CERTIFICATE_PATH=str(tmp_path)),
+    )
+
+    run = pod.run(env=env).failed("InvalidConfiguration", exit_code=2)
+
+    assert "AZURE_CLIENT_CERTIFICATE_PATH" in run.term["message"]
+    assert entra.issued == [] and az.requests() == []
+
+
+def test_a_certificate_whose_password_does_not_open_it_is_invalid_configuration(
+    pod, az, entra, ca, container, tmp_path: Path
+) -> None:
+    """The key does not load: InvalidConfiguration naming the variables,
+    no token asked for, neither password shown (#41 item 3)."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    cert = tmp_path / "sp.pem"
+    entra.state.certificate_key = certificate_file(cert, password=canary("rightpass", 24))
+    wrong = canary("wrongpass", 24)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **identity_env(
+            az,
+            entra,
+            ca,
+            AZURE_CLIENT_CERTIFICATE_PATH=str(cert),
+            AZURE_CLIENT_CERTIFICATE_PASSWORD=wrong,
+        ),
+    )
+
+    run = pod.run(env=env).failed("InvalidConfiguration", exit_code=2)
+
+    assert "AZURE_CLIENT_CERTIFICATE_PASSWORD" in run.term["message"]
+    assert entra.issued == [] and entra.state.refused == 0
+    assert leaks(wrong, run.outputs) == []
+
+
+# -- managed identity (#41 item 3) -----------------------------------------------------------
+
+IDENTITY_HEADER = canary("idheader", 32)
+
+
+@pytest.fixture
+def imds() -> Iterator[FakeImds]:
+    with FakeImds(identity_header=IDENTITY_HEADER) as fake:
+        yield fake
+
+
+def managed_env(az: Azurite, imds: FakeImds, ca: LocalCA, **extra: str) -> dict[str, str]:
+    return {
+        "AZURE_STORAGE_CONNECTION_STRING": az.connection_string(key=False),
+        "AZURE_POD_IDENTITY_AUTHORITY_HOST": imds.url,
+        "LLMKUBE_CA_DIR": str(ca.ca_dir),
+        **extra,
+    }
+
+
+def test_a_user_assigned_managed_identity_gets_its_token_from_imds(
+    pod, az, imds, ca, container
+) -> None:
+    """AZURE_CLIENT_ID and no secret, certificate or token file: KServe's
+    DefaultAzureCredential asks IMDS for that identity's token; so does the
+    agent, on the suite's fake IMDS (AZURE_POD_IDENTITY_AUTHORITY_HOST).
+    Failed before: anonymous, ModelSourceUnauthorized, no IMDS request."""
+    data = payload(64 * KIB, 14)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **managed_env(az, imds, ca, AZURE_CLIENT_ID=CLIENT_ID),
+    )
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    (asked,) = imds.requests
+    assert asked.path == "/metadata/identity/oauth2/token"
+    assert asked.headers.get("metadata") == "true"
+    assert asked.query == {
+        "api-version": "2018-02-01",
+        "resource": "https://storage.azure.com",
+        "client_id": CLIENT_ID,
+    }
+    (token,) = imds.issued
+    assert set(bearers(az, container)) == {f"Bearer {token}"}
+    assert leaks(token.split(".")[1], run.outputs) == []
+
+
+def test_app_services_identity_endpoint_is_asked_with_its_header(
+    pod, az, imds, ca, container
+) -> None:
+    """IDENTITY_ENDPOINT + IDENTITY_HEADER (App Service, as azure-identity
+    tells it): the header is a secret, never shown. Failed before: anonymous."""
+    data = payload(16 * KIB, 15)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **managed_env(
+            az,
+            imds,
+            ca,
+            AZURE_CLIENT_ID=CLIENT_ID,
+            IDENTITY_ENDPOINT=f"{imds.url}/msi/token",
+            IDENTITY_HEADER=IDENTITY_HEADER,
+        ),
+    )
+
+    run = pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    (asked,) = imds.requests
+    assert asked.path == "/msi/token" and asked.query["api-version"] == "2019-08-01"
+    assert asked.headers.get("x-identity-header") == IDENTITY_HEADER
+    assert leaks(IDENTITY_HEADER, run.outputs) == []
+
+
+def test_the_metadata_service_is_asked_directly_never_through_a_proxy(
+    pod, az, imds, ca, container
+) -> None:
+    """IMDS is link-local (App Service's endpoint the pod's own): asked
+    directly whatever the proxy variables say, as botocore asks container
+    credentials. Here IMDS is `localhost`, which NO_PROXY leaves to the
+    proxy, a closed port: a proxied request would fail."""
+    data = payload(8 * KIB, 17)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    port = imds.url.rsplit(":", 1)[1]
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **managed_env(
+            az,
+            imds,
+            ca,
+            AZURE_CLIENT_ID=CLIENT_ID,
+            AZURE_POD_IDENTITY_AUTHORITY_HOST=f"http://localhost:{port}",
+            HTTP_PROXY="http://127.0.0.1:9",
+            HTTPS_PROXY="http://127.0.0.1:9",
+            NO_PROXY="127.0.0.1",
+        ),
+    )
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    assert pod.dest().read_bytes() == data
+    assert len(imds.requests) == 1
+
+
+def test_our_setting_asks_for_the_system_assigned_identity(pod, az, imds, ca, container) -> None:
+    """LLMKUBE_AZURE_MANAGED_IDENTITY=true without AZURE_CLIENT_ID: the
+    system-assigned identity (no client_id in the query)."""
+    data = payload(8 * KIB, 16)
+    az.service().get_blob_client(container, "model.gguf").upload_blob(data)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **managed_env(az, imds, ca, LLMKUBE_AZURE_MANAGED_IDENTITY="true"),
+    )
+
+    pod.run(env=env).ok(files=1, fetched=1)
+
+    (asked,) = imds.requests
+    assert "client_id" not in asked.query
+
+
+def test_an_identity_imds_does_not_know_is_unauthorized_naming_it(
+    pod, az, imds, ca, container
+) -> None:
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        **managed_env(az, imds, ca, AZURE_CLIENT_ID="11111111-2222-3333-4444-555555555555"),
+    )
+
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4)
+
+    assert "managed identity" in run.term["message"]
+    assert "AZURE_CLIENT_ID" in run.term["remedy"]
+    assert bearers(az, container) == []
+
+
+def test_with_nothing_set_no_metadata_service_is_asked(pod, az, imds, ca, container) -> None:
+    """No AZURE_CLIENT_ID, no setting: anonymous, as before, and IMDS
+    (here the fake, at AZURE_POD_IDENTITY_AUTHORITY_HOST) is never asked.
+    An access key beside AZURE_CLIENT_ID alone stays the key."""
+    az.service().get_blob_client(container, "model.gguf").upload_blob(b"abc")
+    env = pod.single_env(Azurite.source(container, "model.gguf"), **managed_env(az, imds, ca))
+
+    run = pod.run(env=env).failed("ModelSourceUnauthorized", exit_code=4)
+
+    assert "managed identity" in run.stderr  # the log names what was not asked
+    assert imds.requests == []
+    # The refusal names how to ask for each credential, and what stays
+    # unsupported (#41 item 3). Failed before: a remedy about a key or SAS.
+    remedy = run.term["remedy"]
+    for words in (
+        "AZURE_CLIENT_CERTIFICATE_PATH",
+        "LLMKUBE_AZURE_MANAGED_IDENTITY",
+        "not supported",
+        "Azure Arc",
+        "AZURE_USERNAME",
+    ):
+        assert words in remedy, remedy
 
 
 def _slow_model(az: Azurite, container: str, count: int) -> dict[str, bytes]:

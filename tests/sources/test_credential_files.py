@@ -132,3 +132,26 @@ def test_a_federated_token_file_that_is_no_bounded_file_is_refused(
     _refused(pod, env, "AZURE_FEDERATED_TOKEN_FILE", secret)
 
     assert az.requests() == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_certificate_file_that_is_no_bounded_file_is_refused(
+    pod: Pod, az: Azurite, container: str, kind: str
+) -> None:
+    """AZURE_CLIENT_CERTIFICATE_PATH (#41 item 3) is a credential file like
+    the others (#41 item 4)."""
+    secret = canary("azcert")
+    path = _not_a_file(kind, pod.tmp, secret)
+    env = pod.single_env(
+        Azurite.source(container, "model.gguf"),
+        AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False),
+        AZURE_CLIENT_ID="00000000-0000-0000-0000-000000000001",
+        AZURE_TENANT_ID="00000000-0000-0000-0000-000000000002",
+        AZURE_CLIENT_CERTIFICATE_PATH=path,
+        AZURE_AUTHORITY_HOST="https://127.0.0.1:9",
+        **LOOPBACK_ONLY,
+    )
+
+    _refused(pod, env, "AZURE_CLIENT_CERTIFICATE_PATH", secret)
+
+    assert az.requests() == []

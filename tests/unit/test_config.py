@@ -51,6 +51,8 @@ SECRETS = {
     "AZURE_STORAGE_CONNECTION_STRING": "AccountName=a;AccountKey=Y2FuYXJ5LWNvbm4ta2V5",
     "AZURE_CLIENT_SECRET": "canary-azure-client-secret-value",
     "AZ_CLIENT_SECRET": "canary-az-legacy-client-secret-0",
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD": "canary-azure-certificate-password",
+    "IDENTITY_HEADER": "canary-app-service-identity-header",
 }
 
 
@@ -163,6 +165,12 @@ _AZURE_ENV_CASES: dict[str, tuple[str, str]] = {
     "AZURE_CLIENT_SECRET": ("s3cr3t", "x"),
     "AZURE_TENANT_ID": ("72f988bf", "x"),
     "AZURE_FEDERATED_TOKEN_FILE": ("/var/run/azure-token", "/x"),
+    "AZURE_CLIENT_CERTIFICATE_PATH": ("/var/run/azure/sp.pem", "/x"),
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD": ("p4ss", "x"),
+    "AZURE_POD_IDENTITY_AUTHORITY_HOST": ("http://127.0.0.1:1", "x"),
+    "IDENTITY_ENDPOINT": ("http://localhost:4141/msi/token", "x"),
+    "IDENTITY_HEADER": ("h3ader", "x"),
+    "LLMKUBE_AZURE_MANAGED_IDENTITY": ("true", "false"),
     "AZURE_AUTHORITY_HOST": ("https://login.microsoftonline.us", "x"),
     "AZ_CLIENT_ID": ("0b6c0c3e", "x"),
     "AZ_CLIENT_SECRET": ("s3cr3t", "x"),

@@ -8,13 +8,21 @@ string of emulators and private endpoints first:
 2. AZURE_STORAGE_CONNECTION_STRING's AccountKey or SharedAccessSignature;
 3. a service principal: AZURE_CLIENT_ID + AZURE_CLIENT_SECRET + AZURE_TENANT_ID
    (KServe's legacy AZ_* names too), azure-identity's ClientSecretCredential;
+   or, without a secret, AZURE_CLIENT_CERTIFICATE_PATH (+ its
+   AZURE_CLIENT_CERTIFICATE_PASSWORD), CertificateCredential, as
+   EnvironmentCredential takes them in that order (#41 item 3);
 4. AKS workload identity: AZURE_CLIENT_ID + AZURE_FEDERATED_TOKEN_FILE +
    AZURE_TENANT_ID, azure-identity's WorkloadIdentityCredential;
-5. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
+5. a managed identity (managed.py), only when the environment asks for
+   one: AZURE_CLIENT_ID with none of the above's secret, certificate or
+   token file and no AZURE_STORAGE_ACCESS_KEY, or
+   LLMKUBE_AZURE_MANAGED_IDENTITY=true (#41 item 3);
+6. AZURE_STORAGE_ACCESS_KEY: the account key, or a SAS when it reads as one
    (azure-storage-blob takes a string credential that parses as a SAS as a
    SAS, which is how KServe users pass one; told apart by its rule,
    sas.is_sas, #41 item 2);
-6. none: anonymous (a public container), and the log says so.
+7. none: anonymous (a public container), and the log says so; no
+   metadata service is asked.
 
 The credentials are built explicitly, never through DefaultAzureCredential:
 its chain would probe the instance metadata service (169.254.169.254) and
@@ -34,7 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmkube_stager.errors import ConfigError
+from llmkube_stager.errors import ConfigError, StagerError
+from llmkube_stager.sources.azure.errors import ANONYMOUS_NAME
 from llmkube_stager.sources.azure.ref import API_VERSION, AzureRef, ConnectionString
 from llmkube_stager.sources.azure.sas import container_sas, decode_key, is_sas
 
@@ -104,7 +113,7 @@ class KeySigned:
 
 @dataclass
 class Anonymous:
-    name: str = "no credentials (anonymous access)"
+    name: str = ANONYMOUS_NAME
     renewable: bool = False
 
     def query(self) -> str:
@@ -185,6 +194,8 @@ def _token_of(credential: Any) -> tuple[str, float]:
 
     try:
         token = credential.get_token(STORAGE_SCOPE)
+    except StagerError:
+        raise  # already the agent's (a managed identity's refusal, #41 item 3)
     except Exception as exc:
         raise translate_identity_error(exc) from None
     return str(token.token), float(token.expires_on)
@@ -220,12 +231,20 @@ def choose(
     tenant_id = _either(env, "AZURE_TENANT_ID", "AZ_TENANT_ID")
     client_secret = _either(env, "AZURE_CLIENT_SECRET", "AZ_CLIENT_SECRET")
     token_file = env.get("AZURE_FEDERATED_TOKEN_FILE", "")
-    if client_id and (client_secret or token_file):
+    certificate = "" if client_secret else env.get("AZURE_CLIENT_CERTIFICATE_PATH", "")
+    if client_id and (client_secret or certificate or token_file):
         if not tenant_id:
             raise ConfigError("AZURE_CLIENT_ID is set without AZURE_TENANT_ID")
-        check_identity_settings(env, tenant_id, "" if client_secret else token_file)
+        check_identity_settings(env, tenant_id, "" if client_secret or certificate else token_file)
+        if certificate:
+            _check_certificate_file(certificate)
+            return _certificate(env, client_id, tenant_id, certificate, identity())
         return _identity(env, client_id, tenant_id, client_secret, token_file, identity())
     key = env.get("AZURE_STORAGE_ACCESS_KEY", "")
+    from llmkube_stager.sources.azure.managed import wanted
+
+    if wanted(env, client_id, bool(key)):
+        return _managed(env, client_id, identity())
     if key:
         if is_sas(key):
             return StaticSas(key.lstrip("?"), "the SAS in AZURE_STORAGE_ACCESS_KEY")
@@ -281,6 +300,61 @@ def check_identity_settings(env: Mapping[str, str], tenant_id: str, token_file: 
         from llmkube_stager.sources.credfile import check_credential_file
 
         check_credential_file(token_file, "AZURE_FEDERATED_TOKEN_FILE")
+
+
+def _managed(env: Mapping[str, str], client_id: str, settings: IdentitySettings) -> Bearer:
+    """A managed identity's token, from IMDS or App Service (#41 item 3)."""
+    from llmkube_stager.sources.azure.managed import managed_identity
+
+    credential = managed_identity(env, client_id, settings.connect_s, settings.stall_s)
+    flavour = "App Service" if env.get("IDENTITY_ENDPOINT") else "the instance metadata service"
+    which = "user-assigned, AZURE_CLIENT_ID" if client_id else "system-assigned"
+    name = f"the managed identity ({which}, from {flavour})"
+    return Bearer(lambda: credential, name, bundle=settings.ca_bundle)
+
+
+def _check_certificate_file(path: str) -> None:
+    """The certificate file is a credential file like any (#41 items 3, 4):
+    a bounded regular file, said before any request, never shown."""
+    from llmkube_stager.sources.credfile import check_credential_file
+
+    if not os.path.lexists(path):
+        raise ConfigError(
+            f"AZURE_CLIENT_CERTIFICATE_PATH {path[:256]!r} is not a readable file (is the "
+            "Secret holding the service principal's certificate mounted there?)"
+        )
+    check_credential_file(path, "AZURE_CLIENT_CERTIFICATE_PATH")
+
+
+def _certificate(
+    env: Mapping[str, str], client_id: str, tenant_id: str, path: str, settings: IdentitySettings
+) -> Bearer:
+    """A certificate service principal: azure-identity's CertificateCredential
+    signs the client assertion with the file's key (#41 item 3)."""
+    from llmkube_stager.sources.deps import AZURE_IDENTITY, require
+
+    require(AZURE_IDENTITY)
+    _silence_library_logs()
+    from azure.identity import CertificateCredential
+
+    password = env.get("AZURE_CLIENT_CERTIFICATE_PASSWORD") or None
+
+    def principal() -> Any:
+        try:
+            return CertificateCredential(
+                tenant_id, client_id, path, password=password, **_pipeline(env, settings)
+            )
+        except (ValueError, TypeError, OSError) as exc:
+            # The key does not load: its text is never shown (#41 item 3).
+            raise ConfigError(
+                f"AZURE_CLIENT_CERTIFICATE_PATH {path[:256]!r} holds no certificate with a "
+                "private key that loads (a PEM or PKCS12 file; is "
+                "AZURE_CLIENT_CERTIFICATE_PASSWORD the key's password?) "
+                f"({type(exc).__name__})"
+            ) from None
+
+    name = "the certificate service principal (AZURE_CLIENT_ID, AZURE_CLIENT_CERTIFICATE_PATH)"
+    return Bearer(principal, name, bundle=settings.ca_bundle)
 
 
 def _either(env: Mapping[str, str], name: str, legacy: str) -> str:

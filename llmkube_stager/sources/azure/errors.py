@@ -17,7 +17,24 @@ REMEDY_NOT_FOUND_AZURE = (
 )
 
 
+# What an anonymous request is called in messages (credentials.Anonymous).
+ANONYMOUS_NAME = "no credentials (anonymous access)"
+# The credentials the agent takes and how each is asked for, and those it
+# does not take: said when an anonymous request is refused (#41 item 3).
+REMEDY_NO_CREDENTIALS = (
+    "no credential was given, so the request was anonymous: set one of AZURE_STORAGE_ACCESS_KEY "
+    "(or a SAS), AZURE_STORAGE_CONNECTION_STRING, AZURE_CLIENT_ID + AZURE_TENANT_ID with "
+    "AZURE_CLIENT_SECRET or AZURE_CLIENT_CERTIFICATE_PATH (a service principal) or "
+    "AZURE_FEDERATED_TOKEN_FILE (AKS workload identity), AZURE_CLIENT_ID alone (a user-assigned "
+    "managed identity) or LLMKUBE_AZURE_MANAGED_IDENTITY=true (the system-assigned one); "
+    "not supported: Azure Arc, Service Fabric and Cloud Shell managed identities, "
+    "AZURE_USERNAME/AZURE_PASSWORD, and the developer tools' sign-ins (Azure CLI, PowerShell)"
+)
+
+
 def unauthorized_remedy(credential: str) -> str:
+    if credential == ANONYMOUS_NAME:
+        return REMEDY_NO_CREDENTIALS
     return (
         f"Azure Storage refused {credential}: check it (a key of this account, a SAS that grants "
         "read and list on the container and has not expired, a role such as Storage Blob Data "
@@ -80,7 +97,8 @@ def translate_identity_error(exc: Exception) -> SourceError:
             )
         return SourceError(
             "the Azure token endpoint refused the credential (AZURE_CLIENT_ID, AZURE_TENANT_ID "
-            "and AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE)",
+            "and AZURE_CLIENT_SECRET, AZURE_CLIENT_CERTIFICATE_PATH or "
+            "AZURE_FEDERATED_TOKEN_FILE)",
             reason=Reason.SOURCE_UNAUTHORIZED,
             answered=True,
             remedy=unauthorized_remedy("the service principal or workload identity"),

@@ -114,7 +114,9 @@ class AzureSource(BucketSource):
 
     def fetcher(self) -> AzureFetcher:
         client, self._client = self._open_client(), None  # the fetcher closes it
-        return AzureFetcher(client, self.ref, self._blob_of, self.listing)
+        fetcher = AzureFetcher(client, self.ref, self._blob_of, self.listing)
+        fetcher.kserve_mode = self._config.kserve_mode
+        return fetcher
 
 
 class AzureFetcher:
@@ -133,6 +135,8 @@ class AzureFetcher:
         self._listed = listing.by_rel if listing is not None else {}
         # Stored Content-Encodings of listed blobs, asked once (#29 item 11).
         self._stored: dict[str, str] = {}
+        # KServe mode refuses a blob stored compressed (#41 item 6).
+        self.kserve_mode = False
 
     def bind_log(self, log: Log) -> None:
         from llmkube_stager.sources.azure.credentials import Anonymous
@@ -143,7 +147,9 @@ class AzureFetcher:
                 "azure_anonymous",
                 "no Azure credentials were given (AZURE_STORAGE_ACCESS_KEY, a SAS, "
                 "AZURE_CLIENT_ID, AZURE_STORAGE_CONNECTION_STRING): asking anonymously "
-                "(a public container)",
+                "(a public container); no managed identity is asked for without AZURE_CLIENT_ID "
+                "or LLMKUBE_AZURE_MANAGED_IDENTITY=true (#41 item 3); Azure Arc, Service Fabric "
+                "and Cloud Shell identities and AZURE_USERNAME/AZURE_PASSWORD are not supported",
             )
 
     def _url(self, file: RemoteFile) -> str:
@@ -172,6 +178,7 @@ class AzureFetcher:
         # The blob's properties, its stored coding among them: judged on the GET.
         answer = self._client.head(self._url(file), file.url, metadata=True)
         etag = answer.get("etag")
+        self._refuse_in_kserve_mode(file, answer.get("content-encoding"))
         return RemoteMeta(
             url=file.url,
             size_bytes=parse_length(answer.get("content-length")),
@@ -200,8 +207,17 @@ class AzureFetcher:
             # A listed blob answered with the coding it is stored with:
             # its metadata, not a hop's (as S3's, #29 item 11); List Blobs
             # says it, but the recorded listing does not keep it.
+            self._refuse_in_kserve_mode(file, stored)
             self._stored[file.rel] = stored
             return self._get(file, replace(meta, stored_encoding=stored), offset, end)
+
+    def _refuse_in_kserve_mode(self, file: RemoteFile, stored: str | None) -> None:
+        """azure-storage-blob, KServe's client, leaves a gzip-encoded blob
+        decompressed; the agent does not decompress (#41 item 6)."""
+        from llmkube_stager.sources.wire.coding import stored_coding_refused, stored_transform
+
+        if self.kserve_mode and stored and stored_transform(stored.strip()):
+            raise stored_coding_refused(file.url, stored.strip())
 
     def _get(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None) -> Body:
         from llmkube_stager.sources.wire.coding import CodingProof

@@ -18,6 +18,7 @@ from llmkube_stager.errors import Reason, SourceError
 
 _GENERATION_RE = re.compile(r"[0-9]{1,20}")
 _B64_RE = re.compile(r"[A-Za-z0-9+/]{1,64}={0,2}")
+_CODING_RE = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~, -]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class GcsObject:
     generation: str
     md5_b64: str | None  # absent for composite objects
     crc32c_b64: str | None
+    # The stored Content-Encoding (`gsutil cp -z`: gzip), #41 item 6.
+    content_encoding: str | None = None
 
     @property
     def validator(self) -> str:
@@ -35,6 +38,8 @@ class GcsObject:
             parts.append(f"md5={self.md5_b64}")
         if self.crc32c_b64:
             parts.append(f"crc32c={self.crc32c_b64}")
+        if self.content_encoding:
+            parts.append(f"ce={self.content_encoding}")
         return ";".join(parts)
 
 
@@ -49,7 +54,12 @@ def from_resource(item: Mapping[str, Any], where: str) -> GcsObject:
     if not _GENERATION_RE.fullmatch(generation):
         raise _bad(where, f"the object {name[:200]!r} without a generation")
     return GcsObject(
-        name, int(size), generation, _b64(item.get("md5Hash")), _b64(item.get("crc32c"))
+        name,
+        int(size),
+        generation,
+        _b64(item.get("md5Hash")),
+        _b64(item.get("crc32c")),
+        _coding(item.get("contentEncoding")),
     )
 
 
@@ -61,12 +71,24 @@ def from_validator(name: str, size_bytes: int, validator: str) -> GcsObject | No
         return None
     digests = dict(f.partition("=")[::2] for f in fields[1:])
     return GcsObject(
-        name, size_bytes, generation, _b64(digests.get("md5")), _b64(digests.get("crc32c"))
+        name,
+        size_bytes,
+        generation,
+        _b64(digests.get("md5")),
+        _b64(digests.get("crc32c")),
+        _coding(digests.get("ce")),
     )
 
 
 def _b64(value: object) -> str | None:
     return value if isinstance(value, str) and _B64_RE.fullmatch(value) else None
+
+
+def _coding(value: object) -> str | None:
+    """A stored Content-Encoding as the validator can keep it (no `;`)."""
+    if isinstance(value, str) and _CODING_RE.fullmatch(value.strip()):
+        return value.strip()
+    return None
 
 
 def _bad(where: str, what: str) -> SourceError:

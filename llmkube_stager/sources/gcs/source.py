@@ -177,7 +177,12 @@ class GcsFetcher:
         return self._session.object_meta(name)
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
+        from llmkube_stager.sources.wire.coding import stored_coding_refused, stored_transform
+
         obj = self._object(file)
+        # KServe mode: refused before a byte is fetched (#41 item 6).
+        if self._config.kserve_mode and stored_transform(obj.content_encoding):
+            raise stored_coding_refused(file.url, obj.content_encoding or "")
         if obj.crc32c_b64 and not obj.md5_b64:
             self._say_unchecked_crc32c()
         return RemoteMeta(
@@ -191,6 +196,7 @@ class GcsFetcher:
             md5_b64=obj.md5_b64,
             crc32c_b64=obj.crc32c_b64,
             streamed_digest=StreamedDigest(),
+            stored_encoding=obj.content_encoding,
         )
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
@@ -212,14 +218,18 @@ class GcsFetcher:
             raise translated(err) from err.__cause__
 
     def _get(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None) -> Body:
-        from llmkube_stager.sources.wire.coding import CodingProof
+        from llmkube_stager.sources.wire.coding import CodingProof, accepted_for
         from llmkube_stager.sources.wire.exchange import open_get
         from llmkube_stager.sources.wire.status import USER_AGENT, sendable
 
-        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        # An object stored gzip-encoded is asked for as stored: GCS would
+        # otherwise decompress it whole, Range ignored, into bytes its
+        # md5Hash does not cover (#41 item 6).
+        accept = accepted_for(meta.stored_encoding)
+        headers = {"User-Agent": USER_AGENT, "Accept-Encoding": accept}
         if offset > 0 or end is not None:
             headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
-        proof = CodingProof(file.sha256 is not None, None, meta.size_bytes)
+        proof = CodingProof(file.sha256 is not None, meta.stored_encoding, meta.size_bytes)
         url = sendable(meta.url)
         body: Body = open_get(
             self._session.pool,

@@ -32,7 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llmkube_stager.errors import REMEDY_ENCODED, Reason, SourceError
+from llmkube_stager.errors import (
+    REMEDY_ENCODED,
+    REMEDY_STORED_ENCODING,
+    Reason,
+    SourceError,
+)
 from llmkube_stager.sources.wire.status import Origin, parse_content_range, parse_length
 
 HeaderGet = Callable[[str], str | None]
@@ -188,6 +193,36 @@ def transforms(value: str, proof: CodingProof) -> bool:
     if proof.stored is not None and _coding_tokens(value) == _coding_tokens(proof.stored):
         return False
     return any(token in _TRANSFORMING for token in _coding_tokens(value))
+
+
+def stored_transform(stored: str | None) -> bool:
+    """Whether an object's stored Content-Encoding is a coding that
+    transforms its bytes (gzip, br, ...), not a label such as `utf-8`."""
+    return stored is not None and any(t in _TRANSFORMING for t in _coding_tokens(stored))
+
+
+def accepted_for(stored: str | None) -> str:
+    """The Accept-Encoding that gets an object's stored bytes: `identity`,
+    or `gzip` for one stored gzip-encoded, which GCS would otherwise
+    decompress on the fly (decompressive transcoding: the whole object
+    whatever Range asked, other bytes than its md5Hash covers; #41 item 6)."""
+    tokens = _coding_tokens(stored or "")
+    return "gzip" if tokens and set(tokens) <= {"gzip", "x-gzip"} else "identity"
+
+
+def stored_coding_refused(where: str, stored: str) -> SourceError:
+    """KServe mode's refusal of an object stored with a transforming coding
+    (#41 item 6): KServe's google-cloud-storage and azure-storage-blob
+    leave it decompressed; the agent does not decompress, and leaves no
+    other bytes than KServe would under the initializer's name."""
+    return SourceError(
+        f"{where} is stored with Content-Encoding: {_shown(stored)}; in KServe mode the "
+        "agent does not save an object's compressed stored bytes where KServe leaves the "
+        "decompressed file",
+        reason=Reason.SOURCE_REJECTED,
+        answered=True,
+        remedy=REMEDY_STORED_ENCODING,
+    )
 
 
 def unproven(get: HeaderGet, proof: CodingProof) -> HeaderGet:
