@@ -87,6 +87,24 @@ def gate(
     return pinned, verification
 
 
+def gate_prestaged(config: Config, anchor: TrustAnchor, prepared: Prepared, log: Log) -> Prepared:
+    """A pre-staged model (pvc://, verified where its claim is mounted):
+    with an anchor set it is verified against its bundle or refused, never
+    "verified" with the key unused (#40 item 1). The bundle is read beside
+    the mounted file (or where LLMKUBE_SIGNATURE points) on every start: no
+    record is written on a read-only claim, so none is trusted either. The
+    file's pin becomes its signed digest; the caller's check of the pin
+    hashes it (staging/run.py)."""
+    data, shown = _local_bundle(anchor, prepared) or _fetch_bundle(config, anchor, prepared, log)
+    from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
+
+    signed = verify_bundle(data, anchor, shown)
+    for note in signed.notes:
+        log.warning("signature_note", f"model-signing: {note}")
+    log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
+    return _pinned(config, prepared, signed, anchor)
+
+
 def _from_record(
     config: Config,
     anchor: TrustAnchor,
@@ -195,7 +213,8 @@ def _local_bundle(anchor: TrustAnchor, prepared: Prepared) -> tuple[bytes, str] 
     """The bundle's bytes where they are read without a network: an absolute
     LLMKUBE_SIGNATURE (a mounted Secret) or beside a local source's model.
     None where the bundle is remote."""
-    local = _local_base(prepared) if prepared.manifest.kind == "local" else None
+    # A pvc:// claim is a local directory where it is mounted (#40 item 1).
+    local = _local_base(prepared) if prepared.manifest.kind in ("local", "pvc") else None
     path = local_bundle_path(anchor.signature, local)
     if path is None:
         return None
