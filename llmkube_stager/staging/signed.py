@@ -23,10 +23,10 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.cache.safeio import read_small, walk_files
 from llmkube_stager.cache.sigrecord import (
     UNVERIFIED,
     Verification,
@@ -39,16 +39,21 @@ from llmkube_stager.config.anchor import TrustAnchor, local_bundle_path
 from llmkube_stager.errors import (
     REMEDY_SIGNATURE_FILES,
     REMEDY_SIGNATURE_RECORD,
+    REMEDY_SIGNATURE_STRAY,
     REMEDY_SIGNATURE_UNSIGNED,
     Reason,
     SignatureError,
     StagerError,
 )
+from llmkube_stager.layout import LEGACY_PARTIAL_SUFFIX, STAMP_SUFFIX, is_reserved_name
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import Body
 from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet
 from llmkube_stager.staging.prepare import Prepared, replan
+
+# Every name the agent keeps at a model's root begins so (layout.py).
+_OWN_PREFIX = ".llmkube"
 
 
 def signature_record(prepared: Prepared) -> str:
@@ -69,6 +74,7 @@ def gate(
     if config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write:
         warm = _from_record(config, anchor, prepared, recorded, local)
         if warm is not None:
+            refuse_strays(warm.manifest)
             log.info("signature_recorded", "the model's signature was verified when staged")
             return warm, None
     data, shown = local if local is not None else _fetch_bundle(config, anchor, prepared, log)
@@ -78,6 +84,7 @@ def gate(
     for note in signed.notes:
         log.warning("signature_note", f"model-signing: {note}")
     pinned = _pinned(config, prepared, signed, anchor)
+    refuse_strays(pinned.manifest)
     log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
     digest = hashlib.sha256(data).hexdigest()
@@ -134,6 +141,48 @@ def _from_record(
             return None
         raise err.amended(detail=f"against the recorded verification: {err.detail}") from None
     return None if warm.plan.writes and may_write else warm
+
+
+def refuse_strays(manifest: Manifest) -> None:
+    """Refuse a model directory that holds anything beside the staged set
+    and the agent's own records (#40 item 2): an inference server loads
+    the directory, not the manifest, so an unsigned file there (a run
+    without a key, a file the source no longer lists, another writer's) is
+    served as if signed. Refused, not moved out: docs/reliability.md says
+    why. A single file's directory is shared by other models: not judged."""
+    if not manifest.multi_file:
+        return
+    staged = {f.rel for f in manifest.files}
+    strays = sorted(_strays(manifest.root, staged))
+    if strays:
+        raise SignatureError(
+            f"the model's directory holds what the signature does not sign: {_few(strays)} "
+            "not signed (refused, not served)",
+            file=strays[0],
+            remedy=REMEDY_SIGNATURE_STRAY,
+        )
+
+
+def _strays(root: str, staged: set[str]) -> Iterator[str]:
+    for directory, entries in walk_files(root):
+        base = os.path.relpath(directory, root)
+        if base != "." and any(p.startswith(_OWN_PREFIX) for p in base.split(os.sep)):
+            continue  # the agent's own directories (writers' entries, KServe's)
+        for entry in entries:
+            rel = entry.name if base == "." else f"{base}/{entry.name}"
+            if rel not in staged and not _own_record(rel, entry.name, staged):
+                yield rel
+
+
+def _own_record(rel: str, name: str, staged: set[str]) -> bool:
+    """The agent's bookkeeping beside a staged file: its stamp, a legacy
+    partial, or a name only the agent writes (layout.is_reserved_name)."""
+    if name.startswith(_OWN_PREFIX) or is_reserved_name(name):
+        return True
+    for suffix in (STAMP_SUFFIX, LEGACY_PARTIAL_SUFFIX):
+        if rel.endswith(suffix) and rel[: -len(suffix)] in staged:
+            return True
+    return False
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
