@@ -30,6 +30,7 @@ from llmkube_stager.cache.safeio import read_small, walk_files
 from llmkube_stager.cache.sigrecord import (
     UNVERIFIED,
     Verification,
+    read_kept,
     read_verification,
     record_path,
     record_problem,
@@ -45,7 +46,13 @@ from llmkube_stager.errors import (
     SignatureError,
     StagerError,
 )
-from llmkube_stager.layout import LEGACY_PARTIAL_SUFFIX, STAMP_SUFFIX, is_reserved_name
+from llmkube_stager.layout import (
+    EVIDENCE_SUFFIX,
+    LEGACY_PARTIAL_SUFFIX,
+    SIZE_RECORD_SUFFIX,
+    STAMP_SUFFIX,
+    is_reserved_name,
+)
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import Body
@@ -54,6 +61,10 @@ from llmkube_stager.staging.prepare import Prepared, replan
 
 # Every name the agent keeps at a model's root begins so (layout.py).
 _OWN_PREFIX = ".llmkube"
+# The agent's records beside a staged file: its stamp, size record, stamp
+# evidence, a legacy partial (layout.py); anything else of the agent's
+# carries a reserved marker (layout.is_reserved_name).
+_BESIDE = (STAMP_SUFFIX, SIZE_RECORD_SUFFIX, EVIDENCE_SUFFIX, LEGACY_PARTIAL_SUFFIX)
 
 
 def signature_record(prepared: Prepared) -> str:
@@ -89,7 +100,7 @@ def gate(
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
     digest = hashlib.sha256(data).hexdigest()
     verification = Verification(
-        digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths
+        digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths, data
     )
     return pinned, verification
 
@@ -133,6 +144,8 @@ def _from_record(
     problem = record_problem(recorded, anchor.fingerprint, seen)
     if problem is not None:
         raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    if not _kept_vouches(anchor, prepared, recorded):
+        return None  # no kept bundle (a record of an older agent): a writer verifies again
     signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
     try:
         warm = _pinned(config, prepared, signed, anchor)
@@ -164,25 +177,40 @@ def refuse_strays(manifest: Manifest) -> None:
 
 
 def _strays(root: str, staged: set[str]) -> Iterator[str]:
+    # A staged file's own records by name first: one set lookup each on a
+    # warm start of thousands of files (#40 item 3's budget).
+    known = set(staged)
+    for rel in staged:
+        known.update(rel + suffix for suffix in _BESIDE)
     for directory, entries in walk_files(root):
         base = os.path.relpath(directory, root)
         if base != "." and any(p.startswith(_OWN_PREFIX) for p in base.split(os.sep)):
             continue  # the agent's own directories (writers' entries, KServe's)
         for entry in entries:
             rel = entry.name if base == "." else f"{base}/{entry.name}"
-            if rel not in staged and not _own_record(rel, entry.name, staged):
+            if rel in known or entry.name.startswith(_OWN_PREFIX):
+                continue
+            if not is_reserved_name(entry.name):
                 yield rel
 
 
-def _own_record(rel: str, name: str, staged: set[str]) -> bool:
-    """The agent's bookkeeping beside a staged file: its stamp, a legacy
-    partial, or a name only the agent writes (layout.is_reserved_name)."""
-    if name.startswith(_OWN_PREFIX) or is_reserved_name(name):
-        return True
-    for suffix in (STAMP_SUFFIX, LEGACY_PARTIAL_SUFFIX):
-        if rel.endswith(suffix) and rel[: -len(suffix)] in staged:
-            return True
-    return False
+def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verification) -> bool:
+    """The kept bundle's signature checked against the anchor, and the
+    record against its statement (#40 item 3): one signature check, no
+    file hashed. False: no kept bundle, and the caller may write (it
+    verifies from the source); a kept bundle that fails is a refusal."""
+    from llmkube_stager.staging.envelope import kept_problem
+
+    kept = read_kept(signature_record(prepared))
+    if kept is None:
+        if prepared.strategy.may_write:
+            return False
+        problem: str | None = "no signature bundle is kept beside the record (#40 item 3)"
+    else:
+        problem = kept_problem(kept, anchor, recorded, named=prepared.manifest.multi_file)
+    if problem is not None:
+        raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    return True
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
