@@ -290,6 +290,13 @@ REMEDY_SIGNATURE_RECORD = (
     "verified: re-stage it (a prefetch Job with LLMKUBE_REFRESH_POLICY=OnChange) with the "
     "anchor this pod trusts"
 )
+# #40 item 2: a file beside a signed set that the bundle does not sign.
+REMEDY_SIGNATURE_STRAY = (
+    "the model's directory in the cache holds a file the signature does not sign (left by a run "
+    "without a key, by a file the source no longer lists, or by another writer): an inference "
+    "server loads the directory, so it is refused, not moved; remove the file named (or re-stage "
+    "the model into an empty directory) and start again"
+)
 
 REMEDIES: dict[Reason, str] = {
     Reason.SUCCEEDED: "",
@@ -328,6 +335,7 @@ REMEDIES_BY_CAUSE: dict[Reason, tuple[str, ...]] = {
         REMEDY_SIGNATURE_WRONG_KEY,
         REMEDY_SIGNATURE_FILES,
         REMEDY_SIGNATURE_RECORD,
+        REMEDY_SIGNATURE_STRAY,
     ),
 }
 

@@ -27,6 +27,8 @@ from llmkube_stager.layout import VALIDATORS_NAME
 
 SIGNATURE_RECORD_NAME = VALIDATORS_NAME + ".signature"
 _MAX_RECORD_BYTES = 16 << 20  # a model of 100,000 files and their digests
+_MAX_BUNDLE_BYTES = 64 << 20  # staging/bundle.py MAX_BUNDLE_BYTES
+KEPT_SUFFIX = ".bundle"
 # Why no record vouches for the model: there is none (#34 items 3, 4).
 UNVERIFIED = "the model was not verified against a signature when it was staged"
 
@@ -44,6 +46,9 @@ class Verification:
     signature: str = ""
     # What the publisher's serialization left out (model-signing's ignore_paths).
     ignore_paths: tuple[str, ...] = ()
+    # The bundle's bytes, kept beside the record (`kept_path`) when it is
+    # written: the record is a cache of its statement (#40 item 3).
+    bundle: bytes = field(default=b"", repr=False, compare=False)
 
 
 def record_path(root: str, rels: tuple[str, ...], multi_file: bool) -> str:
@@ -51,6 +56,15 @@ def record_path(root: str, rels: tuple[str, ...], multi_file: bool) -> str:
         return os.path.join(root, SIGNATURE_RECORD_NAME)
     key = hashlib.sha256(rels[0].encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return os.path.join(root, f"{SIGNATURE_RECORD_NAME}.{key}")
+
+
+def kept_path(record: str) -> str:
+    """Where the verified bundle is kept: beside its record (#40 item 3)."""
+    return record + KEPT_SUFFIX
+
+
+def read_kept(record: str) -> bytes | None:
+    return read_small(kept_path(record), _MAX_BUNDLE_BYTES).data
 
 
 def read_verification(path: str) -> Verification | None:
@@ -88,6 +102,10 @@ def write_verification(path: str, verification: Verification) -> None:
         "ignore_paths": list(verification.ignore_paths),
         "files": dict(sorted(verification.files.items())),
     }
+    if verification.bundle:
+        # The bundle before the record that names it (#40 item 3): a record
+        # whose bundle is not there yet is verified again, never trusted.
+        write_atomic(kept_path(path), verification.bundle)
     write_atomic(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
 
 

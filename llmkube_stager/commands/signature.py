@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 
 from llmkube_stager.cache.safeio import read_small
 from llmkube_stager.cache.sigrecord import (
+    KEPT_SUFFIX,
     SIGNATURE_RECORD_NAME,
     UNVERIFIED,
     Verification,
+    kept_path,
+    read_kept,
     read_verification,
     record_path,
     record_problem,
@@ -27,6 +30,7 @@ from llmkube_stager.errors import REMEDY_SIGNATURE_RECORD, SignatureError
 from llmkube_stager.schemes import of_source
 
 _MAX_BUNDLE_BYTES = 64 << 20
+_NOT_KEPT = "no signature bundle is kept beside the record (#40 item 3)"
 
 
 @dataclass(frozen=True)
@@ -83,12 +87,30 @@ def signature_state(
     problem = record_problem(recorded, anchor.fingerprint, local) or _set_problem(
         recorded, rels, config.multi_file, anchor.signature
     )
+    if problem is None:
+        problem = _kept_problem(config, anchor, root, rels, recorded)
+    if problem == _NOT_KEPT and may_write:
+        return SignatureState("pending", problem, anchor.fingerprint[:16], shown)
     if problem is not None:
         return SignatureState("refused", problem, anchor.fingerprint[:16], shown)
     files = recorded.files
     if not config.multi_file:
         files = {rels[0]: next(iter(recorded.files.values()))}
     return SignatureState("verified", "", anchor.fingerprint[:16], shown, files)
+
+
+def _kept_problem(
+    config: Config, anchor: TrustAnchor, root: str, rels: tuple[str, ...], recorded: Verification
+) -> str | None:
+    """The kept bundle's signature checked against the anchor, and the
+    record against its statement (#40 item 3): the record is a cache of
+    the bundle's statement, never its authority."""
+    from llmkube_stager.staging.envelope import kept_problem
+
+    kept = read_kept(record_path(root, rels, config.multi_file))
+    if kept is None:
+        return _NOT_KEPT
+    return kept_problem(kept, anchor, recorded, named=config.multi_file)
 
 
 def pins_of(config: Config, state: SignatureState) -> dict[str, str]:
@@ -151,7 +173,11 @@ def recorded_signatures(root: str) -> list[dict[str, object]]:
     (no anchor to judge them against)."""
     found = []
     try:
-        names = sorted(n for n in os.listdir(root) if n.startswith(SIGNATURE_RECORD_NAME))
+        names = sorted(
+            n
+            for n in os.listdir(root)
+            if n.startswith(SIGNATURE_RECORD_NAME) and not n.endswith(KEPT_SUFFIX)
+        )
     except OSError:
         return []
     for name in names:
@@ -167,6 +193,8 @@ def recorded_signatures(root: str) -> list[dict[str, object]]:
                 "signature": recorded.signature,
                 "bundle_sha256": recorded.bundle_sha256,
                 "signed_files": len(recorded.files),
+                # #40 item 3: the bundle every reader checks the record against.
+                "bundle_kept": os.path.isfile(kept_path(os.path.join(root, name))),
             }
         )
     return found

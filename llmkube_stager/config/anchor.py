@@ -58,10 +58,14 @@ def trust_anchor(key: str, certs: str, signature: str) -> TrustAnchor | None:
 
     if kind == "key" and len(blocks) != 1:
         raise ConfigError(f"{name} must hold exactly one PEM public key")
+    if kind == "key":
+        _check_key(name, blocks[0])
     return TrustAnchor(
         kind,
         pem,
-        hashlib.sha256(b"".join(blocks)).hexdigest(),
+        # The blocks in order of their bytes: the order a Secret lists its
+        # certificates in does not change the anchor (#40 item 8).
+        hashlib.sha256(b"".join(sorted(blocks))).hexdigest(),
         _signature(signature or DEFAULT_SIGNATURE),
     )
 
@@ -115,6 +119,49 @@ def _blocks(name: str, pem: bytes, wanted: bytes) -> list[bytes]:
     if not blocks:
         raise ConfigError(f"{name} holds no PEM {wanted.decode()}")
     return blocks
+
+
+# The AlgorithmIdentifier of a SubjectPublicKeyInfo (its DER content):
+# model-signing 1.1.1's key verifier takes EC keys on these curves only
+# (sign_ec_key._check_supported_ec_key); what the others are, for the words.
+_EC = "06072a8648ce3d0201"
+_TAKEN = {
+    bytes.fromhex(_EC + c) for c in ("06082a8648ce3d030107", "06052b81040022", "06052b81040023")
+}
+_NOT_TAKEN = {
+    bytes.fromhex("06092a864886f70d0101010500"): "an RSA key",
+    bytes.fromhex("06032b6570"): "an Ed25519 key",
+    bytes.fromhex("06032b6571"): "an Ed448 key",
+}
+
+
+def _check_key(name: str, der: bytes) -> None:
+    """A key model-signing's key verifier does not take is a configuration
+    error at start, before any request (#40 item 8): before, it was
+    `ModelSignatureInvalid` after the bundle was fetched."""
+    algorithm = _algorithm_of(der)
+    if algorithm in _TAKEN:
+        return
+    what = _NOT_TAKEN.get(algorithm)
+    if what is None:
+        ec = algorithm.startswith(bytes.fromhex(_EC))
+        what = "an elliptic-curve key on another curve" if ec else "not a key model-signing takes"
+    raise ConfigError(
+        f"{name} is {what}: model-signing's key verifier takes elliptic-curve keys on P-256, "
+        "P-384 or P-521 only; set the publisher's signing key of such a curve, or their CA in "
+        "LLMKUBE_SIGNING_CERTS"
+    )
+
+
+def _algorithm_of(der: bytes) -> bytes:
+    """SEQUENCE { SEQUENCE { algorithm, parameters }, BIT STRING }: the
+    inner SEQUENCE's content; b"" when the DER is not of that form."""
+    if len(der) < 4 or der[0] != 0x30:
+        return b""
+    at = 2 + (der[1] & 0x7F if der[1] & 0x80 else 0)
+    if at + 2 > len(der) or der[at] != 0x30 or der[at + 1] & 0x80:
+        return b""
+    return der[at + 2 : at + 2 + der[at + 1]]
 
 
 def local_bundle_path(signature: str, local_base: str | None) -> str | None:

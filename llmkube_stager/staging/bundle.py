@@ -107,14 +107,13 @@ def _parse(data: bytes) -> Any:
 
 
 def _verified_manifest(signature: Any, anchor: TrustAnchor, shown: str) -> tuple[Any, str]:
-    verifier = _verifier(anchor)
     # The key verifier print()s a warning to stdout for a bundle without a
     # key hint; `stage` writes nothing to stdout (plan --json's one document
     # is there), so it is caught and returned as a log line's text.
     said = io.StringIO()
     try:
         with contextlib.redirect_stdout(said):
-            return verifier.verify(signature), said.getvalue()
+            return _first_that_verifies(signature, anchor), said.getvalue()
     except Exception as err:
         # The verifiers raise ValueError (a key hint or media type that
         # differs, a statement that does not hash to its subject),
@@ -127,13 +126,29 @@ def _verified_manifest(signature: Any, anchor: TrustAnchor, shown: str) -> tuple
         ) from None
 
 
+def _first_that_verifies(signature: Any, anchor: TrustAnchor) -> Any:
+    """The manifest the anchor's verifier returns. OpenSSL's store takes the
+    first certificate whose subject names the issuer, so two roots of one
+    name (a CA re-keyed during a rotation) verify in one order only: each
+    certificate of LLMKUBE_SIGNING_CERTS is tried first in turn (#40 item
+    8), the last failure raised."""
+    count = 1 if anchor.kind == "key" else max(1, anchor.pem.count(b"-----BEGIN CERTIFICATE"))
+    failure: Exception | None = None
+    for first in range(count):
+        try:
+            return _verifier(anchor, first).verify(signature)
+        except Exception as err:  # the caller says what every one means
+            failure = err
+    raise failure or ValueError("no certificate to verify with")
+
+
 def _anchor_words(anchor: TrustAnchor) -> str:
     if anchor.kind == "key":
         return "key of LLMKUBE_SIGNING_KEY"
     return "certificate chain of LLMKUBE_SIGNING_CERTS"
 
 
-def _verifier(anchor: TrustAnchor) -> Any:
+def _verifier(anchor: TrustAnchor, first: int = 0) -> Any:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -152,7 +167,9 @@ def _verifier(anchor: TrustAnchor) -> Any:
         def __init__(self, pem: bytes) -> None:
             self._log_fingerprints = False
             self._store = crypto.X509Store()
-            for certificate in x509.load_pem_x509_certificates(pem):
+            certificates = x509.load_pem_x509_certificates(pem)
+            certificates.insert(0, certificates.pop(min(first, len(certificates) - 1)))
+            for certificate in certificates:
                 self._store.add_cert(crypto.X509.from_cryptography(certificate))
 
     try:
@@ -215,6 +232,11 @@ def _check_names(names: list[str], shown: str) -> None:
     empty part, no trailing '/', no absolute path), and a name listed twice
     (also once NFC-normalized: two spellings of one name on a normalizing
     filesystem, where the publisher hashed one of them)."""
+    if names == ["."]:
+        # One file signed as a file (`model_signing sign key m.gguf`): its one
+        # resource is `.` (#40 item 4); a single-file source takes it, a
+        # directory's set never equals it (staging/signed.py).
+        return
     seen: set[str] = set()
     for name in names:
         parts = name.split("/")

@@ -22,7 +22,13 @@ from llmkube_stager.acting.session import Clock, Session
 from llmkube_stager.cache import writers
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.config import Config
-from llmkube_stager.errors import Reason, TransferError, from_source
+from llmkube_stager.errors import (
+    REMEDY_SIGNATURE_FILES,
+    Reason,
+    SignatureError,
+    TransferError,
+    from_source,
+)
 from llmkube_stager.model import Decision, FileResult, Outcome, PinState
 from llmkube_stager.schemes import has_commits, verify_only
 from llmkube_stager.sources import check_libraries
@@ -56,6 +62,12 @@ def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
 
 def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepared, Outcome]:
     if verify_only(prepared.manifest.kind):
+        if config.signing is not None:
+            # #40 item 1: a pre-staged model is verified against its bundle
+            # or refused; the key is never left unused.
+            from llmkube_stager.staging.signed import gate_prestaged
+
+            prepared = gate_prestaged(config, config.signing, prepared, effects.log)
         return prepared, _verify_pvc(prepared, effects)
     mode, begin = _mode_of(config)
     prepared = replace(prepared, mode=mode)
@@ -209,6 +221,13 @@ def _verify_pvc(prepared: Prepared, effects: Effects) -> Outcome:
     file = prepared.manifest.files[0]
     stat_source(file.dest)
     if prepared.cache.files[file.rel].pin is PinState.MISMATCH:
+        if file.signed:
+            raise SignatureError(
+                f"{file.rel} does not have the sha256 its signature gives it: the pre-staged "
+                f"model {file.dest} was changed since it was signed (#40 item 1)",
+                file=file.rel,
+                remedy=REMEDY_SIGNATURE_FILES,
+            )
         raise TransferError(
             f"SHA256 mismatch for the pre-staged model {file.dest}",
             reason=Reason.CHECKSUM_MISMATCH,

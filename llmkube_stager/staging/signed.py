@@ -23,13 +23,14 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from llmkube_stager.cache.safeio import read_small
+from llmkube_stager.cache.safeio import read_small, walk_files
 from llmkube_stager.cache.sigrecord import (
     UNVERIFIED,
     Verification,
+    read_kept,
     read_verification,
     record_path,
     record_problem,
@@ -39,16 +40,31 @@ from llmkube_stager.config.anchor import TrustAnchor, local_bundle_path
 from llmkube_stager.errors import (
     REMEDY_SIGNATURE_FILES,
     REMEDY_SIGNATURE_RECORD,
+    REMEDY_SIGNATURE_STRAY,
     REMEDY_SIGNATURE_UNSIGNED,
     Reason,
     SignatureError,
     StagerError,
+)
+from llmkube_stager.layout import (
+    EVIDENCE_SUFFIX,
+    LEGACY_PARTIAL_SUFFIX,
+    SIZE_RECORD_SUFFIX,
+    STAMP_SUFFIX,
+    is_reserved_name,
 )
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import Body
 from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet
 from llmkube_stager.staging.prepare import Prepared, replan
+
+# Every name the agent keeps at a model's root begins so (layout.py).
+_OWN_PREFIX = ".llmkube"
+# The agent's records beside a staged file: its stamp, size record, stamp
+# evidence, a legacy partial (layout.py); anything else of the agent's
+# carries a reserved marker (layout.is_reserved_name).
+_BESIDE = (STAMP_SUFFIX, SIZE_RECORD_SUFFIX, EVIDENCE_SUFFIX, LEGACY_PARTIAL_SUFFIX)
 
 
 def signature_record(prepared: Prepared) -> str:
@@ -69,6 +85,7 @@ def gate(
     if config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write:
         warm = _from_record(config, anchor, prepared, recorded, local)
         if warm is not None:
+            refuse_strays(warm.manifest)
             log.info("signature_recorded", "the model's signature was verified when staged")
             return warm, None
     data, shown = local if local is not None else _fetch_bundle(config, anchor, prepared, log)
@@ -78,13 +95,32 @@ def gate(
     for note in signed.notes:
         log.warning("signature_note", f"model-signing: {note}")
     pinned = _pinned(config, prepared, signed, anchor)
+    refuse_strays(pinned.manifest)
     log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
     digest = hashlib.sha256(data).hexdigest()
     verification = Verification(
-        digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths
+        digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths, data
     )
     return pinned, verification
+
+
+def gate_prestaged(config: Config, anchor: TrustAnchor, prepared: Prepared, log: Log) -> Prepared:
+    """A pre-staged model (pvc://, verified where its claim is mounted):
+    with an anchor set it is verified against its bundle or refused, never
+    "verified" with the key unused (#40 item 1). The bundle is read beside
+    the mounted file (or where LLMKUBE_SIGNATURE points) on every start: no
+    record is written on a read-only claim, so none is trusted either. The
+    file's pin becomes its signed digest; the caller's check of the pin
+    hashes it (staging/run.py)."""
+    data, shown = _local_bundle(anchor, prepared) or _fetch_bundle(config, anchor, prepared, log)
+    from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
+
+    signed = verify_bundle(data, anchor, shown)
+    for note in signed.notes:
+        log.warning("signature_note", f"model-signing: {note}")
+    log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
+    return _pinned(config, prepared, signed, anchor)
 
 
 def _from_record(
@@ -108,6 +144,8 @@ def _from_record(
     problem = record_problem(recorded, anchor.fingerprint, seen)
     if problem is not None:
         raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    if not _kept_vouches(anchor, prepared, recorded):
+        return None  # no kept bundle (a record of an older agent): a writer verifies again
     signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
     try:
         warm = _pinned(config, prepared, signed, anchor)
@@ -116,6 +154,63 @@ def _from_record(
             return None
         raise err.amended(detail=f"against the recorded verification: {err.detail}") from None
     return None if warm.plan.writes and may_write else warm
+
+
+def refuse_strays(manifest: Manifest) -> None:
+    """Refuse a model directory that holds anything beside the staged set
+    and the agent's own records (#40 item 2): an inference server loads
+    the directory, not the manifest, so an unsigned file there (a run
+    without a key, a file the source no longer lists, another writer's) is
+    served as if signed. Refused, not moved out: docs/reliability.md says
+    why. A single file's directory is shared by other models: not judged."""
+    if not manifest.multi_file:
+        return
+    staged = {f.rel for f in manifest.files}
+    strays = sorted(_strays(manifest.root, staged))
+    if strays:
+        raise SignatureError(
+            f"the model's directory holds what the signature does not sign: {_few(strays)} "
+            "not signed (refused, not served)",
+            file=strays[0],
+            remedy=REMEDY_SIGNATURE_STRAY,
+        )
+
+
+def _strays(root: str, staged: set[str]) -> Iterator[str]:
+    # A staged file's own records by name first: one set lookup each on a
+    # warm start of thousands of files (#40 item 3's budget).
+    known = set(staged)
+    for rel in staged:
+        known.update(rel + suffix for suffix in _BESIDE)
+    for directory, entries in walk_files(root):
+        base = os.path.relpath(directory, root)
+        if base != "." and any(p.startswith(_OWN_PREFIX) for p in base.split(os.sep)):
+            continue  # the agent's own directories (writers' entries, KServe's)
+        for entry in entries:
+            rel = entry.name if base == "." else f"{base}/{entry.name}"
+            if rel in known or entry.name.startswith(_OWN_PREFIX):
+                continue
+            if not is_reserved_name(entry.name):
+                yield rel
+
+
+def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verification) -> bool:
+    """The kept bundle's signature checked against the anchor, and the
+    record against its statement (#40 item 3): one signature check, no
+    file hashed. False: no kept bundle, and the caller may write (it
+    verifies from the source); a kept bundle that fails is a refusal."""
+    from llmkube_stager.staging.envelope import kept_problem
+
+    kept = read_kept(signature_record(prepared))
+    if kept is None:
+        if prepared.strategy.may_write:
+            return False
+        problem: str | None = "no signature bundle is kept beside the record (#40 item 3)"
+    else:
+        problem = kept_problem(kept, anchor, recorded, named=prepared.manifest.multi_file)
+    if problem is not None:
+        raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
+    return True
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
@@ -195,7 +290,8 @@ def _local_bundle(anchor: TrustAnchor, prepared: Prepared) -> tuple[bytes, str] 
     """The bundle's bytes where they are read without a network: an absolute
     LLMKUBE_SIGNATURE (a mounted Secret) or beside a local source's model.
     None where the bundle is remote."""
-    local = _local_base(prepared) if prepared.manifest.kind == "local" else None
+    # A pvc:// claim is a local directory where it is mounted (#40 item 1).
+    local = _local_base(prepared) if prepared.manifest.kind in ("local", "pvc") else None
     path = local_bundle_path(anchor.signature, local)
     if path is None:
         return None

@@ -1,0 +1,136 @@
+"""The kept bundle checked on every warm start and every `verify` (#40
+item 3): the record of a verification (cache/sigrecord.py) lives on the
+cache volume, which any pod with write access can edit, so it is only a
+cache of the bundle's statement, never its authority. The bundle the
+verification accepted is kept beside the record; each reader checks its
+DSSE signature against the anchor once (no file is hashed again: the
+stamps answer the statement's digests) and that the record says what the
+statement says.
+
+A key anchor is checked with `cryptography` directly (the DSSE envelope's
+ECDSA signature over its pre-authentication encoding, as model-signing
+1.1.1's key verifier does, its pre-1.0 encoding included): model-signing
+is not imported on the warm path. A certificate chain is checked by
+model-signing's own certificate verifier (staging/bundle.py), whose chain
+rules are its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from llmkube_stager.cache.sigrecord import Verification
+from llmkube_stager.config.anchor import TrustAnchor
+from llmkube_stager.errors import SignatureError
+
+_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def kept_problem(
+    data: bytes, anchor: TrustAnchor, recorded: Verification, *, named: bool
+) -> str | None:
+    """Why the kept bundle does not vouch for the record under this anchor
+    (None: it does). `named`: a model directory, whose record names the
+    statement's files; a single file's record names it by MODEL_PATH."""
+    if hashlib.sha256(data).hexdigest() != recorded.bundle_sha256:
+        return "the kept signature bundle is not the one the record names"
+    try:
+        statement = _statement(data, anchor)
+    except SignatureError as err:
+        return f"the kept signature bundle does not verify: {err.detail}"
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as err:
+        return f"the kept signature bundle cannot be read ({type(err).__name__})"
+    if _said(statement, named) != _recorded(recorded, named):
+        return "the record does not say what its signature bundle signs (edited in the cache)"
+    return None
+
+
+def _statement(data: bytes, anchor: TrustAnchor) -> Any:
+    if anchor.kind != "key":
+        from llmkube_stager.staging.bundle import verify_bundle  # imports model-signing
+
+        verify_bundle(data, anchor, "kept in the cache")
+    envelope = json.loads(data.decode("utf-8"))["dsseEnvelope"]
+    payload = base64.b64decode(envelope["payload"], validate=True)
+    if anchor.kind == "key":
+        if envelope["payloadType"] != _PAYLOAD_TYPE:
+            raise ValueError("not an in-toto statement")
+        signature = base64.b64decode(envelope["signatures"][0]["sig"], validate=True)
+        _check_key_signature(anchor.pem, signature, payload)
+    return json.loads(payload)
+
+
+def _check_key_signature(pem: bytes, signature: bytes, payload: bytes) -> None:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = _ec_key(pem)
+    digest = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}
+    algorithm = ec.ECDSA(digest.get(key.curve.key_size, hashes.SHA256()))
+    head = f"{len(_PAYLOAD_TYPE)} {_PAYLOAD_TYPE} {len(payload)}"
+    # model-signing 1.1.1's `pae`, then its `pae_compat` for bundles signed
+    # before 1.0 (the payload's repr inside the text).
+    for signed in (f"DSSEv1 {head} ".encode() + payload, f"DSSEV1 {head} {payload!r}".encode()):
+        try:
+            key.verify(signature, signed, algorithm)
+            return
+        except InvalidSignature:
+            continue
+    raise SignatureError("its signature is not the anchor's (InvalidSignature)")
+
+
+def _ec_key(pem: bytes) -> Any:
+    """The anchor's EC key from its SubjectPublicKeyInfo: the named curves'
+    DER prefix and the point taken as they are, which spares importing
+    cryptography's serialization modules (~10-20 ms) on every warm start
+    (#40 item 3's budget); any other form is loaded by cryptography."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    body = b"".join(pem.split(b"-----")[2].split()) if pem.count(b"-----") >= 4 else b""
+    der = base64.b64decode(body) if body else b""
+    for prefix, curve, point_bytes in _SPKI_PREFIXES:
+        if der.startswith(prefix) and len(der) == len(prefix) + point_bytes:
+            point = der[len(prefix) :]
+            return ec.EllipticCurvePublicKey.from_encoded_point(getattr(ec, curve)(), point)
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    key = load_pem_public_key(pem)
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise SignatureError("the anchor is not an elliptic-curve key")
+    return key
+
+
+# (SubjectPublicKeyInfo DER before an uncompressed point, curve, point bytes)
+_SPKI_PREFIXES = (
+    (
+        bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200"),
+        "SECP256R1",
+        65,
+    ),
+    (bytes.fromhex("3076301006072a8648ce3d020106052b81040022036200"), "SECP384R1", 97),
+    (bytes.fromhex("30819b301006072a8648ce3d020106052b8104002303818600"), "SECP521R1", 133),
+)
+
+
+def _said(statement: Any, named: bool) -> tuple[object, ...]:
+    predicate = statement["predicate"]
+    serialization = predicate["serialization"]
+    files = [(str(r["name"]), str(r["digest"])) for r in predicate["resources"]]
+    ignore = sorted(str(p) for p in serialization.get("ignore_paths", ()) or ())
+    return _compared(str(serialization["method"]), ignore, files, named)
+
+
+def _recorded(recorded: Verification, named: bool) -> tuple[object, ...]:
+    files = list(recorded.files.items())
+    return _compared(recorded.method, sorted(recorded.ignore_paths), files, named)
+
+
+def _compared(
+    method: str, ignore: list[str], files: list[tuple[str, str]], named: bool
+) -> tuple[object, ...]:
+    digests = sorted(d for _, d in files)
+    return (method, ignore, sorted(files) if named else digests)
