@@ -79,8 +79,7 @@ def test_the_packaged_catalogue_parses_and_names_versions() -> None:
 
 def test_a_site_entry_never_replaces_a_packaged_one(tmp_path: Path) -> None:
     packaged = load(site=None)
-    if not packaged.entries:
-        pytest.skip("the packaged catalogue is empty: nothing to shadow")
+    assert packaged.entries, "the image knows the operator's commands"
     first = packaged.entries[0]
     other = Meaning("multi", "s3", "OnChange", cached=False)
     site = tmp_path / "site.json"
