@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -151,15 +151,8 @@ def load(site: Path | None = Path(SITE_CATALOGUE)) -> Catalogue:
         except FileNotFoundError:
             text = ""
         if text:
-            entries += [_as_site(e) for e in parse(text)]
+            entries += [replace(e, site=True) for e in parse(text)]
     return Catalogue.of(entries)
-
-
-def _as_site(entry: Entry) -> Entry:
-    return Entry(
-        entry.sha256, entry.name, entry.meaning, entry.versions, entry.read_from,
-        entry.segments, entry.refused, site=True,
-    )  # fmt: skip
 
 
 def parse(text: str) -> list[Entry]:
