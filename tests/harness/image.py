@@ -217,7 +217,27 @@ class Container:
         command += [self.name, "--", *argv]
         wrapped = ["unshare", "--mount", "--propagation", "private", "--"]
         wrapped += ["sh", "-euc", _READ_ONLY_ROOT, "sh", str(self.rootfs), *command]
+        for _ in range(_SETUP_ATTEMPTS - 1):
+            proc = subprocess.run(
+                wrapped, capture_output=True, text=True, timeout=timeout, check=False
+            )
+            if not _buildah_setup_failed(proc):
+                return proc
         return subprocess.run(wrapped, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+# buildah's chroot isolation re-executes itself from a sealed memfd copy before
+# the container's command exists; sealing sometimes fails with EBUSY while
+# another run's copy is being torn down (CI run of 2026-12-07: "Close_Fd
+# sealing memfd copy: Device or resource busy", exit 1, nothing run). Such a
+# run never reached the image, so it is run again; any other failure is the
+# test's to judge.
+_SETUP_ATTEMPTS = 3
+_BUILDAH_SETUP_FAILURES = ("sealing memfd copy",)
+
+
+def _buildah_setup_failed(proc: subprocess.CompletedProcess[str]) -> bool:
+    return proc.returncode != 0 and any(text in proc.stderr for text in _BUILDAH_SETUP_FAILURES)
 
 
 def _overlay_upper_dir(rootfs: Path) -> Path:
