@@ -2,10 +2,13 @@
 item 1), through google-auth (imported here only: a warm start never loads
 it):
 
-1. GOOGLE_APPLICATION_CREDENTIALS: a key file (KServe's GCS credential
-   builder mounts the service account's Secret and sets it), loaded with
-   `google.auth.load_credentials_from_file` (service-account keys, and the
-   other file types google-auth knows), read-only scope;
+1. GOOGLE_APPLICATION_CREDENTIALS: a credentials file (KServe's GCS
+   credential builder mounts the service account's key there), read-only
+   scope: a key, user or impersonation credentials loaded by google-auth;
+   Workload Identity Federation's `external_account` built by us from
+   google-auth's classes, without the loader's project-id lookup (#41
+   item 1). Every token request goes through the `Request` it is given
+   (transport.py), never google-auth's `requests` stack;
 2. else the metadata server when one answers (GKE Workload Identity),
    asked as google-auth asks it, at google-auth's GCE_METADATA_IP (the
    ping) and GCE_METADATA_HOST (the token), by MetadataServer below;
