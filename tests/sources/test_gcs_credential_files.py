@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ from tests.harness.gcs_identity import (
     GoogleIdentity,
 )
 from tests.harness.origin import Blackhole
-from tests.harness.pod import Pod
+from tests.harness.pod import Pod, Run
 from tests.harness.proxy import ForwardProxy
 from tests.harness.sample import KIB, payload
 from tests.harness.tlsca import LocalCA, make_ca
@@ -83,40 +84,64 @@ def routed_proxy(identity: GoogleIdentity) -> Iterator[ForwardProxy]:
         yield proxy
 
 
-def _credentials_file(identity: GoogleIdentity, kind: str, secret_dir: Path) -> Path:
-    path = secret_dir / "credentials.json"
-    if kind == "external-file":
-        subject = secret_dir / "subject-token"
-        return identity.external_account_file(path, source="file", subject_file=subject)
-    if kind in ("external-url", "external-url-json"):
-        return identity.external_account_file(path, source=kind.removeprefix("external-"))
-    if kind == "external-impersonated":
-        subject = secret_dir / "subject-token"
-        return identity.external_account_file(
-            path, source="file", subject_file=subject, impersonate=True
+@dataclass
+class Scene:
+    """A gs:// pod with the fakes of one test: GCS's front, no metadata
+    server, Google's identity endpoints (TLS from `ca`), the egress proxy,
+    and a directory for the credentials (a Secret's mount, outside the
+    pod's own directories)."""
+
+    pod: Pod
+    gcs: GcsFront
+    bucket: str
+    metadata: GceMetadata
+    identity: GoogleIdentity
+    proxy: ForwardProxy
+    ca: LocalCA
+    secret_dir: Path
+
+    def credentials(self, kind: str) -> Path:
+        path, identity = self.secret_dir / "credentials.json", self.identity
+        subject = self.secret_dir / "subject-token"
+        if kind == "external-file":
+            return identity.external_account_file(path, source="file", subject_file=subject)
+        if kind in ("external-url", "external-url-json"):
+            return identity.external_account_file(path, source=kind.removeprefix("external-"))
+        if kind == "external-impersonated":
+            return identity.external_account_file(
+                path, source="file", subject_file=subject, impersonate=True
+            )
+        if kind == "authorized-user":
+            return identity.authorized_user_file(path)
+        return identity.impersonated_file(path)
+
+    def run(self, credentials: Path, *, audit: bool = False, **extra: str) -> Run:
+        env = gcs_env(
+            self.gcs,
+            self.metadata,
+            GOOGLE_APPLICATION_CREDENTIALS=str(credentials),
+            LLMKUBE_CA_DIR=str(self.ca.ca_dir),
+            HTTPS_PROXY=self.proxy.url,
+            NO_PROXY="127.0.0.1,localhost",
+            **extra,
         )
-    if kind == "authorized-user":
-        return identity.authorized_user_file(path)
-    return identity.impersonated_file(path)
+        pod_env = self.pod.single_env(f"gs://{self.bucket}/model.gguf", **env)
+        return self.pod.run(env=pod_env, audit=audit, timeout=120)
 
 
-def _env(
+@pytest.fixture
+def scene(
+    pod: Pod,
     gcs: GcsFront,
-    metadata: GceMetadata,
+    gcs_bucket: str,
+    no_metadata: GceMetadata,
+    identity: GoogleIdentity,
+    routed_proxy: ForwardProxy,
     ca: LocalCA,
-    proxy: ForwardProxy,
-    credentials: Path,
-    **extra: str,
-) -> dict[str, str]:
-    return gcs_env(
-        gcs,
-        metadata,
-        GOOGLE_APPLICATION_CREDENTIALS=str(credentials),
-        LLMKUBE_CA_DIR=str(ca.ca_dir),
-        HTTPS_PROXY=proxy.url,
-        NO_PROXY="127.0.0.1,localhost",
-        **extra,
-    )
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Scene:
+    secret_dir = tmp_path_factory.mktemp("secret")
+    return Scene(pod, gcs, gcs_bucket, no_metadata, identity, routed_proxy, ca, secret_dir)
 
 
 def _off_loopback(network: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -125,28 +150,21 @@ def _off_loopback(network: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("kind", list(_FLOWS))
 def test_each_credential_file_gets_its_token_on_the_agents_wire_and_nothing_else(
-    pod: Pod,
-    gcs: GcsFront,
-    gcs_bucket: str,
-    no_metadata: GceMetadata,
-    identity: GoogleIdentity,
-    routed_proxy: ForwardProxy,
-    ca: LocalCA,
-    kind: str,
-    tmp_path_factory: pytest.TempPathFactory,
+    scene: Scene, kind: str
 ) -> None:
     """The file's token flow against the fakes (trusted through
     LLMKUBE_CA_DIR only), the token it ends with on every GCS request, no
     project-id lookup (cloudresourcemanager), no name looked up or address
-    connected to off loopback, the pinned IAM host only through the
-    proxy, and no secret of the file or token in any output.
+    connected to off loopback, the pinned hosts only through the proxy,
+    and no secret of the file or token in any output.
     Failed before (the external_account kinds): google-auth's loader did the
     token exchange on its own `requests` stack, which knows no
     LLMKUBE_CA_DIR (certificate verify failed), to go on to
     cloudresourcemanager.googleapis.com for a project id: exit 3,
     ModelStagerInternalError. The other two kinds passed before."""
+    gcs, identity = scene.gcs, scene.identity
     data = payload(48 * KIB)
-    gcs.emulator.put(gcs_bucket, "model.gguf", data)
+    gcs.emulator.put(scene.bucket, "model.gguf", data)
     flow, final_kind, pinned_hosts = _FLOWS[kind]
     gcs.accept("never-issued")
 
@@ -156,118 +174,83 @@ def test_each_credential_file_gets_its_token_on_the_agents_wire_and_nothing_else
                 gcs.state.tokens = {*(gcs.state.tokens or set()), token}
 
     identity.state.on_issue = accept
-    secret_dir = tmp_path_factory.mktemp("secret")
-    credentials = _credentials_file(identity, kind, secret_dir)
     secrets = Secrets.new("CANARY")
-    env = _env(gcs, no_metadata, ca, routed_proxy, credentials, **secrets.env)
 
-    run = pod.run(env=pod.single_env(f"gs://{gcs_bucket}/model.gguf", **env), audit=True)
+    run = scene.run(scene.credentials(kind), audit=True, **secrets.env)
 
     run.ok(files=1, fetched=1)
-    assert pod.dest().read_bytes() == data
+    assert scene.pod.dest().read_bytes() == data
     assert [(r.method, r.path) for r in identity.requests] == flow
     final = [t for t in identity.issued if t.startswith(f"ya29.{final_kind}-")]
     assert len(final) == 1
     assert {r.bearer for r in gcs.requests()} == {final[0]}
-    pinned = [(r.method, r.target) for r in routed_proxy.requests()]
-    assert pinned == pinned_hosts
+    assert [(r.method, r.target) for r in scene.proxy.requests()] == pinned_hosts
     assert run.network and _off_loopback(run.network) == []
     canaries = {
         **identity.canaries,
         **secrets.named,
         **{f"token-{i}": t for i, t in enumerate(identity.issued)},
     }
-    assert_no_leak(outputs_of(run, pod.tmp), canaries)
+    assert_no_leak(outputs_of(run, scene.pod.tmp), canaries)
 
 
 @pytest.mark.parametrize("status", [400, 401])
 @pytest.mark.parametrize("kind", ["external-file", "external-url", "authorized-user"])
 def test_a_token_endpoint_that_refuses_is_unauthorized_naming_the_variable(
-    pod: Pod,
-    gcs: GcsFront,
-    gcs_bucket: str,
-    no_metadata: GceMetadata,
-    identity: GoogleIdentity,
-    routed_proxy: ForwardProxy,
-    ca: LocalCA,
-    kind: str,
-    status: int,
-    tmp_path_factory: pytest.TempPathFactory,
+    scene: Scene, kind: str, status: int
 ) -> None:
     """STS (or the OAuth endpoint) answers 400/401: ModelSourceUnauthorized,
     exit 4, the GCS remedy, the message naming GOOGLE_APPLICATION_CREDENTIALS,
     no GCS request, no secret shown.
     Failed before (external_account): exit 3, ModelStagerInternalError."""
-    gcs.emulator.put(gcs_bucket, "model.gguf", b"x" * 100)
-    credentials = _credentials_file(identity, kind, tmp_path_factory.mktemp("secret"))
-    identity.refuse(status)
-    env = _env(gcs, no_metadata, ca, routed_proxy, credentials)
+    scene.gcs.emulator.put(scene.bucket, "model.gguf", b"x" * 100)
+    credentials = scene.credentials(kind)
+    scene.identity.refuse(status)
 
-    run = pod.run(env=pod.single_env(f"gs://{gcs_bucket}/model.gguf", **env))
+    run = scene.run(credentials)
 
     run.failed("ModelSourceUnauthorized")
     assert run.returncode == 4
     term = run.compact_term()
     assert term["remedy"] == REMEDY_UNAUTHORIZED_GCS
     assert "GOOGLE_APPLICATION_CREDENTIALS" in term["message"]
-    assert gcs.requests() == []
-    assert {r.target for r in routed_proxy.requests()} <= {f"{OAUTH_HOST}:443"}
-    assert_no_leak(outputs_of(run, pod.tmp), identity.canaries)
+    assert f"HTTP {status}" in term["message"]
+    assert scene.gcs.requests() == []
+    assert {r.target for r in scene.proxy.requests()} <= {f"{OAUTH_HOST}:443"}
+    assert_no_leak(outputs_of(run, scene.pod.tmp), scene.identity.canaries)
 
 
-def test_a_token_endpoint_in_trouble_is_unavailable_and_retryable(
-    pod: Pod,
-    gcs: GcsFront,
-    gcs_bucket: str,
-    no_metadata: GceMetadata,
-    identity: GoogleIdentity,
-    routed_proxy: ForwardProxy,
-    ca: LocalCA,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_a_token_endpoint_in_trouble_is_unavailable_and_retryable(scene: Scene) -> None:
     """STS answers 503: ModelSourceUnavailable, retryable (exit 1), never
     taken for a refused credential."""
-    gcs.emulator.put(gcs_bucket, "model.gguf", b"x" * 100)
-    credentials = _credentials_file(identity, "external-file", tmp_path_factory.mktemp("secret"))
-    identity.refuse(503)
-    env = _env(gcs, no_metadata, ca, routed_proxy, credentials)
+    scene.gcs.emulator.put(scene.bucket, "model.gguf", b"x" * 100)
+    credentials = scene.credentials("external-file")
+    scene.identity.refuse(503)
 
-    run = pod.run(env=pod.single_env(f"gs://{gcs_bucket}/model.gguf", **env))
+    run = scene.run(credentials)
 
     run.failed("ModelSourceUnavailable", retryable=True)
     assert run.returncode == 1 and "HTTP 503" in run.term["message"]
-    assert gcs.requests() == []
+    assert scene.gcs.requests() == []
 
 
 def test_a_token_endpoint_that_accepts_and_never_answers_is_left_within_its_bound(
-    pod: Pod,
-    gcs: GcsFront,
-    gcs_bucket: str,
-    no_metadata: GceMetadata,
-    identity: GoogleIdentity,
-    routed_proxy: ForwardProxy,
-    ca: LocalCA,
-    tmp_path_factory: pytest.TempPathFactory,
+    scene: Scene,
 ) -> None:
     """The file's token_url accepts the connection and never answers: the
     exchange is left after the token bound (10 s), not LLMKUBE_STALL_TIMEOUT
     (60 s here), as a retryable ModelSourceUnreachable.
     Failed before: google-auth's own `requests` waited (its 120 s), then exit 3."""
-    gcs.emulator.put(gcs_bucket, "model.gguf", b"x" * 100)
-    secret_dir = tmp_path_factory.mktemp("secret")
+    scene.gcs.emulator.put(scene.bucket, "model.gguf", b"x" * 100)
     with Blackhole("accept") as hole:
-        credentials = identity.external_account_file(
-            secret_dir / "credentials.json",
+        credentials = scene.identity.external_account_file(
+            scene.secret_dir / "credentials.json",
             source="file",
-            subject_file=secret_dir / "subject-token",
+            subject_file=scene.secret_dir / "subject-token",
             token_url=f"{hole.url}{STS_PATH}",
         )
-        env = _env(
-            gcs, no_metadata, ca, routed_proxy, credentials,
-            LLMKUBE_STALL_TIMEOUT="60", LLMKUBE_RETRIES="0",
-        )  # fmt: skip
         started = time.monotonic()
-        run = pod.run(env=pod.single_env(f"gs://{gcs_bucket}/model.gguf", **env), timeout=120)
+        run = scene.run(credentials, LLMKUBE_STALL_TIMEOUT="60", LLMKUBE_RETRIES="0")
         elapsed_s = time.monotonic() - started
         asked = hole.connections
 
@@ -275,8 +258,8 @@ def test_a_token_endpoint_that_accepts_and_never_answers_is_left_within_its_boun
     run.failed("ModelSourceUnreachable", retryable=True)
     assert "GOOGLE_APPLICATION_CREDENTIALS" in run.term["message"]
     assert elapsed_s < 10 + 15, elapsed_s
-    assert gcs.requests() == []
-    assert_no_leak(outputs_of(run, pod.tmp), identity.canaries)
+    assert scene.gcs.requests() == []
+    assert_no_leak(outputs_of(run, scene.pod.tmp), scene.identity.canaries)
 
 
 @pytest.mark.parametrize(
@@ -287,29 +270,19 @@ def test_a_token_endpoint_that_accepts_and_never_answers_is_left_within_its_boun
     ],
 )
 def test_a_subject_token_source_the_wire_cannot_serve_is_refused_by_name(
-    pod: Pod,
-    gcs: GcsFront,
-    gcs_bucket: str,
-    no_metadata: GceMetadata,
-    identity: GoogleIdentity,
-    routed_proxy: ForwardProxy,
-    ca: LocalCA,
-    key: str,
-    value: dict[str, object],
-    tmp_path_factory: pytest.TempPathFactory,
+    scene: Scene, key: str, value: dict[str, object]
 ) -> None:
     """A program google-auth would run, or mutual TLS on the token exchange:
     InvalidConfiguration naming the variable and the source, before any request."""
-    path = tmp_path_factory.mktemp("secret") / "credentials.json"
-    identity.external_account_file(path, source="url")
+    path = scene.credentials("external-url")
     doc = json.loads(path.read_text())
     doc["credential_source"] = {key: value}
     path.write_text(json.dumps(doc))
-    env = _env(gcs, no_metadata, ca, routed_proxy, path)
 
-    run = pod.run(env=pod.single_env(f"gs://{gcs_bucket}/model.gguf", **env))
+    run = scene.run(path)
 
     run.failed("InvalidConfiguration")
     message = run.compact_term()["message"]
     assert "GOOGLE_APPLICATION_CREDENTIALS" in message and f"credential_source.{key}" in message
-    assert identity.requests == [] and gcs.requests() == [] and routed_proxy.requests() == []
+    assert scene.identity.requests == [] and scene.gcs.requests() == []
+    assert scene.proxy.requests() == []

@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.errors import ConfigError, Reason, SourceError, token_refused
 from llmkube_stager.sources.gcs.errors import REMEDY_UNAUTHORIZED_GCS
 from llmkube_stager.sources.gcs.ref import READ_ONLY_SCOPE
 
@@ -274,15 +274,7 @@ class Tokens:
     def _refused(self, status: int | None) -> SourceError:
         said = f" (HTTP {status})" if status is not None else ""
         if status is not None and (status == 429 or status >= 500):
-            return SourceError(
-                f"the token endpoint of {self._where} is unavailable{said}",
-                reason=Reason.SOURCE_UNAVAILABLE,
-                transient=True,
-                answered=True,
-            )
-        return SourceError(
-            f"the credentials from {self._where} were refused when asking for a token{said}",
-            reason=Reason.SOURCE_UNAUTHORIZED,
-            answered=True,
-            remedy=REMEDY_UNAUTHORIZED_GCS,
-        )
+            detail = f"the token endpoint of {self._where} is unavailable{said}"
+            return token_refused(detail, REMEDY_UNAUTHORIZED_GCS, transient=True)
+        detail = f"the credentials from {self._where} were refused when asking for a token{said}"
+        return token_refused(detail, REMEDY_UNAUTHORIZED_GCS, transient=False)
