@@ -516,6 +516,15 @@ def known(value: _T | None, what: str) -> _T:
     return value
 
 
+def token_refused(detail: str, remedy: str, *, transient: bool) -> SourceError:
+    """A token endpoint's error answer: `transient` (throttled, in trouble)
+    is SourceUnavailable and retried; else the credentials were refused,
+    SourceUnauthorized with the remedy of the credentials' kind."""
+    if transient:
+        return SourceError(detail, reason=Reason.SOURCE_UNAVAILABLE, transient=True, answered=True)
+    return SourceError(detail, reason=Reason.SOURCE_UNAUTHORIZED, answered=True, remedy=remedy)
+
+
 def rejected(detail: str) -> SourceError:
     """The origin answered, but with what the agent refuses to use (not its
     protocol's form, a listing without end, a URL a request cannot carry):

@@ -19,7 +19,9 @@ from functools import cached_property
 LISTING_VERSION = 1
 
 
-@dataclass(frozen=True)
+# Slots: a listing holds up to MAX_LISTED_OBJECTS of them (sources/prefix.py);
+# without a __dict__ each is ~80 bytes smaller (#41 item 5).
+@dataclass(frozen=True, slots=True)
 class ListedFile:
     rel: str  # relative to `Listing.base`
     size_bytes: int

@@ -31,6 +31,12 @@ from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import build_manifest, listed_manifest
 
 MAX_PAGES = 100_000
+# The most files a listed model may have (the objects kept, after directory
+# markers and names outside the prefix are left out): a listing of this
+# many stays within the agent's 64 MiB (docs/performance.md); its record
+# (cache/listrec.py) is sized for it. A model of more files is named in
+# MODEL_FILES or split under narrower prefixes.
+MAX_LISTED_OBJECTS = 100_000
 
 
 class Listed(Protocol):
@@ -72,22 +78,29 @@ def paged(ask: PageOf[ObjT], what: str) -> Iterator[ObjT]:
     each object name once (in name order). A token given again, or an
     object listed again, is a listing that goes round (a broken or hostile
     endpoint, a proxy replaying an answer): ModelSourceRejected at once,
-    not after MAX_PAGES pages of it held in memory (#41 item 5). The
-    names seen are the objects' own strings: the set costs its table."""
+    not after MAX_PAGES pages of it held in memory (#41 item 5).
+
+    The names seen are kept as their hash() only: the set of the names
+    themselves held a second copy of every name for the whole listing
+    (~17 MiB of 64 at MAX_LISTED_OBJECTS names of ~90 bytes). str hashes
+    are keyed per process (SipHash), so no listing can be made to collide;
+    two names of 100,000 colliding by chance is ~3e-10, and the run after
+    has another key."""
     tokens: set[str] = set()
-    names: set[str] = set()
+    names: set[int] = set()
     token: str | None = None
     for _ in range(MAX_PAGES):
         objects, token = ask(token)
         if token and token in tokens:
             raise rejected(f"the listing of {what} gave the same page token twice")
         for obj in objects:
-            if obj.name in names:
+            digest = hash(obj.name)
+            if digest in names:
                 raise rejected(
                     f"the listing of {what} named an object twice ({obj.name[:256]!r}): "
                     "its pages go round"
                 )
-            names.add(obj.name)
+            names.add(digest)
             yield obj
         if not token:
             return
@@ -127,6 +140,12 @@ def list_prefix(
         if single and obj.name == stem:
             exact = listed_file(posixpath.basename(stem), obj)
         elif obj.name.startswith(under):
+            if len(below) == MAX_LISTED_OBJECTS:
+                raise rejected(
+                    f"{source} lists more than {MAX_LISTED_OBJECTS} files, more than "
+                    "llmkube-stager stages from one listing: name the files in MODEL_FILES, "
+                    "or point at a narrower prefix"
+                )
             below.append(listed_file(obj.name[len(under) :], obj))
     if exact is not None and (exact_first or not below):
         # Its name is checked as a prefix's are, by staging/listed.py after

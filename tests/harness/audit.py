@@ -1,5 +1,6 @@
 """The CLI under a Python audit hook that reports every attempt to create,
-write, rename or remove a file (`Pod.run(..., audit=True)`).
+write, rename or remove a file (`Pod.run(..., audit=True)`), and every
+name looked up and address connected to (`Run.network`).
 
 An attempt is reported even when permissions would make it fail, so "nothing
 tries to write /dev/termination-log, $HOME or the working directory" is what
@@ -22,6 +23,12 @@ PATH_ARGS = {
     "tempfile.mkstemp": (0,), "tempfile.mkdtemp": (0,),
 }
 def hook(event, args):
+    if event == "socket.connect" and isinstance(args[1], tuple):
+        os.write(fd, f"{event}\t{args[1][0]}:{args[1][1]}\n".encode())
+        return
+    if event == "socket.getaddrinfo":
+        os.write(fd, f"{event}\t{args[0]!s}:{args[1]!s}\n".encode())
+        return
     if event == "open":
         path, mode, flags = args
         writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags or 0) & WRITE
@@ -57,7 +64,18 @@ runpy.run_module("llmkube_stager", run_name="__main__", alter_sys=True)
 
 
 def parse_writes(raw: bytes) -> list[tuple[str, str]]:
-    """The hook's lines as (event, path); `dirfd:<name>` for a relative open."""
+    """The hook's file lines as (event, path); `dirfd:<name>` for a relative open."""
+    return [line for line in _lines(raw) if not line[0].startswith("socket.")]
+
+
+def parse_network(raw: bytes) -> list[tuple[str, str]]:
+    """The hook's socket lines as (event, "host:port"): every name looked up
+    (socket.getaddrinfo) and every address connected to (socket.connect),
+    so a test can tell that nothing left loopback (#41 item 1)."""
+    return [line for line in _lines(raw) if line[0].startswith("socket.")]
+
+
+def _lines(raw: bytes) -> list[tuple[str, str]]:
     found = []
     for line in raw.decode().splitlines():
         event, path = line.split("\t", 1)

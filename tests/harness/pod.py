@@ -41,7 +41,7 @@ from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import Decision, FsInfo, Outcome
 from llmkube_stager.staging import Effects, run_stage
 from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
-from tests.harness.audit import AUDITED_CLI, parse_writes
+from tests.harness.audit import AUDITED_CLI, parse_network, parse_writes
 from tests.harness.contract import exit_code_of
 from tests.harness.schema import checked_termination, validate_termination
 
@@ -155,6 +155,8 @@ class Run:
     error: StagerError | None = None
     # (event, path) of each write-like attempt, with `audit=True`.
     writes: list[tuple[str, str]] = field(default_factory=list)
+    # (event, "host:port") of each name lookup and connect, with `audit=True`.
+    network: list[tuple[str, str]] = field(default_factory=list)
 
     # -- the termination message -------------------------------------------------------
 
@@ -532,12 +534,14 @@ class Pod:
                 f"{started.args or ('stage',)} did not end within {timeout:g}s (a hang)\n"
                 + _tail(err)
             ) from None
-        writes: list[tuple[str, str]] = []
+        raw = b""
         if started.audit is not None:
             with started.audit as record:
                 record.seek(0)
-                writes = parse_writes(record.read())
-        return self._finished(started, proc.returncode, out, err, writes)
+                raw = record.read()
+        run = self._finished(started, proc.returncode, out, err, parse_writes(raw))
+        run.network = parse_network(raw)
+        return run
 
     def read_term(self) -> bytes | None:
         try:

@@ -11,7 +11,9 @@ CONNECT with its header block one byte every `dribble_s` seconds, a block
 that never ends: each read of the client gets a byte well within its
 timeout, and only a bound on the whole set-up ends it (#29 item 4); with
 `dribble_bytes` the block ends after that many dribbled bytes and the
-tunnel then works.
+tunnel then works. `routes` maps a CONNECT target ("host:port", a host
+a library pins, e.g. iamcredentials.googleapis.com:443) to a loopback port:
+the tunnel goes to the suite's fake of that host instead (#41 item 1).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class _State:
         silent_tunnels: bool,
         dribble_s: float | None = None,
         dribble_bytes: int | None = None,
+        routes: dict[str, int] | None = None,
     ) -> None:
+        self.routes = dict(routes or {})
         self.lock = threading.Lock()
         self.silent_tunnels = silent_tunnels
         self.dribble_s = dribble_s
@@ -91,6 +95,8 @@ class _Handler(socketserver.StreamRequestHandler):
         state = self.server.state
         authorized = state.expected is None or headers.get("proxy-authorization") == state.expected
         host, port = _upstream(method, target)
+        if method == "CONNECT" and target in state.routes:
+            host, port = _HOST, state.routes[target]
         if not authorized:
             # Recorded before the reply: a client that has its answer finds it in the log.
             state.record(ProxyRecord(method, target, False, 407))
@@ -323,8 +329,9 @@ class ForwardProxy(Lifecycle):
         silent_tunnels: bool = False,
         dribble_s: float | None = None,
         dribble_bytes: int | None = None,
+        routes: dict[str, int] | None = None,
     ) -> None:
-        self._state = _State(credentials, silent_tunnels, dribble_s, dribble_bytes)
+        self._state = _State(credentials, silent_tunnels, dribble_s, dribble_bytes, routes)
         self._credentials = credentials
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -113,8 +113,9 @@ def test_a_listing_of_more_than_one_page_is_followed(pod, az, container) -> None
     service that answers pages of at most 1,000 (Azure may answer fewer
     than `maxresults`, with a NextMarker: the front lowers it on the way
     to Azurite): NextMarker is followed, the last blob is on the second
-    page; the patterns keep the transfer small. Azure's own page of 5,000
-    is crossed by tests/torture/test_cloud_listings.py (`make torture`)."""
+    page; the patterns keep the transfer small. A page of Azurite's own
+    making (PAGE_BLOBS asked, no cap) is crossed by
+    tests/torture/test_cloud_listings.py (`make torture`)."""
     put_many(az, container, [f"m/shard-{i:05d}.bin" for i in range(1003)], b"x")
     keep = payload(8 * KIB, 2)
     put(az, container, "m/zz-keep.bin", keep)

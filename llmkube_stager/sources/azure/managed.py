@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
 
-from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.errors import ConfigError, Reason, SourceError, token_refused
 
 IMDS_ADDRESS = "http://169.254.169.254"
 IMDS_PATH = "/metadata/identity/oauth2/token"
@@ -123,20 +123,12 @@ def _expiry(doc: Mapping[str, object]) -> float:
 
 
 def _refused(where: str, status: int) -> SourceError:
-    if status == 429 or status == 410 or status >= 500:
-        # IMDS answers 410 while it is updated, 429 when throttled.
-        return SourceError(
-            f"{where} answered HTTP {status}",
-            reason=Reason.SOURCE_UNAVAILABLE,
-            transient=True,
-            answered=True,
-        )
-    return SourceError(
-        f"{where} answered HTTP {status} (no such identity on this host, or not assigned to it)",
-        reason=Reason.SOURCE_UNAUTHORIZED,
-        answered=True,
-        remedy=REMEDY_MANAGED_IDENTITY,
-    )
+    # IMDS answers 410 while it is updated, 429 when throttled.
+    transient = status == 429 or status == 410 or status >= 500
+    said = f"{where} answered HTTP {status}"
+    if not transient:
+        said += " (no such identity on this host, or not assigned to it)"
+    return token_refused(said, REMEDY_MANAGED_IDENTITY, transient=transient)
 
 
 def wanted(env: Mapping[str, str], client_id: str, has_key: bool) -> bool:

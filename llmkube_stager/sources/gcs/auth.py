@@ -2,10 +2,13 @@
 item 1), through google-auth (imported here only: a warm start never loads
 it):
 
-1. GOOGLE_APPLICATION_CREDENTIALS: a key file (KServe's GCS credential
-   builder mounts the service account's Secret and sets it), loaded with
-   `google.auth.load_credentials_from_file` (service-account keys, and the
-   other file types google-auth knows), read-only scope;
+1. GOOGLE_APPLICATION_CREDENTIALS: a credentials file (KServe's GCS
+   credential builder mounts the service account's key there), read-only
+   scope: a key, user or impersonation credentials loaded by google-auth;
+   Workload Identity Federation's `external_account` built by us from
+   google-auth's classes, without the loader's project-id lookup (#41
+   item 1). Every token request goes through the `Request` it is given
+   (transport.py), never google-auth's `requests` stack;
 2. else the metadata server when one answers (GKE Workload Identity),
    asked as google-auth asks it, at google-auth's GCE_METADATA_IP (the
    ping) and GCE_METADATA_HOST (the token), by MetadataServer below;
@@ -30,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.errors import ConfigError, Reason, SourceError, token_refused
 from llmkube_stager.sources.gcs.errors import REMEDY_UNAUTHORIZED_GCS
 from llmkube_stager.sources.gcs.ref import READ_ONLY_SCOPE
 
@@ -44,6 +47,13 @@ REFRESH_MARGIN_S = 225.0
 PING_TIMEOUT_S = 3.0
 _FLAVOR = {"Metadata-Flavor": "Google"}
 _TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+# google-auth's marker of an AWS-sourced external account (_default.py).
+_AWS_SUBJECT_TOKEN_TYPE = "urn:ietf:params:aws:token-type:aws4_request"
+# The bound of each token request of a credentials file (STS, OAuth, IAM
+# Credentials, a subject-token URL), connection and answer: Google's token
+# endpoints answer in well under a second; an endpoint that accepts and
+# never answers is left after this, not after LLMKUBE_STALL_TIMEOUT.
+TOKEN_TIMEOUT_S = 10.0
 
 
 def load_credentials(config: Config, request: Any) -> tuple[Any | None, str]:
@@ -77,14 +87,44 @@ def _from_file(path: str, request: Any) -> Any:
     if not isinstance(info, dict):
         raise unknown
     try:
+        if info.get("type") == "external_account":
+            return _external_account(info, path)
         if hasattr(auth, "load_credentials_from_dict"):
-            creds, _ = auth.load_credentials_from_dict(info, scopes=[READ_ONLY_SCOPE])
+            creds, _ = auth.load_credentials_from_dict(
+                info, scopes=[READ_ONLY_SCOPE], request=request
+            )
         else:
-            creds, _ = auth.load_credentials_from_file(path, scopes=[READ_ONLY_SCOPE])
-    except exceptions.DefaultCredentialsError:
+            creds, _ = auth.load_credentials_from_file(
+                path, scopes=[READ_ONLY_SCOPE], request=request
+            )
+    except (exceptions.DefaultCredentialsError, ValueError, TypeError, AttributeError):
         # Its text may quote the file; the cause is said by type only.
         raise unknown from None
     return creds
+
+
+def _external_account(info: dict[str, Any], path: str) -> Any:
+    """Workload Identity Federation's file (#41 item 1), its credentials
+    made by the class google-auth's loader picks, without the loader:
+    `load_credentials_from_dict` asks cloudresourcemanager.googleapis.com
+    for the pool's project id right away (a token exchange, then a request
+    the storage-only egress of most clusters refuses), through `requests`
+    unless given a transport, and the agent needs no project id. Sources
+    the agent's wire cannot serve are refused by name: an executable
+    (google-auth runs a program) and an X.509 certificate (mutual TLS on
+    the token exchange)."""
+    source = info.get("credential_source")
+    source = source if isinstance(source, dict) else {}
+    for key, what in (("executable", "an executable"), ("certificate", "an X.509 certificate")):
+        if key in source:
+            raise ConfigError(
+                f"GOOGLE_APPLICATION_CREDENTIALS {path[:256]!r} takes its subject token from "
+                f"{what} (credential_source.{key}), which llmkube-stager does not support: use "
+                "a file- or URL-sourced (or AWS) Workload Identity Federation configuration"
+            )
+    module = "aws" if info.get("subject_token_type") == _AWS_SUBJECT_TOKEN_TYPE else "identity_pool"
+    kind: Any = importlib.import_module(f"google.auth.{module}")
+    return kind.Credentials.from_info(info, scopes=[READ_ONLY_SCOPE])
 
 
 class MetadataServer:
@@ -217,13 +257,6 @@ class Tokens:
         creds: Any = self._creds
         try:
             creds.refresh(self._request)
-        except exceptions.RefreshError:
-            raise SourceError(
-                f"the credentials from {self._where} were refused when asking for a token",
-                reason=Reason.SOURCE_UNAUTHORIZED,
-                answered=True,
-                remedy=REMEDY_UNAUTHORIZED_GCS,
-            ) from None
         except exceptions.TransportError:
             # Its text may hold the endpoint's answer: not shown.
             raise SourceError(
@@ -231,4 +264,17 @@ class Tokens:
                 reason=Reason.SOURCE_UNREACHABLE,
                 transient=True,
             ) from None
+        except (exceptions.GoogleAuthError, ValueError, KeyError, TypeError):
+            # RefreshError, and STS's OAuthError (no RefreshError); the
+            # others are an answer google-auth could not read. Told apart by
+            # the status the token endpoint gave, never by google-auth's text.
+            raise self._refused(getattr(self._request, "last_status", None)) from None
         self.refreshes += 1
+
+    def _refused(self, status: int | None) -> SourceError:
+        said = f" (HTTP {status})" if status is not None else ""
+        if status is not None and (status == 429 or status >= 500):
+            detail = f"the token endpoint of {self._where} is unavailable{said}"
+            return token_refused(detail, REMEDY_UNAUTHORIZED_GCS, transient=True)
+        detail = f"the credentials from {self._where} were refused when asking for a token{said}"
+        return token_refused(detail, REMEDY_UNAUTHORIZED_GCS, transient=False)

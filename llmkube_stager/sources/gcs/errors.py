@@ -17,9 +17,11 @@ from llmkube_stager.errors import Reason, SourceError, Wire
 from llmkube_stager.sources.wire.status import HeaderGet, status_error
 
 REMEDY_UNAUTHORIZED_GCS = (
-    "Google Cloud Storage refused the credentials: check the service-account key file that "
-    "GOOGLE_APPLICATION_CREDENTIALS names (KServe mounts it from the service account's "
-    "Secret), or the GKE Workload Identity binding of the pod's Kubernetes service account; "
+    "Google Cloud Storage refused the credentials: check the credentials file that "
+    "GOOGLE_APPLICATION_CREDENTIALS names (a service-account key KServe mounts from the "
+    "service account's Secret, a Workload Identity Federation configuration and its subject "
+    "token, or user or impersonation credentials), or the GKE Workload Identity binding of "
+    "the pod's Kubernetes service account; "
     "the account needs storage.objects.get and storage.objects.list on the bucket "
     "(roles/storage.objectViewer); unset both for a public bucket"
 )

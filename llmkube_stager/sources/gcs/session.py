@@ -37,6 +37,16 @@ class GcsSession:
         self.pool = ConnectionPool(
             timeouts.connect_s, timeouts.stall_s, self.ssl_context, config.proxy
         )
+        # google-auth's token requests: the same trust, proxies and
+        # connections, bounded as Google's token endpoints warrant (#41 item 1).
+        from llmkube_stager.sources.gcs.auth import TOKEN_TIMEOUT_S
+
+        self.auth_pool = ConnectionPool(
+            min(timeouts.connect_s, TOKEN_TIMEOUT_S),
+            min(timeouts.stall_s, TOKEN_TIMEOUT_S),
+            self.ssl_context,
+            config.proxy,
+        )
         self._tokens: Tokens | None = None
         self._lock = threading.Lock()
         self.log: Log | None = None
@@ -64,7 +74,7 @@ class GcsSession:
         from llmkube_stager.sources.gcs.transport import auth_transport
 
         require(GOOGLE_AUTH)
-        request = auth_transport(self.pool)
+        request = auth_transport(self.auth_pool)
         if is_emulator(self._config.gcs_emulator_host):
             # As google-cloud-storage does (#33 review item 5): an emulator
             # is sent no credential, not the key file's token nor Workload
@@ -109,3 +119,4 @@ class GcsSession:
 
     def close(self) -> None:
         self.pool.close()
+        self.auth_pool.close()

@@ -113,6 +113,9 @@ def auth_transport(pool: ConnectionPool) -> Any:
             return self._answer.data
 
     class AuthTransport(transport.Request):
+        # The status of the last answer: a refusal is told from an outage by it.
+        last_status: int | None = None
+
         def __call__(
             self,
             url: str,
@@ -123,11 +126,16 @@ def auth_transport(pool: ConnectionPool) -> Any:
             **kwargs: Any,
         ) -> _Response:
             raw = body.encode() if isinstance(body, str) else body
+            if kwargs.get("cert") is not None:
+                # Mutual TLS is refused when the file is read; never sent without.
+                raise exceptions.TransportError("a client certificate is not supported")
             try:
-                return _Response(call(pool, method, url, dict(headers or {}), raw))
+                answer = call(pool, method, url, dict(headers or {}), raw)
             except ControlError as err:
                 # google-auth retries a TransportError (the metadata server);
                 # its text is ours, without the request's body or headers.
                 raise exceptions.TransportError(err.error.detail) from None
+            self.last_status = answer.status
+            return _Response(answer)
 
     return AuthTransport()
