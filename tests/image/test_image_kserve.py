@@ -228,3 +228,30 @@ def test_an_llminferenceservice_tokenizer(pod: ImagePod, origin: Origin) -> None
     assert not [
         r for r in origin.requests() if hub.cdn_path_of("org/tok", "model.safetensors") in r.path
     ]
+
+
+def test_a_local_model_cache_download_job(
+    container: Container, tmp_path: Path, s3: SeaweedS3, bucket: str
+) -> None:
+    """#44 item 2: the image as the local model cache's download Job: the
+    entrypoint with `[uri, /mnt/models]`, the PVC's models/<key> directory
+    at /mnt/models, no /tmp. KServe launches a new Job when the folder
+    exists but its status is not Downloaded: that one exits 0 without a GET."""
+    from tests.harness.kserve_pods import MODELS
+
+    files = {"config.json": b"{}", "model.safetensors": payload(512 << 10, 39)}
+    for rel, data in files.items():
+        s3.put(bucket, f"cache/llm/{rel}", data)
+    pod = ImagePod(container, tmp_path, models_at=MODELS)
+    uri = f"s3://{bucket}/cache/llm"
+
+    first = pod.run(uri, MODELS, env=kserve_s3_env(s3), tmp_writable=False)
+    succeeded(first)
+    assert shown(pod) == files
+    s3.clear()
+
+    again = pod.run(uri, MODELS, env=kserve_s3_env(s3), tmp_writable=False)
+    succeeded(again)
+    assert again.compact_term()["stats"]["fetched"] == 0
+    assert s3.requests() == [], "a warm start must not contact the origin"
+    assert pod.container.writes() == []
