@@ -180,3 +180,57 @@ def test_a_read_only_reader_sees_only_complete_files(pod: Pod, hub: FakeHub) -> 
     for glance in seen:
         for rel, data in glance.items():
             assert data == files[rel], f"{rel}: {len(data)} of {len(files[rel])} bytes"
+
+
+FS_GROUP = 2000
+JOB_UID = 65532  # the securityContext of docs/kubernetes/kserve/local-model-cache.yaml
+SERVER_UID = 1001  # a serving pod's uid: another user of the same fsGroup
+
+
+def test_the_job_writes_through_its_fs_group_and_servers_read(hub: FakeHub) -> None:
+    """The Job's pod runs as a non-root uid whose only right on the PVC is
+    the pod's fsGroup (the volume group-owned, setgid, group-writable): the
+    model is staged, and a serving pod of another uid in that group reads
+    every file."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tests.harness.pod import SHORT_BUDGET
+
+    files = model(61, weights_bytes=256 << 10)
+    hub.add_repo(REPO, files)
+    # Not under pytest's tmp (0700 root): the uids must reach it.
+    top = Path(tempfile.mkdtemp(prefix="llmkube-fsgroup-"))
+    try:
+        top.chmod(0o755)
+        pvc = top / "pvc"
+        dest = job_models_dir(pvc, URI)
+        dest.mkdir(parents=True)
+        for d in (pvc, pvc / "models", dest):
+            os.chown(d, 0, FS_GROUP)
+            d.chmod(0o2775)
+        job = Pod(
+            top / "job",
+            budget=SHORT_BUDGET,
+            wrapper=["setpriv", f"--reuid={JOB_UID}", f"--regid={JOB_UID}", f"--groups={FS_GROUP}"],
+        )
+        (top / "job").chmod(0o777)
+        (top / "job" / "home").chmod(0o777)
+
+        run = job.run(URI, str(dest), env=env_of(hub))
+
+        run.ok(files=3, fetched=3)
+        reader = [
+            "setpriv", f"--reuid={SERVER_UID}", f"--regid={SERVER_UID}", f"--groups={FS_GROUP}",
+            "sha256sum", *sorted(files),
+        ]  # fmt: skip
+        read = subprocess.run(reader, cwd=dest, capture_output=True, text=True, check=False)
+        assert read.returncode == 0, read.stderr
+        for rel in files:
+            st = (dest / rel).stat()
+            assert st.st_uid == JOB_UID and st.st_gid == FS_GROUP, (rel, st.st_uid, st.st_gid)
+        assert visible(dest) == files
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
