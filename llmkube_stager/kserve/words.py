@@ -26,7 +26,9 @@ _REMEDIES: dict[str, str] = {
     ),
     e.REMEDY_OUT_OF_SPACE: (
         "/mnt/models is an emptyDir on the node's disk: give the pod more ephemeral storage (the "
-        "ClusterStorageContainer's resources, the node's free disk) or store a smaller model"
+        "ClusterStorageContainer's resources, the node's free disk) or store a smaller model; "
+        "for KServe's local model cache it is the node group's PVC: give its storage more room "
+        "or remove models no LocalModelCache names"
     ),
     e.REMEDY_REJECTED: (
         "the origin refused the request; check the storageUri and the endpoint's logs"

@@ -39,6 +39,8 @@ def write(
             check_plan(prepared, effects.log, warn=False)
         if mode.sweeps:  # a share never sweeps (staging/mode.py)
             _sweep(prepared, effects)
+        if mode.judges_set:  # a share's plan is its share (staging/mode.py)
+            _check_room(prepared)
         if config.refresh_policy == "IfNotPresent" and mode.fetches_recorded_commit:
             session.fetch_at(recorded_commit(prepared))
         return execute(session, work_of(prepared), prepared.plan)
@@ -79,6 +81,33 @@ def _writer_lock(
         effects.monotonic,
         effects.sleep,
     )
+
+
+def _check_room(prepared: Prepared) -> None:
+    """The whole set against the volume's free space, after the sweep freed
+    what it could and before the first request (staging/room.py)."""
+    if not prepared.fs.free_space_meaningful:
+        return
+    manifest = prepared.manifest
+    files = [manifest.file(a.rel) for a in prepared.plan.actions if a.transfers]
+    if not any(f.size_bytes for f in files):
+        return
+    from llmkube_stager.cache.fs import free_bytes
+    from llmkube_stager.cache.partialnames import list_partials, without_partials
+    from llmkube_stager.staging.room import check_room, missing_bytes
+
+    bare = without_partials([f.dest for f in files])
+
+    def held(dest: str) -> int:
+        # A resumed partial's bytes are already on the volume; two writers'
+        # partials of one file hold one copy's worth at most.
+        if dest in bare:
+            return 0
+        parts = [p.size_bytes for p in list_partials(dest) if p.kind != "journal"]
+        return max(parts, default=0)
+
+    need = missing_bytes((f.size_bytes, held(f.dest)) for f in files)
+    check_room(need, free_bytes(manifest.root), len(files), "the volume")
 
 
 def _sweep(prepared: Prepared, effects: Effects) -> None:

@@ -167,3 +167,91 @@ def test_an_azure_blob_with_a_service_principal(pod: ImagePod, tmp_path: Path) -
     assert shown(pod) == {"model.gguf": data}
     assert secret not in run.stdout + run.stderr
     assert pod.container.writes() == []
+
+
+def test_an_llminferenceservice_with_lora_adapters(
+    container: Container, tmp_path: Path, origin: Origin, s3: SeaweedS3, bucket: str
+) -> None:
+    """#44 item 1: the image as an LLMInferenceService's overridden
+    storage-initializer: its entrypoint (command unset) with the
+    controller's args, the model at /mnt/models and each LoRA adapter at
+    /mnt/lora/<name>, one emptyDir at /mnt, KServe's Hugging Face
+    variables, no /tmp."""
+    from tests.harness.kserve_pods import HF_DEFAULT_ENV, LORA_ROOT, MODELS
+
+    pod = ImagePod(container, tmp_path, models_at="/mnt")
+    base = {"config.json": b'{"model_type": "llama"}', "model.safetensors": payload(1 << 20, 36)}
+    chat = {"adapter_config.json": b'{"r": 8}', "adapter_model.safetensors": payload(64 << 10, 37)}
+    for rel, data in chat.items():
+        s3.put(bucket, f"adapters/chat/{rel}", data)
+    args = [
+        "hf://org/base", MODELS,
+        f"s3://{bucket}/adapters/chat", f"{LORA_ROOT}/chat",
+    ]  # fmt: skip
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/base", base)
+        env = {"HF_ENDPOINT": hub.url, **HF_DEFAULT_ENV, **kserve_s3_env(s3)}
+        run = pod.run(*args, env=env, tmp_writable=False)
+
+    succeeded(run)
+    assert sorted(p.name for p in pod.models.iterdir()) == ["lora", "models"]
+    shown_of = {
+        str(p.relative_to(pod.models)): p.read_bytes()
+        for p in pod.models.rglob("*")
+        if p.is_file() and not any(x.startswith(".") for x in p.relative_to(pod.models).parts)
+    }
+    assert shown_of == {
+        **{f"models/{rel}": data for rel, data in base.items()},
+        **{f"lora/chat/{rel}": data for rel, data in chat.items()},
+    }
+    assert pod.container.writes() == []
+
+
+def test_an_llminferenceservice_tokenizer(pod: ImagePod, origin: Origin) -> None:
+    """#44 item 1: the scheduler's tokenizer container: the allow patterns
+    as the controller writes them; the weights never fetched."""
+    from tests.harness.kserve_pods import TOKENIZER_ALLOW_PATTERNS, llmisvc_env
+
+    files = {
+        "tokenizer.json": b'{"t": 1}',
+        "config.json": b"{}",
+        "model.safetensors": payload(1 << 20, 38),
+    }
+    with FakeHub(origin) as hub:
+        hub.add_repo("org/tok", files)
+        env = {"HF_ENDPOINT": hub.url, **llmisvc_env("hf://org/tok", tokenizer=True)}
+        assert env["STORAGE_ALLOW_PATTERNS"] == TOKENIZER_ALLOW_PATTERNS
+        run = pod.run("hf://org/tok", DEST, env=env, tmp_writable=False)
+
+    succeeded(run)
+    assert shown(pod) == {"tokenizer.json": files["tokenizer.json"], "config.json": b"{}"}
+    assert not [
+        r for r in origin.requests() if hub.cdn_path_of("org/tok", "model.safetensors") in r.path
+    ]
+
+
+def test_a_local_model_cache_download_job(
+    container: Container, tmp_path: Path, s3: SeaweedS3, bucket: str
+) -> None:
+    """#44 item 2: the image as the local model cache's download Job: the
+    entrypoint with `[uri, /mnt/models]`, the PVC's models/<key> directory
+    at /mnt/models, no /tmp. KServe launches a new Job when the folder
+    exists but its status is not Downloaded: that one exits 0 without a GET."""
+    from tests.harness.kserve_pods import MODELS
+
+    files = {"config.json": b"{}", "model.safetensors": payload(512 << 10, 39)}
+    for rel, data in files.items():
+        s3.put(bucket, f"cache/llm/{rel}", data)
+    pod = ImagePod(container, tmp_path, models_at=MODELS)
+    uri = f"s3://{bucket}/cache/llm"
+
+    first = pod.run(uri, MODELS, env=kserve_s3_env(s3), tmp_writable=False)
+    succeeded(first)
+    assert shown(pod) == files
+    s3.clear()
+
+    again = pod.run(uri, MODELS, env=kserve_s3_env(s3), tmp_writable=False)
+    succeeded(again)
+    assert again.compact_term()["stats"]["fetched"] == 0
+    assert s3.requests() == [], "a warm start must not contact the origin"
+    assert pod.container.writes() == []

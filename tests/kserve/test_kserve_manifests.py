@@ -30,12 +30,19 @@ def docs(kind: str) -> list[dict[str, Any]]:
     return found
 
 
-def ours() -> list[dict[str, Any]]:
+def of_type(workload: str) -> list[dict[str, Any]]:
+    """KServe filters ClusterStorageContainers by workloadType first: an
+    InferenceService's webhook takes initContainer ones (the default), the
+    local model cache's node agent localModelDownloadJob ones."""
     return [
         c
         for c in docs("ClusterStorageContainer")
-        if "llmkube-stager" in c["spec"]["container"]["image"]
+        if c["spec"].get("workloadType", "initContainer") == workload
     ]
+
+
+def ours(workload: str = "initContainer") -> list[dict[str, Any]]:
+    return [c for c in of_type(workload) if "llmkube-stager" in c["spec"]["container"]["image"]]
 
 
 def matches(csc: dict[str, Any], uri: str) -> bool:
@@ -59,10 +66,9 @@ def test_hf_s3_and_https_are_taken() -> None:
         assert sum(matches(c, uri) for c in ours()) == 1, uri
 
 
-@pytest.mark.parametrize("csc", ours(), ids=lambda c: c["metadata"]["name"])
-def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> None:
-    container = csc["spec"]["container"]
-    assert container["name"] == "storage-initializer"
+def locked_down(container: dict[str, Any]) -> None:
+    """No args or command of its own (KServe's controllers set them), only
+    variables the agent reads, a non-root read-only container."""
     assert "args" not in container and "command" not in container
     for env in container.get("env", []):
         assert env["name"] in ACCEPTED, env["name"]
@@ -71,6 +77,13 @@ def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> No
     assert ctx["readOnlyRootFilesystem"] is True
     assert ctx["allowPrivilegeEscalation"] is False
     assert ctx["capabilities"]["drop"] == ["ALL"]
+
+
+@pytest.mark.parametrize("csc", ours(), ids=lambda c: c["metadata"]["name"])
+def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> None:
+    container = csc["spec"]["container"]
+    assert container["name"] == "storage-initializer"
+    locked_down(container)
 
 
 @pytest.mark.parametrize(
@@ -84,7 +97,7 @@ def test_the_container_is_kserves_storage_initializer(csc: dict[str, Any]) -> No
 )
 def test_what_the_agent_refuses_stays_with_kserves_default(uri: str) -> None:
     assert not any(matches(c, uri) for c in ours()), uri
-    (default,) = [c for c in docs("ClusterStorageContainer") if c["metadata"]["name"] == "default"]
+    (default,) = [c for c in of_type("initContainer") if c["metadata"]["name"] == "default"]
     assert matches(default, uri)
     for taken in ("s3://b/p", "hf://o/m", "https://models.example.com/x"):
         assert not matches(default, taken), taken
@@ -101,7 +114,7 @@ def test_every_storage_uri_is_taken_once_and_parses(isvc: dict[str, Any]) -> Non
     else:
         pairs = [(predictor["model"]["storageUri"], "/mnt/models")]
     first = pairs[0][0]
-    every = docs("ClusterStorageContainer")
+    every = of_type("initContainer")
     if "storageContainerName" in predictor:
         (named,) = [c for c in every if c["metadata"]["name"] == predictor["storageContainerName"]]
         assert named in ours() and matches(named, first)
@@ -138,10 +151,10 @@ def test_every_regex_is_anchored(csc: dict[str, Any]) -> None:
     ],
 )
 def test_a_host_named_inside_another_url_picks_no_container(uri: str) -> None:
-    assert [c["metadata"]["name"] for c in every_csc() if matches(c, uri)] == []
+    assert [c["metadata"]["name"] for c in of_type("initContainer") if matches(c, uri)] == []
 
 
-@pytest.mark.parametrize("csc", every_csc(), ids=lambda c: c["metadata"]["name"])
+@pytest.mark.parametrize("csc", of_type("initContainer"), ids=lambda c: c["metadata"]["name"])
 def test_every_container_takes_several_uris_as_an_init_container(csc: dict[str, Any]) -> None:
     """An InferenceService's storageUris need supportsMultiModelDownload
     (the webhook refuses the pod otherwise); the agent takes the form
@@ -156,3 +169,39 @@ def test_the_default_names_todays_kserve_image() -> None:
     (default,) = [c for c in every_csc() if c["metadata"]["name"] == "default"]
     version = KSERVE_STORAGE.split("==")[1]
     assert default["spec"]["container"]["image"] == f"kserve/storage-initializer:v{version}"
+
+
+# -- #44: the local model cache's download Job and LLMInferenceService -----------------
+
+
+@pytest.mark.parametrize("uri", ["hf://o/m", "s3://b/p/", "gs://b/p"])
+def test_the_local_model_cache_forms_are_taken_once(uri: str) -> None:
+    """The node agent takes the first matching container of its type:
+    each form is claimed once, and the Job's args parse."""
+    assert sum(matches(c, uri) for c in ours("localModelDownloadJob")) == 1, uri
+    (pair,) = parse_pairs([uri, "/mnt/models"], "/")
+    assert pair.dest == "/mnt/models"
+
+
+@pytest.mark.parametrize("csc", ours("localModelDownloadJob"), ids=lambda c: c["metadata"]["name"])
+def test_a_download_job_container_is_locked_down(csc: dict[str, Any]) -> None:
+    locked_down(csc["spec"]["container"])
+
+
+@pytest.mark.parametrize("svc", docs("LLMInferenceService"), ids=lambda d: d["metadata"]["name"])
+def test_an_llminferenceservice_overrides_its_storage_initializer(svc: dict[str, Any]) -> None:
+    """The init container the controller merges by name, and the args it
+    builds from the model and its hf:// / s3:// adapters (sorted by name,
+    each at /mnt/lora/<name>) parse."""
+    (init,) = [
+        c for c in svc["spec"]["template"]["initContainers"] if c["name"] == "storage-initializer"
+    ]
+    assert "llmkube-stager" in init["image"]
+    locked_down(init)
+    model = svc["spec"]["model"]
+    args = [model["uri"], "/mnt/models"]
+    for adapter in sorted(model.get("lora", {}).get("adapters", []), key=lambda a: a["name"]):
+        args += [adapter["uri"], f"/mnt/lora/{adapter['name']}"]
+    assert all(uri.startswith(("hf://", "s3://")) for uri in args[::2])
+    parsed = parse_pairs(args, "/")
+    assert [p.dest for p in parsed] == args[1::2]
