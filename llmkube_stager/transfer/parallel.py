@@ -398,7 +398,9 @@ class ParallelTransfer:
                 alive[0].join(timeout=SUPERVISE_S)
                 workers.extend(grown())
                 total = shared.ranges.total()
-                ticker.done_bytes = total
+                # Completed ranges: each worker's buffer (BUFFER_BYTES) at a
+                # time, which a file large enough for ranges makes small.
+                ticker.done_bytes, ticker.received_bytes = total, shared.received
                 now_s = time.monotonic()
                 every_s = journal_interval_s(now_s - started_s)
                 due = now_s - saved_s >= every_s and total > saved_bytes
