@@ -672,7 +672,8 @@ def test_early_log_level_is_lenient_and_the_flag_wins() -> None:
     assert early_log_level({}, {}) == "info"
     assert early_log_level({"LLMKUBE_LOG_LEVEL": "DEBUG"}, {}) == "debug"
     assert early_log_level({"LLMKUBE_LOG_LEVEL": "verbose"}, {}) == "info"  # refused later
-    assert early_log_level({"LLMKUBE_LOG_LEVEL": "debug"}, {"LLMKUBE_LOG_LEVEL": "error"}) == "error"
+    flags: dict[str, str | None] = {"LLMKUBE_LOG_LEVEL": "error"}
+    assert early_log_level({"LLMKUBE_LOG_LEVEL": "debug"}, flags) == "error"
 
 
 def test_early_settings_flag_wins() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmkube_stager.sources.wire.trace import traced_url
+from llmkube_stager.sources.wire.trace import auth_scheme, traced_url
 
 
 @pytest.mark.parametrize(
@@ -27,3 +27,16 @@ from llmkube_stager.sources.wire.trace import traced_url
 )
 def test_traced_url(url: str, shown: str) -> None:
     assert traced_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, None),
+        ("Bearer hf_abcdefghijklmnopqrstuvwxyz", "Bearer"),
+        ("AWS4-HMAC-SHA256 Credential=AKIA/x, Signature=abc", "AWS4-HMAC-SHA256"),
+        ("bare-token-without-a-scheme", "other"),  # the first word may be the secret
+    ],
+)
+def test_only_the_schemes_word_is_shown(value: str | None, shown: str | None) -> None:
+    assert auth_scheme(value) == shown

@@ -34,6 +34,10 @@ _ANSWERED = (
 )
 
 
+# Authorization schemes shown by name (RFC 9110 §11; AWS SigV4; Azure SharedKey).
+_SCHEMES = frozenset({"basic", "bearer", "digest", "aws4-hmac-sha256", "sharedkey", "token"})
+
+
 def traced_url(url: str) -> str:
     """`url` without userinfo or fragment, each query value `***`."""
     parts = urlsplit(url)
@@ -57,7 +61,7 @@ def trace_exchange(
     shown = traced_url(url)
     lowered = {k.lower(): v for k, v in headers.items()}
     asked = [(name, field, lowered.get(name.lower())) for name, field in _ASKED]
-    scheme = _auth_scheme(lowered.get("authorization"))
+    scheme = auth_scheme(lowered.get("authorization"))
     answered = [(name, field, resp.getheader(name)) for name, field in _ANSWERED]
     location = resp.getheader("Location")
     shown_location = None if location is None else traced_url(location)
@@ -82,9 +86,10 @@ def trace_exchange(
     )
 
 
-def _auth_scheme(value: str | None) -> str | None:
-    """`Basic`, `Bearer`, ...: the word before the credentials, never them."""
+def auth_scheme(value: str | None) -> str | None:
+    """`Basic`, `Bearer`, ...: the scheme's word, never the credentials; a
+    value that starts with no known scheme may be a bare token: `other`."""
     if value is None:
         return None
     word = value.split(" ", 1)[0]
-    return word if word.isalpha() and len(word) <= 16 else "some"
+    return word if word.lower() in _SCHEMES else "other"
