@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,7 +50,7 @@ from llmkube_stager.sources.base import Body, RangeUnusable, RemoteMeta
 from llmkube_stager.transfer.directio import ALIGN_BYTES, PartialWriter, fill_limit
 from llmkube_stager.transfer.hashing import sha256_prefix
 from llmkube_stager.transfer.pipeline import BUFFER_BYTES, INLINE_MAX_BYTES, Pipeline
-from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.progress import ProgressTicker, ReadSlices
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.target import (
     Target,
@@ -69,13 +68,6 @@ if TYPE_CHECKING:
 
 # Progress worth a fresh retry budget (see RetryBudget.refund).
 _REFUND_BYTES = 1 << 20
-# Progress counts bytes as they come (#46 item 5), so a read into the 4 MiB
-# receive buffer takes a slice of it: 128 KiB is half a second at 250 KB/s.
-# Small slices cost a fast stream recv calls, so a slice that fills within
-# SLICE_FAST_S doubles, up to the buffer (a 256 MiB loopback stage: the
-# agent's CPU time within this machine's noise of before).
-SLICE_MIN_BYTES = 128 << 10
-SLICE_FAST_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -456,7 +448,7 @@ def _receive_into(
     Never beyond the expected size."""
     if widen is not None:
         widen.begin()
-    slices = _Slices()
+    slices = ReadSlices(BUFFER_BYTES)
     while True:
         room = _room(state)
         if room == 0:
@@ -493,22 +485,6 @@ def _receive_into(
             return
         if widening:
             raise _Widen
-
-
-class _Slices:
-    """The size of the next read into a receive buffer (see SLICE_MIN_BYTES)."""
-
-    def __init__(self) -> None:
-        self.size_bytes = SLICE_MIN_BYTES
-        self._last_s = time.monotonic()
-
-    def took(self) -> None:
-        now_s = time.monotonic()
-        if now_s - self._last_s < SLICE_FAST_S:
-            self.size_bytes = min(self.size_bytes * 2, BUFFER_BYTES)
-        else:
-            self.size_bytes = SLICE_MIN_BYTES
-        self._last_s = now_s
 
 
 def _small_rest(state: _State) -> int | None:
