@@ -77,8 +77,9 @@ class ModelProgress:
 
     files_total: int
     sizes: dict[str, int | None] = field(default_factory=dict)
-    files_done: int = 0
     _done: dict[str, int] = field(default_factory=dict)
+    # A file staged again (its partial taken by another writer) counts once.
+    _finished: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def moved(self, rel: str, done_bytes: int, total_bytes: int | None) -> None:
@@ -90,7 +91,11 @@ class ModelProgress:
     def finished(self, rel: str, size_bytes: int) -> None:
         with self._lock:
             self._done[rel] = self.sizes[rel] = size_bytes
-            self.files_done += 1
+            self._finished.add(rel)
+
+    @property
+    def files_done(self) -> int:
+        return len(self._finished)
 
     def totals(self) -> tuple[int, int | None]:
         """(bytes received, the model's bytes or None while a size is unknown)."""

@@ -136,3 +136,10 @@ def test_a_received_line_gives_bytes_and_the_average_rate() -> None:
         "the other 1.0 MiB were resumed from a partial"
     )
     assert line.fields()["rate_bps"] == 3 * MIB // 2
+
+
+def test_a_file_staged_twice_is_done_once() -> None:
+    model = ModelProgress(1, {"a": 10})
+    model.finished("a", 10)
+    model.finished("a", 10)
+    assert model.files_done == 1 and model.totals() == (10, 10)
