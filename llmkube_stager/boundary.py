@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from llmkube_stager.config import (
     VARS,
     Config,
+    early_log_level,
     early_settings,
     load_config,
     secret_values,
@@ -66,7 +67,8 @@ class Boundary:
         self.redact = Redactor(secret_values(environ, flags))
         # Buffered: a warm start's burst of cache hits is one write (logs.py);
         # every way out of `run` flushes it.
-        self.log = Log(sys.stderr, fmt, self.redact, buffered=True)
+        level = early_log_level(environ, flags)
+        self.log = Log(sys.stderr, fmt, self.redact, buffered=True, level=level)
         self.terminate = terminate
         self.source = display_url(flags.get("MODEL_SOURCE") or environ.get("MODEL_SOURCE", ""))
         self._environ = environ

@@ -10,9 +10,12 @@ One event is one line, on a processor chain:
 Two renderers: text (default) and JSON lines (LLMKUBE_LOG_FORMAT=json, every
 field). In text, the events of `VERBATIM_EVENTS` print their message alone,
 byte for byte: those are the old scripts' lines (spec §13) that users and
-alerts grep with anchors (`^ERROR: failed to download <rel>$`), and the
-failure line the controller reads from the log tail. Other events are
+alerts grep with anchors (`^ERROR: failed to download <rel>$`), the
+failure line the controller reads from the log tail, and the progress
+lines, whose message says all their fields do. Other events are
 `<message> key=value ...`, warnings prefixed `WARNING: `. Never `\\r`.
+LLMKUBE_LOG_LEVEL sets the lowest level written (debug adds each HTTP
+request: sources/wire/trace.py).
 
 Import cost: `import structlog` runs its package `__init__`, which imports
 every submodule (stdlib integration -> asyncio -> ssl, dev console -> rich
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from structlog.typing import Processor
 
 Level = Literal["debug", "info", "warning", "error"]
+# LLMKUBE_LOG_LEVEL: events below the level are not written.
+LEVEL_RANKS: dict[Level, int] = {"debug": 0, "info": 1, "warning": 2, "error": 3}
 
 REDACTED = "***"
 _MIN_SECRET_LEN = 4
@@ -57,6 +62,8 @@ _MAY_HOLD_A_SECRET_RE = re.compile(
     r"://|=|Bearer|bearer|BEARER|Basic|hf_|AKIA|ASIA|(?i:authorization)"
 )
 
+_BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB")
+
 # Texts this long are redacted block by block (_redact_blockwise).
 _BLOCKWISE_MIN_CHARS = 16 << 10
 # Lines with text a match may run on into after its marked line.
@@ -69,19 +76,23 @@ _RUN_ON_LINES = 2
 BURST_EVENTS = frozenset({"cache_hit", "pin_accepted", "backfilled", "revalidated_by_size"})
 _BURST_MAX_LINES = 256
 
-# Events whose text line is the message alone (see the module docstring).
-# The texts are in messages.py; the event names are the call sites'.
+# Events whose text line is the message alone (see the module docstring):
+# the scripts' lines, whose texts are in messages.py, and the agent's lines
+# whose message already says what their fields hold (the progress lines).
 VERBATIM_EVENTS = frozenset(
     {
         "cache_hit",  # Model already cached, skipping download / ... revalidated ... / kept
         "revalidate",  # Revalidating model against upstream (RefreshPolicy=OnChange)...
         "download_start",  # Downloading model... / Downloading model artifact <rel>...
         "download_done",  # Model downloaded successfully / Model revalidated (downloaded)
-        "progress",  # Downloaded <N> MiB of <T> MiB (<P>%)
+        "progress_script",  # Downloaded <N> MiB of <T> MiB (<P>%) (text only: script_line)
+        "progress",  # <file>: <done> of <total> (<P>%), <rate>, <time left>; model: ...
         "kept",  # Revalidation unreachable; kept cached copy
         "download_failed",  # ERROR: failed to download <rel>
         "missing_and_failed",  # ERROR: model missing and revalidation failed
         "failed",  # ERROR: <Reason>: <cause>; <remedy> (the controller's line)
+        "received",  # <file>: received <size> (<N> bytes) in <s> s, <rate> on average
+        "http_request",  # > GET <url> | <validators> < <status> | <validators> (debug)
     }
 )
 # Keys every event has; the rest are its fields.
@@ -146,6 +157,19 @@ def _redact_blockwise(text: str) -> str:
     return "\n".join(out)
 
 
+def human_bytes(nbytes: float) -> str:
+    """`512 B`, `1.2 MiB`, `40.0 GiB`: one decimal, binary units (the
+    scripts' lines count MiB)."""
+    if nbytes < 1024:
+        return f"{nbytes:.0f} B"
+    value = nbytes / 1024
+    for unit in _BYTE_UNITS[:-1]:
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} {_BYTE_UNITS[-1]}"
+
+
 def display_url(url: str) -> str:
     """A URL fit for humans: no userinfo, no query string, no fragment."""
     base = url.split("#", 1)[0].split("?", 1)[0]
@@ -192,10 +216,18 @@ def render_text(_logger: object, _method: str, event: EventDict) -> str:
 
 
 def render_json(_logger: object, _method: str, event: EventDict) -> str:
-    record: dict[str, Any] = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record: dict[str, Any] = {"ts": _timestamp(time.time())}
     record.update((k, event[k]) for k in _EVENT_KEYS)
     record.update((k, v) for k, v in event.items() if k not in _EVENT_KEYS)
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _timestamp(now_s: float) -> str:
+    """UTC with milliseconds: lines a progress interval apart must sort and
+    subtract (`2026-12-07T23:10:04.250Z`)."""
+    whole_s = int(now_s)
+    millis = int((now_s - whole_s) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole_s)) + f".{millis:03d}Z"
 
 
 def _one_line(text: str) -> str:
@@ -267,12 +299,15 @@ class Log:
         redact: Redactor | None = None,
         *,
         buffered: bool = False,
+        level: Level = "info",
         _bound: tuple[BoundLoggerBase, _Sink] | None = None,
     ) -> None:
         """`buffered` (the boundary's log) lets the lines of a burst wait for one
         write (see BURST_EVENTS); whoever makes such a log calls `flush` at
-        the end of the command."""
+        the end of the command. `level`: the lowest level written."""
         self._redact = redact or Redactor()
+        self.level = level
+        self._min_rank = LEVEL_RANKS[level]
         # A text line of a VERBATIM event is its redacted message alone, so
         # the processor chain (which redacts every field too) is skipped for
         # it: 2,000 cache hits were a tenth of a 2,000-file warm start (#16).
@@ -297,11 +332,20 @@ class Log:
         """A log whose every event carries these fields too (e.g. file=,
         attempt=): in JSON always, in text on the agent's own lines."""
         fmt = "text" if self._verbatim_text else "json"
-        return Log(fmt=fmt, redact=self._redact, _bound=(self._bound.bind(**fields), self._sink))
+        bound = (self._bound.bind(**fields), self._sink)
+        return Log(fmt=fmt, redact=self._redact, level=self.level, _bound=bound)
 
     def flush(self) -> None:
         """Write the lines a buffered log holds (the end of a command)."""
         self._sink.flush()
+
+    @property
+    def debugging(self) -> bool:
+        """Whether debug events are written (callers skip building them)."""
+        return self._min_rank == 0
+
+    def debug(self, event: str, message: str, **fields: object) -> None:
+        self.emit("debug", event, message, fields)
 
     def info(self, event: str, message: str, **fields: object) -> None:
         self.emit("info", event, message, fields)
@@ -312,7 +356,16 @@ class Log:
     def error(self, event: str, message: str, **fields: object) -> None:
         self.emit("error", event, message, fields)
 
+    def script_line(self, event: str, message: str) -> None:
+        """A line of the old scripts that text logs keep whole (spec §13)
+        where the agent now says more in an event beside it: JSON logs carry
+        that event's fields instead, and no second record of the same fact."""
+        if self._verbatim_text and self._min_rank <= LEVEL_RANKS["info"]:
+            self.emit("info", event, message, {})
+
     def emit(self, level: Level, event: str, message: str, fields: dict[str, object]) -> None:
+        if LEVEL_RANKS[level] < self._min_rank:
+            return
         if self._verbatim_text and event in VERBATIM_EVENTS:
             line = _one_line(self._redact(message))
             self._sink.write_line(line, burst=event in BURST_EVENTS)

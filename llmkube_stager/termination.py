@@ -22,6 +22,7 @@ from typing import Any
 
 from llmkube_stager import __version__
 from llmkube_stager.errors import Reason, StagerError, operator_phrase
+from llmkube_stager.logs import Log, human_bytes
 from llmkube_stager.model import Decision, Outcome
 
 # Well under the kubelet's 4096 per file: it also cuts every container of a
@@ -58,6 +59,22 @@ def success_doc(outcome: Outcome, source: str, verb: str = "staged") -> dict[str
             "version": __version__,
         },
     }
+
+
+def log_staged(log: Log, doc: dict[str, Any], outcome: Outcome) -> None:
+    """A run's last line: the success message, then the bytes received and
+    the average rate over the run; its counts are the event's fields."""
+    stats = doc["stats"]
+    nbytes, seconds = int(stats["bytes"]), outcome.seconds
+    rate_bps = nbytes / seconds if seconds > 0 else 0.0
+    message = str(doc["message"])
+    if nbytes:
+        message += (
+            f"; {human_bytes(nbytes)} received in {seconds:.1f} s, "
+            f"{human_bytes(rate_bps)}/s on average"
+        )
+    counts = {k: stats[k] for k in ("files", "fetched", "reused", "kept", "bytes")}
+    log.info("staged", message, **counts, seconds=round(seconds, 3), rate_bps=round(rate_bps))
 
 
 def failure_doc(err: StagerError, source: str, redact: Callable[[str], str]) -> dict[str, Any]:

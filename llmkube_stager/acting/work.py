@@ -11,6 +11,7 @@ their imports (the transfer engine, the partials) cost a warm start nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import TypeVar
@@ -35,7 +36,13 @@ from llmkube_stager.errors import (
 )
 from llmkube_stager.model import Action, Decision, FileResult, LocalState, Manifest, RemoteFile
 from llmkube_stager.sources.base import RemoteMeta, Source
-from llmkube_stager.transfer import Completed, discard, fetch_partial, publish_completed
+from llmkube_stager.transfer import (
+    Completed,
+    ModelProgress,
+    discard,
+    fetch_partial,
+    publish_completed,
+)
 
 _R = TypeVar("_R")
 # What the transfers in flight may hold in buffers: one large file's
@@ -82,6 +89,7 @@ class Transfers:
         self._budget = ByteBudget(IN_FLIGHT_BUDGET_BYTES)
         self._limit = session.config.files_in_flight
         self._probe_failed: dict[str, StagerError] = {}
+        self._progress = ModelProgress(files_total=0)
 
     def run(self, actions: list[Action]) -> dict[str, FileResult]:
         raise NotImplementedError
@@ -95,6 +103,9 @@ class Transfers:
         once."""
         dests = [self._manifest.file(a.rel).dest for a in transfers]
         self._no_partials = without_partials(dests)
+        self._progress = ModelProgress(
+            len(transfers), {a.rel: self._known_size(a) for a in transfers}
+        )
         first = self._manifest.file(transfers[0].rel)
         if len(transfers) > 1 and first.rel not in self._session.metas:
             try:
@@ -106,6 +117,12 @@ class Transfers:
                 # and that file's transfer reports this answer.
                 self._limit = 1
                 self._probe_failed[first.rel] = err
+
+    def _known_size(self, action: Action) -> int | None:
+        """A file's size before its transfer: the listing's, or the probe's."""
+        file = self._manifest.file(action.rel)
+        meta = self._session.metas.get(action.rel)
+        return file.size_bytes if meta is None else meta.size_bytes
 
     def in_flight(self, actions: list[Action], work: Callable[[Action], _R]) -> list[Done[_R]]:
         return run_in_flight(actions, work, self._limit)
@@ -131,6 +148,7 @@ class Transfers:
         if meta is None:
             meta = self._session.probe(self._source, file, self._manifest.root)
         _check_signed_origin(file, meta)
+        effects = dataclasses.replace(effects, model=self._progress)
         with self._budget.reserve(_footprint_bytes(meta)):
             done = fetch_partial(fetcher, file, effects, meta)
         self._check_digest(file, done)

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from llmkube_stager.boundary import Boundary, Flags, cancel_on_sigterm
 from llmkube_stager.config import inspect_target
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.termination import success_doc
+from llmkube_stager.termination import log_staged, success_doc
 
 
 def stage_command(flags: Flags) -> NoReturn:
@@ -35,7 +35,7 @@ def stage_command(flags: Flags) -> NoReturn:
         effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
         prepared, outcome = run_stage(config, effects)
         doc = success_doc(outcome, prepared.manifest.display_source)
-        boundary.log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
+        log_staged(boundary.log, doc, outcome)
         return doc
 
     boundary.run(body)

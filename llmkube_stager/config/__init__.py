@@ -28,7 +28,13 @@ Every public name is imported from here (`llmkube_stager.config`).
 """
 
 from llmkube_stager.config.kserve_env import KSERVE_CA_MOUNT_DEFAULT, KSERVE_VARS, with_kserve
-from llmkube_stager.config.load import early_settings, inspect_target, load_config, secret_values
+from llmkube_stager.config.load import (
+    early_log_level,
+    early_settings,
+    inspect_target,
+    load_config,
+    secret_values,
+)
 from llmkube_stager.config.rules import (
     URL_MAX_BYTES,
     load_aws_env,
@@ -76,6 +82,7 @@ __all__ = [
     "Secrets",
     "Timeouts",
     "Var",
+    "early_log_level",
     "early_settings",
     "inspect_target",
     "load_aws_env",

@@ -12,8 +12,9 @@ from llmkube_stager.config import paths, rules
 from llmkube_stager.config.anchor import TrustAnchor, trust_anchor
 from llmkube_stager.config.kserve_env import STORAGE_SPEC_VARS, storage_spec
 from llmkube_stager.config.reader import Reader
-from llmkube_stager.config.settings import LOG_FORMATS, Config, LogFormat
+from llmkube_stager.config.settings import LOG_FORMATS, LOG_LEVELS, Config, LogFormat
 from llmkube_stager.config.variables import DEFAULTS
+from llmkube_stager.logs import Level
 from llmkube_stager.proxy import ProxyConfigError, parse_proxy
 
 
@@ -84,6 +85,7 @@ def _assemble(
         archive_max_bytes=rules.positive(read, "LLMKUBE_ARCHIVE_MAX_BYTES"),
         archive_max_files=rules.positive(read, "LLMKUBE_ARCHIVE_MAX_FILES"),
         log_format=rules.log_format(read),
+        log_level=rules.log_level(read),
         timeouts=rules.load_timeouts(read),
         secrets=rules.load_secrets(read),
         signing=_signing(read),
@@ -141,6 +143,13 @@ def early_settings(
     # A relative path would land in the working directory: none is written
     # (load_config refuses it; the log still says why).
     return fmt, path if path.startswith("/") else ""
+
+
+def early_log_level(environ: Mapping[str, str], flags: Mapping[str, str | None]) -> Level:
+    """The lowest level logged, read leniently as `early_settings` reads the
+    format (load_config refuses a bad value; the log says so at info)."""
+    default = LOG_LEVELS[DEFAULTS["LLMKUBE_LOG_LEVEL"]]
+    return LOG_LEVELS.get(Reader(environ, flags).text("LLMKUBE_LOG_LEVEL").lower(), default)
 
 
 def inspect_target(environ: Mapping[str, str], given: str | None) -> str:

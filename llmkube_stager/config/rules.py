@@ -13,6 +13,7 @@ from llmkube_stager.config.reader import Reader, shown
 from llmkube_stager.config.settings import (
     DIRECT_IO_MODES,
     LOG_FORMATS,
+    LOG_LEVELS,
     MAX_CONNECTIONS,
     MAX_FILES_IN_FLIGHT,
     MAX_SHARDS,
@@ -25,7 +26,7 @@ from llmkube_stager.config.settings import (
 )
 from llmkube_stager.config.variables import AWS_ENV_VARS, AZURE_ENV_VARS, DEFAULTS
 from llmkube_stager.errors import ConfigError
-from llmkube_stager.logs import display_url
+from llmkube_stager.logs import Level, display_url
 from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy, parse_proxy
 
 # URLs longer than this are refused by most servers and by httpx (64 KiB):
@@ -221,6 +222,10 @@ def direct_io_mode(read: Reader) -> DirectIoMode:
 
 def log_format(read: Reader) -> LogFormat:
     return LOG_FORMATS[read.choice("LLMKUBE_LOG_FORMAT", tuple(LOG_FORMATS))]
+
+
+def log_level(read: Reader) -> Level:
+    return LOG_LEVELS[read.choice("LLMKUBE_LOG_LEVEL", tuple(LOG_LEVELS))]
 
 
 def load_timeouts(read: Reader) -> Timeouts:

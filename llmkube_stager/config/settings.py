@@ -14,6 +14,7 @@ from typing import Literal
 
 from llmkube_stager.config.anchor import TrustAnchor
 from llmkube_stager.config.variables import DEFAULTS
+from llmkube_stager.logs import Level
 from llmkube_stager.proxy import ProxySettings
 
 RefreshPolicy = Literal["IfNotPresent", "OnChange"]
@@ -23,6 +24,12 @@ MAX_FILES_IN_FLIGHT = 64
 MAX_SHARDS = 10_000
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: dict[str, LogFormat] = {"text": "text", "json": "json"}
+LOG_LEVELS: dict[str, Level] = {
+    "debug": "debug",
+    "info": "info",
+    "warning": "warning",
+    "error": "error",
+}
 DirectIoMode = Literal["auto", "on", "off"]
 DIRECT_IO_MODES: dict[str, DirectIoMode] = {"auto": "auto", "on": "on", "off": "off"}
 
@@ -125,6 +132,7 @@ class Config:
     archive_max_bytes: int = int(DEFAULTS["LLMKUBE_ARCHIVE_MAX_BYTES"])
     archive_max_files: int = int(DEFAULTS["LLMKUBE_ARCHIVE_MAX_FILES"])
     log_format: LogFormat = LOG_FORMATS[DEFAULTS["LLMKUBE_LOG_FORMAT"]]
+    log_level: Level = LOG_LEVELS[DEFAULTS["LLMKUBE_LOG_LEVEL"]]
     timeouts: Timeouts = Timeouts()
     secrets: Secrets = Secrets()
     # #34: the trust anchor a signed model must verify against (None: unsigned).

@@ -81,6 +81,11 @@ VARS: tuple[Var, ...] = (
     Var("LLMKUBE_TERMINATION_LOG", "termination message path", default="/dev/termination-log"),
     Var("PROGRESS_INTERVAL", "seconds between progress lines", default="10"),
     Var("LLMKUBE_LOG_FORMAT", "text or json", default="text"),
+    Var(
+        "LLMKUBE_LOG_LEVEL",
+        "debug (also each HTTP request, as curl -v shows it), info, warning or error",
+        default="info",
+    ),
     Var("LLMKUBE_CONNECT_TIMEOUT", "seconds to establish a connection", default="10"),
     Var(
         "LLMKUBE_STALL_TIMEOUT",

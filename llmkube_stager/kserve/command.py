@@ -98,7 +98,7 @@ def _stage_all(
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Outcome
     from llmkube_stager.staging import Effects
-    from llmkube_stager.termination import success_doc
+    from llmkube_stager.termination import log_staged, success_doc
 
     effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
     results: list[Any] = []
@@ -113,7 +113,7 @@ def _stage_all(
     total = Outcome(tuple(results), seconds)
     source = shown[0] if len(shown) == 1 else f"{shown[0]} (+{len(shown) - 1} more)"
     doc = success_doc(total, source)
-    boundary.log.info("staged", doc["message"], seconds=round(total.seconds, 3))
+    log_staged(boundary.log, doc, total)
     return doc
 
 

@@ -22,13 +22,14 @@ costs threads, hashing and sockets: only a run that transfers does.
 """
 
 from llmkube_stager.transfer.engine import discard, fetch_partial, probe, publish_completed
-from llmkube_stager.transfer.progress import KeepAlive
+from llmkube_stager.transfer.progress import KeepAlive, ModelProgress
 from llmkube_stager.transfer.types import Completed, Handover, TransferEffects
 
 __all__ = [
     "Completed",
     "Handover",
     "KeepAlive",
+    "ModelProgress",
     "TransferEffects",
     "discard",
     "fetch_partial",

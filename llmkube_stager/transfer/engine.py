@@ -28,7 +28,7 @@ from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Fetcher, RangeUnusable, RemoteMeta
 from llmkube_stager.transfer.parallel import open_segmented
 from llmkube_stager.transfer.predecessor import await_dead_writer
-from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.progress import ProgressTicker, Received
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.segments import MIN_ITEM_BYTES
 from llmkube_stager.transfer.stream import fetch_stream
@@ -56,7 +56,24 @@ def fetch_partial(
     meta: RemoteMeta | None = None,
 ) -> Completed:
     """Fill a private partial with the whole file (resuming what is there).
-    Raises StagerError; the partial stays for a later resume."""
+    Raises StagerError; the partial stays for a later resume. Its last
+    progress line says what was received, how fast on average."""
+    started_s = effects.monotonic()
+    done = _fetch_partial(fetcher, file, effects, meta)
+    size_bytes = done.expected_bytes if done.expected_bytes is not None else done.bytes_received
+    if effects.model is not None:
+        effects.model.finished(file.rel, size_bytes)
+    received = Received(file.rel, done.bytes_received, size_bytes, effects.monotonic() - started_s)
+    effects.log.info("received", received.text(), **received.fields())
+    return done
+
+
+def _fetch_partial(
+    fetcher: Fetcher,
+    file: RemoteFile,
+    effects: TransferEffects,
+    meta: RemoteMeta | None,
+) -> Completed:
     if meta is None:
         meta = probe(fetcher, file, effects)
     # The digest streamed while receiving is this transfer's alone (review of #33).
@@ -219,7 +236,12 @@ def _fetch_parallel(
         transfer.start_with(start_connections, WIDEN_BELOW_BYTES_PER_S, grew)
     # A live writer that waits (Retry-After, a stall) still heartbeats (#10 defect 10).
     with ProgressTicker(
-        effects.log, effects.progress_interval_s, file.rel, transfer.beat, HEARTBEAT_S
+        effects.log,
+        effects.progress_interval_s,
+        file.rel,
+        transfer.beat,
+        HEARTBEAT_S,
+        effects.model,
     ) as ticker:
         ticker.total_bytes = meta.size_bytes
         result = transfer.run(hash_it, ticker)

@@ -33,11 +33,11 @@ from llmkube_stager.cache.partialnames import new_writer_id
 from llmkube_stager.cache.partials import HEARTBEAT_S, adopt_segmented
 from llmkube_stager.errors import Reason, SourceError, TransferError, known
 from llmkube_stager.layout import ranged_of_stream
-from llmkube_stager.sources.base import RangeUnusable
+from llmkube_stager.sources.base import Body, RangeUnusable
 from llmkube_stager.transfer.declared import DigestFollower, follow_declared
 from llmkube_stager.transfer.directio import PartialWriter, aligned_buffer, fill_limit
 from llmkube_stager.transfer.prefixhash import PrefixHasher
-from llmkube_stager.transfer.progress import ProgressTicker
+from llmkube_stager.transfer.progress import ProgressTicker, ReadSlices
 from llmkube_stager.transfer.retry import RetryBudget
 from llmkube_stager.transfer.segments import (
     JOURNAL_EVERY_BYTES,
@@ -64,6 +64,8 @@ class _Shared:
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[BaseException] = field(default_factory=list)
     received: int = 0
+    # Bytes in the workers' buffers, not written yet (progress, #46 item 5).
+    filling: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     writeback: Writeback | None = None
 
@@ -72,8 +74,15 @@ class _Shared:
             self.errors.append(exc)
         self.stop.set()
 
+    def arrived(self, n: int) -> None:
+        with self.lock:
+            self.filling += n
+
     def count(self, n: int, buffered: int) -> None:
         with self.lock:
+            # Out of `filling` before the range is added: progress may lag
+            # a buffer, never run ahead of the bytes.
+            self.filling -= n
             self.received += n
             if self.writeback is not None and buffered:
                 self.writeback.wrote(buffered)
@@ -393,12 +402,14 @@ class ParallelTransfer:
         would lose all of it."""
         saved_bytes = shared.ranges.total()
         started_s = saved_s = time.monotonic()
+        ticker.begin(saved_bytes + shared.filling, shared.received + shared.filling)
         try:
             while alive := [t for t in workers if t.is_alive()]:
                 alive[0].join(timeout=SUPERVISE_S)
                 workers.extend(grown())
                 total = shared.ranges.total()
-                ticker.done_bytes = total
+                ticker.done_bytes = total + shared.filling
+                ticker.received_bytes = shared.received + shared.filling
                 now_s = time.monotonic()
                 every_s = journal_interval_s(now_s - started_s)
                 due = now_s - saved_s >= every_s and total > saved_bytes
@@ -452,16 +463,21 @@ class ParallelTransfer:
                     file=self._file.rel,
                 )
             with memoryview(buffer) as view:
+                slices = ReadSlices(len(view))
                 while position < end and not shared.stop.is_set():
-                    # readinto fills the buffer unless the body ends or fails.
                     limit = min(fill_limit(position, len(view)), end - position)
-                    n = body.readinto(view[:limit])
-                    if not n or shared.stop.is_set():
+                    n, failure = _fill(body, view[:limit], shared, slices)
+                    if shared.stop.is_set():
+                        break  # nothing written once the transfer stops
+                    if n:
+                        buffered = shared.writer.write(view[:n], position)
+                        shared.count(n, buffered)
+                        shared.ranges.add(position, position + n)
+                        position += n
+                    if failure is not None:
+                        raise failure
+                    if not n:
                         break
-                    buffered = shared.writer.write(view[:n], position)
-                    shared.ranges.add(position, position + n)
-                    shared.count(n, buffered)
-                    position += n
         finally:
             body.close()
         if position < end and not shared.stop.is_set():
@@ -471,6 +487,28 @@ class ParallelTransfer:
                 answered=True,
             )
         return position
+
+
+def _fill(
+    body: Body, view: memoryview, shared: _Shared, slices: ReadSlices
+) -> tuple[int, SourceError | None]:
+    """Fill `view` a slice at a time unless the body ends or fails, each
+    slice counted as it arrives: the bytes read, and the failure that came
+    after some of them (they are written before it is raised)."""
+    n = 0
+    while n < len(view) and not shared.stop.is_set():
+        try:
+            got = body.readinto(view[n : n + slices.size_bytes])
+        except SourceError as failure:
+            if not n:
+                raise
+            return n, failure
+        slices.took()
+        if not got:
+            break
+        n += got
+        shared.arrived(got)
+    return n, None
 
 
 class _Growth:

@@ -18,6 +18,8 @@ from llmkube_stager.transfer.writemode import PageCacheBudget
 if TYPE_CHECKING:
     from hashlib import _Hash
 
+    from llmkube_stager.transfer.progress import ModelProgress
+
 
 @dataclass(frozen=True)
 class TransferEffects:
@@ -46,6 +48,8 @@ class TransferEffects:
     # partial without listing the directory (#16: one listing per file is
     # O(files^2) for a model of many files).
     no_partials: frozenset[str] = frozenset()
+    # The run's bytes across files, for the model's part of a progress line.
+    model: ModelProgress | None = None
 
 
 @dataclass(frozen=True)

@@ -272,7 +272,8 @@ def stack() -> Iterator[ExitStack]:
 
 @pytest.mark.parametrize("setup", SCENARIOS.values(), ids=SCENARIOS.keys())
 def test_no_canary_in_any_output(pod: Pod, origin: Origin, stack: ExitStack, setup: Setup) -> None:
-    pod.env.update(ENV_SECRETS)
+    # At the debug level (#46 item 5), which adds a line for each request.
+    pod.env.update({**ENV_SECRETS, "LLMKUBE_LOG_LEVEL": "debug"})
     scenario = setup(pod, origin, stack)
     run = pod.run(*scenario.args, env=scenario.env, timeout=30)
     assert run.returncode == scenario.expected_exit_code, str(run)
@@ -356,11 +357,15 @@ def test_hf_token_not_forwarded_across_a_redirect(pod: Pod, origin: Origin) -> N
     with Origin() as cdn:
         cdn.put("/blob/model.gguf", DATA)
         origin.set_fault(HF_PATH, Fault(redirect_to=cdn.url + "/blob/model.gguf"))
-        pod.env.update(ENV_SECRETS, HF_ENDPOINT=origin.url)
+        pod.env.update(ENV_SECRETS, HF_ENDPOINT=origin.url, LLMKUBE_LOG_LEVEL="debug")
         dest = pod.single(origin.url + HF_PATH)
         run = pod.run("stage")
         assert run.returncode == 0, str(run)
         assert dest.read_bytes() == DATA
+        # The debug line of the redirect names where it went; the next, that
+        # no credentials went there.
+        assert run.has_line(f"| Location: {cdn.url}/blob/model.gguf"), run.stderr
+        assert any(x.startswith(f"> GET {cdn.url}/") and "auth:" not in x for x in run.lines)
         hf_requests = origin.requests(HF_PATH)
         assert hf_requests
         assert all(r.headers.get("authorization") == f"Bearer {HF_TOKEN}" for r in hf_requests)

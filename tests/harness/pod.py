@@ -40,7 +40,13 @@ from llmkube_stager.errors import StagerError
 from llmkube_stager.logs import Log, Redactor, display_url
 from llmkube_stager.model import Decision, FsInfo, Outcome
 from llmkube_stager.staging import Effects, run_stage
-from llmkube_stager.termination import encode, failure_doc, failure_message, success_doc
+from llmkube_stager.termination import (
+    encode,
+    failure_doc,
+    failure_message,
+    log_staged,
+    success_doc,
+)
 from tests.harness.audit import AUDITED_CLI, parse_network, parse_writes
 from tests.harness.contract import exit_code_of
 from tests.harness.schema import checked_termination, validate_termination
@@ -614,7 +620,7 @@ class Pod:
                 time.monotonic() - started, sleeps, error=err,
             )  # fmt: skip
         doc = success_doc(outcome, prepared.manifest.display_source)
-        log.info("staged", doc["message"], seconds=round(outcome.seconds, 3))
+        log_staged(log, doc, outcome)
         return Run(
             ("stage",), 0, "", stream.getvalue(), checked_termination(encode(doc)),
             time.monotonic() - started, sleeps, outcome=outcome,

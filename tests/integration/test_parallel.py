@@ -266,3 +266,36 @@ def test_with_o_direct_a_large_file_starts_as_one_stream(pod, origin) -> None:
     assert pod.dest().read_bytes() == data
     first = origin.requests(PATH, "GET")[0]
     assert "range" not in first.headers, "split at once although written with O_DIRECT"
+
+
+def test_progress_over_ranges_counts_bytes_as_they_arrive(pod, origin) -> None:
+    """#46 item 5: a ranged connection's progress is its bytes as they come,
+    not its 1 MiB buffers once written; the rate is this run's bytes only
+    (not the 38 MiB a killed writer left). Run as the CLI, JSON logs."""
+    data = payload(SIZE, seed=5)
+    origin.put(PATH, data)
+    origin.set_fault(PATH, Fault(rate_bytes_per_s=250_000, methods=("GET",)))
+    dest = pod.dest()
+    done_to = 38 * MIB  # one range of 2 MiB left: ~8 s at 250 KB/s
+    _left_by_a_killed_parallel_transfer(dest, data, done_to)
+    env = pod.single_env(
+        origin.url + PATH,
+        LLMKUBE_CONNECTIONS="4",
+        PROGRESS_INTERVAL="0.5",
+        LLMKUBE_LOG_FORMAT="json",
+    )
+
+    run = pod.run("stage", env=env)
+
+    run.ok(files=1, fetched=1, nbytes=SIZE - done_to)
+    assert dest.read_bytes() == data
+    events = [json.loads(line) for line in run.stderr.splitlines()]
+    progress = [e for e in events if e["event"] == "progress"]
+    done = [e["bytes_done"] for e in progress]
+    assert done == sorted(done) and all(done_to <= d <= SIZE for d in done), done
+    # Before: 38 MiB until the first 1 MiB buffer was whole (4 s), then 39 MiB.
+    assert len(set(done)) >= 6, done
+    assert all(e["rate_bps"] < 1_000_000 for e in progress), progress
+    (received,) = [e for e in events if e["event"] == "received"]
+    assert received["bytes"] == SIZE - done_to and received["size_bytes"] == SIZE
+    assert received["msg"].endswith("; the other 38.0 MiB were resumed from a partial")

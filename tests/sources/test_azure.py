@@ -143,10 +143,12 @@ def test_a_sas_in_the_url_is_used_and_never_shown(pod, az, container) -> None:
     sas = container_sas(container, read=True, list=True)
     source = Azurite.source(container, "model.gguf") + "?" + sas
     env = pod.single_env(source, AZURE_STORAGE_CONNECTION_STRING=az.connection_string(key=False))
+    env["LLMKUBE_LOG_LEVEL"] = "debug"  # each request's line too (#46 item 5)
 
     run = pod.run(env=env).ok(files=1, fetched=1)
 
     assert pod.dest().read_bytes() == data
+    assert any(x.startswith("> GET ") and "sig=***" in x for x in run.lines), run.stderr
     (get,) = blob_gets(az, container)
     signature = parse_qs(sas)["sig"][0]
     assert get.params["sig"] == [signature]

@@ -76,11 +76,13 @@ def test_single_object_with_a_service_account_key(
     key = token_endpoint.key_file(pod.tmp / "key.json")
     _accept_issued(gcs, token_endpoint)
     env = pod.single_env(f"gs://{bucket}/models/llama.gguf", **_key_env(gcs, no_metadata, key))
+    env["LLMKUBE_LOG_LEVEL"] = "debug"  # each request's line too (#46 item 5)
 
     run = pod.run(env=env)
 
     run.ok(files=1, fetched=1)
     assert pod.dest().read_bytes() == data
+    assert any(x.startswith("> GET ") and "| auth: Bearer <" in x for x in run.lines), run.stderr
     assert "Downloading model from Google Cloud Storage..." in run.stderr
     (token,) = token_endpoint.issued
     meta, media = gcs.requests("meta"), gcs.requests("media")

@@ -17,6 +17,7 @@ from llmkube_stager.config import (
     VARS,
     Config,
     Secrets,
+    early_log_level,
     early_settings,
     load_config,
     secret_values,
@@ -97,6 +98,7 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("LLMKUBE_TERMINATION_LOG", "/tmp/term", SINGLE, "termination_log", "/tmp/term", "/other"),
     ("PROGRESS_INTERVAL", "2.5", SINGLE, "progress_interval_s", 2.5, "30"),
     ("LLMKUBE_LOG_FORMAT", "json", SINGLE, "log_format", "json", "text"),
+    ("LLMKUBE_LOG_LEVEL", "debug", SINGLE, "log_level", "debug", "info"),
     ("LLMKUBE_CONNECT_TIMEOUT", "3", SINGLE, "timeouts.connect_s", 3.0, "4"),
     ("LLMKUBE_STALL_TIMEOUT", "45.5", SINGLE, "timeouts.stall_s", 45.5, "4"),
     ("LLMKUBE_RETRIES", "0", SINGLE, "timeouts.retries", 0, "9"),
@@ -307,6 +309,7 @@ BAD_VALUES = [
     ("LLMKUBE_RETRIES", "1.5"),
     ("LLMKUBE_RETRIES", "many"),
     ("LLMKUBE_LOG_FORMAT", "xml"),
+    ("LLMKUBE_LOG_LEVEL", "verbose"),
     ("MODEL_SHA256", "abc"),
     ("MODEL_SHA256", "g" * 64),
     ("MODEL_SHA256", "a" * 63),
@@ -663,6 +666,14 @@ def test_early_settings_defaults() -> None:
 def test_early_settings_are_lenient_and_case_insensitive() -> None:
     assert early_settings({"LLMKUBE_LOG_FORMAT": "JSON"}, {}) == ("json", "/dev/termination-log")
     assert early_settings({"LLMKUBE_LOG_FORMAT": "xml"}, {})[0] == "text"
+
+
+def test_early_log_level_is_lenient_and_the_flag_wins() -> None:
+    assert early_log_level({}, {}) == "info"
+    assert early_log_level({"LLMKUBE_LOG_LEVEL": "DEBUG"}, {}) == "debug"
+    assert early_log_level({"LLMKUBE_LOG_LEVEL": "verbose"}, {}) == "info"  # refused later
+    flags: dict[str, str | None] = {"LLMKUBE_LOG_LEVEL": "error"}
+    assert early_log_level({"LLMKUBE_LOG_LEVEL": "debug"}, flags) == "error"
 
 
 def test_early_settings_flag_wins() -> None:

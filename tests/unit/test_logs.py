@@ -154,3 +154,26 @@ def test_an_unbuffered_log_writes_every_line_as_it_comes() -> None:
     stream = _CountingStream()
     _warm_burst(Log(stream), 5)
     assert stream.writes == 5
+
+
+# -- levels and script lines (#46 item 5) -------------------------------------------------
+
+
+def test_events_below_the_level_are_not_written() -> None:
+    out = io.StringIO()
+    log = Log(out, "text", Redactor(), level="warning")
+    log.debug("http_request", "> GET http://h/x < 200")
+    log.info("staged", "Model staged: 1 files")
+    log.script_line("progress_script", "Downloaded 1 MiB of 4 MiB (25%)")
+    log.warning("retry", "retrying")
+    assert out.getvalue().splitlines() == ["WARNING: retrying"]
+    assert not log.debugging and log.bind(file="x").level == "warning"
+
+
+def test_a_script_line_is_text_only() -> None:
+    log, out = text_log()
+    log.script_line("progress_script", "Downloaded 1 MiB of 4 MiB (25%)")
+    assert out.getvalue() == "Downloaded 1 MiB of 4 MiB (25%)\n"
+    stream = io.StringIO()
+    Log(stream, "json", Redactor()).script_line("progress_script", "Downloaded 1 MiB")
+    assert stream.getvalue() == ""

@@ -62,6 +62,10 @@ class AzureClient:
         )
         self.log: Log | None = None
 
+    def bind_log(self, log: Log) -> None:
+        """Its own reports, and each exchange at the debug level."""
+        self.log = self._pool.log = log
+
     def ssl_context(self) -> Any:
         if self._ssl is None:
             from llmkube_stager.sources.wire.tls import make_ssl_context

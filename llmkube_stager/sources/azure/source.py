@@ -141,7 +141,7 @@ class AzureFetcher:
     def bind_log(self, log: Log) -> None:
         from llmkube_stager.sources.azure.credentials import Anonymous
 
-        self._client.log = log
+        self._client.bind_log(log)
         if isinstance(self._client.credential, Anonymous):
             log.info(
                 "azure_anonymous",

@@ -156,7 +156,7 @@ class GcsFetcher:
     def bind_log(self, log: Log) -> None:
         from llmkube_stager.sources.gcs.ref import is_emulator
 
-        self._session.log = log
+        self._session.log = self._session.pool.log = log
         self._log = log
         if is_emulator(self._config.gcs_emulator_host):
             # Said here: the session chose before a log was bound (preflight).

@@ -286,7 +286,9 @@ class HfFetcher:
         return self._http.open(file, meta, offset, end)
 
     def bind_log(self, log: Log) -> None:
-        """The hub client logs through the run's Log already (RunMemo)."""
+        """The hub client logs through the run's Log already (RunMemo);
+        the file downloads' exchanges at the debug level."""
+        self._http.bind_log(log)
 
     def close(self) -> None:
         self._http.close()

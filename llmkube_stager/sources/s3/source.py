@@ -135,6 +135,7 @@ class S3Fetcher:
     def bind_log(self, log: Log) -> None:
         self._log = log
         self._clients.log = log
+        self._http.bind_log(log)
 
     def _where(self, file: RemoteFile) -> tuple[str, str]:
         rel = listed_key(self._listed, file.rel)  # #31 item 4

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from llmkube_stager.errors import known
+from llmkube_stager.logs import Log
 from llmkube_stager.proxy import Proxy, ProxySettings
 from llmkube_stager.sources.wire.errors import ProxyRefused, translate_network_error
 from llmkube_stager.sources.wire.setup import bounded_setup
@@ -107,6 +108,8 @@ class ConnectionPool:
         self._proxies = proxies or ProxySettings()
         self._idle: dict[Origin, list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
+        # The run's log, for each exchange at the debug level (trace.py).
+        self.log: Log | None = None
 
     def proxy_for(self, origin: Origin) -> Proxy | None:
         return self._proxies.for_url(origin.scheme, origin.host, origin.port)

@@ -133,6 +133,10 @@ def _request(
             conn.request(method, target, headers={**headers, **proxy_headers})
             resp = conn.getresponse()
             _decode_chunks(resp, method)
+            if pool.log is not None and pool.log.debugging:
+                from llmkube_stager.sources.wire.trace import trace_exchange
+
+                trace_exchange(pool.log, method, url, headers, resp)
             return conn, resp
         except _STALE_ERRORS as exc:
             conn.close()

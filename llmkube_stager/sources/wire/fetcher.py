@@ -100,7 +100,8 @@ class HttpFetcher:
         return self._auth
 
     def bind_log(self, log: Log) -> None:
-        """Nothing of its own to report."""
+        """Each exchange at the debug level (trace.py)."""
+        self._pool.log = log
 
     def close(self) -> None:
         self._pool.close()
