@@ -34,7 +34,7 @@ from llmkube_stager.sources.wire.errors import translate_network_error
 from llmkube_stager.sources.wire.status import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
-    AuthPolicy,
+    Authorizer,
     Origin,
     next_hop,
     parse_content_range,
@@ -205,7 +205,7 @@ def open_get(
     pool: ConnectionPool,
     url: str,
     headers: dict[str, str],
-    auth: AuthPolicy,
+    auth: Authorizer,
     offset: int,
     end: int | None = None,
     asked_url: str | None = None,
@@ -242,7 +242,7 @@ def head(
     pool: ConnectionPool,
     url: str,
     headers: dict[str, str],
-    auth: AuthPolicy,
+    auth: Authorizer,
     proof: CodingProof = NO_PROOF,
 ) -> tuple[str, int, dict[str, str]]:
     """HEAD with redirects followed by hand, as `open_get` does: (the final
