@@ -197,7 +197,8 @@ SCHEMES: tuple[Scheme, ...] = (
         "oci",
         ("oci", "oci+fetch"),
         "llmkube_stager.sources.oci.source:OciSource",
-        kserve=None,
+        # KServe's initializer: every layer of the artifact under DEST_DIR.
+        kserve="prefix",
         lock_remedy=REMEDY_LOCK_UNSUPPORTED_OCI,
         rate_limited_remedy=REMEDY_RATE_LIMITED_OCI,
         lists=True,

@@ -96,10 +96,15 @@ def test_a_modelpack_artifact_is_staged_and_a_warm_start_asks_nothing(
     listing = json.loads((pod.cache_dir / ".llmkube-listing").read_bytes())
     assert listing["base"] == digest
 
+    stamp = (pod.cache_dir / "model.safetensors.sha256").read_text()
+    assert stamp.split()[0] == sha256_digest(WEIGHTS).partition(":")[2]
+
     before = len(front.seen())
     again = pod.run(env=_env(front, "org/llama:v1", pod))
     assert again.returncode == 0, again
     assert again.stats[:2] == (3, 0)
+    checked = pod.run("verify", env=_env(front, "org/llama:v1", pod))
+    assert checked.returncode == 0, checked
     assert len(front.seen()) == before
 
 
@@ -169,6 +174,17 @@ def test_on_change_fetches_only_the_layers_whose_digest_moved(
     assert (pod.cache_dir / "config.json").read_bytes() == b"{}"
     blobs = [s.path for s in front.seen()[mark:] if "/blobs/" in s.path]
     assert blobs == [f"/v2/org/llama/blobs/{sha256_digest(b'{}')}"]
+
+
+def test_kserve_oci_fetch_form_stages_every_layer_under_dest(
+    pod: Pod, registry: Registry, front: RegistryFront
+) -> None:
+    """KServe's initializer form: `oci+fetch://...` and a DEST_DIR."""
+    push_image(registry, "org/llama", "v1", _model())
+    dest = pod.tmp / "mnt" / "models"
+    run = pod.run(f"oci+fetch://{front.hostport}/org/llama:v1", str(dest))
+    assert run.returncode == 0, run
+    _assert_model(dest)
 
 
 # -- faults ---------------------------------------------------------------------------------
