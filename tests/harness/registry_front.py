@@ -9,6 +9,8 @@ an Authorization), and a test scripts what the registry "does" wrong:
 - `flip(match, at)`: one byte of the body changed in flight;
 - `ignore_range`: Range stripped, so the registry answers 200 and all;
 - `delay(match, seconds)`: wait before forwarding (a token expires);
+- `slow(match, bytes_per_s)`: the body sent at that rate (a kill lands
+  mid-layer); `sent_bytes` counts the body bytes sent to the agent;
 - `redirect_blobs(storage)`: blob GETs answered 307 to another host,
   `BlobStorage`, which serves the same bytes without asking for auth and
   records whether an Authorization reached it.
@@ -57,6 +59,7 @@ class FrontState(Clients):
     faults: list[Fault] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
     ignore_range: bool = False
+    sent_bytes: int = 0
     storage: BlobStorage | None = None
 
     def __post_init__(self) -> None:
@@ -113,6 +116,9 @@ class RegistryFront(Lifecycle):
 
     def delay(self, match: str, seconds: float, times: int = 1) -> None:
         self.add(match, "delay", seconds=seconds, times=times)
+
+    def slow(self, match: str, bytes_per_s: int, times: int = 1) -> None:
+        self.add(match, "slow", at=bytes_per_s, times=times)
 
     def seen(self, method: str = "", part: str = "") -> list[Seen]:
         with self.state.lock:
@@ -193,7 +199,14 @@ class _FrontHandler(TrackedHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
-        self.wfile.write(body)
+        slow = front.take(self.path, ("slow",))
+        step = max(1, slow.at // 20) if slow is not None else len(body) or 1
+        for start in range(0, len(body), step):
+            self.wfile.write(body[start : start + step])
+            with front.lock:
+                front.sent_bytes += len(body[start : start + step])
+            if slow is not None:
+                time.sleep(0.05)
 
     def _plain(self, status: int, headers: dict[str, str]) -> None:
         self.send_response(status)

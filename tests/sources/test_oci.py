@@ -7,6 +7,7 @@ themselves (#43). What went over the wire is the front's record.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.harness.canary import canary, leaks, outputs_of
 from tests.harness.features import missing_feature
-from tests.harness.pod import ON_CHANGE, Pod
+from tests.harness.pod import ON_CHANGE, Pod, wait_for
 from tests.harness.registry import (
     DOCKER_LIST,
     DOCKER_MANIFEST,
@@ -214,6 +215,32 @@ def test_a_dropped_connection_and_a_503_are_resumed(
     _assert_model(pod.cache_dir)
     ranges = [s.range for s in front.seen("GET", sha256_digest(WEIGHTS))]
     assert ranges[-1].startswith(f"bytes={MIB}-"), ranges
+
+
+def test_a_pod_killed_mid_layer_resumes_from_its_partial(
+    pod: Pod, registry: Registry, front: RegistryFront
+) -> None:
+    """SIGKILL while the weights layer is received (config.json published
+    already, so the listing is recorded); the restarted pod asks no
+    manifest and resumes the layer with a Range."""
+    big = payload(32 * MIB)
+    layers = [modelpack_layer("config.json", CONFIG), modelpack_layer("model.safetensors", big)]
+    push_image(registry, "org/big", "v1", layers)
+    front.slow(sha256_digest(big), bytes_per_s=16 * MIB)
+    env = _env(front, "org/big:v1", pod, LLMKUBE_CONNECTIONS="1", LLMKUBE_FILES_IN_FLIGHT="1")
+    proc = pod.popen(env=env)
+    wait_for(lambda: front.state.sent_bytes >= 20 * MIB, 30, "20 MiB sent", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    manifests = len(front.seen("GET", "/manifests/"))
+
+    run = pod.run(env=env)
+    assert run.returncode == 0, run
+    assert (pod.cache_dir / "model.safetensors").read_bytes() == big
+    assert len(front.seen("GET", "/manifests/")) == manifests == 1
+    resume = front.seen("GET", sha256_digest(big))[-1]
+    offset = int(resume.range.removeprefix("bytes=").split("-")[0])
+    assert 0 < offset < len(big) and resume.status == 206
 
 
 def test_a_registry_that_ignores_range_is_read_as_one_stream(
