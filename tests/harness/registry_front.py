@@ -225,6 +225,8 @@ class BlobStorage(Lifecycle):
         self.registry = registry
         self.state = Clients()
         self.authorized: list[bool] = []
+        # Answer 403 to this many requests first (a signed URL expired).
+        self.expired = 0
         self._server: LoopbackServer | None = None
 
     @property
@@ -251,6 +253,12 @@ class _StorageHandler(TrackedHandler):
     def do_GET(self) -> None:
         storage: BlobStorage = self.server.storage  # type: ignore[attr-defined]
         storage.authorized.append("Authorization" in self.headers)
+        if storage.expired > 0:
+            storage.expired -= 1
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         repo, _, digest = self.path.removeprefix("/v2/").partition("/blobs/")
         data = storage.registry.read_blob(repo, digest)
         start, end = 0, len(data) - 1

@@ -383,6 +383,20 @@ def test_a_blob_redirected_to_another_host_gets_no_authorization(pod: Pod) -> No
         assert all(s.authorized for s in fr.seen("GET", "/blobs/"))
 
 
+def test_a_signed_redirect_that_expired_is_asked_for_again(pod: Pod) -> None:
+    """The storage host answers 403 once (its signed URL expired): the
+    agent asks the registry again, which redirects anew, and the layer
+    completes."""
+    with _started("anonymous") as reg, RegistryFront(reg) as fr, BlobStorage(reg) as storage:
+        push_image(reg, "org/llama", "v1", _model())
+        fr.state.storage = storage
+        storage.expired = 1
+        run = pod.run(env=_env(fr, "org/llama:v1", pod, LLMKUBE_FILES_IN_FLIGHT="1"))
+        assert run.returncode == 0, run
+        _assert_model(pod.cache_dir)
+        assert len(storage.authorized) == 4
+
+
 def _rekey(config_dir: Path, old: str, new: str) -> None:
     path = config_dir / "config.json"
     doc = json.loads(path.read_text())

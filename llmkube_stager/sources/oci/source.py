@@ -168,10 +168,16 @@ class OciFetcher:
         try:
             return self._open(file, meta, offset, end)
         except SourceError as err:
-            # A token that expired during a long pull (Docker Hub's last
-            # 300 s), or none asked for yet (a run resumed from its record):
-            # asked for again once, and the transfer goes on.
-            if err.wire is None or err.wire.http_status != 401 or not self._client.reauthorize():
+            status = err.wire.http_status if err.wire is not None else None
+            # 401: a token that expired during a long pull (Docker Hub's
+            # last 300 s), or none asked for yet (a run resumed from its
+            # record): asked for again once, and the transfer goes on.
+            # 403: where a blob is redirected to storage, a signed URL that
+            # expired; every open starts at the registry, which signs a new
+            # one. Once each: a refusal that stays is the registry's answer.
+            if status == 401 and self._client.reauthorize():
+                pass
+            elif status != 403:
                 raise
         return self._open(file, meta, offset, end)
 
