@@ -26,7 +26,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any, Literal, Self
 from urllib.parse import parse_qs, urlsplit
 
 from tests.harness.lifecycle import Lifecycle
-from tests.harness.loopback import Clients, LoopbackServer, TrackedHandler
+from tests.harness.loopback import Clients, LoopbackHTTP, TrackedHandler
 
 Mode = Literal["anonymous", "basic", "token"]
 HOST = "127.0.0.1"
@@ -342,7 +341,7 @@ def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-class TokenServer(Lifecycle):
+class TokenServer(LoopbackHTTP):
     """The realm of the bearer flow: GET with Basic credentials, or POST an
     OAuth2 refresh_token grant (docker's identitytoken), answers a signed JWT
     for the scopes asked. It records each request's form, never a secret."""
@@ -377,27 +376,11 @@ class TokenServer(Lifecycle):
         with open(self.cert_path, "wb") as handle:
             handle.write(self._cert.public_bytes(serialization.Encoding.PEM))
         self._x5c = base64.b64encode(self._cert.public_bytes(serialization.Encoding.DER)).decode()
-        self._state = Clients()
-        self._server: LoopbackServer | None = None
+        super().__init__(_TokenState(self), _TokenHandler)
 
     @property
     def realm(self) -> str:
-        assert self._server is not None
-        return f"http://{HOST}:{self._server.server_port}/token"
-
-    def start(self) -> Self:
-        self._server = LoopbackServer(self._state, None, 0, _TokenHandler)
-        self._server.tokens = self  # type: ignore[attr-defined]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._state.stop.set()
-            self._server.shutdown()
-            self._state.hang_up_clients(0.9)
-            self._server.server_close()
-            self._server = None
+        return f"{self.url}/token"
 
     def mint(self, subject: str, scopes: list[tuple[str, list[str]]]) -> str:
         from cryptography.hazmat.primitives import hashes
@@ -434,9 +417,17 @@ def _scopes(values: list[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
+class _TokenState(Clients):
+    def __init__(self, tokens: TokenServer) -> None:
+        super().__init__()
+        self.tokens = tokens
+
+
 class _TokenHandler(TrackedHandler):
     def _tokens(self) -> TokenServer:
-        return self.server.tokens  # type: ignore[attr-defined,no-any-return]
+        state = self.server.state
+        assert isinstance(state, _TokenState)
+        return state.tokens
 
     def _answer(self, status: int, doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()

@@ -22,13 +22,10 @@ requests as `times` says (default 1).
 from __future__ import annotations
 
 import http.client
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Self
 
-from tests.harness.lifecycle import Lifecycle
-from tests.harness.loopback import Clients, LoopbackServer, TrackedHandler
+from tests.harness.loopback import Clients, LoopbackHTTP, LoopbackServer, TrackedHandler
 from tests.harness.registry import HOST, Registry
 
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length"})
@@ -74,32 +71,16 @@ class FrontState(Clients):
         return None
 
 
-class RegistryFront(Lifecycle):
+class RegistryFront(LoopbackHTTP):
+    _name = "registry-front"
+
     def __init__(self, registry: Registry) -> None:
         self.state = FrontState(upstream_port=registry.port)
-        self._server: LoopbackServer | None = None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.server_port)
+        super().__init__(self.state, _FrontHandler)
 
     @property
     def hostport(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def start(self) -> Self:
-        self._server = LoopbackServer(self.state, None, 0, _FrontHandler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def close(self) -> None:
-        if self._server is not None:
-            self.state.stop.set()
-            self._server.shutdown()
-            self.state.hang_up_clients(0.9)
-            self._server.server_close()
-            self._server = None
+        return self.url.removeprefix("http://")
 
     def add(self, match: str, kind: str, **kw: float) -> None:
         with self.state.lock:
@@ -216,42 +197,48 @@ class _FrontHandler(TrackedHandler):
         self.end_headers()
 
 
-class BlobStorage(Lifecycle):
+class BlobStorage(LoopbackHTTP):
     """Another host serving blobs (S3 or a CDN behind a registry): it reads
     them from the registry with the harness's own credentials and records
-    whether the agent sent it an Authorization (it never should)."""
+    whether the agent sent it an Authorization (it never should). Named
+    `localhost`, so it is another origin than the registry's 127.0.0.1."""
+
+    _name = "blob-storage"
 
     def __init__(self, registry: Registry) -> None:
-        self.registry = registry
-        self.state = Clients()
-        self.authorized: list[bool] = []
-        # Answer 403 to this many requests first (a signed URL expired).
-        self.expired = 0
-        self._server: LoopbackServer | None = None
+        self.state = StorageState(registry)
+        super().__init__(self.state, _StorageHandler)
+
+    @property
+    def authorized(self) -> list[bool]:
+        return self.state.authorized
+
+    @property
+    def expired(self) -> int:
+        return self.state.expired
+
+    @expired.setter
+    def expired(self, count: int) -> None:
+        self.state.expired = count
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://localhost:{self._server.server_port}"
+        return super().url.replace(HOST, "localhost")
 
-    def start(self) -> Self:
-        self._server = LoopbackServer(self.state, None, 0, _StorageHandler)
-        self._server.storage = self  # type: ignore[attr-defined]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
 
-    def close(self) -> None:
-        if self._server is not None:
-            self.state.stop.set()
-            self._server.shutdown()
-            self.state.hang_up_clients(0.9)
-            self._server.server_close()
-            self._server = None
+class StorageState(Clients):
+    def __init__(self, registry: Registry) -> None:
+        super().__init__()
+        self.registry = registry
+        self.authorized: list[bool] = []
+        # Answer 403 to this many requests first (a signed URL expired).
+        self.expired = 0
 
 
 class _StorageHandler(TrackedHandler):
     def do_GET(self) -> None:
-        storage: BlobStorage = self.server.storage  # type: ignore[attr-defined]
+        storage = self.server.state
+        assert isinstance(storage, StorageState)
         storage.authorized.append("Authorization" in self.headers)
         if storage.expired > 0:
             storage.expired -= 1
