@@ -188,6 +188,21 @@ def test_kserve_oci_fetch_form_stages_every_layer_under_dest(
     _assert_model(dest)
 
 
+def test_on_change_of_an_unmoved_tag_costs_one_head(
+    pod: Pod, registry: Registry, front: RegistryFront
+) -> None:
+    push_image(registry, "org/llama", "v1", _model())
+    assert pod.run(env=_env(front, "org/llama:v1", pod)).returncode == 0
+    mark = len(front.seen())
+    run = pod.run(env=_env(front, "org/llama:v1", pod, **ON_CHANGE))
+    assert run.returncode == 0, run
+    assert run.stats[:2] == (3, 0)
+    assert [(s.method, s.path) for s in front.seen()[mark:]] == [
+        ("HEAD", "/v2/org/llama/manifests/v1")
+    ]
+    _assert_model(pod.cache_dir)
+
+
 # -- faults ---------------------------------------------------------------------------------
 
 

@@ -96,6 +96,17 @@ class OciSource:
         )
         return Listing(self.listing_source, digest, files)
 
+    def listing_digest(self, retry: Callable[[Callable[[], Any]], Any]) -> str | None:
+        """The digest the reference names now, by one HEAD (OnChange). For
+        an index it is the index's, never a recorded platform manifest's:
+        such a reference is asked again in full."""
+        ref = self.ref
+        if ref.digest is not None:
+            return ref.digest
+        client = self._registry()
+        named: str | None = retry(lambda: client.head_digest(ref.reference))
+        return named
+
     def use_listing(self, listing: Listing) -> None:
         self.listing = listing
 
