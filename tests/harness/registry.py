@@ -356,6 +356,7 @@ class TokenServer(LoopbackHTTP):
 
         self.user, self.password, self.ttl_s = user, password, ttl_s
         self.refresh_token = ""
+        self.public = False  # anonymous tokens may pull
         self.requests: list[dict[str, str]] = []
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmkube token issuer")])
@@ -454,7 +455,9 @@ class _TokenHandler(TrackedHandler):
             self._answer(401, {"details": "bad credentials"})
             return
         subject = tokens.user if auth else ""
-        scopes = _scopes(query.get("scope", [])) if auth else []
+        # Anonymous tokens pull only where the registry is public (Docker
+        # Hub's public images).
+        scopes = _scopes(query.get("scope", [])) if auth or tokens.public else []
         token = tokens.mint(subject, scopes)
         self._answer(200, {"token": token, "expires_in": tokens.ttl_s})
 

@@ -148,6 +148,41 @@ def test_an_index_without_the_platform_is_refused_by_name(
     assert not (pod.cache_dir / "model.safetensors").exists()
 
 
+def test_docker_model_runner_layers_get_the_runner_s_names(
+    pod: Pod, registry: Registry, front: RegistryFront
+) -> None:
+    gguf = payload(MIB + 3)
+    layers = [
+        Layer(gguf, "application/vnd.docker.ai.gguf.v3"),
+        Layer(b"MIT\n", "application/vnd.docker.ai.license"),
+    ]
+    push_image(
+        registry,
+        "ai/smol",
+        "latest",
+        layers,
+        config_media="application/vnd.docker.ai.model.config.v0.1+json",
+    )
+    run = pod.run(env=_env(front, "ai/smol", pod))
+    assert run.returncode == 0, run
+    assert (pod.cache_dir / "model.gguf").read_bytes() == gguf
+    assert (pod.cache_dir / "LICENSE").read_bytes() == b"MIT\n"
+
+
+@pytest.mark.parametrize("name", ["../../escape.bin", "/etc/cron.d/x", ".llmkube-listing"])
+def test_a_hostile_file_name_refuses_the_artifact_and_writes_nothing(
+    pod: Pod, registry: Registry, front: RegistryFront, name: str
+) -> None:
+    layers = [modelpack_layer("config.json", CONFIG), modelpack_layer(name, b"evil")]
+    push_image(registry, "org/evil", "v1", layers)
+    run = pod.run(env=_env(front, "org/evil:v1", pod))
+    assert run.returncode in (2, 4), run
+    assert run.reason == "InvalidFileSet", run
+    assert not front.seen("GET", "/blobs/")
+    assert not (pod.tmp / "escape.bin").exists() and not (pod.models / "escape.bin").exists()
+    assert not pod.cache_dir.exists() or not (pod.cache_dir / "config.json").exists()
+
+
 def test_an_archive_layer_is_refused_before_any_blob_is_fetched(
     pod: Pod, registry: Registry, front: RegistryFront
 ) -> None:
@@ -339,6 +374,19 @@ def test_credentials_from_a_docker_config_never_printed(pod: Pod, mode: Mode) ->
             assert reg.token_server is not None
             asked = [r for r in reg.token_server.requests if r["auth"] == "Basic"]
             assert asked and asked[0]["scope"] == "repository:org/private:pull"
+
+
+def test_a_public_repository_behind_the_bearer_flow_needs_no_credentials(pod: Pod) -> None:
+    """Docker Hub's public images: a 401 with a Bearer challenge, an
+    anonymous token from the realm, then the pull."""
+    with _started("token") as reg, RegistryFront(reg) as fr:
+        assert reg.token_server is not None
+        reg.token_server.public = True
+        push_image(reg, "library/llama", "v1", _model())
+        run = pod.run(env=_env(fr, "library/llama:v1", pod))
+        assert run.returncode == 0, run
+        _assert_model(pod.cache_dir)
+        assert [r["auth"] for r in reg.token_server.requests] == [""]
 
 
 def test_an_identity_token_is_traded_at_the_realm(pod: Pod) -> None:

@@ -152,7 +152,9 @@ def layer_files(manifest: Parsed, where: str) -> tuple[tuple[str, Descriptor], .
         name = _named(layer)
         if name is None:
             raise _unsupported(layer, where)
-        files.append((name.lstrip("/"), layer))
+        # As annotated: an absolute or '..' name is refused with the rest
+        # of the listing's names (check_listed), never made relative.
+        files.append((name, layer))
     if not files:
         raise SourceError(
             f"{where} has no layer: no file to stage",
