@@ -389,6 +389,32 @@ def test_a_public_repository_behind_the_bearer_flow_needs_no_credentials(pod: Po
         assert [r["auth"] for r in reg.token_server.requests] == [""]
 
 
+@pytest.mark.parametrize("mode", ["basic", "token"])
+def test_a_wrong_password_is_unauthorized_with_the_registry_s_remedy(pod: Pod, mode: Mode) -> None:
+    with _started(mode) as reg, RegistryFront(reg) as fr:
+        push_image(reg, "org/private", "v1", _model())
+        wrong = canary("wrong")
+        config_dir = pod.tmp / "docker"
+        docker_config(str(config_dir), Registry(user=reg.user, password=wrong, port=reg.port))
+        _rekey(config_dir, reg.hostport, fr.hostport)
+        run = pod.run(env=_env(fr, "org/private:v1", pod, DOCKER_CONFIG=str(config_dir)))
+        assert run.returncode == 4, run
+        assert run.reason == "ModelSourceUnauthorized"
+        assert "LLMKUBE_OCI_DOCKER_CONFIG" in run.term["remedy"]
+        assert not leaks(wrong, *outputs_of(run, pod.models).values())
+
+
+def test_a_missing_tag_is_not_found_naming_the_reference(
+    pod: Pod, registry: Registry, front: RegistryFront
+) -> None:
+    push_image(registry, "org/llama", "v1", _model())
+    run = pod.run(env=_env(front, "org/llama:v2", pod))
+    assert run.returncode == 4, run
+    assert run.reason == "ModelSourceNotFound"
+    assert "org/llama:v2" in run.term["message"]
+    assert "tag" in run.term["remedy"]
+
+
 def test_an_identity_token_is_traded_at_the_realm(pod: Pod) -> None:
     with _started("token") as reg, RegistryFront(reg) as fr:
         assert reg.token_server is not None

@@ -151,7 +151,7 @@ class RegistryClient:
         answer = self.ask("GET", url, {"Accept": ACCEPT})
         where = f"{self.ref.display} (manifest {reference[:19]})"
         if answer.status != 200:
-            raise status_error(answer.status, answer.get, where)
+            raise _refused(answer, where)
         digest = "sha256:" + hashlib.sha256(answer.data).hexdigest()
         named = pinned or (answer.get("docker-content-digest") or "").strip()
         if named and named != digest:
@@ -162,8 +162,27 @@ class RegistryClient:
         """The digest a tag names now (one HEAD), when the registry says it."""
         answer = self.ask("HEAD", self.ref.manifest_url(reference), {"Accept": ACCEPT})
         if answer.status != 200:
-            raise status_error(answer.status, answer.get, self.ref.display)
+            raise _refused(answer, self.ref.display)
         return (answer.get("docker-content-digest") or "").strip() or None
+
+
+REMEDY_OCI_NOT_FOUND = (
+    "check the registry, repository and tag or digest of the oci:// reference (a registry may "
+    "answer 404 for a private repository the credentials cannot see)"
+)
+
+
+def _refused(answer: Answer, where: str) -> SourceError:
+    """The status's reason, with the registry's remedies where the generic
+    ones name another source's settings."""
+    err = status_error(answer.status, answer.get, where)
+    remedy = {
+        Reason.SOURCE_UNAUTHORIZED: REMEDY_OCI_UNAUTHORIZED,
+        Reason.SOURCE_NOT_FOUND: REMEDY_OCI_NOT_FOUND,
+    }.get(err.reason)
+    if remedy is None:
+        return err
+    return SourceError(err.detail, reason=err.reason, answered=True, wire=err.wire, remedy=remedy)
 
 
 def _manifest_mismatch(where: str, named: str, got: str, pinned: bool) -> SourceError:
