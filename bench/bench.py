@@ -34,6 +34,7 @@ import cases
 import gcs  # #33 item 5
 import kserve
 import manyfile
+import oci  # #43 item 5
 import shards
 from benchlib import HEADER, RUNS, Context, Row, Servers
 
@@ -46,6 +47,7 @@ def all_cases() -> list[benchlib.Case]:
         *kserve.CASES,
         *gcs.CASES,
         *azureblob.CASES,
+        *oci.CASES,
     ]
 
 

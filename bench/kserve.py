@@ -81,20 +81,26 @@ def kserve_python() -> str:
     """KServe's initializer's interpreter: `.bench/kserve-<version>`, built
     once with the dev venv's pip (its own dependencies, resolved by pip as
     a `pip install kserve-storage==...` in KServe's image would)."""
-    venv = os.path.join(ROOT, ".bench", f"kserve-{KSERVE_STORAGE_VERSION}")
+    return tool_python(
+        f"kserve-{KSERVE_STORAGE_VERSION}", f"kserve-storage=={KSERVE_STORAGE_VERSION}"
+    )
+
+
+def tool_python(name: str, requirement: str) -> str:
+    """A peer's own interpreter, `.bench/<name>` with `requirement`
+    installed, built once (never the dev venv)."""
+    venv = os.path.join(ROOT, ".bench", name)
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(os.path.join(venv, ".ready")):
-        print(f"building KServe's venv {os.path.relpath(venv, ROOT)} ...", flush=True)
+        print(f"building the venv {os.path.relpath(venv, ROOT)} ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", venv], check=True)
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", python]
         done = subprocess.run(
-            [*pip, "install", "--quiet", f"kserve-storage=={KSERVE_STORAGE_VERSION}"],
-            capture_output=True,
-            text=True,
+            [*pip, "install", "--quiet", requirement], capture_output=True, text=True
         )
         if done.returncode != 0:
             sys.stderr.write(done.stdout + done.stderr)
-            raise RuntimeError("pip install kserve-storage for the bench failed")
+            raise RuntimeError(f"pip install {requirement} for the bench failed")
         open(os.path.join(venv, ".ready"), "w").close()
     return python
 

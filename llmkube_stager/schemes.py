@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 # A manifest's kind: the key of the remedy tables and of the kind checks.
-SourceKind = Literal["http", "hf", "s3", "gcs", "local", "pvc", "azure"]
+SourceKind = Literal["http", "hf", "s3", "gcs", "local", "pvc", "azure", "oci"]
 
 # spec/behavior.md §9.4: one constant per source kind. The http/hf text is the
 # operator's (seed-000, TestCacheLockRemedyLogMatchesCondition).
@@ -62,6 +62,17 @@ REMEDY_RATE_LIMITED_AZURE = (
     "Azure Storage is throttling this client (503 ServerBusy); lower "
     "LLMKUBE_CONNECTIONS and LLMKUBE_FILES_IN_FLIGHT, prefetch the model once into a shared "
     "cache, or retry later (the account's scalability targets are per storage account)"
+)
+
+REMEDY_LOCK_UNSUPPORTED_OCI = (
+    "oci:// artifacts cannot be prefetched: stage the model onto this claim from a pod on "
+    "storage with cross-node flock support (NFSv4, CephFS), or use such storage for the model "
+    "cache"
+)
+REMEDY_RATE_LIMITED_OCI = (
+    "the registry is rate limiting this client (Docker Hub limits anonymous pulls); give its "
+    "credentials in a docker config.json (LLMKUBE_OCI_DOCKER_CONFIG), lower "
+    "LLMKUBE_CONNECTIONS, prefetch the model once into a shared cache, or retry later"
 )
 
 # How KServe's storage URI of a scheme becomes a pair (kserve/uris.py):
@@ -179,6 +190,19 @@ SCHEMES: tuple[Scheme, ...] = (
             r"[a-z0-9]+\.blob\.core\.windows\.net",
             r"[a-z0-9]+\.z[0-9]{1,2}\.blob\.storage\.azure\.net",
         ),
+    ),
+    # #43: model artifacts in an OCI registry (ModelPack, Docker Model
+    # Runner); KServe's `oci+fetch://` spelling is the same reference.
+    Scheme(
+        "oci",
+        ("oci", "oci+fetch"),
+        "llmkube_stager.sources.oci.source:OciSource",
+        # KServe's initializer: every layer of the artifact under DEST_DIR.
+        kserve="prefix",
+        lock_remedy=REMEDY_LOCK_UNSUPPORTED_OCI,
+        rate_limited_remedy=REMEDY_RATE_LIMITED_OCI,
+        lists=True,
+        starting_line="Downloading model from OCI registry...",
     ),
 )
 

@@ -69,6 +69,12 @@ def _assemble(
         gcs_metadata_host=read.text("GCE_METADATA_HOST"),
         gcs_metadata_ip=read.text("GCE_METADATA_IP"),
         azure_env=rules.load_azure_env(read),
+        oci_docker_config=(
+            read.raw("LLMKUBE_OCI_DOCKER_CONFIG").strip()
+            or read.raw("KSERVE_OCI_DOCKER_CONFIG").strip()
+            or read.raw("DOCKER_CONFIG").strip()
+        ),
+        oci_platform=read.text("LLMKUBE_OCI_PLATFORM"),
         ca_dir=rules.ca_dir(read),
         host_model=paths.abs_path(read, "LLMKUBE_HOST_MODEL"),
         allowed_host_roots=paths.allowed_roots(read),

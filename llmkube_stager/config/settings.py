@@ -104,6 +104,10 @@ class Config:
     gcs_api_endpoint: str = ""
     gcs_metadata_host: str = DEFAULTS["GCE_METADATA_HOST"]
     gcs_metadata_ip: str = DEFAULTS["GCE_METADATA_IP"]
+    # oci:// (#43): the docker config.json (a file or its directory) and
+    # the platform an index is resolved to.
+    oci_docker_config: str = ""
+    oci_platform: str = DEFAULTS["LLMKUBE_OCI_PLATFORM"]
     # The AZURE_*/AZ_* settings that were given: the Azure source's (#33 item 2).
     azure_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     ca_dir: str = DEFAULTS["LLMKUBE_CA_DIR"]

@@ -27,7 +27,7 @@ class Var:
 VARS: tuple[Var, ...] = (
     Var(
         "MODEL_SOURCE",
-        "model source URL (http(s)://, hf://, s3://, Azure Blob https://, file://, /path, pvc://)",
+        "model source URL (http(s)://, hf://, s3://, Azure Blob https://, oci://, file://, /path, pvc://)",
     ),
     Var("CACHE_DIR", "the model's directory in the cache"),
     Var("MODEL_PATH", "single-file: the destination file"),
@@ -185,6 +185,22 @@ VARS: tuple[Var, ...] = (
         "LLMKUBE_SIGNATURE",
         "the model-signing bundle: a name beside the model at the source, a path or an http(s) URL",
         default="model.sig",
+    ),
+    # oci:// (#43): the docker config.json an imagePullSecret projects (its
+    # path is no secret, its contents are), the first set of these three.
+    Var(
+        "LLMKUBE_OCI_DOCKER_CONFIG",
+        "oci://: a docker config.json, or the directory holding one, with registry credentials",
+    ),
+    Var("KSERVE_OCI_DOCKER_CONFIG", "KServe's name of LLMKUBE_OCI_DOCKER_CONFIG"),
+    Var(
+        "DOCKER_CONFIG",
+        "oci://: docker's directory of config.json (used when the two above are unset)",
+    ),
+    Var(
+        "LLMKUBE_OCI_PLATFORM",
+        "oci://: the os/arch[/variant] an image index is resolved to",
+        default="linux/amd64",
     ),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.

@@ -125,8 +125,8 @@ def pair_for(uri: str, dest_text: str, cwd: str) -> Pair:
         path = uri if uri.startswith("/") else uri.partition("://")[2]
         return _single(uri, dest, _name_from_path(path, uri))
     raise ConfigError(
-        f"cannot recognize the storage type of {_shown(uri)}: this image stages s3://, hf://, "
-        "http(s):// (Azure Blob included) and file:// URIs"
+        f"cannot recognize the storage type of {_shown(uri)}: this image stages s3://, gs://, "
+        "hf://, http(s):// (Azure Blob included), oci+fetch:// and file:// URIs"
     )
 
 

@@ -181,6 +181,18 @@ class ListingSource(Protocol):
     def manifest(self) -> Manifest: ...
 
 
+@runtime_checkable
+class DigestListingSource(Protocol):
+    """Capability: a listed source whose whole listing is named by one
+    digest the origin can be asked for without the listing (an OCI tag's
+    manifest digest, #43): OnChange asks that (one HEAD) and keeps the
+    recorded listing while it is the same."""
+
+    def listing_digest(self, retry: Callable[[Callable[[], Any]], Any]) -> str | None:
+        """The digest the source names now; None when it cannot say."""
+        ...
+
+
 def check_listed(source: str, files: tuple[ListedFile, ...], *, stamps_beside: bool = True) -> None:
     """The relative paths of a listing (an S3 prefix, a hub repo), checked as
     MODEL_FILES entries are: a hostile listing writes nothing (#24).

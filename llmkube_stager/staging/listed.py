@@ -25,7 +25,7 @@ from llmkube_stager.layout import check_path_room, staged_rel
 from llmkube_stager.listing import Listing
 from llmkube_stager.logs import Log
 from llmkube_stager.model import Manifest
-from llmkube_stager.sources.base import ListingSource, check_listed
+from llmkube_stager.sources.base import DigestListingSource, ListingSource, check_listed
 
 
 def listed_manifest(
@@ -47,6 +47,16 @@ def listed_manifest(
     def retry(ask: Callable[[], Any]) -> Any:
         return budget.call(ask, "the listing")
 
+    if (
+        recorded is not None
+        and recorded.source == _answers(config, source)
+        and isinstance(source, DigestListingSource)
+        and source.listing_digest(retry) == recorded.base
+    ):
+        # OnChange of an artifact whose digest has not moved: one HEAD,
+        # the recorded listing stands (#43).
+        source.use_listing(recorded)
+        return source.manifest()
     listing = _filtered(config, source, source.list_files(retry))
     # After the patterns, as KServe filters first (#31 item 4): a key the
     # user leaves out (a name of the agent's records) refuses nothing.

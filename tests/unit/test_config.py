@@ -135,6 +135,25 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ),
     ("GCE_METADATA_HOST", "127.0.0.1:8080", SINGLE, "gcs_metadata_host", "127.0.0.1:8080", "x"),
     ("GCE_METADATA_IP", "127.0.0.1:8080", SINGLE, "gcs_metadata_ip", "127.0.0.1:8080", "x"),
+    # oci:// (#43): the first of the three docker config settings given.
+    (
+        "LLMKUBE_OCI_DOCKER_CONFIG",
+        "/pull/config.json",
+        SINGLE,
+        "oci_docker_config",
+        "/pull/config.json",
+        "/x",
+    ),
+    (
+        "KSERVE_OCI_DOCKER_CONFIG",
+        "/kserve/docker",
+        SINGLE,
+        "oci_docker_config",
+        "/kserve/docker",
+        "/x",
+    ),
+    ("DOCKER_CONFIG", "/root/.docker", SINGLE, "oci_docker_config", "/root/.docker", "/x"),
+    ("LLMKUBE_OCI_PLATFORM", "linux/arm64", SINGLE, "oci_platform", "linux/arm64", "linux/amd64"),
 ]
 # The rest of the AWS chain lands in Config.aws_env (handed to botocore).
 _AWS_ENV_CASES: dict[str, tuple[str, str]] = {

@@ -44,4 +44,5 @@ def test_a_source_is_routed_by_its_own_scheme() -> None:
     shown = ("/m/a.gguf", "S3://b/k", "hf://o/r", "https://h/f", "file:///m", "pvc://c/p")
     assert [_kind(s) for s in shown] == ["local", "s3", "hf", "http", "local", "pvc"]
     assert _kind("gs://b/k") == "gcs"  # #33 item 1
-    assert _kind("oci://b/k") is None and _kind("s3:/b") is None and _kind(" s3://b") is None
+    assert _kind("oci://b/k") == "oci"  # #43
+    assert _kind("git://b/k") is None and _kind("s3:/b") is None and _kind(" s3://b") is None

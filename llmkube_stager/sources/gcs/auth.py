@@ -150,7 +150,7 @@ class MetadataServer:
 
     def present(self) -> bool:
         """One ping of GCE_METADATA_IP: a metadata server answers with its flavor."""
-        from llmkube_stager.sources.gcs.transport import ControlError, call
+        from llmkube_stager.sources.wire.control import ControlError, call
 
         try:
             answer = call(self._pool, "GET", f"http://{self._ip}/", dict(_FLAVOR))
@@ -160,7 +160,7 @@ class MetadataServer:
 
     def token(self) -> tuple[str, float]:
         """(an access token, its lifetime in seconds) of the pod's account."""
-        from llmkube_stager.sources.gcs.transport import ControlError, call, json_of
+        from llmkube_stager.sources.wire.control import ControlError, call, json_of
 
         where = "the metadata server"
         try:

@@ -15,8 +15,8 @@ from llmkube_stager.config import Config
 from llmkube_stager.sources.gcs.errors import gcs_status_error
 from llmkube_stager.sources.gcs.objects import GcsObject, from_resource
 from llmkube_stager.sources.gcs.ref import endpoint_of, is_emulator, list_url, meta_url
-from llmkube_stager.sources.gcs.transport import ControlError, call, json_of
 from llmkube_stager.sources.wire.connection import ConnectionPool
+from llmkube_stager.sources.wire.control import ControlError, call, json_of
 from llmkube_stager.sources.wire.status import Origin
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from llmkube_stager.sources.wire.errors import translate_network_error
 from llmkube_stager.sources.wire.status import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
-    AuthPolicy,
+    Authorizer,
     Origin,
     next_hop,
     parse_content_range,
@@ -209,7 +209,7 @@ def open_get(
     pool: ConnectionPool,
     url: str,
     headers: dict[str, str],
-    auth: AuthPolicy,
+    auth: Authorizer,
     offset: int,
     end: int | None = None,
     asked_url: str | None = None,
@@ -246,7 +246,7 @@ def head(
     pool: ConnectionPool,
     url: str,
     headers: dict[str, str],
-    auth: AuthPolicy,
+    auth: Authorizer,
     proof: CodingProof = NO_PROOF,
 ) -> tuple[str, int, dict[str, str]]:
     """HEAD with redirects followed by hand, as `open_get` does: (the final

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from llmkube_stager.errors import (
@@ -131,6 +132,13 @@ def split_userinfo(url: str) -> tuple[str, BasicCredentials | None]:
     pair = f"{unquote(user)}:{unquote(password)}".encode()
     header = "Basic " + base64.b64encode(pair).decode("ascii")
     return bare, BasicCredentials(Origin.of(bare), header)
+
+
+class Authorizer(Protocol):
+    """What a request's Authorization is decided by, hop by hop: the
+    plain origin's AuthPolicy, an OCI registry's token (sources/oci)."""
+
+    def headers_for(self, url: str, first_url: str) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
