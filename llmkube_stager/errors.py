@@ -263,6 +263,11 @@ REMEDY_PROXY_UNAUTHORIZED = (
     "user and password in HTTPS_PROXY / HTTP_PROXY, or list the host in NO_PROXY if it must "
     "not go through the proxy"
 )
+REMEDY_MIRROR_SEED = (
+    "the mirror (LLMKUBE_MIRROR) does not hold this model version and LLMKUBE_MIRROR_ONLY=true "
+    "forbids the origin: seed it with a prefetch Job that can reach the origin "
+    "(LLMKUBE_MIRROR_PUBLISH=true), or unset LLMKUBE_MIRROR_ONLY"
+)
 REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager stage --help"
 REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
 REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"

@@ -34,8 +34,14 @@ from llmkube_stager.errors import (
     TransferError,
 )
 from llmkube_stager.model import Action, Decision, FileResult, LocalState, Manifest, RemoteFile
-from llmkube_stager.sources.base import RemoteMeta, Source
-from llmkube_stager.transfer import Completed, discard, fetch_partial, publish_completed
+from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source, meta_instead
+from llmkube_stager.transfer import (
+    Completed,
+    TransferEffects,
+    discard,
+    fetch_partial,
+    publish_completed,
+)
 
 _R = TypeVar("_R")
 # What the transfers in flight may hold in buffers: one large file's
@@ -132,9 +138,29 @@ class Transfers:
             meta = self._session.probe(self._source, file, self._manifest.root)
         _check_signed_origin(file, meta)
         with self._budget.reserve(_footprint_bytes(meta)):
-            done = fetch_partial(fetcher, file, effects, meta)
+            done = self._fetch(fetcher, file, effects, meta)
         self._check_digest(file, done)
         return done
+
+    def _fetch(
+        self, fetcher: Fetcher, file: RemoteFile, effects: TransferEffects, meta: RemoteMeta
+    ) -> Completed:
+        """The file into a partial; a fetcher that holds a second copy (the
+        mirror before the origin, mirror/reader.py) is asked once for it
+        when the first failed."""
+        try:
+            return fetch_partial(fetcher, file, effects, meta)
+        except StagerError as err:
+            other = meta_instead(fetcher, file, meta, err)
+            if other is None:
+                raise
+            first = err
+        self._session.metas[file.rel] = other
+        try:
+            return fetch_partial(fetcher, file, effects, other)
+        except StagerError as err:
+            both = f"{err.detail} (the mirror failed first: {first.detail})"
+            raise err.amended(detail=both) from err
 
     def _check_digest(self, file: RemoteFile, done: Completed) -> None:
         """Hashed while received; a mismatch is discarded before publish and

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import InvalidFileSet, SourceKind
+from llmkube_stager.errors import InvalidFileSet, SourceKind, StagerError
 from llmkube_stager.layout import destinations, listed_dest, parse_file_list
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log
@@ -163,6 +163,27 @@ class Source(Protocol):
         profile, a token file, a CA bundle): before the cache is touched,
         raising ConfigError (#11 item 12)."""
         ...
+
+
+@runtime_checkable
+class SecondCopy(Protocol):
+    """Capability: a fetcher that can get a file's bytes from a second
+    place when a transfer from the first failed (the mirror before the
+    origin, mirror/reader.py)."""
+
+    def instead(
+        self, file: RemoteFile, meta: RemoteMeta, err: StagerError
+    ) -> RemoteMeta | None: ...
+
+
+def meta_instead(
+    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, err: StagerError
+) -> RemoteMeta | None:
+    """The answer to fetch `file` with after a transfer with `meta`
+    failed with `err`; None: there is no second copy."""
+    if isinstance(fetcher, SecondCopy):
+        return fetcher.instead(file, meta, err)
+    return None
 
 
 @runtime_checkable

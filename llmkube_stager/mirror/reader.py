@@ -1,0 +1,433 @@
+"""The fetcher of a run with a mirror (docs/mirror.md "Readers"): each file
+is probed in the mirror first and its bytes come from there through the
+usual transfer machinery; a file the mirror does not hold, or cannot serve,
+comes from the origin.
+
+The answer it gives for a mirrored file is the origin's, as far as the run
+can tell: the origin's validators (recorded, compared by OnChange), the
+manifest's sha256 (checked while the bytes are received), the mirror
+object's own ETag only as the pin of its GETs (If-Match / If-Range).
+
+The origin is asked only what it must be: the hub's one model-info call
+(the commit names the version), a non-Hugging Face origin's validators
+under OnChange or when seeding; never with LLMKUBE_MIRROR_ONLY=true.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from llmkube_stager.config import Config
+from llmkube_stager.errors import (
+    REMEDY_MIRROR_SEED,
+    Reason,
+    SourceError,
+    StagerError,
+)
+from llmkube_stager.logs import Log
+from llmkube_stager.mirror.layout import (
+    SINGLE_NAME,
+    BadDocument,
+    Entry,
+    MirrorManifest,
+    Place,
+    decode_manifest,
+    decode_ref,
+    hf_identity,
+    origin_key,
+    ref_name,
+    url_identity,
+)
+from llmkube_stager.mirror.store import MirrorStore, open_store
+from llmkube_stager.model import RemoteFile
+from llmkube_stager.sources.base import Body, Fetcher, RemoteMeta, Source
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_T = TypeVar("_T")
+
+# Failures of the bytes that another copy of the same version can mend.
+_MENDABLE = frozenset(
+    {
+        Reason.CHECKSUM_MISMATCH,
+        Reason.SIZE_MISMATCH,
+        Reason.SOURCE_CHANGED,
+        Reason.SOURCE_UNREACHABLE,
+        Reason.SOURCE_UNAUTHORIZED,
+        Reason.SOURCE_NOT_FOUND,
+        Reason.SOURCE_RATE_LIMITED,
+        Reason.SOURCE_REJECTED,
+        Reason.SOURCE_UNTRUSTED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Route:
+    """What the run knows of its origin before asking anything."""
+
+    identity: str
+    place: Place
+    ref: str  # refs/<ref>.json: the revision, or "latest"
+    multi: bool
+    commits: bool  # the origin's versions are commits (Hugging Face)
+    only: bool  # LLMKUBE_MIRROR_ONLY
+    ask_origin: bool  # the origin's validators are wanted per file
+
+    def name_of(self, file: RemoteFile) -> str:
+        return file.rel if self.multi else SINGLE_NAME
+
+
+def route_of(config: Config, source: Source) -> Route:
+    from llmkube_stager.sources.hf.source import HfSource
+
+    mirror = config.mirror
+    assert mirror is not None
+    if isinstance(source, HfSource):
+        identity = hf_identity(source.ref.repo, source.ref.path)
+        ref, commits = ref_name(source.revision or "main"), True
+    else:
+        identity, ref, commits = url_identity(source.kind, config.source), ref_name(None), False
+    ask = not mirror.only and (mirror.publish or config.refresh_policy == "OnChange")
+    return Route(
+        identity,
+        Place(origin_key(identity)),
+        ref,
+        config.multi_file,
+        commits,
+        mirror.only,
+        ask,
+    )
+
+
+class MirrorMiss(Exception):
+    """The mirror does not hold what is asked: absent, or not this version."""
+
+
+class MirrorDown(Exception):
+    """The mirror did not answer as a store does (unreachable, 403, 5xx)."""
+
+    def __init__(self, error: SourceError) -> None:
+        super().__init__(error.detail)
+        self.error = error
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A file served from the mirror: its object, the mirror's own answer,
+    and the manifest's entry."""
+
+    file: RemoteFile
+    meta: RemoteMeta
+    key: str
+    entry: Entry
+
+
+class MirrorFetcher:
+    """A Fetcher over the origin's, reading the mirror first."""
+
+    parallel_ranges = True
+
+    def __init__(self, origin: Fetcher, store: MirrorStore, route: Route) -> None:
+        self.origin = origin
+        self.store = store
+        self.route = route
+        self._log: Log | None = None
+        self._lock = threading.Lock()
+        self._docs: dict[str, bytes | None] = {}
+        self._chosen: dict[str, Chosen] = {}
+        self._answers: dict[str, RemoteMeta] = {}
+        self._refused: set[str] = set()  # files the mirror served wrong
+        self._down: str = ""  # why the mirror is no longer asked
+
+    # -- the Fetcher seam --------------------------------------------------------------
+
+    def bind_log(self, log: Log) -> None:
+        self._log = log
+        self.origin.bind_log(log)
+        self.store.fetcher.bind_log(log)
+
+    def probe(self, file: RemoteFile) -> RemoteMeta:
+        origin = self._origin_answer(file)
+        if self._down and not self.route.only:
+            return origin or self.origin_answer(file)
+        try:
+            chosen = self._from_mirror(file, origin)
+        except MirrorDown as down:
+            return self._fall_back(file, origin, down.error.detail, down.error)
+        except MirrorMiss as miss:
+            return self._fall_back(file, origin, str(miss), None)
+        with self._lock:
+            self._chosen[file.rel] = chosen
+        if self._log is not None:
+            self._log.info(
+                "mirror_hit",
+                f"{file.rel} comes from the mirror ({self.store.url_of(chosen.key)})",
+                file=file.rel,
+            )
+        return _as_origin(chosen, origin)
+
+    def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
+        chosen = self._chosen.get(file.rel)
+        if chosen is None or meta.url != chosen.meta.url:
+            return self.origin.open(file, meta, offset, end)
+        try:
+            body = self.store.fetcher.open(chosen.file, chosen.meta, offset, end)
+        except SourceError as err:
+            raise self._failed(chosen, err) from err
+        return _MirrorBody(body, lambda err: self._failed(chosen, err))
+
+    def close(self) -> None:
+        self.origin.close()
+        self.store.close()
+
+    # -- capabilities ------------------------------------------------------------------
+
+    def instead(self, file: RemoteFile, meta: RemoteMeta, err: StagerError) -> RemoteMeta | None:
+        """Where else the bytes of `file` can come from after a transfer
+        from the mirror failed with `err`: the origin's answer, or None
+        (not a mirror transfer, mirror-only, or a failure no copy mends)."""
+        chosen = self._chosen.get(file.rel)
+        if chosen is None or meta.url != chosen.meta.url or self.route.only:
+            return None
+        if err.reason not in _MENDABLE:
+            return None
+        with self._lock:
+            self._chosen.pop(file.rel, None)
+            self._refused.add(file.rel)
+        where = self.store.url_of(chosen.key)
+        if err.reason in (Reason.CHECKSUM_MISMATCH, Reason.SIZE_MISMATCH):
+            self._warn(
+                "mirror_bad_object",
+                f"the mirror object {where} does not hold the bytes its manifest names "
+                f"({err.detail}); fetching {file.rel} from the origin",
+                file.rel,
+            )
+        else:
+            self._warn(
+                "mirror_fallback",
+                f"the mirror failed serving {file.rel} ({err.detail}); fetching it from the origin",
+                file.rel,
+            )
+        return self.origin_answer(file)
+
+    def origin_answer(self, file: RemoteFile) -> RemoteMeta:
+        """The origin's own answer for `file` (asked once)."""
+        with self._lock:
+            known = self._answers.get(file.rel)
+        if known is not None:
+            return known
+        answer = self.origin.probe(file)
+        with self._lock:
+            self._answers[file.rel] = answer
+        return answer
+
+    def version_held(self, version: str) -> MirrorManifest | None:
+        """The manifest of `version`, if the mirror holds it (the seeder)."""
+        try:
+            return self._manifest(version)
+        except MirrorMiss:
+            return None
+
+    # -- the mirror first --------------------------------------------------------------
+
+    def _origin_answer(self, file: RemoteFile) -> RemoteMeta | None:
+        route = self.route
+        if route.only or not (route.commits or route.ask_origin):
+            return None
+        return self.origin_answer(file)
+
+    def _from_mirror(self, file: RemoteFile, origin: RemoteMeta | None) -> Chosen:
+        if file.rel in self._refused:
+            raise MirrorMiss("the mirror's copy was refused earlier in this run")
+        version = self._version()
+        manifest = self._manifest(version)
+        name = self.route.name_of(file)
+        entry = manifest.files.get(name)
+        if entry is None:
+            raise MirrorMiss(f"the mirror's manifest of version {version} has no {name}")
+        _check_entry(entry, origin, file, self.route.commits)
+        key = self.route.place.file(version, name)
+        mirror_file = self.store.file(key)
+        meta = self._ask(lambda: self.store.fetcher.probe(mirror_file), key)
+        if meta.size_bytes != entry.size_bytes:
+            raise MirrorMiss(
+                f"the mirror object {self.store.url_of(key)} has {meta.size_bytes} bytes, "
+                f"its manifest {entry.size_bytes}"
+            )
+        return Chosen(mirror_file, meta, key, entry)
+
+    def _version(self) -> str:
+        route = self.route
+        if route.commits and not route.only:
+            commit = getattr(self.origin, "resolved_commit", lambda: None)()
+            if isinstance(commit, str) and commit:
+                return commit
+            raise MirrorMiss("the hub named no commit (a mirror of the hub without its API)")
+        data = self._read(route.place.ref(route.ref))
+        if data is None:
+            raise MirrorMiss(f"the mirror has no {route.ref!r} version of {route.identity}")
+        try:
+            return decode_ref(data)
+        except BadDocument as exc:
+            raise MirrorMiss(f"the mirror's ref {route.ref!r} is unreadable: {exc}") from None
+
+    def _manifest(self, version: str) -> MirrorManifest:
+        key = self.route.place.manifest(version)
+        data = self._read(key)
+        if data is None:
+            raise MirrorMiss(f"the mirror does not hold version {version} of {self.route.identity}")
+        try:
+            manifest = decode_manifest(data)
+        except BadDocument as exc:
+            raise MirrorMiss(f"the mirror's manifest {key} is unreadable: {exc}") from None
+        if manifest.identity != self.route.identity or manifest.version != version:
+            raise MirrorMiss(f"the mirror's manifest {key} is of another origin or version")
+        return manifest
+
+    def _read(self, key: str) -> bytes | None:
+        with self._lock:
+            if key in self._docs:
+                return self._docs[key]
+        data = self._ask(lambda: self.store.read(key), key)
+        with self._lock:
+            self._docs[key] = data
+        return data
+
+    def _ask(self, call: Callable[[], _T], key: str) -> _T:
+        try:
+            return call()
+        except SourceError as err:
+            if err.reason is Reason.SOURCE_NOT_FOUND:
+                raise MirrorMiss(f"the mirror has no {key}") from None
+            raise MirrorDown(err) from err
+
+    # -- when the mirror fails ---------------------------------------------------------
+
+    def _fall_back(
+        self, file: RemoteFile, origin: RemoteMeta | None, why: str, error: SourceError | None
+    ) -> RemoteMeta:
+        if self.route.only:
+            if error is not None:
+                raise error.amended(detail=f"the mirror failed: {error.detail}")
+            raise SourceError(
+                f"{why}; LLMKUBE_MIRROR_ONLY=true: the origin is not asked",
+                reason=Reason.SOURCE_NOT_FOUND,
+                answered=True,
+                file=file.rel,
+                remedy=REMEDY_MIRROR_SEED,
+            )
+        if error is not None:
+            self._down = why
+            self._warn("mirror_fallback", f"the mirror failed ({why}); using the origin", file.rel)
+        elif self._log is not None:
+            self._log.info("mirror_miss", f"{why}; {file.rel} comes from the origin", file=file.rel)
+        return origin or self.origin_answer(file)
+
+    def _failed(self, chosen: Chosen, err: SourceError) -> SourceError:
+        """A mirror GET failed: with the origin to fall back to, at once
+        (not after the retries a lone origin deserves)."""
+        if self.route.only:
+            return err
+        self._down = err.detail
+        failed = err.amended(
+            detail=f"the mirror object {self.store.url_of(chosen.key)}: {err.detail}"
+        )
+        failed.transient = False  # the origin is the retry (acting/work.py)
+        return failed
+
+    def _warn(self, event: str, message: str, rel: str) -> None:
+        if self._log is not None:
+            self._log.warning(event, message, file=rel)
+
+
+class RevisionedMirrorFetcher(MirrorFetcher):
+    """The mirror over a Hugging Face fetcher: the session asks it for the
+    commit its files come from (acting/session.py `Revisioned`)."""
+
+    @property
+    def revision(self) -> str:
+        return str(getattr(self.origin, "revision", ""))
+
+    def resolved_commit(self) -> str | None:
+        commit = getattr(self.origin, "resolved_commit", lambda: None)()
+        if isinstance(commit, str) and commit:
+            return commit
+        if self.route.only:
+            try:
+                return self._version()
+            except (MirrorMiss, MirrorDown):
+                return None
+        return None
+
+    def resolve_at(self, commit: str) -> None:
+        self.origin.resolve_at(commit)  # type: ignore[attr-defined]
+
+
+def _check_entry(entry: Entry, origin: RemoteMeta | None, file: RemoteFile, commits: bool) -> None:
+    """A manifest entry the origin or the user contradicts is not used."""
+    if file.sha256 is not None and file.sha256 != entry.sha256:
+        raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the pinned one")
+    if origin is None:
+        return
+    if origin.sha256 is not None and origin.sha256 != entry.sha256:
+        raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the one the origin lists")
+    if not commits and origin.validator != (entry.etag or entry.last_modified):
+        raise MirrorMiss(f"the origin holds another version of {file.rel} than the mirror")
+
+
+def _as_origin(chosen: Chosen, origin: RemoteMeta | None) -> RemoteMeta:
+    """The mirror's bytes as the origin's version: the origin's validators
+    (recorded), the manifest's sha256 (checked while received), the mirror
+    object's validators as the pins of its GETs."""
+    entry, meta = chosen.entry, chosen.meta
+    return RemoteMeta(
+        url=meta.url,
+        size_bytes=entry.size_bytes,
+        etag=entry.etag if origin is None else origin.etag,
+        accept_ranges=meta.accept_ranges,
+        if_range=meta.if_range,
+        if_match=meta.if_match,
+        sha256=entry.sha256,
+        last_modified=entry.last_modified if origin is None else origin.last_modified,
+    )
+
+
+class _MirrorBody:
+    """A mirror body whose failure (a stall, a reset) is the mirror's."""
+
+    def __init__(self, body: Body, failed: Callable[[SourceError], SourceError]) -> None:
+        self._body = body
+        self._failed = failed
+        self.start = body.start
+        self.total_bytes = body.total_bytes
+        self.complete = body.complete
+        self.etag = body.etag
+        self.last_modified = body.last_modified
+        self.framed = body.framed
+
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            return self._body.readinto(buffer)
+        except SourceError as err:
+            raise self._failed(err) from err
+
+    @property
+    def copy_into(self) -> Callable[[int, int], int] | None:
+        return None
+
+    def close(self) -> None:
+        self._body.close()
+
+
+def mirrored(config: Config, source: Source, origin: Fetcher) -> Fetcher:
+    """The run's fetcher: the origin's, behind the mirror when one is set."""
+    if config.mirror is None:
+        return origin
+    route = route_of(config, source)
+    store = open_store(config, config.mirror)
+    kind = RevisionedMirrorFetcher if route.commits else MirrorFetcher
+    return kind(origin, store, route)
