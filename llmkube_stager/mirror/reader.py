@@ -151,15 +151,15 @@ class MirrorFetcher:
         self.store.fetcher.bind_log(log)
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
-        origin = self._origin_answer(file)
+        origin, failed = self._origin_answer(file)
         if self._down and not self.route.only:
-            return origin or self.origin_answer(file)
+            return self._from_origin(file, origin, failed, self._down, None)
         try:
             chosen = self._from_mirror(file, origin)
         except MirrorDown as down:
-            return self._fall_back(file, origin, down.error.detail, down.error)
+            return self._fall_back(file, origin, failed, down.error.detail, down.error)
         except MirrorMiss as miss:
-            return self._fall_back(file, origin, str(miss), None)
+            return self._fall_back(file, origin, failed, str(miss), None)
         with self._lock:
             self._chosen[file.rel] = chosen
         if self._log is not None:
@@ -234,16 +234,26 @@ class MirrorFetcher:
 
     # -- the mirror first --------------------------------------------------------------
 
-    def _origin_answer(self, file: RemoteFile) -> RemoteMeta | None:
+    def _origin_answer(self, file: RemoteFile) -> tuple[RemoteMeta | None, SourceError | None]:
+        """The origin's answer where the run wants it before the mirror's,
+        or the origin's failure: then the mirror's ref names the version,
+        and the failure is the run's only if the mirror cannot serve."""
         route = self.route
         if route.only or not (route.commits or route.ask_origin):
-            return None
-        return self.origin_answer(file)
+            return None, None
+        try:
+            return self.origin_answer(file), None
+        except SourceError as err:
+            return None, err
 
     def _from_mirror(self, file: RemoteFile, origin: RemoteMeta | None) -> Chosen:
         if file.rel in self._refused:
             raise MirrorMiss("the mirror's copy was refused earlier in this run")
         version = self._version()
+        if origin is not None and self.route.commits:
+            commit = getattr(self.origin, "resolved_commit", lambda: None)()
+            if commit != version:
+                raise MirrorMiss("the hub named no commit (a mirror of the hub without its API)")
         manifest = self._manifest(version)
         name = self.route.name_of(file)
         entry = manifest.files.get(name)
@@ -266,7 +276,6 @@ class MirrorFetcher:
             commit = getattr(self.origin, "resolved_commit", lambda: None)()
             if isinstance(commit, str) and commit:
                 return commit
-            raise MirrorMiss("the hub named no commit (a mirror of the hub without its API)")
         data = self._read(route.place.ref(route.ref))
         if data is None:
             raise MirrorMiss(f"the mirror has no {route.ref!r} version of {route.identity}")
@@ -308,7 +317,12 @@ class MirrorFetcher:
     # -- when the mirror fails ---------------------------------------------------------
 
     def _fall_back(
-        self, file: RemoteFile, origin: RemoteMeta | None, why: str, error: SourceError | None
+        self,
+        file: RemoteFile,
+        origin: RemoteMeta | None,
+        failed: SourceError | None,
+        why: str,
+        error: SourceError | None,
     ) -> RemoteMeta:
         if self.route.only:
             if error is not None:
@@ -325,7 +339,29 @@ class MirrorFetcher:
             self._warn("mirror_fallback", f"the mirror failed ({why}); using the origin", file.rel)
         elif self._log is not None:
             self._log.info("mirror_miss", f"{why}; {file.rel} comes from the origin", file=file.rel)
-        return origin or self.origin_answer(file)
+        return self._from_origin(file, origin, failed, why, error)
+
+    def _from_origin(
+        self,
+        file: RemoteFile,
+        origin: RemoteMeta | None,
+        failed: SourceError | None,
+        why: str,
+        error: SourceError | None,
+    ) -> RemoteMeta:
+        """The origin's answer; when it fails too, its failure says the
+        mirror's as well (the termination message gives both)."""
+        if origin is not None:
+            return origin
+        try:
+            if failed is not None:
+                raise failed
+            return self.origin_answer(file)
+        except SourceError as err:
+            if error is None and failed is None:
+                raise
+            both = f"{err.detail} (the mirror could not serve it either: {why})"
+            raise err.amended(detail=both) from err
 
     def _failed(self, chosen: Chosen, err: SourceError) -> SourceError:
         """A mirror GET failed: with the origin to fall back to, at once
