@@ -336,7 +336,7 @@ def mirror(read: Reader) -> MirrorSettings | None:
     if not url:
         if only or publish:
             given = "LLMKUBE_MIRROR_ONLY" if only else "LLMKUBE_MIRROR_PUBLISH"
-            raise ConfigError(f"{given} is set but LLMKUBE_MIRROR is not: name the mirror")
+            read.warnings.append(f"{given} is set without LLMKUBE_MIRROR: there is no mirror")
         return None
     is_s3 = _S3_MIRROR_RE.fullmatch(url) is not None
     if not is_s3 and _HTTP_URL_RE.fullmatch(url) is None:
