@@ -42,7 +42,7 @@ from llmkube_stager.mirror.layout import (
 )
 from llmkube_stager.mirror.store import MirrorStore, open_store
 from llmkube_stager.model import RemoteFile
-from llmkube_stager.sources.base import Body, Fetcher, RemoteMeta, Source
+from llmkube_stager.sources.base import Body, Fetcher, RemoteMeta, Source, WrappedBody
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -116,6 +116,24 @@ class MirrorDown(Exception):
 
 
 @dataclass(frozen=True)
+class Asked:
+    """What the origin said before the mirror was asked: its answer, its
+    failure, or nothing (it was not asked)."""
+
+    answer: RemoteMeta | None = None
+    failure: SourceError | None = None
+
+
+@dataclass(frozen=True)
+class Why:
+    """Why the mirror does not serve a file; `error` when it failed (not
+    merely lacks the file)."""
+
+    text: str
+    error: SourceError | None = None
+
+
+@dataclass(frozen=True)
 class Chosen:
     """A file served from the mirror: its object, the mirror's own answer,
     and the manifest's entry."""
@@ -151,15 +169,16 @@ class MirrorFetcher:
         self.store.fetcher.bind_log(log)
 
     def probe(self, file: RemoteFile) -> RemoteMeta:
-        origin, failed = self._origin_answer(file)
+        asked = self._origin_answer(file)
+        origin = asked.answer
         if self._down and not self.route.only:
-            return self._from_origin(file, origin, failed, self._down, None)
+            return self._from_origin(file, asked, Why(self._down))
         try:
             chosen = self._from_mirror(file, origin)
         except MirrorDown as down:
-            return self._fall_back(file, origin, failed, down.error.detail, down.error)
+            return self._fall_back(file, asked, Why(down.error.detail, down.error))
         except MirrorMiss as miss:
-            return self._fall_back(file, origin, failed, str(miss), None)
+            return self._fall_back(file, asked, Why(str(miss)))
         with self._lock:
             self._chosen[file.rel] = chosen
         if self._log is not None:
@@ -234,17 +253,17 @@ class MirrorFetcher:
 
     # -- the mirror first --------------------------------------------------------------
 
-    def _origin_answer(self, file: RemoteFile) -> tuple[RemoteMeta | None, SourceError | None]:
+    def _origin_answer(self, file: RemoteFile) -> Asked:
         """The origin's answer where the run wants it before the mirror's,
         or the origin's failure: then the mirror's ref names the version,
         and the failure is the run's only if the mirror cannot serve."""
         route = self.route
         if route.only or not (route.commits or route.ask_origin):
-            return None, None
+            return Asked()
         try:
-            return self.origin_answer(file), None
+            return Asked(answer=self.origin_answer(file))
         except SourceError as err:
-            return None, err
+            return Asked(failure=err)
 
     def _from_mirror(self, file: RemoteFile, origin: RemoteMeta | None) -> Chosen:
         if file.rel in self._refused:
@@ -316,51 +335,41 @@ class MirrorFetcher:
 
     # -- when the mirror fails ---------------------------------------------------------
 
-    def _fall_back(
-        self,
-        file: RemoteFile,
-        origin: RemoteMeta | None,
-        failed: SourceError | None,
-        why: str,
-        error: SourceError | None,
-    ) -> RemoteMeta:
+    def _fall_back(self, file: RemoteFile, asked: Asked, why: Why) -> RemoteMeta:
         if self.route.only:
-            if error is not None:
-                raise error.amended(detail=f"the mirror failed: {error.detail}")
+            if why.error is not None:
+                raise why.error.amended(detail=f"the mirror failed: {why.error.detail}")
             raise SourceError(
-                f"{why}; LLMKUBE_MIRROR_ONLY=true: the origin is not asked",
+                f"{why.text}; LLMKUBE_MIRROR_ONLY=true: the origin is not asked",
                 reason=Reason.SOURCE_NOT_FOUND,
                 answered=True,
                 file=file.rel,
                 remedy=REMEDY_MIRROR_SEED,
             )
-        if error is not None:
-            self._down = why
-            self._warn("mirror_fallback", f"the mirror failed ({why}); using the origin", file.rel)
+        if why.error is not None:
+            self._down = why.text
+            self._warn(
+                "mirror_fallback", f"the mirror failed ({why.text}); using the origin", file.rel
+            )
         elif self._log is not None:
-            self._log.info("mirror_miss", f"{why}; {file.rel} comes from the origin", file=file.rel)
-        return self._from_origin(file, origin, failed, why, error)
+            self._log.info(
+                "mirror_miss", f"{why.text}; {file.rel} comes from the origin", file=file.rel
+            )
+        return self._from_origin(file, asked, why)
 
-    def _from_origin(
-        self,
-        file: RemoteFile,
-        origin: RemoteMeta | None,
-        failed: SourceError | None,
-        why: str,
-        error: SourceError | None,
-    ) -> RemoteMeta:
+    def _from_origin(self, file: RemoteFile, asked: Asked, why: Why) -> RemoteMeta:
         """The origin's answer; when it fails too, its failure says the
         mirror's as well (the termination message gives both)."""
-        if origin is not None:
-            return origin
+        if asked.answer is not None:
+            return asked.answer
         try:
-            if failed is not None:
-                raise failed
+            if asked.failure is not None:
+                raise asked.failure
             return self.origin_answer(file)
         except SourceError as err:
-            if error is None and failed is None:
+            if why.error is None and asked.failure is None:
                 raise
-            both = f"{err.detail} (the mirror could not serve it either: {why})"
+            both = f"{err.detail} (the mirror could not serve it either: {why.text})"
             raise err.amended(detail=both) from err
 
     def _failed(self, chosen: Chosen, err: SourceError) -> SourceError:
@@ -432,31 +441,18 @@ def _as_origin(chosen: Chosen, origin: RemoteMeta | None) -> RemoteMeta:
     )
 
 
-class _MirrorBody:
+class _MirrorBody(WrappedBody):
     """A mirror body whose failure (a stall, a reset) is the mirror's."""
 
     def __init__(self, body: Body, failed: Callable[[SourceError], SourceError]) -> None:
-        self._body = body
+        super().__init__(body)
         self._failed = failed
-        self.start = body.start
-        self.total_bytes = body.total_bytes
-        self.complete = body.complete
-        self.etag = body.etag
-        self.last_modified = body.last_modified
-        self.framed = body.framed
 
     def readinto(self, buffer: memoryview) -> int:
         try:
             return self._body.readinto(buffer)
         except SourceError as err:
             raise self._failed(err) from err
-
-    @property
-    def copy_into(self) -> Callable[[int, int], int] | None:
-        return None
-
-    def close(self) -> None:
-        self._body.close()
 
 
 def mirrored(config: Config, source: Source, origin: Fetcher) -> Fetcher:

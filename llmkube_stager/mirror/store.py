@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from llmkube_stager.config import Config, MirrorSettings, Secrets
+from llmkube_stager.config.kserve_env import SIGNING_VARS
 from llmkube_stager.errors import Reason, SourceError
 from llmkube_stager.mirror.layout import MAX_DOC_BYTES
 from llmkube_stager.model import RemoteFile
@@ -21,16 +22,6 @@ from llmkube_stager.sources.base import Fetcher
 
 if TYPE_CHECKING:
     from llmkube_stager.sources.s3.clients import S3Clients
-
-# The origin's credentials a mirror with keys of its own never uses.
-_ORIGIN_CREDENTIALS = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_ROLE_ARN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-)
 
 
 def _split_s3(url: str) -> tuple[str, str]:
@@ -43,7 +34,8 @@ def _mirror_aws_env(config: Config, settings: MirrorSettings) -> dict[str, str]:
     mirror's endpoint, region and keys where it has its own."""
     env = dict(config.aws_env)
     if settings.access_key_id:
-        for name in _ORIGIN_CREDENTIALS:
+        # The origin's credentials: a mirror with keys of its own never uses them.
+        for name in SIGNING_VARS:
             env.pop(name, None)
         env["AWS_ACCESS_KEY_ID"] = settings.access_key_id
         env["AWS_SECRET_ACCESS_KEY"] = settings.secret_access_key

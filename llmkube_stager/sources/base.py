@@ -125,6 +125,31 @@ class Body(Protocol):
     def close(self) -> None: ...
 
 
+class WrappedBody:
+    """A body that passes another's through (a subclass adds what it does
+    to the bytes in `readinto`): its facts are the wrapped one's, and no
+    kernel copy bypasses it."""
+
+    def __init__(self, body: Body) -> None:
+        self._body = body
+        self.start = body.start
+        self.total_bytes = body.total_bytes
+        self.complete = body.complete
+        self.etag = body.etag
+        self.last_modified = body.last_modified
+        self.framed = body.framed
+
+    def readinto(self, buffer: memoryview) -> int:
+        return self._body.readinto(buffer)
+
+    @property
+    def copy_into(self) -> Callable[[int, int], int] | None:
+        return None
+
+    def close(self) -> None:
+        self._body.close()
+
+
 class Fetcher(Protocol):
     # Capability: several ranged requests into one file are worth it (not
     # for a local copy, which the kernel does).

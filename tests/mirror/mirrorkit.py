@@ -10,7 +10,7 @@ from typing import Any
 from llmkube_stager.mirror.layout import Place, hf_identity, origin_key
 from tests.harness.canary import HF_TOKEN
 from tests.harness.hub import FakeHub
-from tests.harness.pod import Pod
+from tests.harness.pod import SOURCE_BUDGET, Pod
 from tests.harness.sample import payload
 from tests.harness.seaweed import READER, WRITER, SeaweedS3
 
@@ -73,3 +73,18 @@ def mirror_object(s3: SeaweedS3, bucket: str, key: str) -> bytes:
 def origin_hits(hub: FakeHub) -> tuple[int, int, int]:
     """API calls, resolve GETs/HEADs at the hub, requests at its CDN."""
     return len(hub.requests("api")), len(hub.requests("resolve")), len(hub.cdn.requests())
+
+
+def seed_hf(
+    tmp_path: Path, hub: FakeHub, s3: SeaweedS3, bucket: str, files: dict[str, bytes]
+) -> str:
+    """The repo on the hub and seeded into the mirror; the hub's logs
+    cleared. Returns the commit."""
+    commit = hub.add_repo(REPO, files)
+    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
+    seeder.run(env=hf_pod_env(seeder, hub, **seeder_env(s3, bucket))).ok(
+        files=len(FILES), fetched=len(FILES)
+    )
+    hub.clear_log()
+    hub.cdn.clear_log()
+    return commit

@@ -22,7 +22,7 @@ from tests.mirror.mirrorkit import (
     new_pod,
     origin_hits,
     repo_files,
-    seeder_env,
+    seed_hf,
 )
 
 pytestmark = pytest.mark.floors
@@ -31,13 +31,7 @@ pytestmark = pytest.mark.floors
 @pytest.fixture
 def seeded(tmp_path, hub, s3, bucket):
     files = repo_files(seed=11)
-    commit = hub.add_repo(REPO, files)
-    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
-    seeder.run(env=hf_pod_env(seeder, hub, **seeder_env(s3, bucket))).ok(
-        files=len(FILES), fetched=len(FILES)
-    )
-    hub.clear_log()
-    hub.cdn.clear_log()
+    commit = seed_hf(tmp_path, hub, s3, bucket, files)
     s3.clear()
     return files, commit
 

@@ -15,7 +15,6 @@ from tests.harness.sample import payload
 from tests.mirror.mirrorkit import (
     FILES,
     PREFIX,
-    REPO,
     hf_place,
     hf_pod_env,
     mirror_env,
@@ -24,6 +23,7 @@ from tests.mirror.mirrorkit import (
     new_pod,
     origin_hits,
     repo_files,
+    seed_hf,
     seeder_env,
 )
 
@@ -96,16 +96,10 @@ def test_an_http_origin_that_changed_is_not_served_the_mirrors_old_copy(
 
 
 def seed_and_copy(tmp_path, hub, s3, bucket, http_mirror: Origin, files) -> str:
-    commit = hub.add_repo(REPO, files)
-    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
-    seeder.run(env=hf_pod_env(seeder, hub, **seeder_env(s3, bucket))).ok(
-        files=len(FILES), fetched=len(FILES)
-    )
+    commit = seed_hf(tmp_path, hub, s3, bucket, files)
     for key in mirror_keys(s3, bucket):
         rel = key.removeprefix(f"{PREFIX}/")
         http_mirror.put(f"/m/{rel}", mirror_object(s3, bucket, rel))
-    hub.clear_log()
-    hub.cdn.clear_log()
     return commit
 
 

@@ -29,6 +29,7 @@ from tests.mirror.mirrorkit import (
     new_pod,
     origin_hits,
     repo_files,
+    seed_hf,
     seeder_env,
 )
 
@@ -104,13 +105,7 @@ def test_two_seeders_at_once_end_with_one_manifest_and_whole_objects(
 
 def test_a_killed_reader_resumes_from_the_mirror(tmp_path, hub, s3, bucket) -> None:
     files = repo_files(seed=23, big_bytes=8 * 1024 * 1024)
-    commit = hub.add_repo(REPO, files)
-    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
-    seeder.run(env=hf_pod_env(seeder, hub, **seeder_env(s3, bucket))).ok(
-        files=len(FILES), fetched=len(FILES)
-    )
-    hub.clear_log()
-    hub.cdn.clear_log()
+    commit = seed_hf(tmp_path, hub, s3, bucket, files)
     big = f"/{bucket}/{PREFIX}/{hf_place().file(commit, FILES[0])}"
     s3.set_fault(big, S3Fault(methods=("GET",), rate_bytes_per_s=2 * 1024 * 1024))
     reader = new_pod(tmp_path, "reader", SOURCE_BUDGET)
