@@ -107,3 +107,26 @@ def test_mirror_only_without_the_version_says_how_to_seed(tmp_path, hub, s3, buc
     assert "LLMKUBE_MIRROR_PUBLISH=true" in run.term["remedy"]
     assert origin_hits(hub) == (0, 0, 0)
     assert not any(reader.dest(rel).exists() for rel in FILES)
+
+
+def test_readers_at_once_cost_the_origin_one_copy_in_all(tmp_path, hub, s3, bucket) -> None:
+    """Fan-out: one seeder's copy, then four nodes at once; the hub's CDN
+    serves the LFS bytes once, each reader costs one model-info call."""
+    files = repo_files(seed=7, big_bytes=2 * 1024 * 1024)
+    hub.add_repo(REPO, files)
+    seeded(tmp_path, hub, s3, bucket, files)
+    lfs = sum(len(files[rel]) for rel in FILES[:2])
+    # The seeder's one copy of the LFS files.
+    assert sum(r.body_bytes for r in hub.cdn.requests(method="GET")) == lfs
+    hub.clear_log()
+    hub.cdn.clear_log()
+
+    readers = [new_pod(tmp_path, f"node-{i}", SOURCE_BUDGET) for i in range(4)]
+    procs = [r.popen(env=hf_pod_env(r, hub, **mirror_env(s3, bucket))) for r in readers]
+    runs = [r.finish(p, timeout=120) for r, p in zip(readers, procs, strict=True)]
+
+    for reader, run in zip(readers, runs, strict=True):
+        run.ok(files=len(FILES), fetched=len(FILES))
+        for rel in FILES:
+            assert reader.dest(rel).read_bytes() == files[rel], rel
+    assert origin_hits(hub) == (len(readers), 0, 0)

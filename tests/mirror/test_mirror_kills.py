@@ -131,3 +131,24 @@ def test_a_killed_reader_resumes_from_the_mirror(tmp_path, hub, s3, bucket) -> N
     assert gets and gets[0].headers.get("range", "").startswith("bytes="), gets[0].headers
     assert sum(r.body_bytes for r in gets) < len(files[FILES[0]])
     assert origin_hits(hub)[1:] == (0, 0)
+
+
+def test_a_seeder_never_publishes_bytes_it_did_not_verify(tmp_path, hub, s3, bucket) -> None:
+    """A byte of the seeder's cache flipped after staging (a bad disk, a
+    hand edit): the upload is refused, nothing of the version is published."""
+    files = repo_files(seed=24)
+    commit = hub.add_repo(REPO, files)
+    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
+    seeder.run(env=hf_pod_env(seeder, hub)).ok(files=len(FILES), fetched=len(FILES))
+    flipped = bytearray(files[FILES[1]])
+    flipped[100] ^= 0x01
+    seeder.dest(FILES[1]).write_bytes(bytes(flipped))
+
+    run = seeder.run(env=hf_pod_env(seeder, hub, **seeder_env(s3, bucket)))
+
+    run.failed("ModelTransferChecksumMismatch")
+    assert FILES[1] in run.term["message"]
+    keys = mirror_keys(s3, bucket)
+    place = hf_place()
+    assert f"{PREFIX}/{place.file(commit, FILES[1])}" not in keys, keys
+    assert f"{PREFIX}/{place.manifest(commit)}" not in keys, keys
