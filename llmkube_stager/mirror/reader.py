@@ -15,6 +15,7 @@ under OnChange or when seeding; never with LLMKUBE_MIRROR_ONLY=true.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 _T = TypeVar("_T")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 # Failures of the bytes that another copy of the same version can mend.
 _MENDABLE = frozenset(
@@ -160,6 +162,9 @@ class MirrorFetcher:
         self._answers: dict[str, RemoteMeta] = {}
         self._refused: set[str] = set()  # files the mirror served wrong
         self._down: str = ""  # why the mirror is no longer asked
+        # The commit the session fetches at (an interrupted run's, a Job's
+        # claim): the version, whoever else would name one.
+        self._at: str | None = None
 
     # -- the Fetcher seam --------------------------------------------------------------
 
@@ -291,6 +296,8 @@ class MirrorFetcher:
 
     def _version(self) -> str:
         route = self.route
+        if route.commits and (self._at or _COMMIT.fullmatch(route.ref)):
+            return self._at or route.ref
         if route.commits and not route.only:
             commit = getattr(self.origin, "resolved_commit", lambda: None)()
             if isinstance(commit, str) and commit:
@@ -409,6 +416,7 @@ class RevisionedMirrorFetcher(MirrorFetcher):
         return None
 
     def resolve_at(self, commit: str) -> None:
+        self._at = commit
         self.origin.resolve_at(commit)  # type: ignore[attr-defined]
 
 

@@ -130,3 +130,26 @@ def test_readers_at_once_cost_the_origin_one_copy_in_all(tmp_path, hub, s3, buck
         for rel in FILES:
             assert reader.dest(rel).read_bytes() == files[rel], rel
     assert origin_hits(hub) == (len(readers), 0, 0)
+
+
+def test_mirror_only_at_a_commit_needs_no_ref(tmp_path, hub, s3, bucket) -> None:
+    files = repo_files(seed=8)
+    commit = hub.add_repo(REPO, files)
+    seeded(tmp_path, hub, s3, bucket, files)
+    s3.admin().delete_object(Bucket=bucket, Key=f"mirror/{hf_place().ref('main')}")
+    hub.clear_log()
+    hub.cdn.clear_log()
+    reader = new_pod(tmp_path, "reader", SOURCE_BUDGET)
+    env = reader.multi_env(
+        f"hf://{REPO}@{commit}",
+        FILES,
+        HF_ENDPOINT=hub.url,
+        **mirror_env(s3, bucket, LLMKUBE_MIRROR_ONLY="true"),
+    )
+
+    run = reader.run(env=env)
+
+    run.ok(files=len(FILES), fetched=len(FILES))
+    for rel in FILES:
+        assert reader.dest(rel).read_bytes() == files[rel], rel
+    assert origin_hits(hub) == (0, 0, 0)
