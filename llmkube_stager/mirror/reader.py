@@ -283,7 +283,7 @@ class MirrorFetcher:
         entry = manifest.files.get(name)
         if entry is None:
             raise MirrorMiss(f"the mirror's manifest of version {version} has no {name}")
-        _check_entry(entry, origin, file, self.route.commits)
+        _check_entry(entry, origin, file)
         key = self.route.place.file(version, name)
         mirror_file = self.store.file(key)
         meta = self._ask(lambda: self.store.fetcher.probe(mirror_file), key)
@@ -420,7 +420,7 @@ class RevisionedMirrorFetcher(MirrorFetcher):
         self.origin.resolve_at(commit)  # type: ignore[attr-defined]
 
 
-def _check_entry(entry: Entry, origin: RemoteMeta | None, file: RemoteFile, commits: bool) -> None:
+def _check_entry(entry: Entry, origin: RemoteMeta | None, file: RemoteFile) -> None:
     """A manifest entry the origin or the user contradicts is not used."""
     if file.sha256 is not None and file.sha256 != entry.sha256:
         raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the pinned one")
@@ -428,7 +428,9 @@ def _check_entry(entry: Entry, origin: RemoteMeta | None, file: RemoteFile, comm
         return
     if origin.sha256 is not None and origin.sha256 != entry.sha256:
         raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the one the origin lists")
-    if not commits and origin.validator != (entry.etag or entry.last_modified):
+    if origin.validator != (entry.etag or entry.last_modified):
+        # A hub's validator is the file's LFS sha256 or git blob id: a
+        # manifest that names another is not of this version.
         raise MirrorMiss(f"the origin holds another version of {file.rel} than the mirror")
 
 
