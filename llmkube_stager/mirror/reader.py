@@ -255,6 +255,10 @@ class MirrorFetcher:
             return self._manifest(version)
         except MirrorMiss:
             return None
+        except MirrorDown as down:
+            # A seeder that cannot read the mirror cannot write it either:
+            # the mirror's own reason (403, unreachable) is the run's.
+            raise down.error.amended(detail=f"the mirror failed: {down.error.detail}") from None
 
     # -- the mirror first --------------------------------------------------------------
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.disk import debris
+from tests.harness.canary import canary, leaks
+from tests.harness.disk import debris, tree
 from tests.harness.hub import HubFault
 from tests.harness.origin import closed_port_url
 from tests.harness.pod import SOURCE_BUDGET
@@ -136,3 +137,25 @@ def test_both_failing_gives_both_reasons(tmp_path, hub, s3, bucket) -> None:
     message = run.term["message"]
     assert "the mirror" in message, message
     assert not any(reader.dest(rel).exists() for rel in FILES)
+
+
+def test_a_wrong_mirror_secret_is_named_never_shown(tmp_path, hub, s3, bucket, seeded) -> None:
+    """A canary as the mirror's secret key: the reader is refused by the
+    mirror and falls back; the seeder fails; neither shows the secret."""
+    files, _ = seeded
+    secret = canary("mirror-secret-")
+    env = mirror_env(s3, bucket, LLMKUBE_MIRROR_SECRET_ACCESS_KEY=secret)
+
+    reader, run = read(tmp_path, hub, **env)
+
+    run.ok(files=len(FILES), fetched=len(FILES))
+    assert_staged_right(reader, files)
+    assert run.line_with("the mirror failed")
+    seeder = new_pod(tmp_path, "bad-seeder", SOURCE_BUDGET)
+    seed_run = seeder.run(
+        env=hf_pod_env(seeder, hub, **env, LLMKUBE_MIRROR_PUBLISH="true"),
+    )
+    seed_run.failed("ModelSourceUnauthorized")
+    for pod, done in ((reader, run), (seeder, seed_run)):
+        written = [d.decode("latin-1") for d in tree(pod.tmp).values()]
+        assert leaks(secret, done.outputs, *written) == []
