@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from llmkube_stager.config import Config
@@ -29,17 +28,21 @@ from llmkube_stager.errors import (
 )
 from llmkube_stager.logs import Log
 from llmkube_stager.mirror.layout import (
-    SINGLE_NAME,
     BadDocument,
-    Entry,
     MirrorManifest,
-    Place,
     decode_manifest,
     decode_ref,
-    hf_identity,
-    origin_key,
-    ref_name,
-    url_identity,
+)
+from llmkube_stager.mirror.route import (
+    Asked,
+    Chosen,
+    MirrorDown,
+    MirrorMiss,
+    Route,
+    Why,
+    as_origin,
+    check_entry,
+    route_of,
 )
 from llmkube_stager.mirror.store import MirrorStore, open_store
 from llmkube_stager.model import RemoteFile
@@ -65,85 +68,6 @@ _MENDABLE = frozenset(
         Reason.SOURCE_UNTRUSTED,
     }
 )
-
-
-@dataclass(frozen=True)
-class Route:
-    """What the run knows of its origin before asking anything."""
-
-    identity: str
-    place: Place
-    ref: str  # refs/<ref>.json: the revision, or "latest"
-    multi: bool
-    commits: bool  # the origin's versions are commits (Hugging Face)
-    only: bool  # LLMKUBE_MIRROR_ONLY
-    ask_origin: bool  # the origin's validators are wanted per file
-
-    def name_of(self, file: RemoteFile) -> str:
-        return file.rel if self.multi else SINGLE_NAME
-
-
-def route_of(config: Config, source: Source) -> Route:
-    from llmkube_stager.sources.hf.source import HfSource
-
-    mirror = config.mirror
-    assert mirror is not None
-    if isinstance(source, HfSource):
-        identity = hf_identity(source.ref.repo, source.ref.path)
-        ref, commits = ref_name(source.revision or "main"), True
-    else:
-        identity, ref, commits = url_identity(source.kind, config.source), ref_name(None), False
-    ask = not mirror.only and (mirror.publish or config.refresh_policy == "OnChange")
-    return Route(
-        identity,
-        Place(origin_key(identity)),
-        ref,
-        config.multi_file,
-        commits,
-        mirror.only,
-        ask,
-    )
-
-
-class MirrorMiss(Exception):
-    """The mirror does not hold what is asked: absent, or not this version."""
-
-
-class MirrorDown(Exception):
-    """The mirror did not answer as a store does (unreachable, 403, 5xx)."""
-
-    def __init__(self, error: SourceError) -> None:
-        super().__init__(error.detail)
-        self.error = error
-
-
-@dataclass(frozen=True)
-class Asked:
-    """What the origin said before the mirror was asked: its answer, its
-    failure, or nothing (it was not asked)."""
-
-    answer: RemoteMeta | None = None
-    failure: SourceError | None = None
-
-
-@dataclass(frozen=True)
-class Why:
-    """Why the mirror does not serve a file; `error` when it failed (not
-    merely lacks the file)."""
-
-    text: str
-    error: SourceError | None = None
-
-
-@dataclass(frozen=True)
-class Chosen:
-    """A file served from the mirror: its object, the mirror's own answer,
-    and the manifest's entry."""
-
-    file: RemoteFile
-    meta: RemoteMeta
-    key: str
-    entry: Entry
 
 
 class MirrorFetcher:
@@ -192,7 +116,7 @@ class MirrorFetcher:
                 f"{file.rel} comes from the mirror ({self.store.url_of(chosen.key)})",
                 file=file.rel,
             )
-        return _as_origin(chosen, origin)
+        return as_origin(chosen, origin)
 
     def open(self, file: RemoteFile, meta: RemoteMeta, offset: int, end: int | None = None) -> Body:
         chosen = self._chosen.get(file.rel)
@@ -287,7 +211,7 @@ class MirrorFetcher:
         entry = manifest.files.get(name)
         if entry is None:
             raise MirrorMiss(f"the mirror's manifest of version {version} has no {name}")
-        _check_entry(entry, origin, file)
+        check_entry(entry, origin, file)
         key = self.route.place.file(version, name)
         mirror_file = self.store.file(key)
         meta = self._ask(lambda: self.store.fetcher.probe(mirror_file), key)
@@ -422,37 +346,6 @@ class RevisionedMirrorFetcher(MirrorFetcher):
     def resolve_at(self, commit: str) -> None:
         self._at = commit
         self.origin.resolve_at(commit)  # type: ignore[attr-defined]
-
-
-def _check_entry(entry: Entry, origin: RemoteMeta | None, file: RemoteFile) -> None:
-    """A manifest entry the origin or the user contradicts is not used."""
-    if file.sha256 is not None and file.sha256 != entry.sha256:
-        raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the pinned one")
-    if origin is None:
-        return
-    if origin.sha256 is not None and origin.sha256 != entry.sha256:
-        raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the one the origin lists")
-    if origin.validator != (entry.etag or entry.last_modified):
-        # A hub's validator is the file's LFS sha256 or git blob id: a
-        # manifest that names another is not of this version.
-        raise MirrorMiss(f"the origin holds another version of {file.rel} than the mirror")
-
-
-def _as_origin(chosen: Chosen, origin: RemoteMeta | None) -> RemoteMeta:
-    """The mirror's bytes as the origin's version: the origin's validators
-    (recorded), the manifest's sha256 (checked while received), the mirror
-    object's validators as the pins of its GETs."""
-    entry, meta = chosen.entry, chosen.meta
-    return RemoteMeta(
-        url=meta.url,
-        size_bytes=entry.size_bytes,
-        etag=entry.etag if origin is None else origin.etag,
-        accept_ranges=meta.accept_ranges,
-        if_range=meta.if_range,
-        if_match=meta.if_match,
-        sha256=entry.sha256,
-        last_modified=entry.last_modified if origin is None else origin.last_modified,
-    )
 
 
 class _MirrorBody(WrappedBody):
