@@ -136,3 +136,26 @@ def test_a_wrong_byte_in_an_http_mirror_is_named_and_fetched_from_the_hub(
     for rel in FILES:
         assert reader.dest(rel).read_bytes() == files[rel], rel
     assert f"{http_mirror.url}/m/{key}" in run.line_with("does not hold the bytes")
+
+
+def test_an_air_gapped_reader_of_an_http_origin_reads_the_mirrors_latest(
+    tmp_path, origin, s3, bucket
+) -> None:
+    data = {"weights.bin": payload(128 * 1024, 51), "config.json": b'{"b": 2}'}
+    for rel, body in data.items():
+        origin.put(f"/models/{rel}", body)
+    base = f"{origin.url}/models/"
+    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
+    seeder.run(env=seeder.multi_env(base, HTTP_FILES, **seeder_env(s3, bucket))).ok(
+        files=2, fetched=2
+    )
+    origin.clear_log()
+
+    reader = new_pod(tmp_path, "reader", SOURCE_BUDGET)
+    env = reader.multi_env(base, HTTP_FILES, **mirror_env(s3, bucket, LLMKUBE_MIRROR_ONLY="true"))
+    run = reader.run(env=env, LLMKUBE_REFRESH_POLICY="OnChange")
+
+    run.ok(files=2, fetched=2)
+    for rel, body in data.items():
+        assert reader.dest(rel).read_bytes() == body, rel
+    assert origin.requests() == [], "an air-gapped reader asked the origin"
