@@ -160,7 +160,11 @@ class MirrorFetcher:
                 f"the mirror failed serving {file.rel} ({err.detail}); fetching it from the origin",
                 file.rel,
             )
-        return self.origin_answer(file)
+        try:
+            return self.origin_answer(file)
+        except SourceError as failed:
+            both = f"{failed.detail} (the mirror failed first: {err.detail})"
+            raise failed.amended(detail=both) from failed
 
     def origin_answer(self, file: RemoteFile) -> RemoteMeta:
         """The origin's own answer for `file` (asked once)."""

@@ -10,7 +10,7 @@ import pytest
 from tests.harness.canary import canary, leaks
 from tests.harness.disk import debris, tree
 from tests.harness.hub import HubFault
-from tests.harness.origin import closed_port_url
+from tests.harness.origin import Fault, closed_port_url
 from tests.harness.pod import SOURCE_BUDGET
 from tests.harness.seaweed import S3Fault
 from tests.mirror.mirrorkit import (
@@ -159,3 +159,17 @@ def test_a_wrong_mirror_secret_is_named_never_shown(tmp_path, hub, s3, bucket, s
     for pod, done in ((reader, run), (seeder, seed_run)):
         written = [d.decode("latin-1") for d in tree(pod.tmp).values()]
         assert leaks(secret, done.outputs, *written) == []
+
+
+def test_a_wrong_byte_then_a_failing_origin_gives_both(tmp_path, hub, s3, bucket, seeded) -> None:
+    _, commit = seeded
+    bad = f"{PREFIX}/{hf_place().file(commit, FILES[0])}"
+    s3.set_fault(f"/{bucket}/{bad}", S3Fault(methods=("GET",), corrupt=True))
+    hub.cdn.set_fault(hub.cdn_path_of(REPO, FILES[0]), Fault(status=500))
+
+    reader, run = read(tmp_path, hub, **mirror_env(s3, bucket))
+
+    run.failed()
+    message = run.term["message"]
+    assert "the mirror failed first" in message and "sha256" in message, message
+    assert not reader.dest(FILES[0]).exists()
