@@ -69,6 +69,14 @@ def test_a_seeded_mirror_serves_readers_with_one_hub_call(tmp_path, hub, s3, buc
     assert run.has_line("comes from the mirror")
     assert leaks(HF_TOKEN, *[r.headers.get("authorization", "") for r in s3.requests()]) == []
 
+    # A warm IfNotPresent start asks neither the hub nor the mirror.
+    hub.clear_log()
+    s3.clear()
+    warm = reader.run(env=hf_pod_env(reader, hub, **mirror_env(s3, bucket)))
+    warm.ok(files=len(FILES), fetched=0, reused=len(FILES))
+    assert origin_hits(hub) == (0, 0, 0)
+    assert s3.requests() == []
+
     # The origin's validators were recorded: OnChange finds nothing changed.
     again = reader.run(
         env=hf_pod_env(reader, hub, LLMKUBE_REFRESH_POLICY="OnChange", **mirror_env(s3, bucket))
