@@ -107,6 +107,8 @@ def check_entry(entry: Entry, origin: RemoteMeta | None, file: RemoteFile) -> No
         raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the pinned one")
     if origin is None:
         return
+    if origin.size_bytes is not None and origin.size_bytes != entry.size_bytes:
+        raise MirrorMiss(f"the mirror's size of {file.rel} is not the origin's")
     if origin.sha256 is not None and origin.sha256 != entry.sha256:
         raise MirrorMiss(f"the mirror's sha256 of {file.rel} is not the one the origin lists")
     if origin.validator != (entry.etag or entry.last_modified):

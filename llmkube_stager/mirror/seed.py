@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from typing import BinaryIO
 
 from llmkube_stager.errors import Reason, SourceError, TransferError
@@ -37,7 +38,7 @@ PART_BYTES = 16 * 1024 * 1024
 _READ_BYTES = 1024 * 1024
 
 
-def seed(fetcher: Fetcher, manifest: Manifest, log: Log) -> None:
+def seed(fetcher: Fetcher, manifest: Manifest, log: Log, sleep: Callable[[float], None]) -> None:
     """Upload the model `manifest` names, as staged in the cache, unless
     the mirror holds its version already."""
     if not isinstance(fetcher, MirrorFetcher):
@@ -48,7 +49,7 @@ def seed(fetcher: Fetcher, manifest: Manifest, log: Log) -> None:
     if fetcher.version_held(version) is not None:
         log.info("mirror_held", f"the mirror holds version {version} already: nothing to seed")
         return
-    writer = S3Writer(fetcher.store)
+    writer = S3Writer(fetcher.store, sleep, log)
     try:
         entries = {
             route.name_of(f): _upload(

@@ -8,7 +8,7 @@ translated here and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -16,6 +16,7 @@ from urllib.parse import quote
 from llmkube_stager.config import Config, MirrorSettings, Secrets
 from llmkube_stager.config.kserve_env import SIGNING_VARS
 from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.logs import Log
 from llmkube_stager.mirror.layout import MAX_DOC_BYTES
 from llmkube_stager.model import RemoteFile
 from llmkube_stager.sources.base import Fetcher
@@ -150,14 +151,19 @@ class Part:
 
 
 class S3Writer:
-    """The seeder's writes to an s3:// mirror (docs/mirror.md "The seeder")."""
+    """The seeder's writes to an s3:// mirror (docs/mirror.md "The seeder").
+    Each request has the budget of any request of the agent (botocore
+    itself never retries, sources/s3/clients.py): a busy store's timeout
+    costs a retry, not the seed."""
 
-    def __init__(self, store: MirrorStore) -> None:
+    def __init__(self, store: MirrorStore, sleep: Callable[[float], None], log: Log) -> None:
         from llmkube_stager.sources.s3.clients import S3Clients
         from llmkube_stager.sources.s3.settings import s3_settings
 
         cfg = store.config
         self._store = store
+        self._sleep = sleep
+        self._log = log
         self._bucket, self._prefix = _split_s3(store.settings.url)
         self._clients: S3Clients = S3Clients(cfg, s3_settings(cfg), self._bucket)
 
@@ -165,14 +171,22 @@ class S3Writer:
         return f"{self._prefix}/{key}" if self._prefix else key
 
     def _call(self, key: str, what: str, **params: Any) -> Any:
+        return self._retried(key, what, Key=self._key(key), **params)
+
+    def _retried(self, key: str, what: str, **params: Any) -> Any:
+        from llmkube_stager.transfer.retry import RetryBudget
+
+        budget = RetryBudget(self._store.config.timeouts, self._sleep, self._log)
+        where = self._store.url_of(key)
+        return budget.call(lambda: self._once(where, what, **params), where)
+
+    def _once(self, where: str, what: str, **params: Any) -> Any:
         from llmkube_stager.sources.s3.errors import translate_s3_error
 
         try:
-            return getattr(self._clients.client(), what)(
-                Bucket=self._bucket, Key=self._key(key), **params
-            )
+            return getattr(self._clients.client(), what)(Bucket=self._bucket, **params)
         except Exception as exc:
-            raise translate_s3_error(exc, self._store.url_of(key)) from exc
+            raise translate_s3_error(exc, where) from exc
 
     def head(self, key: str) -> Mapping[str, Any] | None:
         try:
@@ -199,14 +213,7 @@ class S3Writer:
 
     def find_upload(self, key: str) -> str | None:
         """The upload a killed seeder left for this key (the newest)."""
-        from llmkube_stager.sources.s3.errors import translate_s3_error
-
-        try:
-            answer = self._clients.client().list_multipart_uploads(
-                Bucket=self._bucket, Prefix=self._key(key)
-            )
-        except Exception as exc:
-            raise translate_s3_error(exc, self._store.url_of(key)) from exc
+        answer = self._retried(key, "list_multipart_uploads", Prefix=self._key(key))
         uploads = [u for u in answer.get("Uploads") or () if u.get("Key") == self._key(key)]
         uploads.sort(key=lambda u: u.get("Initiated") or 0)
         return str(uploads[-1]["UploadId"]) if uploads else None

@@ -129,7 +129,7 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
             # docs/mirror.md: only what this run published verified, whole.
             from llmkube_stager.mirror.seed import seed
 
-            seed(session.fetcher(prepared.source), prepared.manifest, effects.log)
+            seed(session.fetcher(prepared.source), prepared.manifest, effects.log, effects.sleep)
         if mixed and all(r.decision is not Decision.KEEP for r in results):
             # Every file proven or staged from one commit: the entries this
             # run found are answered (one written since is not among them).

@@ -152,3 +152,19 @@ def test_a_seeder_never_publishes_bytes_it_did_not_verify(tmp_path, hub, s3, buc
     place = hf_place()
     assert f"{PREFIX}/{place.file(commit, FILES[1])}" not in keys, keys
     assert f"{PREFIX}/{place.manifest(commit)}" not in keys, keys
+
+
+def test_a_busy_mirror_costs_the_seeder_a_retry_not_the_seed(tmp_path, hub, s3, bucket) -> None:
+    """Every first write the store answers 503 SlowDown (a busy store):
+    each is asked again within the request's budget."""
+    files = repo_files(seed=25)
+    commit = hub.add_repo(REPO, files)
+    s3.set_fault("*", S3Fault(methods=("PUT",), status=503, code="SlowDown", times=1))
+    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
+
+    run = seeder.run(env=hf_pod_env(seeder, hub, **seeder_env(s3, bucket)))
+
+    run.ok(files=len(FILES), fetched=len(FILES))
+    assert 503 in [r.status for r in s3.requests("PUT")]
+    manifest = decode_manifest(mirror_object(s3, bucket, hf_place().manifest(commit)))
+    assert sorted(manifest.files) == sorted(FILES)
