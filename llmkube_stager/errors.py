@@ -268,6 +268,11 @@ REMEDY_MIRROR_SEED = (
     "forbids the origin: seed it with a prefetch Job that can reach the origin "
     "(LLMKUBE_MIRROR_PUBLISH=true), or unset LLMKUBE_MIRROR_ONLY"
 )
+REMEDY_MIRROR = (
+    "the mirror (LLMKUBE_MIRROR) failed: check LLMKUBE_MIRROR_ENDPOINT, the mirror's keys "
+    "(LLMKUBE_MIRROR_ACCESS_KEY_ID, LLMKUBE_MIRROR_SECRET_ACCESS_KEY; a seeder needs write "
+    "access under the prefix) and the store's health"
+)
 REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager stage --help"
 REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
 REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"
@@ -441,6 +446,7 @@ class StagerError(Exception):
         source_kind: SourceKind | None = None,
         file: str | None = None,
         retry_after_s: float | None = None,
+        remedy: str | None = None,
     ) -> Self:
         """This error as a layer above means it (None: as it is): a new one
         of the same type carrying everything else, its cause and traceback,
@@ -457,6 +463,7 @@ class StagerError(Exception):
             "source_kind": source_kind,
             "file": file,
             "retry_after_s": retry_after_s,  # a SourceError's (#29 item 8: the hub's 429)
+            "_remedy": remedy,  # a failure of another place than the source (the mirror)
         }
         new.__dict__.update({k: v for k, v in changes.items() if v is not None})
         if detail is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import (
+    REMEDY_MIRROR,
     REMEDY_MIRROR_SEED,
     Reason,
     SourceError,
@@ -186,7 +187,8 @@ class MirrorFetcher:
         except MirrorDown as down:
             # A seeder that cannot read the mirror cannot write it either:
             # the mirror's own reason (403, unreachable) is the run's.
-            raise down.error.amended(detail=f"the mirror failed: {down.error.detail}") from None
+            detail = f"the mirror failed: {down.error.detail}"
+            raise down.error.amended(detail=detail, remedy=REMEDY_MIRROR) from None
 
     # -- the mirror first --------------------------------------------------------------
 
@@ -277,7 +279,8 @@ class MirrorFetcher:
     def _fall_back(self, file: RemoteFile, asked: Asked, why: Why) -> RemoteMeta:
         if self.route.only:
             if why.error is not None:
-                raise why.error.amended(detail=f"the mirror failed: {why.error.detail}")
+                detail = f"the mirror failed: {why.error.detail}"
+                raise why.error.amended(detail=detail, remedy=REMEDY_MIRROR)
             raise SourceError(
                 f"{why.text}; LLMKUBE_MIRROR_ONLY=true: the origin is not asked",
                 reason=Reason.SOURCE_NOT_FOUND,

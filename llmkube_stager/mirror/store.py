@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from llmkube_stager.config import Config, MirrorSettings, Secrets
 from llmkube_stager.config.kserve_env import SIGNING_VARS
-from llmkube_stager.errors import Reason, SourceError
+from llmkube_stager.errors import REMEDY_MIRROR, Reason, SourceError
 from llmkube_stager.logs import Log
 from llmkube_stager.mirror.layout import MAX_DOC_BYTES
 from llmkube_stager.model import RemoteFile
@@ -178,7 +178,12 @@ class S3Writer:
 
         budget = RetryBudget(self._store.config.timeouts, self._sleep, self._log)
         where = self._store.url_of(key)
-        return budget.call(lambda: self._once(where, what, **params), where)
+        try:
+            return budget.call(lambda: self._once(where, what, **params), where)
+        except SourceError as err:
+            if err.reason is Reason.SOURCE_NOT_FOUND or _status(err) == 412:
+                raise  # answers the callers read (absent, written by another)
+            raise err.amended(remedy=REMEDY_MIRROR) from err
 
     def _once(self, where: str, what: str, **params: Any) -> Any:
         from llmkube_stager.sources.s3.errors import translate_s3_error

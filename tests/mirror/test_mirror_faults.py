@@ -156,6 +156,8 @@ def test_a_wrong_mirror_secret_is_named_never_shown(tmp_path, hub, s3, bucket, s
         env=hf_pod_env(seeder, hub, **env, LLMKUBE_MIRROR_PUBLISH="true"),
     )
     seed_run.failed("ModelSourceUnauthorized")
+    # The remedy is the mirror's, not the hub's.
+    assert "LLMKUBE_MIRROR_SECRET_ACCESS_KEY" in seed_run.term["remedy"]
     for pod, done in ((reader, run), (seeder, seed_run)):
         written = [d.decode("latin-1") for d in tree(pod.tmp).values()]
         assert leaks(secret, done.outputs, *written) == []
