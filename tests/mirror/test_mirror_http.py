@@ -38,10 +38,9 @@ def http_mirror() -> Iterator[Origin]:
         yield server
 
 
-def test_an_http_origin_is_read_from_the_mirror_without_a_request(
-    tmp_path, origin, s3, bucket
-) -> None:
-    data = {"weights.bin": payload(300 * 1024, 31), "config.json": b'{"a": 1}'}
+def seed_http(tmp_path, origin: Origin, s3, bucket: str, data: dict[str, bytes]) -> str:
+    """`data` served by the http origin and seeded into the mirror; the
+    origin's log cleared. Returns the base URL."""
     for rel, body in data.items():
         origin.put(f"/models/{rel}", body)
     base = f"{origin.url}/models/"
@@ -50,6 +49,14 @@ def test_an_http_origin_is_read_from_the_mirror_without_a_request(
         files=2, fetched=2
     )
     origin.clear_log()
+    return base
+
+
+def test_an_http_origin_is_read_from_the_mirror_without_a_request(
+    tmp_path, origin, s3, bucket
+) -> None:
+    data = {"weights.bin": payload(300 * 1024, 31), "config.json": b'{"a": 1}'}
+    base = seed_http(tmp_path, origin, s3, bucket, data)
 
     reader = new_pod(tmp_path, "reader", SOURCE_BUDGET)
     run = reader.run(env=reader.multi_env(base, HTTP_FILES, **mirror_env(s3, bucket)))
@@ -142,14 +149,7 @@ def test_an_air_gapped_reader_of_an_http_origin_reads_the_mirrors_latest(
     tmp_path, origin, s3, bucket
 ) -> None:
     data = {"weights.bin": payload(128 * 1024, 51), "config.json": b'{"b": 2}'}
-    for rel, body in data.items():
-        origin.put(f"/models/{rel}", body)
-    base = f"{origin.url}/models/"
-    seeder = new_pod(tmp_path, "seeder", SOURCE_BUDGET)
-    seeder.run(env=seeder.multi_env(base, HTTP_FILES, **seeder_env(s3, bucket))).ok(
-        files=2, fetched=2
-    )
-    origin.clear_log()
+    base = seed_http(tmp_path, origin, s3, bucket, data)
 
     reader = new_pod(tmp_path, "reader", SOURCE_BUDGET)
     env = reader.multi_env(base, HTTP_FILES, **mirror_env(s3, bucket, LLMKUBE_MIRROR_ONLY="true"))
