@@ -263,6 +263,16 @@ REMEDY_PROXY_UNAUTHORIZED = (
     "user and password in HTTPS_PROXY / HTTP_PROXY, or list the host in NO_PROXY if it must "
     "not go through the proxy"
 )
+REMEDY_MIRROR_SEED = (
+    "the mirror (LLMKUBE_MIRROR) does not hold this model version and LLMKUBE_MIRROR_ONLY=true "
+    "forbids the origin: seed it with a prefetch Job that can reach the origin "
+    "(LLMKUBE_MIRROR_PUBLISH=true), or unset LLMKUBE_MIRROR_ONLY"
+)
+REMEDY_MIRROR = (
+    "the mirror (LLMKUBE_MIRROR) failed: check LLMKUBE_MIRROR_ENDPOINT, the mirror's keys "
+    "(LLMKUBE_MIRROR_ACCESS_KEY_ID, LLMKUBE_MIRROR_SECRET_ACCESS_KEY; a seeder needs write "
+    "access under the prefix) and the store's health"
+)
 REMEDY_CONFIG = "fix the named environment variable or flag; see llmkube-stager stage --help"
 REMEDY_CANCELLED = "the pod was asked to stop during a transfer; partial files are kept for resume"
 REMEDY_INTERNAL = "this is a bug in llmkube-stager; the pod log holds the traceback"
@@ -436,6 +446,7 @@ class StagerError(Exception):
         source_kind: SourceKind | None = None,
         file: str | None = None,
         retry_after_s: float | None = None,
+        remedy: str | None = None,
     ) -> Self:
         """This error as a layer above means it (None: as it is): a new one
         of the same type carrying everything else, its cause and traceback,
@@ -452,6 +463,7 @@ class StagerError(Exception):
             "source_kind": source_kind,
             "file": file,
             "retry_after_s": retry_after_s,  # a SourceError's (#29 item 8: the hub's 429)
+            "_remedy": remedy,  # a failure of another place than the source (the mirror)
         }
         new.__dict__.update({k: v for k, v in changes.items() if v is not None})
         if detail is not None:

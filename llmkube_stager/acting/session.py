@@ -82,6 +82,11 @@ class Session:
         with self._opening:  # files in flight: one fetcher for all
             if self._fetcher is None:
                 self._fetcher = source.fetcher()
+                if self.config.mirror is not None:
+                    # The mirror first (docs/mirror.md), imported only then.
+                    from llmkube_stager.mirror.reader import mirrored
+
+                    self._fetcher = mirrored(self.config, source, self._fetcher)
                 # A fetcher that reports on its own (S3: where its
                 # credentials came from, a re-signed URL) takes the run's log.
                 self._fetcher.bind_log(self.log)

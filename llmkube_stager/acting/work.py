@@ -35,10 +35,11 @@ from llmkube_stager.errors import (
     TransferError,
 )
 from llmkube_stager.model import Action, Decision, FileResult, LocalState, Manifest, RemoteFile
-from llmkube_stager.sources.base import RemoteMeta, Source
+from llmkube_stager.sources.base import Fetcher, RemoteMeta, Source, meta_instead
 from llmkube_stager.transfer import (
     Completed,
     ModelProgress,
+    TransferEffects,
     discard,
     fetch_partial,
     publish_completed,
@@ -150,9 +151,29 @@ class Transfers:
         _check_signed_origin(file, meta)
         effects = dataclasses.replace(effects, model=self._progress)
         with self._budget.reserve(_footprint_bytes(meta)):
-            done = fetch_partial(fetcher, file, effects, meta)
+            done = self._fetch(fetcher, file, effects, meta)
         self._check_digest(file, done)
         return done
+
+    def _fetch(
+        self, fetcher: Fetcher, file: RemoteFile, effects: TransferEffects, meta: RemoteMeta
+    ) -> Completed:
+        """The file into a partial; a fetcher that holds a second copy (the
+        mirror before the origin, mirror/reader.py) is asked once for it
+        when the first failed."""
+        try:
+            return fetch_partial(fetcher, file, effects, meta)
+        except StagerError as err:
+            other = meta_instead(fetcher, file, meta, err)
+            if other is None:
+                raise
+            first = err
+        self._session.metas[file.rel] = other
+        try:
+            return fetch_partial(fetcher, file, effects, other)
+        except StagerError as err:
+            both = f"{err.detail} (the mirror failed first: {first.detail})"
+            raise err.amended(detail=both) from err
 
     def _check_digest(self, file: RemoteFile, done: Completed) -> None:
         """Hashed while received; a mismatch is discarded before publish and

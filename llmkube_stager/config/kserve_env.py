@@ -77,7 +77,7 @@ def storage_spec(environ: Mapping[str, str]) -> dict[str, str]:
 
 # awsAnonymousCredential=true: what would sign a request is not handed on
 # (KServe: botocore UNSIGNED whatever else the Secret holds).
-_SIGNING_VARS = (
+SIGNING_VARS = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
@@ -119,7 +119,7 @@ def with_kserve(environ: Mapping[str, str]) -> Mapping[str, str]:
                 given("CA_BUNDLE_VOLUME_MOUNT_POINT") or KSERVE_CA_MOUNT_DEFAULT
             )
     if given("awsAnonymousCredential").lower() == "true":
-        for name in _SIGNING_VARS:
+        for name in SIGNING_VARS:
             merged.pop(name, None)
         # Nothing else in the chain may find a key (files under HOME, IMDS).
         merged.update(

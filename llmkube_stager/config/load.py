@@ -86,6 +86,7 @@ def _assemble(
         job_id=rules.job_id(read),
         direct_io_mode=rules.direct_io_mode(read),
         proxy=rules.load_proxy(read),
+        mirror=rules.mirror(read),
         allow_patterns=rules.patterns(read, "STORAGE_ALLOW_PATTERNS"),
         ignore_patterns=rules.patterns(read, "STORAGE_IGNORE_PATTERNS"),
         archive_max_bytes=rules.positive(read, "LLMKUBE_ARCHIVE_MAX_BYTES"),

@@ -20,6 +20,7 @@ from llmkube_stager.config.settings import (
     POLICIES,
     DirectIoMode,
     LogFormat,
+    MirrorSettings,
     RefreshPolicy,
     Secrets,
     Timeouts,
@@ -32,7 +33,15 @@ from llmkube_stager.proxy import ProxyConfigError, ProxySettings, parse_no_proxy
 # URLs longer than this are refused by most servers and by httpx (64 KiB):
 # a configuration mistake, not a transfer to attempt.
 URL_MAX_BYTES = 8192
-_URL_VARS = ("MODEL_SOURCE", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "HTTP_PROXY")
+_URL_VARS = (
+    "MODEL_SOURCE",
+    "HF_ENDPOINT",
+    "AWS_ENDPOINT_URL",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "LLMKUBE_MIRROR",
+    "LLMKUBE_MIRROR_ENDPOINT",
+)
 # Secrets the agent sends as an HTTP header value (Authorization: Bearer).
 _HEADER_SECRETS = ("HF_TOKEN",)
 
@@ -246,6 +255,10 @@ def load_secrets(read: Reader) -> Secrets:
         aws_session_token=read.raw("AWS_SESSION_TOKEN").strip(),
         aws_container_authorization_token=read.raw("AWS_CONTAINER_AUTHORIZATION_TOKEN").strip(),
         azure=azure_secrets(read),
+        mirror=tuple(
+            read.raw(name).strip()
+            for name in ("LLMKUBE_MIRROR_ACCESS_KEY_ID", "LLMKUBE_MIRROR_SECRET_ACCESS_KEY")
+        ),
     )
 
 
@@ -314,3 +327,59 @@ def ca_dir(read: Reader) -> str:
             "system's CA certificates are trusted"
         )
     return path
+
+
+_HTTP_URL_RE = re.compile(r"https?://[^/?#@\s]+(/[^?#\s]*)?", re.IGNORECASE)
+_S3_MIRROR_RE = re.compile(r"s3://[A-Za-z0-9._-]{1,255}(/[^\s]*)?", re.IGNORECASE)
+
+
+def mirror(read: Reader) -> MirrorSettings | None:
+    """LLMKUBE_MIRROR and its companions (docs/mirror.md); None when unset.
+    A mirror URL carries no credentials (they have their own variables)."""
+    url = read.raw("LLMKUBE_MIRROR").strip()
+    only, publish = _flag(read, "LLMKUBE_MIRROR_ONLY"), _flag(read, "LLMKUBE_MIRROR_PUBLISH")
+    if not url:
+        if only or publish:
+            given = "LLMKUBE_MIRROR_ONLY" if only else "LLMKUBE_MIRROR_PUBLISH"
+            read.warnings.append(f"{given} is set without LLMKUBE_MIRROR: there is no mirror")
+        return None
+    is_s3 = _S3_MIRROR_RE.fullmatch(url) is not None
+    if not is_s3 and _HTTP_URL_RE.fullmatch(url) is None:
+        raise ConfigError(
+            "LLMKUBE_MIRROR must be s3://bucket/prefix or an http(s):// base URL without "
+            "credentials, query or fragment"
+        )
+    if publish and not is_s3:
+        raise ConfigError(
+            "LLMKUBE_MIRROR_PUBLISH needs an s3:// mirror (an http(s) one is read-only)"
+        )
+    if not is_s3 and not url.endswith("/"):
+        url += "/"
+    key_id = read.raw("LLMKUBE_MIRROR_ACCESS_KEY_ID").strip()
+    secret = read.raw("LLMKUBE_MIRROR_SECRET_ACCESS_KEY").strip()
+    if bool(key_id) != bool(secret):
+        raise ConfigError(
+            "LLMKUBE_MIRROR_ACCESS_KEY_ID and LLMKUBE_MIRROR_SECRET_ACCESS_KEY go together: "
+            "set both or neither"
+        )
+    endpoint = read.raw("LLMKUBE_MIRROR_ENDPOINT").strip()
+    if endpoint and _HTTP_URL_RE.fullmatch(endpoint) is None:
+        raise ConfigError(
+            "LLMKUBE_MIRROR_ENDPOINT must be scheme://host[:port], without credentials"
+        )
+    return MirrorSettings(
+        url=url,
+        endpoint_url=endpoint,
+        access_key_id=key_id,
+        secret_access_key=secret,
+        region=read.raw("LLMKUBE_MIRROR_REGION").strip(),
+        only=only,
+        publish=publish,
+    )
+
+
+def _flag(read: Reader, name: str) -> bool:
+    value = read.raw(name).strip().lower()
+    if value not in ("", "true", "false"):
+        raise ConfigError(f"{name} must be true or false, got {shown(value)}")
+    return value == "true"

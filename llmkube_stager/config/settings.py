@@ -57,6 +57,8 @@ class Secrets:
     # Azure (#33 item 2): the key, the client secret, the connection string
     # and the key or SAS inside it.
     azure: tuple[str, ...] = field(default=(), repr=False)
+    # The mirror's own keys (docs/mirror.md).
+    mirror: tuple[str, ...] = field(default=(), repr=False)
 
     def values(self) -> tuple[str, ...]:
         return tuple(
@@ -68,9 +70,28 @@ class Secrets:
                 self.aws_session_token,
                 self.aws_container_authorization_token,
                 *self.azure,
+                *self.mirror,
             )
             if v
         )
+
+
+@dataclass(frozen=True)
+class MirrorSettings:
+    """LLMKUBE_MIRROR and its companions (docs/mirror.md): where a cluster
+    keeps one copy of each model version, and whether this pod seeds it."""
+
+    url: str  # s3://bucket/prefix, or an http(s):// base ending in "/"
+    endpoint_url: str = ""
+    access_key_id: str = field(default="", repr=False)
+    secret_access_key: str = field(default="", repr=False)
+    region: str = ""
+    only: bool = False  # air-gapped: the origin is never asked
+    publish: bool = False  # this pod uploads what it staged and verified
+
+    @property
+    def is_s3(self) -> bool:
+        return self.url[:5].lower() == "s3://"
 
 
 @dataclass(frozen=True)
@@ -129,6 +150,8 @@ class Config:
     # still only where FsInfo.direct_io_ok; "off" never.
     direct_io_mode: DirectIoMode = DIRECT_IO_MODES[DEFAULTS["LLMKUBE_DIRECT_IO"]]
     proxy: ProxySettings = field(default_factory=ProxySettings)
+    # LLMKUBE_MIRROR (docs/mirror.md); None: every file from the origin.
+    mirror: MirrorSettings | None = None
     # KServe's STORAGE_ALLOW_PATTERNS / STORAGE_IGNORE_PATTERNS: fnmatch
     # filters of a listed source's relative paths (#24 item 3, staging/listed.py).
     allow_patterns: tuple[str, ...] = ()

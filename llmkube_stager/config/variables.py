@@ -130,6 +130,21 @@ VARS: tuple[Var, ...] = (
         "ext4/xfs/btrfs), on (O_DIRECT there always) or off (always the page cache)",
         default="auto",
     ),
+    # The in-cluster mirror (#42, docs/mirror.md).
+    Var(
+        "LLMKUBE_MIRROR",
+        "a mirror read before the origin: s3://bucket/prefix or an http(s):// base",
+    ),
+    Var("LLMKUBE_MIRROR_ENDPOINT", "the S3 mirror's endpoint URL (default: AWS_ENDPOINT_URL)"),
+    Var("LLMKUBE_MIRROR_ACCESS_KEY_ID", "the S3 mirror's access key id", secret=True),
+    Var("LLMKUBE_MIRROR_SECRET_ACCESS_KEY", "the S3 mirror's secret key", secret=True),
+    Var("LLMKUBE_MIRROR_REGION", "the S3 mirror's region (default: AWS_REGION)"),
+    Var("LLMKUBE_MIRROR_ONLY", "true: never ask the origin, only the mirror", default="false"),
+    Var(
+        "LLMKUBE_MIRROR_PUBLISH",
+        "true: upload what this pod staged and verified to the S3 mirror (the seeder)",
+        default="false",
+    ),
     # KServe mode (#24 item 2): bounds of an unpacked archive (kserve/archive.py).
     Var(
         "LLMKUBE_ARCHIVE_MAX_BYTES",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import InvalidFileSet, SourceKind
+from llmkube_stager.errors import InvalidFileSet, SourceKind, StagerError
 from llmkube_stager.layout import destinations, listed_dest, parse_file_list
 from llmkube_stager.listing import ListedFile, Listing
 from llmkube_stager.logs import Log
@@ -125,6 +125,31 @@ class Body(Protocol):
     def close(self) -> None: ...
 
 
+class WrappedBody:
+    """A body that passes another's through (a subclass adds what it does
+    to the bytes in `readinto`): its facts are the wrapped one's, and no
+    kernel copy bypasses it."""
+
+    def __init__(self, body: Body) -> None:
+        self._body = body
+        self.start = body.start
+        self.total_bytes = body.total_bytes
+        self.complete = body.complete
+        self.etag = body.etag
+        self.last_modified = body.last_modified
+        self.framed = body.framed
+
+    def readinto(self, buffer: memoryview) -> int:
+        return self._body.readinto(buffer)
+
+    @property
+    def copy_into(self) -> Callable[[int, int], int] | None:
+        return None
+
+    def close(self) -> None:
+        self._body.close()
+
+
 class Fetcher(Protocol):
     # Capability: several ranged requests into one file are worth it (not
     # for a local copy, which the kernel does).
@@ -163,6 +188,27 @@ class Source(Protocol):
         profile, a token file, a CA bundle): before the cache is touched,
         raising ConfigError (#11 item 12)."""
         ...
+
+
+@runtime_checkable
+class SecondCopy(Protocol):
+    """Capability: a fetcher that can get a file's bytes from a second
+    place when a transfer from the first failed (the mirror before the
+    origin, mirror/reader.py)."""
+
+    def instead(
+        self, file: RemoteFile, meta: RemoteMeta, err: StagerError
+    ) -> RemoteMeta | None: ...
+
+
+def meta_instead(
+    fetcher: Fetcher, file: RemoteFile, meta: RemoteMeta, err: StagerError
+) -> RemoteMeta | None:
+    """The answer to fetch `file` with after a transfer with `meta`
+    failed with `err`; None: there is no second copy."""
+    if isinstance(fetcher, SecondCopy):
+        return fetcher.instead(file, meta, err)
+    return None
 
 
 @runtime_checkable

@@ -125,6 +125,11 @@ def _stage(config: Config, effects: Effects, prepared: Prepared) -> tuple[Prepar
         prepared.mode.finish(root, session, may_write=prepared.strategy.may_write)
         if verification is not None and prepared.strategy.may_write:
             _record_verification(prepared, verification, results)
+        if _seeds(config, session, results):
+            # docs/mirror.md: only what this run published verified, whole.
+            from llmkube_stager.mirror.seed import seed
+
+            seed(session.fetcher(prepared.source), prepared.manifest, effects.log, effects.sleep)
         if mixed and all(r.decision is not Decision.KEEP for r in results):
             # Every file proven or staged from one commit: the entries this
             # run found are answered (one written since is not among them).
@@ -202,6 +207,15 @@ def _record_verification(
     from llmkube_stager.staging.signed import signature_record
 
     write_verification(signature_record(prepared), verification)
+
+
+def _seeds(config: Config, session: Session, results: tuple[FileResult, ...]) -> bool:
+    """This pod seeds the mirror: a seeder of the whole model whose cache
+    holds the current version (a kept old copy is not what the origin has)."""
+    mirror = config.mirror
+    if mirror is None or not mirror.publish or not session.over_whole_model:
+        return False
+    return all(r.decision is not Decision.KEEP for r in results)
 
 
 def _all_verified(config: Config, prepared: Prepared) -> bool:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
+from tests.harness.canary import canary
 from tests.harness.lifecycle import Lifecycle
 from tests.harness.s3front import S3Fault, S3Front, S3Request
 from tests.harness.sts import ROLE_ARN, OidcIssuer, TemporaryCredentials, sts_iam_config
@@ -50,6 +51,9 @@ from tests.harness.sts import ROLE_ARN, OidcIssuer, TemporaryCredentials, sts_ia
 _HOST = "127.0.0.1"
 ADMIN = ("AKIASEAWEEDADMIN0001", "seaweed-admin-secret-0001")
 READER = ("AKIASEAWEEDREADER001", "seaweed-reader-secret-001")
+# A writer of any bucket (a mirror's seeder, docs/mirror.md); its secret is
+# a fresh canary each session: any piece of it in an output is a leak.
+WRITER = ("AKIASEAWEEDWRITER001", canary("mirror-writer-"))
 PUBLIC_BUCKET = "public-models"
 REGION = "us-east-1"
 _START_TIMEOUT_S = 90.0
@@ -58,6 +62,7 @@ __all__ = [
     "ADMIN",
     "PUBLIC_BUCKET",
     "READER",
+    "WRITER",
     "S3Fault",
     "S3Request",
     "SeaweedS3",
@@ -109,6 +114,11 @@ def _identities() -> dict[str, Any]:
                 "name": "admin",
                 "credentials": [{"accessKey": ADMIN[0], "secretKey": ADMIN[1]}],
                 "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            },
+            {
+                "name": "writer",
+                "credentials": [{"accessKey": WRITER[0], "secretKey": WRITER[1]}],
+                "actions": ["Read", "Write", "List"],
             },
             {
                 "name": "reader",

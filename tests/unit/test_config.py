@@ -37,6 +37,8 @@ SHARDED = {
     "LLMKUBE_SHARDS": "4",
     "JOB_COMPLETION_INDEX": "1",
 }
+# A model read through an in-cluster mirror (#42, docs/mirror.md).
+MIRRORED = {**SINGLE, "LLMKUBE_MIRROR": "s3://mirror/models"}
 DIGEST_A = "a" * 64
 DIGEST_B = "0123456789abcdef" * 4
 
@@ -54,6 +56,9 @@ SECRETS = {
     "AZ_CLIENT_SECRET": "canary-az-legacy-client-secret-0",
     "AZURE_CLIENT_CERTIFICATE_PASSWORD": "canary-azure-certificate-password",
     "IDENTITY_HEADER": "canary-app-service-identity-header",
+    # #42: the mirror's own keys.
+    "LLMKUBE_MIRROR_ACCESS_KEY_ID": "AKIACANARYMIRROR0001",
+    "LLMKUBE_MIRROR_SECRET_ACCESS_KEY": "canary-mirror-secret-access-key-00",
 }
 
 
@@ -110,6 +115,35 @@ CASES: list[tuple[str, str, Mapping[str, str], str, Any, str]] = [
     ("JOB_COMPLETION_INDEX", "3", SHARDED, "shard_index", 3, "0"),
     ("LLMKUBE_JOB_ID", "0c1d2e3f-1234", SHARDED, "job_id", "0c1d2e3f-1234", "other-job"),
     ("LLMKUBE_DIRECT_IO", "off", SINGLE, "direct_io", False, "auto"),
+    # The in-cluster mirror (#42, docs/mirror.md).
+    ("LLMKUBE_MIRROR", "s3://mirror/models", SINGLE, "mirror.url", "s3://mirror/models", "s3://b"),
+    (
+        "LLMKUBE_MIRROR_ENDPOINT",
+        "http://seaweedfs.storage:8333",
+        MIRRORED,
+        "mirror.endpoint_url",
+        "http://seaweedfs.storage:8333",
+        "http://minio:9000",
+    ),
+    (
+        "LLMKUBE_MIRROR_ACCESS_KEY_ID",
+        "AKIAMIRROR",
+        {**MIRRORED, "LLMKUBE_MIRROR_SECRET_ACCESS_KEY": "s"},
+        "mirror.access_key_id",
+        "AKIAMIRROR",
+        "AKIAOTHER",
+    ),
+    (
+        "LLMKUBE_MIRROR_SECRET_ACCESS_KEY",
+        "m1rror",
+        {**MIRRORED, "LLMKUBE_MIRROR_ACCESS_KEY_ID": "k"},
+        "mirror.secret_access_key",
+        "m1rror",
+        "other",
+    ),
+    ("LLMKUBE_MIRROR_REGION", "eu-west-1", MIRRORED, "mirror.region", "eu-west-1", "us-east-2"),
+    ("LLMKUBE_MIRROR_ONLY", "true", MIRRORED, "mirror.only", True, "false"),
+    ("LLMKUBE_MIRROR_PUBLISH", "true", MIRRORED, "mirror.publish", True, "false"),
     ("LLMKUBE_ARCHIVE_MAX_BYTES", "4096", SINGLE, "archive_max_bytes", 4096, "8192"),
     ("LLMKUBE_ARCHIVE_MAX_FILES", "10", SINGLE, "archive_max_files", 10, "20"),
     ("HTTPS_PROXY", "http://p1:3128", SINGLE, "proxy.https.display", "p1:3128", "http://p2:1"),
@@ -825,3 +859,37 @@ def test_a_bad_anchor_is_invalid_configuration(env: dict[str, str], words: str) 
     with pytest.raises(ConfigError) as caught:
         load(env)
     assert words in caught.value.detail
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"LLMKUBE_MIRROR": "ftp://mirror/models"}, "LLMKUBE_MIRROR must be"),
+        ({"LLMKUBE_MIRROR": "http://user:pw@mirror/models/"}, "LLMKUBE_MIRROR must be"),
+        ({"LLMKUBE_MIRROR": "https://mirror/m/?sig=1"}, "LLMKUBE_MIRROR must be"),
+        (
+            {"LLMKUBE_MIRROR": "https://mirror/m/", "LLMKUBE_MIRROR_PUBLISH": "true"},
+            "needs an s3:// mirror",
+        ),
+        (
+            {"LLMKUBE_MIRROR": "s3://mirror/m", "LLMKUBE_MIRROR_ACCESS_KEY_ID": "AKIAHALF"},
+            "set both or neither",
+        ),
+        ({"LLMKUBE_MIRROR": "s3://mirror/m", "LLMKUBE_MIRROR_ONLY": "yes"}, "LLMKUBE_MIRROR_ONLY"),
+    ],
+)
+def test_a_bad_mirror_setting_is_refused_by_name(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named) as caught:
+        load(env, base=SINGLE)
+    assert "pw@" not in str(caught.value) and "sig=1" not in str(caught.value)
+
+
+def test_an_http_mirror_is_a_base_ending_in_a_slash() -> None:
+    config = load({"LLMKUBE_MIRROR": "https://mirror.internal/models"}, base=SINGLE)
+    assert config.mirror is not None and config.mirror.url == "https://mirror.internal/models/"
+
+
+def test_mirror_only_without_a_mirror_is_a_warning() -> None:
+    config = load({"LLMKUBE_MIRROR_ONLY": "true"}, base=SINGLE)
+    assert config.mirror is None
+    assert any("LLMKUBE_MIRROR_ONLY" in w for w in config.warnings)

@@ -95,6 +95,11 @@ class S3Clients:
             raise translate_s3_error(exc, where) from exc
         return url
 
+    def client(self) -> Any:
+        """The boto3 client of the bucket's region, for what a writer of
+        the bucket asks (the mirror's seeder, mirror/store.py)."""
+        return self._client()
+
     def close(self) -> None:
         for client in self._clients.values():
             with contextlib.suppress(Exception):

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest
+from llmkube_stager.sources.base import Body, RemoteMeta, StreamedDigest, WrappedBody
 
 
 class RunningDigest(Protocol):
@@ -136,25 +136,19 @@ def digest_while_received(body: Body, meta: RemoteMeta, offset: int, end: int | 
     return body
 
 
-class DigestBody:
+class DigestBody(WrappedBody):
     """`body`, its bytes hashed on the receiving thread."""
 
     def __init__(
         self, body: Body, size_bytes: int, declared: Declared, cell: StreamedDigest
     ) -> None:
-        self._body = body
+        super().__init__(body)
         self._size = size_bytes
         self._declared = declared
         self._cell = cell
         self._hasher = declared.new_hasher()
         self._seen = 0
         cell.running, cell.seen_bytes = self._hasher, 0
-        self.start = body.start
-        self.total_bytes = body.total_bytes
-        self.complete = body.complete
-        self.etag = body.etag
-        self.last_modified = body.last_modified
-        self.framed = body.framed
 
     def readinto(self, buffer: memoryview) -> int:
         count = self._body.readinto(buffer)
@@ -165,10 +159,3 @@ class DigestBody:
         elif self._seen == self._size and self.start == 0 and self._declared.matches(self._hasher):
             self._cell.matched = True
         return count
-
-    @property
-    def copy_into(self) -> Callable[[int, int], int] | None:
-        return None
-
-    def close(self) -> None:
-        self._body.close()
