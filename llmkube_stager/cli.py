@@ -1,7 +1,7 @@
 """The command line: click parses options into flags and calls the command
 (commands/run.py), whose `Boundary` translates every error into a
 termination message and an exit code (CONTRACT §2, §5). entry.py runs
-`stage`, `plan` and `verify` without options before this module is
+`stage`, `plan`, `verify` and `inspect` without options before this module is
 imported.
 """
 

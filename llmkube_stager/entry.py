@@ -1,7 +1,7 @@
 """The console script (`llmkube-stager`, `python -m llmkube_stager`).
 
-`stage`, `plan` and `verify` without options (how the operator's pods run
-the agent: configuration comes from the environment, CONTRACT §2) go
+`stage`, `plan`, `verify` and `inspect` without options (how the
+operator's pods run the agent: configuration comes from the environment, CONTRACT §2) go
 straight to their command (commands/run.py); so do KServe's
 storage-initializer arguments (`SRC_URI DEST_DIR ...`, kserve/command.py);
 anything else goes through click (cli.py). click and what it imports
