@@ -16,7 +16,9 @@ from typing import NoReturn
 
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 1:
+    # An option alone (`--help`, `--version`) is click's: it runs no command,
+    # so it loads no boundary (#45 item 2).
+    if len(args) == 1 and not args[0].startswith("-"):
         from llmkube_stager.boundary import no_flags
         from llmkube_stager.commands.run import BARE_COMMANDS
 

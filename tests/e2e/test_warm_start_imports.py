@@ -10,7 +10,8 @@ cryptography and model-signing (no signing key is set), and OpenSSL's hashlib
 no signature record without an anchor). click is heavy for a bare command
 (entry.py runs it without click); psutil for the commands that do not name the
 cache's mount (`plan` and `inspect` do: their filesystem line comes from the
-mount table)."""
+mount table). `--help` and `--version` run no command, so they load none of
+the commands' machinery."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ _HEAVY = (
 )
 _NO_MOUNT_TABLE = ("psutil",)
 _NO_CLICK = ("click",)
+# `--help` prints the variable table and runs no command: no boundary (and
+# so no logger, termination message or value types), no command body.
+_NO_COMMAND = ("llmkube_stager.boundary", "llmkube_stager.commands", "llmkube_stager.model")
 
 # command line -> what it must not import beyond `_HEAVY`
 _COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
@@ -51,7 +55,8 @@ _COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("verify",): _NO_MOUNT_TABLE + _NO_CLICK,
     ("plan",): _NO_CLICK,
     ("inspect",): _NO_CLICK,
-    ("--help",): _NO_MOUNT_TABLE,
+    ("--help",): _NO_MOUNT_TABLE + _NO_COMMAND,
+    ("--version",): _NO_MOUNT_TABLE + _NO_COMMAND,
 }
 
 
