@@ -16,6 +16,7 @@ import functools
 import http.server
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,13 @@ def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
 
 def main(trees: list[str]) -> None:
     work = tempfile.mkdtemp(prefix="warmstart-")
+    try:
+        measure(trees, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(trees: list[str], work: str) -> None:
     www = os.path.join(work, "www")
     os.makedirs(os.path.join(www, "m"))
     with open(os.path.join(www, "m", "model.gguf"), "wb") as handle:
