@@ -30,10 +30,10 @@ typecheck: $(STAMP)
 system-deps:
 	@tools/system-deps test
 
-## The whole suite: lint, types, every test (the torture suite at its quick scale), then the
-## source tests on the library floors.
+## The whole suite: lint, types, every test (the torture suite at its quick scale; the ten
+## slowest named at its end, #45 item 1), then the source tests on the library floors.
 test: system-deps lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=10
 	$(MAKE) floors
 
 # The oldest huggingface_hub/boto3/botocore that pyproject admits

@@ -1,7 +1,7 @@
 """The command line: click parses options into flags and calls the command
 (commands/run.py), whose `Boundary` translates every error into a
 termination message and an exit code (CONTRACT §2, §5). entry.py runs
-`stage`, `plan` and `verify` without options before this module is
+`stage`, `plan`, `verify` and `inspect` without options before this module is
 imported.
 """
 
@@ -10,21 +10,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from llmkube_stager import __version__
-from llmkube_stager.boundary import Boundary, Flags
-from llmkube_stager.commands.run import (
-    diagnose_command,
-    inspect_command,
-    plan_command,
-    stage_command,
-    verify_command,
-)
 from llmkube_stager.config import VARS, Var, early_settings
 from llmkube_stager.errors import EXIT_OK, EXIT_RETRYABLE
+
+# The boundary and the command bodies are imported where a command runs:
+# `--help` and `--version` run none (#45 item 2).
+if TYPE_CHECKING:
+    from llmkube_stager.boundary import Flags
 
 
 def _param(var_env: str) -> str:
@@ -73,6 +70,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         args = sys.argv[1:] if argv is None else argv
         # Only the commands that report through the termination message do.
         terminate = bool(args) and args[0] in ("stage", "verify")
+        from llmkube_stager.boundary import Boundary
+
         Boundary({}, os.environ, terminate=terminate).usage_error(exc.format_message())
     sys.exit(EXIT_OK)
 
@@ -81,6 +80,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
 @config_options
 def stage(**kwargs: Any) -> None:
     """Make the cache hold the model, then exit (init container / prefetch Job)."""
+    from llmkube_stager.commands.run import stage_command
+
     stage_command(_flags(kwargs))
 
 
@@ -90,6 +91,8 @@ def stage(**kwargs: Any) -> None:
 @click.option("--probe", is_flag=True, help="ask the origin (HEAD) for sizes and validators")
 def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
     """Print the per-file decisions of `stage` without writing anything."""
+    from llmkube_stager.commands.run import plan_command
+
     plan_command(_flags(kwargs), as_json, probe)
 
 
@@ -98,6 +101,8 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
 @click.option("--strict", is_flag=True, help="a file without a size record fails too")
 def verify(strict: bool, **kwargs: Any) -> None:
     """Read-only, offline check that the cache holds the whole model."""
+    from llmkube_stager.commands.run import verify_command
+
     verify_command(_flags(kwargs), strict)
 
 
@@ -106,6 +111,8 @@ def verify(strict: bool, **kwargs: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 def inspect(cache_dir: str | None, as_json: bool) -> None:
     """Report a cache directory: files, records, stamps, leftovers, filesystem."""
+    from llmkube_stager.commands.run import inspect_command
+
     inspect_command(cache_dir, as_json)
 
 
@@ -114,6 +121,8 @@ def inspect(cache_dir: str | None, as_json: bool) -> None:
 def diagnose(source: str) -> None:
     """Print the condition a controller should set for a termination message
     (or a log tail): FILE, or - for standard input."""
+    from llmkube_stager.commands.run import diagnose_command
+
     diagnose_command(source)
 
 

@@ -1,7 +1,7 @@
 """The console script (`llmkube-stager`, `python -m llmkube_stager`).
 
-`stage`, `plan` and `verify` without options (how the operator's pods run
-the agent: configuration comes from the environment, CONTRACT §2) go
+`stage`, `plan`, `verify` and `inspect` without options (how the
+operator's pods run the agent: configuration comes from the environment, CONTRACT §2) go
 straight to their command (commands/run.py); so do KServe's
 storage-initializer arguments (`SRC_URI DEST_DIR ...`, kserve/command.py);
 anything else goes through click (cli.py). click and what it imports
@@ -16,7 +16,9 @@ from typing import NoReturn
 
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 1:
+    # An option alone (`--help`, `--version`) is click's: it runs no command,
+    # so it loads no boundary (#45 item 2).
+    if len(args) == 1 and not args[0].startswith("-"):
         from llmkube_stager.boundary import no_flags
         from llmkube_stager.commands.run import BARE_COMMANDS
 

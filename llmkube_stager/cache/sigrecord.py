@@ -15,7 +15,6 @@ digests, which the new files' stamps do not answer, and refuses them
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -54,6 +53,10 @@ class Verification:
 def record_path(root: str, rels: tuple[str, ...], multi_file: bool) -> str:
     if multi_file:
         return os.path.join(root, SIGNATURE_RECORD_NAME)
+    # Imported here: OpenSSL's load is paid only by a single-file model's
+    # record lookup, not by every plan and inspect that imports this module.
+    import hashlib
+
     key = hashlib.sha256(rels[0].encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return os.path.join(root, f"{SIGNATURE_RECORD_NAME}.{key}")
 

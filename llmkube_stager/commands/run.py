@@ -3,10 +3,11 @@ the `Boundary` (boundary.py), which turns whatever it raises into a
 termination message and an exit code.
 
 No click here: cli.py parses options into flags for these functions, and
-entry.py runs `stage`, `plan` and `verify` without options straight from
-`BARE_COMMANDS` (#16: click was a sixth of a warm start). Each body imports
-the work it does when it runs, so a warm `stage` pays for no other command.
-KServe's `SRC_URI DEST_DIR` form is kserve/command.py.
+entry.py runs `stage`, `plan`, `verify` and `inspect` without options
+straight from `BARE_COMMANDS` (#16: click was a sixth of a warm start;
+`inspect` since #45). Each body imports the work it does when it runs,
+so a warm `stage` pays for no other command. KServe's `SRC_URI DEST_DIR`
+form is kserve/command.py.
 """
 
 from __future__ import annotations
@@ -125,9 +126,15 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
+def _bare_inspect(flags: Flags) -> NoReturn:
+    """`inspect` with no argument: the cache of CACHE_DIR, as a table."""
+    inspect_command(None)
+
+
 # The commands entry.py runs without click when given no option.
 BARE_COMMANDS: Mapping[str, Callable[[Flags], NoReturn]] = {
     "stage": stage_command,
     "plan": plan_command,
     "verify": verify_command,
+    "inspect": _bare_inspect,
 }

@@ -7,7 +7,6 @@ the one a staging run makes (cache/sigrecord.py `record_problem`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -165,6 +164,8 @@ def _local_bundle(config: Config, anchor: TrustAnchor) -> tuple[str, str] | None
     small = read_small(path, _MAX_BUNDLE_BYTES)
     if small.data is None:
         return ("", path)  # gone: not the bundle that was verified
+    import hashlib  # only with an anchor: a plan without one loads no OpenSSL
+
     return hashlib.sha256(small.data).hexdigest(), path
 
 
