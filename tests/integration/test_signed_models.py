@@ -574,3 +574,38 @@ def test_a_changed_byte_on_the_hub_cdn_is_never_published(
 
     run.failed("ModelTransferChecksumMismatch", retryable=True)
     nothing_published(pod.cache_dir, sorted(FILES))
+
+
+@pytest.mark.parametrize("change", ["added", "removed"])
+def test_a_key_first_run_judges_the_listing_not_an_unsigned_run_record(  # type: ignore[no-untyped-def]
+    pod: Pod, s3, bucket: str, signer: Signer, change: str
+) -> None:
+    """#40 item 6: an earlier run without a key recorded the prefix's
+    listing; the publisher then changed the set and signed it. The key's
+    first IfNotPresent run lists the source again: an added file is
+    fetched and the signed set served; a file the source no longer has is
+    refused as what it is (a file beside the signed set), never as a
+    signed set the source does not match."""
+    before = {k: v for k, v in FILES.items() if k != "config.json"}
+    if change == "removed":
+        before = {**FILES, "old.bin": b"an older file"}
+    for rel, data in before.items():
+        s3.put(bucket, f"signed/{rel}", data)
+    source = f"s3://{bucket}/signed"
+    env = {**pod.env, "MODEL_SOURCE": source, "CACHE_DIR": str(pod.cache_dir), **s3_env(s3)}
+    pod.run(env=env).ok(files=len(before), fetched=len(before))
+
+    if change == "removed":
+        s3.admin().delete_object(Bucket=bucket, Key="signed/old.bin")
+    _s3_model(s3, bucket, FILES, signer.sign(FILES))
+    run = pod.run(env={**env, **signer.anchor_env})
+
+    if change == "added":
+        run.ok(files=len(FILES) + 1, fetched=2, reused=len(FILES) - 1)
+        assert pod.dest("config.json").read_bytes() == FILES["config.json"]
+        assert sorted(json.loads((pod.cache_dir / RECORD).read_text())["files"]) == sorted(FILES)
+        return
+    doc = run.failed(REASON).term
+    assert "holds what the signature does not sign: 'old.bin'" in str(doc["message"])
+    assert "MODEL_FILES" not in str(doc["remedy"])
+    assert not (pod.cache_dir / RECORD).exists()
