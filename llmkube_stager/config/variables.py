@@ -181,6 +181,11 @@ VARS: tuple[Var, ...] = (
         "the model-signing bundle: a name beside the model at the source, a path or an http(s) URL",
         default="model.sig",
     ),
+    # #40 item 7: the one signed statement to accept (rollback, replay).
+    Var(
+        "LLMKUBE_SIGNED_DIGEST",
+        "sha256 of the signed statement (the bundle's DSSE payload) to accept, no other",
+    ),
     # Credentials in a proxy URL are secrets (proxy.py); the lowercase
     # spellings are read too and win, as in curl.
     Var("HTTPS_PROXY", "http:// proxy for https origins (also https_proxy)", secret=True),

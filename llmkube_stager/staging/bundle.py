@@ -28,7 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmkube_stager.config.anchor import TrustAnchor
-from llmkube_stager.errors import REMEDY_SIGNATURE_WRONG_KEY, ConfigError, SignatureError
+from llmkube_stager.errors import (
+    REMEDY_SIGNATURE_PIN,
+    REMEDY_SIGNATURE_WRONG_KEY,
+    ConfigError,
+    SignatureError,
+)
 
 # model-signing's own ignore rules (hashing.Config: git's files are never
 # signed), beside the ignore_paths a publisher recorded in the statement.
@@ -73,6 +78,7 @@ def verify_bundle(data: bytes, anchor: TrustAnchor, shown: str) -> SignedSet:
     manifest, said = _verified_manifest(signature, anchor, shown)
     signed = _signed_set(manifest, shown)
     _check_names(_statement_names(data, shown), shown)
+    _check_pin(data, anchor, shown)
     notes = tuple(" ".join(line.split()) for line in said.split("WARNING:") if line.strip())
     return replace(signed, notes=notes)
 
@@ -248,6 +254,19 @@ def _check_names(names: list[str], shown: str) -> None:
         if key in seen:
             raise _refused(shown, f"its statement lists {name[:120]!r} twice")
         seen.add(key)
+
+
+def _check_pin(data: bytes, anchor: TrustAnchor, shown: str) -> None:
+    """LLMKUBE_SIGNED_DIGEST (#40 item 7), after the signature: a pin's
+    refusal says the key's statement verified, and which one it was."""
+    from llmkube_stager.staging.envelope import pin_problem
+
+    problem = pin_problem(data, anchor)
+    if problem is not None:
+        raise SignatureError(
+            f"the model's signature bundle {shown} was refused: {problem}",
+            remedy=REMEDY_SIGNATURE_PIN,
+        )
 
 
 def _refused(shown: str, why: str) -> SignatureError:

@@ -199,13 +199,19 @@ def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verificatio
     record against its statement (#40 item 3): one signature check, no
     file hashed. False: no kept bundle, and the caller may write (it
     verifies from the source); a kept bundle that fails is a refusal."""
-    from llmkube_stager.staging.envelope import kept_problem
+    from llmkube_stager.staging.envelope import kept_problem, pin_problem
 
     kept = read_kept(signature_record(prepared))
+    may_write = prepared.strategy.may_write
     if kept is None:
-        if prepared.strategy.may_write:
+        if may_write:
             return False
-        problem: str | None = "no signature bundle is kept beside the record (#40 item 3)"
+        problem: str | None = "no signature bundle is kept beside the record"
+    elif may_write and pin_problem(kept, anchor) is not None:
+        # Another statement than the pinned one (a new pin, or a cache
+        # rolled back by another writer): a writer verifies the source's
+        # bundle, whose statement must then be the pinned one (#40 item 7).
+        return False
     else:
         problem = kept_problem(kept, anchor, recorded, named=prepared.manifest.multi_file)
     if problem is not None:

@@ -177,3 +177,15 @@ class Signer:
         config.set_hashing_config(hashing_config)  # type: ignore[arg-type]
         config.sign(model, bundle)
         return bundle.read_bytes()
+
+
+def statement_sha256(bundle: bytes) -> str:
+    """What LLMKUBE_SIGNED_DIGEST pins: the sha256 of the DSSE payload (the
+    in-toto statement the key signed), as `jq -r .dsseEnvelope.payload
+    model.sig | base64 -d | sha256sum` prints it."""
+    import base64
+    import hashlib
+    import json
+
+    payload = base64.b64decode(json.loads(bundle)["dsseEnvelope"]["payload"])
+    return hashlib.sha256(payload).hexdigest()
