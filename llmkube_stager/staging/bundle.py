@@ -35,9 +35,6 @@ from llmkube_stager.errors import (
     SignatureError,
 )
 
-# model-signing's own ignore rules (hashing.Config: git's files are never
-# signed), beside the ignore_paths a publisher recorded in the statement.
-GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 MAX_BUNDLE_BYTES = 64 << 20  # a statement of ~500,000 files
 
 
@@ -54,10 +51,15 @@ class SignedSet:
 
     def ignores(self, rel: str, bundle_rel: str) -> bool:
         """model-signing's rule: an ignored path and everything under it;
-        the bundle itself is never a file of the model."""
+        the bundle itself is never a file of the model. Git's files are
+        ignored only where the statement says so (#40 item 5): model-signing
+        1.1.1 records `.git`, `.gitattributes`, `.github`, `.gitignore` in
+        ignore_paths by default, and nothing with `--no-ignore-git-paths`,
+        which signs them like any file (every Hugging Face repo holds a
+        `.gitattributes`)."""
         if rel == bundle_rel:
             return True
-        for path in (*GIT_PATHS, *self.ignore_paths):
+        for path in self.ignore_paths:
             path = path.strip("/")
             if path and (rel == path or rel.startswith(path + "/")):
                 return True
