@@ -297,6 +297,12 @@ REMEDY_SIGNATURE_PIN = (
     "names, or set LLMKUBE_SIGNED_DIGEST to the sha256 of the new statement (`inspect` shows it "
     "once staged); nothing of the model was published"
 )
+# #40 item 8: a bundle over the size bound (no statement is that large).
+REMEDY_SIGNATURE_BUNDLE_SIZE = (
+    "the signature bundle is larger than any model-signing bundle of a model (64 MiB, a "
+    "statement of about 500,000 files): point LLMKUBE_SIGNATURE at the model's own bundle (the "
+    "file `model_signing sign` wrote), not another file; nothing of the model was published"
+)
 # #40 item 2: a file beside a signed set that the bundle does not sign.
 REMEDY_SIGNATURE_STRAY = (
     "the model's directory in the cache holds a file the signature does not sign (left by a run "
@@ -344,6 +350,7 @@ REMEDIES_BY_CAUSE: dict[Reason, tuple[str, ...]] = {
         REMEDY_SIGNATURE_RECORD,
         REMEDY_SIGNATURE_STRAY,
         REMEDY_SIGNATURE_PIN,
+        REMEDY_SIGNATURE_BUNDLE_SIZE,
     ),
 }
 

@@ -99,7 +99,8 @@ def _state(
     local = _local_bundle(config, anchor)  # read, as before, even without a record
     if recorded is None:
         return SignatureState("refused", UNVERIFIED, anchor.fingerprint[:16], shown)
-    problem = record_problem(recorded, anchor.fingerprint, local) or _set_problem(
+    chain = anchor.kind == "certs"
+    problem = record_problem(recorded, anchor.fingerprint, local, chain=chain) or _set_problem(
         recorded, rels, config.multi_file, anchor.signature
     )
     if problem is None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from llmkube_stager.config.anchor import TrustAnchor
 from llmkube_stager.errors import (
+    REMEDY_SIGNATURE_BUNDLE_SIZE,
     REMEDY_SIGNATURE_PIN,
     REMEDY_SIGNATURE_WRONG_KEY,
     ConfigError,
@@ -72,7 +73,7 @@ def verify_bundle(data: bytes, anchor: TrustAnchor, shown: str) -> SignedSet:
     an unsupported serialization)."""
     _require()
     if len(data) > MAX_BUNDLE_BYTES:
-        raise _refused(shown, "it is larger than 64 MiB")
+        raise too_large(shown)
     try:
         signature = _parse(data)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
@@ -269,6 +270,15 @@ def _check_pin(data: bytes, anchor: TrustAnchor, shown: str) -> None:
             f"the model's signature bundle {shown} was refused: {problem}",
             remedy=REMEDY_SIGNATURE_PIN,
         )
+
+
+def too_large(shown: str) -> SignatureError:
+    """A bundle over the bound: said about the bundle, not the model's
+    files (#40 item 8)."""
+    return SignatureError(
+        f"the model's signature bundle {shown} was refused: it is larger than 64 MiB",
+        remedy=REMEDY_SIGNATURE_BUNDLE_SIZE,
+    )
 
 
 def _refused(shown: str, why: str) -> SignatureError:

@@ -56,7 +56,7 @@ from llmkube_stager.layout import (
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import Body
-from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet
+from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet, too_large
 from llmkube_stager.staging.prepare import Prepared, replan
 
 # Every name the agent keeps at a model's root begins so (layout.py).
@@ -141,7 +141,7 @@ def _from_record(
             return None
         raise SignatureError(UNVERIFIED, remedy=REMEDY_SIGNATURE_RECORD)
     seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
-    problem = record_problem(recorded, anchor.fingerprint, seen)
+    problem = record_problem(recorded, anchor.fingerprint, seen, chain=anchor.kind == "certs")
     if problem is not None:
         raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
     if not _kept_vouches(anchor, prepared, recorded):
@@ -313,6 +313,8 @@ def _local_base(prepared: Prepared) -> str:
 
 def read_bundle(path: str) -> bytes:
     small = read_small(path, MAX_BUNDLE_BYTES)
+    if small.too_large:
+        raise too_large(path)
     if small.data is None:
         raise SignatureError(
             f"no signature bundle at {path}",
@@ -361,7 +363,7 @@ def _read_body(body: Body, shown: str) -> bytes:
         chunks.append(bytes(view[:n]))
         total += n
         if total > MAX_BUNDLE_BYTES:
-            raise SignatureError(f"the signature bundle {shown} is larger than 64 MiB")
+            raise too_large(shown)
     return b"".join(chunks)
 
 
