@@ -50,6 +50,12 @@ class SignedSet:
     # What the verifier said on the side (a bundle of an older format).
     notes: tuple[str, ...] = ()
 
+    @property
+    def one_file(self) -> bool:
+        """One file signed as a file (`model_signing sign key m.gguf`): its
+        one resource is '.', a digest without a name."""
+        return list(self.files) == ["."]
+
     def ignores(self, rel: str, bundle_rel: str) -> bool:
         """model-signing's rule: an ignored path and everything under it;
         the bundle itself is never a file of the model. Git's files are

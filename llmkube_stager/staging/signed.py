@@ -98,6 +98,8 @@ def gate(
     refuse_strays(pinned.manifest)
     log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
+    if signed.one_file and pinned.manifest.multi_file:
+        files = dict(signed.files)  # the statement's '.', as the kept bundle says
     digest = hashlib.sha256(data).hexdigest()
     verification = Verification(
         digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths, data
@@ -220,14 +222,20 @@ def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verificatio
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
-    manifest = signed_manifest(prepared.manifest, signed, _bundle_rel(anchor))
+    manifest = signed_manifest(
+        prepared.manifest, signed, _bundle_rel(anchor), one_object=config.kserve_mode
+    )
     return replan(config, replace(prepared, manifest=manifest))
 
 
-def signed_manifest(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Manifest:
+def signed_manifest(
+    manifest: Manifest, signed: SignedSet, bundle_rel: str, *, one_object: bool = False
+) -> Manifest:
     """The manifest with each file pinned to its signed digest; refused
-    when the staged set is not the signed set (#34 item 2)."""
-    digests = _digests_for(manifest, signed, bundle_rel)
+    when the staged set is not the signed set (#34 item 2). `one_object`:
+    KServe's form, where the one object of a storageUri's prefix (an
+    archive it unpacks) may be signed as a file, like a single file."""
+    digests = _digests_for(manifest, signed, bundle_rel, one_object)
     files = []
     for file in manifest.files:
         digest = digests.get(file.rel)
@@ -244,7 +252,20 @@ def signed_manifest(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> M
     return replace(manifest, files=tuple(files))
 
 
-def _digests_for(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Mapping[str, str]:
+def _digests_for(
+    manifest: Manifest, signed: SignedSet, bundle_rel: str, one_object: bool
+) -> Mapping[str, str]:
+    if manifest.multi_file and one_object and signed.one_file:
+        # KServe's form: an archive alone under a prefix, signed as the
+        # archive file (#40 item 4); checked on its digest before a member
+        # is unpacked (kserve/command.py unpacks after the run).
+        objects = [f.rel for f in manifest.files if not signed.ignores(f.rel, bundle_rel)]
+        if len(objects) != 1:
+            raise _differs(
+                objects[0] if objects else ".",
+                f"the signature signs one file, and {len(objects)} objects are staged",
+            )
+        return {objects[0]: signed.files["."]}
     if not manifest.multi_file:
         # One file: its name in the cache is the operator's (MODEL_PATH),
         # so the statement must sign exactly one file, whatever its name.
