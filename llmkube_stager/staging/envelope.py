@@ -102,7 +102,7 @@ def _check_key_signature(pem: bytes, signature: bytes, payload: bytes) -> None:
 
     key = _ec_key(pem)
     digest = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}
-    algorithm = ec.ECDSA(digest.get(key.curve.key_size, hashes.SHA256()))
+    algorithm = _ecdsa(ec, digest.get(key.curve.key_size, hashes.SHA256()))
     head = f"{len(_PAYLOAD_TYPE)} {_PAYLOAD_TYPE} {len(payload)}"
     # model-signing 1.1.1's `pae`, then its `pae_compat` for bundles signed
     # before 1.0 (the payload's repr inside the text).
@@ -113,6 +113,25 @@ def _check_key_signature(pem: bytes, signature: bytes, payload: bytes) -> None:
         except InvalidSignature:
             continue
     raise SignatureError("its signature is not the anchor's (InvalidSignature)")
+
+
+def _ecdsa(ec: Any, hash_algorithm: Any) -> Any:
+    """`ec.ECDSA(hash_algorithm)` without its constructor's import of
+    cryptography's OpenSSL backend (~12 ms of a warm start, more on a busy
+    node), which it makes only to check deterministic *signing*, never used
+    to verify. Built with the two attributes the constructor sets in
+    cryptography 50 and read back through the public properties; any other
+    layout takes the constructor (the check is the same either way: the
+    Rust verifier reads only the hash algorithm)."""
+    algorithm = ec.ECDSA.__new__(ec.ECDSA)
+    try:
+        algorithm._algorithm = hash_algorithm
+        algorithm._deterministic_signing = False
+        if algorithm.algorithm is hash_algorithm and algorithm.deterministic_signing is False:
+            return algorithm
+    except AttributeError:
+        pass
+    return ec.ECDSA(hash_algorithm)
 
 
 def _ec_key(pem: bytes) -> Any:

@@ -84,6 +84,9 @@ def test_signed_http_model_is_published_and_its_warm_start_is_offline(
     loaded = import_lines(warm.stderr)
     assert len(loaded) > 20  # the importtime output was captured
     assert not {m for m in loaded if m.startswith(("model_signing", "sigstore", "OpenSSL"))}
+    # #40 item 3's budget: one ECDSA verify, without cryptography's OpenSSL
+    # backend (~12 ms) that ec.ECDSA's constructor imports.
+    assert not {m for m in loaded if m.startswith("cryptography.hazmat.backends")}
 
 
 def test_a_warm_start_with_another_key_is_refused_offline(
