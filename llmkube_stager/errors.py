@@ -300,6 +300,19 @@ REMEDY_SIGNATURE_RECORD = (
     "verified: re-stage it (a prefetch Job with LLMKUBE_REFRESH_POLICY=OnChange) with the "
     "anchor this pod trusts"
 )
+# #40 item 7: a statement the key signed, but not the one pinned.
+REMEDY_SIGNATURE_PIN = (
+    "the signature verifies, but signs another statement than LLMKUBE_SIGNED_DIGEST pins (an "
+    "older version or another model signed by the same key): serve the signed revision the pin "
+    "names, or set LLMKUBE_SIGNED_DIGEST to the sha256 of the new statement (`inspect` shows it "
+    "once staged); nothing of the model was published"
+)
+# #40 item 8: a bundle over the size bound (no statement is that large).
+REMEDY_SIGNATURE_BUNDLE_SIZE = (
+    "the signature bundle is larger than any model-signing bundle of a model (64 MiB, a "
+    "statement of about 500,000 files): point LLMKUBE_SIGNATURE at the model's own bundle (the "
+    "file `model_signing sign` wrote), not another file; nothing of the model was published"
+)
 # #40 item 2: a file beside a signed set that the bundle does not sign.
 REMEDY_SIGNATURE_STRAY = (
     "the model's directory in the cache holds a file the signature does not sign (left by a run "
@@ -346,6 +359,8 @@ REMEDIES_BY_CAUSE: dict[Reason, tuple[str, ...]] = {
         REMEDY_SIGNATURE_FILES,
         REMEDY_SIGNATURE_RECORD,
         REMEDY_SIGNATURE_STRAY,
+        REMEDY_SIGNATURE_PIN,
+        REMEDY_SIGNATURE_BUNDLE_SIZE,
     ),
 }
 

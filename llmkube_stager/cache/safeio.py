@@ -97,12 +97,14 @@ class Small:
     `absent`: no such name (or a parent that is not a directory).
     `unreadable`: something is there that this uid cannot read.
     `problem`: why the name holds nothing usable (not a regular file, too large).
+    `too_large`: a regular file over the limit (its own words to the caller).
     """
 
     data: bytes | None = None
     absent: bool = False
     unreadable: bool = False
     problem: str = ""
+    too_large: bool = False
 
 
 def read_small(path: str, limit_bytes: int, dir_fd: int | None = None) -> Small:
@@ -123,7 +125,7 @@ def read_small(path: str, limit_bytes: int, dir_fd: int | None = None) -> Small:
     finally:
         os.close(fd)
     if len(data) > limit_bytes:
-        return Small(problem=f"it is larger than {limit_bytes} bytes")
+        return Small(problem=f"it is larger than {limit_bytes} bytes", too_large=True)
     return Small(data=data)
 
 

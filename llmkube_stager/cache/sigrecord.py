@@ -113,14 +113,21 @@ def write_verification(path: str, verification: Verification) -> None:
 
 
 def record_problem(
-    recorded: Verification, fingerprint: str, bundle: tuple[str, str] | None
+    recorded: Verification,
+    fingerprint: str,
+    bundle: tuple[str, str] | None,
+    *,
+    chain: bool = False,
 ) -> str | None:
     """Why the record does not vouch for the model under this anchor (None:
     it does): the judgement every reader makes offline (#34 items 3, 4);
     no record at all is `UNVERIFIED`, said by the caller, which then knows
     it holds a record. `bundle`: (sha256, shown) of the bundle where it is
-    read offline."""
-    if recorded.anchor_fingerprint != fingerprint:
+    read offline. `chain`: the anchor is a set of certificates, whose
+    fingerprint changes when a root is added during a rotation while the
+    trust does not (#40 item 8): the kept bundle, verified against the set
+    as it is now, is the judge, not the fingerprint."""
+    if recorded.anchor_fingerprint != fingerprint and not chain:
         return (
             "the model was verified against another trust anchor when it was staged "
             f"(recorded {recorded.anchor_fingerprint[:16]}, this pod's {fingerprint[:16]})"

@@ -234,6 +234,7 @@ def _signature_line(found: dict[str, object]) -> str:
     return (
         f"SIGNATURE: verified against anchor {found['anchor']}, bundle {found['signature']} "
         f"(sha256 {str(found['bundle_sha256'])[:16]}), {found['signed_files']} signed files"
+        + (f", statement sha256 {found['statement_sha256']}" if found["statement_sha256"] else "")
     )
 
 

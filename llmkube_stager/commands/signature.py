@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llmkube_stager.cache.safeio import read_small
 from llmkube_stager.cache.sigrecord import (
@@ -17,7 +17,6 @@ from llmkube_stager.cache.sigrecord import (
     SIGNATURE_RECORD_NAME,
     UNVERIFIED,
     Verification,
-    kept_path,
     read_kept,
     read_verification,
     record_path,
@@ -29,7 +28,7 @@ from llmkube_stager.errors import REMEDY_SIGNATURE_RECORD, SignatureError
 from llmkube_stager.schemes import of_source
 
 _MAX_BUNDLE_BYTES = 64 << 20
-_NOT_KEPT = "no signature bundle is kept beside the record (#40 item 3)"
+_NOT_KEPT = "no signature bundle is kept beside the record"
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,8 @@ class SignatureState:
     signature: str = ""
     # The recorded signed digests (verified only).
     files: Mapping[str, str] = field(default_factory=dict)
+    # LLMKUBE_SIGNED_DIGEST, the one statement accepted ("": any).
+    signed_digest: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -52,11 +53,17 @@ class SignatureState:
             "anchor": self.anchor,
             "signature": self.signature,
             "signed_files": len(self.files),
+            "signed_digest": self.signed_digest,
         }
 
     def line(self) -> str:
         if self.state == "unchecked":
             return "signature: not checked (no LLMKUBE_SIGNING_KEY / LLMKUBE_SIGNING_CERTS)"
+        return self._judged() + (
+            f"; statement pinned to sha256 {self.signed_digest[:16]}" if self.signed_digest else ""
+        )
+
+    def _judged(self) -> str:
         if self.state == "pending":
             return f"signature: to verify from the source ({self.detail})"
         if self.state == "verified":
@@ -75,6 +82,14 @@ def signature_state(
     anchor = config.signing
     if anchor is None:
         return SignatureState("unchecked")
+    return replace(
+        _state(config, anchor, root, rels, may_write=may_write), signed_digest=anchor.signed_digest
+    )
+
+
+def _state(
+    config: Config, anchor: TrustAnchor, root: str, rels: tuple[str, ...], *, may_write: bool
+) -> SignatureState:
     recorded = read_verification(record_path(root, rels, config.multi_file))
     shown = "" if recorded is None else recorded.signature
     if may_write and (recorded is None or config.refresh_policy == "OnChange"):
@@ -83,12 +98,18 @@ def signature_state(
     local = _local_bundle(config, anchor)  # read, as before, even without a record
     if recorded is None:
         return SignatureState("refused", UNVERIFIED, anchor.fingerprint[:16], shown)
-    problem = record_problem(recorded, anchor.fingerprint, local) or _set_problem(
-        recorded, rels, config.multi_file, anchor.signature
+    chain = anchor.kind == "certs"
+    problem = record_problem(recorded, anchor.fingerprint, local, chain=chain) or _set_problem(
+        recorded, rels, config, anchor.signature
     )
     if problem is None:
         problem = _kept_problem(config, anchor, root, rels, recorded)
-    if problem == _NOT_KEPT and may_write:
+    if (
+        problem is not None
+        and may_write
+        and (problem == _NOT_KEPT or _pin_differs(anchor, root, rels, config))
+    ):
+        # A writer verifies the source's bundle (staging/signed.py).
         return SignatureState("pending", problem, anchor.fingerprint[:16], shown)
     if problem is not None:
         return SignatureState("refused", problem, anchor.fingerprint[:16], shown)
@@ -110,6 +131,13 @@ def _kept_problem(
     if kept is None:
         return _NOT_KEPT
     return kept_problem(kept, anchor, recorded, named=config.multi_file)
+
+
+def _pin_differs(anchor: TrustAnchor, root: str, rels: tuple[str, ...], config: Config) -> bool:
+    from llmkube_stager.staging.envelope import pin_problem
+
+    kept = read_kept(record_path(root, rels, config.multi_file))
+    return kept is not None and pin_problem(kept, anchor) is not None
 
 
 def pins_of(config: Config, state: SignatureState) -> dict[str, str]:
@@ -134,15 +162,17 @@ def refuse(state: SignatureState) -> None:
 
 
 def _set_problem(
-    recorded: Verification, rels: tuple[str, ...], multi: bool, signature: str
+    recorded: Verification, rels: tuple[str, ...], config: Config, signature: str
 ) -> str | None:
-    if not multi:
+    if not config.multi_file:
         return None if len(recorded.files) == 1 else "the record signs more than one file"
     from llmkube_stager.staging.bundle import SignedSet
 
     signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
     bundle_rel = "" if signature.startswith(("/", "http://", "https://")) else signature
     staged = {r for r in rels if not signed.ignores(r, bundle_rel)}
+    if config.kserve_mode and signed.one_file and len(staged) == 1:
+        return None  # KServe's one object signed as a file (staging/signed.py)
     differ = sorted(staged ^ set(recorded.files))
     if differ:
         return f"the files are not the verified set: {differ[0]!r} and {len(differ) - 1} more"
@@ -183,6 +213,7 @@ def recorded_signatures(root: str) -> list[dict[str, object]]:
         return []
     for name in names:
         recorded = read_verification(os.path.join(root, name))
+        kept = read_kept(os.path.join(root, name))
         if recorded is None:
             found.append({"record": name, "valid": False})
             continue
@@ -195,7 +226,20 @@ def recorded_signatures(root: str) -> list[dict[str, object]]:
                 "bundle_sha256": recorded.bundle_sha256,
                 "signed_files": len(recorded.files),
                 # #40 item 3: the bundle every reader checks the record against.
-                "bundle_kept": os.path.isfile(kept_path(os.path.join(root, name))),
+                "bundle_kept": kept is not None,
+                # #40 item 7: what LLMKUBE_SIGNED_DIGEST would pin.
+                "statement_sha256": _statement_of(kept),
             }
         )
     return found
+
+
+def _statement_of(kept: bytes | None) -> str:
+    from llmkube_stager.staging.envelope import statement_sha256
+
+    if kept is None:
+        return ""
+    try:
+        return statement_sha256(kept)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return ""

@@ -36,12 +36,26 @@ class TrustAnchor:
     # "": model.sig beside the model at the source; a name relative to the
     # model at the source; an absolute path; or an http(s) URL.
     signature: str = DEFAULT_SIGNATURE
+    # LLMKUBE_SIGNED_DIGEST (#40 item 7): the sha256 (64 lowercase hex) of
+    # the one statement to accept, the DSSE payload's bytes as signed; ""
+    # accepts any statement the anchor signed.
+    signed_digest: str = ""
 
 
-def trust_anchor(key: str, certs: str, signature: str) -> TrustAnchor | None:
+def trust_anchor(
+    key: str, certs: str, signature: str, signed_digest: str = ""
+) -> TrustAnchor | None:
     """None when no anchor is set (LLMKUBE_SIGNATURE alone verifies
     nothing: config/load.py warns)."""
     key, certs, signature = key.strip(), certs.strip(), signature.strip()
+    pin = _signed_digest(signed_digest)
+    if pin and not (key or certs):
+        # A pin nobody checks must not look like protection; unlike a
+        # bundle name, it is only ever set to refuse something.
+        raise ConfigError(
+            "LLMKUBE_SIGNED_DIGEST is set without LLMKUBE_SIGNING_KEY or LLMKUBE_SIGNING_CERTS: "
+            "set the anchor the pinned statement is signed by"
+        )
     if key and certs:
         raise ConfigError(
             "LLMKUBE_SIGNING_KEY and LLMKUBE_SIGNING_CERTS are both set: set the one anchor "
@@ -67,7 +81,21 @@ def trust_anchor(key: str, certs: str, signature: str) -> TrustAnchor | None:
         # certificates in does not change the anchor (#40 item 8).
         hashlib.sha256(b"".join(sorted(blocks))).hexdigest(),
         _signature(signature or DEFAULT_SIGNATURE),
+        pin,
     )
+
+
+def _signed_digest(value: str) -> str:
+    """64 hex digits, optionally after 'sha256:', any case; "" when unset."""
+    text = value.strip().lower().removeprefix("sha256:")
+    if not text:
+        return ""
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise ConfigError(
+            "LLMKUBE_SIGNED_DIGEST must be the sha256 (64 hex digits) of the signed statement: "
+            "jq -r .dsseEnvelope.payload model.sig | base64 -d | sha256sum"
+        )
+    return text
 
 
 def _pem_of(name: str, value: str, label: bytes) -> bytes:

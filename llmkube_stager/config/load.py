@@ -105,7 +105,8 @@ def _signing(read: Reader) -> TrustAnchor | None:
     only when an anchor is set."""
     signature = read.optional("LLMKUBE_SIGNATURE") or ""
     key, certs = read.raw("LLMKUBE_SIGNING_KEY"), read.raw("LLMKUBE_SIGNING_CERTS")
-    anchor = trust_anchor(key, certs, signature)
+    pin = read.raw("LLMKUBE_SIGNED_DIGEST")
+    anchor = trust_anchor(key, certs, signature, pin)
     if anchor is None and signature.strip():
         # A bundle nobody verifies must not look like protection.
         read.warnings.append(

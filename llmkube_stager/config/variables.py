@@ -201,6 +201,11 @@ VARS: tuple[Var, ...] = (
         "the model-signing bundle: a name beside the model at the source, a path or an http(s) URL",
         default="model.sig",
     ),
+    # #40 item 7: the one signed statement to accept (rollback, replay).
+    Var(
+        "LLMKUBE_SIGNED_DIGEST",
+        "sha256 of the signed statement (the bundle's DSSE payload) to accept, no other",
+    ),
     # oci:// (#43): the docker config.json an imagePullSecret projects (its
     # path is no secret, its contents are), the first set of these three.
     Var(

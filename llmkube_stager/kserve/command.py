@@ -185,8 +185,8 @@ def _signed_archive_words(pair: Pair, err: SignatureError) -> SignatureError:
         detail=(
             f"{err.detail}; KServe unpacks {name}: the agent verifies the archive as one file "
             "before unpacking it, so the publisher must sign the archive file itself "
-            "(model-signing over a directory holding only the archive, its model.sig beside "
-            "it), not the unpacked tree"
+            "(`model_signing sign` on the archive file, or over a directory holding only the "
+            "archive; its model.sig beside it), not the unpacked tree"
         )
     )
 

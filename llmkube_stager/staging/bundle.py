@@ -28,11 +28,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmkube_stager.config.anchor import TrustAnchor
-from llmkube_stager.errors import REMEDY_SIGNATURE_WRONG_KEY, ConfigError, SignatureError
+from llmkube_stager.errors import (
+    REMEDY_SIGNATURE_BUNDLE_SIZE,
+    REMEDY_SIGNATURE_PIN,
+    REMEDY_SIGNATURE_WRONG_KEY,
+    ConfigError,
+    SignatureError,
+)
 
-# model-signing's own ignore rules (hashing.Config: git's files are never
-# signed), beside the ignore_paths a publisher recorded in the statement.
-GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 MAX_BUNDLE_BYTES = 64 << 20  # a statement of ~500,000 files
 
 
@@ -47,12 +50,23 @@ class SignedSet:
     # What the verifier said on the side (a bundle of an older format).
     notes: tuple[str, ...] = ()
 
+    @property
+    def one_file(self) -> bool:
+        """One file signed as a file (`model_signing sign key m.gguf`): its
+        one resource is '.', a digest without a name."""
+        return list(self.files) == ["."]
+
     def ignores(self, rel: str, bundle_rel: str) -> bool:
         """model-signing's rule: an ignored path and everything under it;
-        the bundle itself is never a file of the model."""
+        the bundle itself is never a file of the model. Git's files are
+        ignored only where the statement says so (#40 item 5): model-signing
+        1.1.1 records `.git`, `.gitattributes`, `.github`, `.gitignore` in
+        ignore_paths by default, and nothing with `--no-ignore-git-paths`,
+        which signs them like any file (every Hugging Face repo holds a
+        `.gitattributes`)."""
         if rel == bundle_rel:
             return True
-        for path in (*GIT_PATHS, *self.ignore_paths):
+        for path in self.ignore_paths:
             path = path.strip("/")
             if path and (rel == path or rel.startswith(path + "/")):
                 return True
@@ -65,7 +79,7 @@ def verify_bundle(data: bytes, anchor: TrustAnchor, shown: str) -> SignedSet:
     an unsupported serialization)."""
     _require()
     if len(data) > MAX_BUNDLE_BYTES:
-        raise _refused(shown, "it is larger than 64 MiB")
+        raise too_large(shown)
     try:
         signature = _parse(data)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
@@ -73,6 +87,7 @@ def verify_bundle(data: bytes, anchor: TrustAnchor, shown: str) -> SignedSet:
     manifest, said = _verified_manifest(signature, anchor, shown)
     signed = _signed_set(manifest, shown)
     _check_names(_statement_names(data, shown), shown)
+    _check_pin(data, anchor, shown)
     notes = tuple(" ".join(line.split()) for line in said.split("WARNING:") if line.strip())
     return replace(signed, notes=notes)
 
@@ -248,6 +263,28 @@ def _check_names(names: list[str], shown: str) -> None:
         if key in seen:
             raise _refused(shown, f"its statement lists {name[:120]!r} twice")
         seen.add(key)
+
+
+def _check_pin(data: bytes, anchor: TrustAnchor, shown: str) -> None:
+    """LLMKUBE_SIGNED_DIGEST (#40 item 7), after the signature: a pin's
+    refusal says the key's statement verified, and which one it was."""
+    from llmkube_stager.staging.envelope import pin_problem
+
+    problem = pin_problem(data, anchor)
+    if problem is not None:
+        raise SignatureError(
+            f"the model's signature bundle {shown} was refused: {problem}",
+            remedy=REMEDY_SIGNATURE_PIN,
+        )
+
+
+def too_large(shown: str) -> SignatureError:
+    """A bundle over the bound: said about the bundle, not the model's
+    files (#40 item 8)."""
+    return SignatureError(
+        f"the model's signature bundle {shown} was refused: it is larger than 64 MiB",
+        remedy=REMEDY_SIGNATURE_BUNDLE_SIZE,
+    )
 
 
 def _refused(shown: str, why: str) -> SignatureError:

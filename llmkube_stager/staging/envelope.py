@@ -45,7 +45,39 @@ def kept_problem(
         return f"the kept signature bundle cannot be read ({type(err).__name__})"
     if _said(statement, named) != _recorded(recorded, named):
         return "the record does not say what its signature bundle signs (edited in the cache)"
-    return None
+    return pin_problem(data, anchor)
+
+
+def statement_sha256(data: bytes) -> str:
+    """What LLMKUBE_SIGNED_DIGEST pins (#40 item 7): the sha256 of the
+    DSSE payload, the in-toto statement's bytes exactly as the key signed
+    them (base64-decoded from the bundle). Not the bundle's own sha256: a
+    bundle carries verification material (a certificate, a key hint) that
+    may change while the statement, which names every file's digest, does
+    not; and the payload is what `jq -r .dsseEnvelope.payload model.sig |
+    base64 -d | sha256sum` prints. ValueError/KeyError/TypeError: not a
+    bundle."""
+    envelope = json.loads(data.decode("utf-8"))["dsseEnvelope"]
+    return hashlib.sha256(base64.b64decode(envelope["payload"], validate=True)).hexdigest()
+
+
+def pin_problem(data: bytes, anchor: TrustAnchor) -> str | None:
+    """Why the bundle's statement is not the pinned one (None: it is, or
+    nothing is pinned). model-signing proves who signed a statement, not
+    which: an older version or another model the same key signed verifies
+    (rollback, replay); the pin says which one."""
+    if not anchor.signed_digest:
+        return None
+    try:
+        said = statement_sha256(data)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        return f"its statement cannot be read ({type(err).__name__})"
+    if said == anchor.signed_digest:
+        return None
+    return (
+        f"it signs the statement sha256 {said[:16]}, not the one LLMKUBE_SIGNED_DIGEST pins "
+        f"({anchor.signed_digest[:16]}): an older version or another model signed by the same key"
+    )
 
 
 def _statement(data: bytes, anchor: TrustAnchor) -> Any:
@@ -70,7 +102,7 @@ def _check_key_signature(pem: bytes, signature: bytes, payload: bytes) -> None:
 
     key = _ec_key(pem)
     digest = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}
-    algorithm = ec.ECDSA(digest.get(key.curve.key_size, hashes.SHA256()))
+    algorithm = _ecdsa(ec, digest.get(key.curve.key_size, hashes.SHA256()))
     head = f"{len(_PAYLOAD_TYPE)} {_PAYLOAD_TYPE} {len(payload)}"
     # model-signing 1.1.1's `pae`, then its `pae_compat` for bundles signed
     # before 1.0 (the payload's repr inside the text).
@@ -81,6 +113,25 @@ def _check_key_signature(pem: bytes, signature: bytes, payload: bytes) -> None:
         except InvalidSignature:
             continue
     raise SignatureError("its signature is not the anchor's (InvalidSignature)")
+
+
+def _ecdsa(ec: Any, hash_algorithm: Any) -> Any:
+    """`ec.ECDSA(hash_algorithm)` without its constructor's import of
+    cryptography's OpenSSL backend (~12 ms of a warm start, more on a busy
+    node), which it makes only to check deterministic *signing*, never used
+    to verify. Built with the two attributes the constructor sets in
+    cryptography 50 and read back through the public properties; any other
+    layout takes the constructor (the check is the same either way: the
+    Rust verifier reads only the hash algorithm)."""
+    algorithm = ec.ECDSA.__new__(ec.ECDSA)
+    try:
+        algorithm._algorithm = hash_algorithm
+        algorithm._deterministic_signing = False
+        if algorithm.algorithm is hash_algorithm and algorithm.deterministic_signing is False:
+            return algorithm
+    except AttributeError:
+        pass
+    return ec.ECDSA(hash_algorithm)
 
 
 def _ec_key(pem: bytes) -> Any:

@@ -8,8 +8,10 @@ carries the listed ETag as If-Match: an object changed since is
 ModelSourceChanged, not a mixed set). OnChange, and a directory without a
 record, list the source again; OnChange then compares every file's recorded
 ETag with the listed one (acting/recorder.py records them) and refreshes the set
-as a whole. The new listing is recorded before the run's first publish
-(acting/recorder.py), as a Hugging Face run records its commit.
+as a whole. With a trust anchor set, a listing no verification under that
+anchor vouches for is listed again (`_first_signed_run`). The new listing
+is recorded before the run's first publish (acting/recorder.py), as a
+Hugging Face run records its commit.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def listed_manifest(
         config.refresh_policy == "IfNotPresent"
         and recorded is not None
         and recorded.source == _answers(config, source)
+        and not _first_signed_run(config)
     ):
         source.use_listing(recorded)
         return source.manifest()
@@ -71,6 +74,21 @@ def listed_manifest(
     )
     source.use_listing(listing)
     return source.manifest()
+
+
+def _first_signed_run(config: Config) -> bool:
+    """A key's first run judges the source's listing, not one recorded by
+    an earlier run without it (#40 item 6): that listing was never checked
+    against a signature, and the set the publisher signed since may differ
+    (a file added or removed), which the old listing would misreport as a
+    signed set the source does not match. A verification recorded under
+    this anchor means the recorded listing was the signed set."""
+    if config.signing is None:
+        return False
+    from llmkube_stager.cache.sigrecord import read_verification, record_path
+
+    recorded = read_verification(record_path(config.cache_dir, (), multi_file=True))
+    return recorded is None or recorded.anchor_fingerprint != config.signing.fingerprint
 
 
 def _answers(config: Config, source: ListingSource) -> str:

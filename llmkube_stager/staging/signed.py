@@ -56,7 +56,7 @@ from llmkube_stager.layout import (
 from llmkube_stager.logs import Log, display_url
 from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import Body
-from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet
+from llmkube_stager.staging.bundle import MAX_BUNDLE_BYTES, SignedSet, too_large
 from llmkube_stager.staging.prepare import Prepared, replan
 
 # Every name the agent keeps at a model's root begins so (layout.py).
@@ -98,6 +98,8 @@ def gate(
     refuse_strays(pinned.manifest)
     log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
+    if signed.one_file and pinned.manifest.multi_file:
+        files = dict(signed.files)  # the statement's '.', as the kept bundle says
     digest = hashlib.sha256(data).hexdigest()
     verification = Verification(
         digest, anchor.fingerprint, signed.method, files, shown, signed.ignore_paths, data
@@ -141,7 +143,7 @@ def _from_record(
             return None
         raise SignatureError(UNVERIFIED, remedy=REMEDY_SIGNATURE_RECORD)
     seen = None if local is None else (hashlib.sha256(local[0]).hexdigest(), local[1])
-    problem = record_problem(recorded, anchor.fingerprint, seen)
+    problem = record_problem(recorded, anchor.fingerprint, seen, chain=anchor.kind == "certs")
     if problem is not None:
         raise SignatureError(problem, remedy=REMEDY_SIGNATURE_RECORD)
     if not _kept_vouches(anchor, prepared, recorded):
@@ -199,13 +201,19 @@ def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verificatio
     record against its statement (#40 item 3): one signature check, no
     file hashed. False: no kept bundle, and the caller may write (it
     verifies from the source); a kept bundle that fails is a refusal."""
-    from llmkube_stager.staging.envelope import kept_problem
+    from llmkube_stager.staging.envelope import kept_problem, pin_problem
 
     kept = read_kept(signature_record(prepared))
+    may_write = prepared.strategy.may_write
     if kept is None:
-        if prepared.strategy.may_write:
+        if may_write:
             return False
-        problem: str | None = "no signature bundle is kept beside the record (#40 item 3)"
+        problem: str | None = "no signature bundle is kept beside the record"
+    elif may_write and pin_problem(kept, anchor) is not None:
+        # Another statement than the pinned one (a new pin, or a cache
+        # rolled back by another writer): a writer verifies the source's
+        # bundle, whose statement must then be the pinned one (#40 item 7).
+        return False
     else:
         problem = kept_problem(kept, anchor, recorded, named=prepared.manifest.multi_file)
     if problem is not None:
@@ -214,14 +222,20 @@ def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verificatio
 
 
 def _pinned(config: Config, prepared: Prepared, signed: SignedSet, anchor: TrustAnchor) -> Prepared:
-    manifest = signed_manifest(prepared.manifest, signed, _bundle_rel(anchor))
+    manifest = signed_manifest(
+        prepared.manifest, signed, _bundle_rel(anchor), one_object=config.kserve_mode
+    )
     return replan(config, replace(prepared, manifest=manifest))
 
 
-def signed_manifest(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Manifest:
+def signed_manifest(
+    manifest: Manifest, signed: SignedSet, bundle_rel: str, *, one_object: bool = False
+) -> Manifest:
     """The manifest with each file pinned to its signed digest; refused
-    when the staged set is not the signed set (#34 item 2)."""
-    digests = _digests_for(manifest, signed, bundle_rel)
+    when the staged set is not the signed set (#34 item 2). `one_object`:
+    KServe's form, where the one object of a storageUri's prefix (an
+    archive it unpacks) may be signed as a file, like a single file."""
+    digests = _digests_for(manifest, signed, bundle_rel, one_object)
     files = []
     for file in manifest.files:
         digest = digests.get(file.rel)
@@ -238,7 +252,20 @@ def signed_manifest(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> M
     return replace(manifest, files=tuple(files))
 
 
-def _digests_for(manifest: Manifest, signed: SignedSet, bundle_rel: str) -> Mapping[str, str]:
+def _digests_for(
+    manifest: Manifest, signed: SignedSet, bundle_rel: str, one_object: bool
+) -> Mapping[str, str]:
+    if manifest.multi_file and one_object and signed.one_file:
+        # KServe's form: an archive alone under a prefix, signed as the
+        # archive file (#40 item 4); checked on its digest before a member
+        # is unpacked (kserve/command.py unpacks after the run).
+        objects = [f.rel for f in manifest.files if not signed.ignores(f.rel, bundle_rel)]
+        if len(objects) != 1:
+            raise _differs(
+                objects[0] if objects else ".",
+                f"the signature signs one file, and {len(objects)} objects are staged",
+            )
+        return {objects[0]: signed.files["."]}
     if not manifest.multi_file:
         # One file: its name in the cache is the operator's (MODEL_PATH),
         # so the statement must sign exactly one file, whatever its name.
@@ -307,6 +334,8 @@ def _local_base(prepared: Prepared) -> str:
 
 def read_bundle(path: str) -> bytes:
     small = read_small(path, MAX_BUNDLE_BYTES)
+    if small.too_large:
+        raise too_large(path)
     if small.data is None:
         raise SignatureError(
             f"no signature bundle at {path}",
@@ -355,7 +384,7 @@ def _read_body(body: Body, shown: str) -> bytes:
         chunks.append(bytes(view[:n]))
         total += n
         if total > MAX_BUNDLE_BYTES:
-            raise SignatureError(f"the signature bundle {shown} is larger than 64 MiB")
+            raise too_large(shown)
     return b"".join(chunks)
 
 

@@ -157,6 +157,20 @@ class Signer:
         config.sign(model, bundle)
         return bundle.read_bytes()
 
+    def sign_file(self, name: str, data: bytes) -> bytes:
+        """One file signed as a file (`model_signing sign key m.gguf`): the
+        statement's one resource is named '.'."""
+        import model_signing
+
+        self._count += 1
+        path = self.workdir / f"file-{self._count}" / name
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        bundle = self.workdir / f"file-{self._count}.sig"
+        config = model_signing.signing.Config().use_elliptic_key_signer(private_key=self.key_path)
+        config.sign(path, bundle)
+        return bundle.read_bytes()
+
     def sign_sharded(self, files: Mapping[str, bytes]) -> bytes:
         """The same model under model-signing's shard serialization."""
         import model_signing
@@ -177,3 +191,15 @@ class Signer:
         config.set_hashing_config(hashing_config)  # type: ignore[arg-type]
         config.sign(model, bundle)
         return bundle.read_bytes()
+
+
+def statement_sha256(bundle: bytes) -> str:
+    """What LLMKUBE_SIGNED_DIGEST pins: the sha256 of the DSSE payload (the
+    in-toto statement the key signed), as `jq -r .dsseEnvelope.payload
+    model.sig | base64 -d | sha256sum` prints it."""
+    import base64
+    import hashlib
+    import json
+
+    payload = base64.b64decode(json.loads(bundle)["dsseEnvelope"]["payload"])
+    return hashlib.sha256(payload).hexdigest()

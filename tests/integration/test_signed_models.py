@@ -84,6 +84,9 @@ def test_signed_http_model_is_published_and_its_warm_start_is_offline(
     loaded = import_lines(warm.stderr)
     assert len(loaded) > 20  # the importtime output was captured
     assert not {m for m in loaded if m.startswith(("model_signing", "sigstore", "OpenSSL"))}
+    # #40 item 3's budget: one ECDSA verify, without cryptography's OpenSSL
+    # backend (~12 ms) that ec.ECDSA's constructor imports.
+    assert not {m for m in loaded if m.startswith("cryptography.hazmat.backends")}
 
 
 def test_a_warm_start_with_another_key_is_refused_offline(
@@ -574,3 +577,99 @@ def test_a_changed_byte_on_the_hub_cdn_is_never_published(
 
     run.failed("ModelTransferChecksumMismatch", retryable=True)
     nothing_published(pod.cache_dir, sorted(FILES))
+
+
+@pytest.mark.parametrize("change", ["added", "removed"])
+def test_a_key_first_run_judges_the_listing_not_an_unsigned_run_record(  # type: ignore[no-untyped-def]
+    pod: Pod, s3, bucket: str, signer: Signer, change: str
+) -> None:
+    """#40 item 6: an earlier run without a key recorded the prefix's
+    listing; the publisher then changed the set and signed it. The key's
+    first IfNotPresent run lists the source again: an added file is
+    fetched and the signed set served; a file the source no longer has is
+    refused as what it is (a file beside the signed set), never as a
+    signed set the source does not match."""
+    before = {k: v for k, v in FILES.items() if k != "config.json"}
+    if change == "removed":
+        before = {**FILES, "old.bin": b"an older file"}
+    for rel, data in before.items():
+        s3.put(bucket, f"signed/{rel}", data)
+    source = f"s3://{bucket}/signed"
+    env = {**pod.env, "MODEL_SOURCE": source, "CACHE_DIR": str(pod.cache_dir), **s3_env(s3)}
+    pod.run(env=env).ok(files=len(before), fetched=len(before))
+
+    if change == "removed":
+        s3.admin().delete_object(Bucket=bucket, Key="signed/old.bin")
+    _s3_model(s3, bucket, FILES, signer.sign(FILES))
+    run = pod.run(env={**env, **signer.anchor_env})
+
+    if change == "added":
+        run.ok(files=len(FILES) + 1, fetched=2, reused=len(FILES) - 1)
+        assert pod.dest("config.json").read_bytes() == FILES["config.json"]
+        assert sorted(json.loads((pod.cache_dir / RECORD).read_text())["files"]) == sorted(FILES)
+        return
+    doc = run.failed(REASON).term
+    assert "holds what the signature does not sign: 'old.bin'" in str(doc["message"])
+    assert "MODEL_FILES" not in str(doc["remedy"])
+    assert not (pod.cache_dir / RECORD).exists()
+
+
+# -- git files the publisher chose to sign (#40 item 5) -----------------------------------
+
+GIT_FILES = {**FILES, ".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}
+
+
+def _signed_with_git_paths(signer: Signer) -> bytes:
+    """`model_signing sign key --no-ignore-git-paths`: .gitattributes signed."""
+    import model_signing
+
+    hashing = model_signing.hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=False)
+    return signer.sign_hashed(GIT_FILES, hashing)
+
+
+def _git_source(
+    kind: str, pod: Pod, origin: Origin, hub: FakeHub, served: dict[str, bytes], bundle: bytes
+) -> dict[str, str]:
+    if kind == "hf":
+        hub.add_repo(REPO, {**served, "model.sig": bundle})
+        return pod.multi_env(f"hf://{REPO}@main", served, HF_ENDPOINT=hub.url)
+    if kind == "local":
+        model = _local_model(pod.tmp / "src", served, bundle)
+        return pod.multi_env(str(model), served)
+    return pod.multi_env(_http_model(origin, served, bundle), served)
+
+
+@pytest.mark.parametrize("kind", ["http", "local", "hf"])
+@pytest.mark.parametrize("tampered", [False, True], ids=["intact", "gitattributes_changed"])
+def test_a_model_signed_with_its_git_files_is_verified_with_them(
+    pod: Pod, origin: Origin, hub: FakeHub, signer: Signer, kind: str, tampered: bool
+) -> None:
+    """Signed with --no-ignore-git-paths, the statement records no git
+    path among its ignore_paths and signs .gitattributes: it is staged and
+    pinned like any signed file (before: 'signed but not staged')."""
+    bundle = _signed_with_git_paths(signer)
+    served = dict(GIT_FILES)
+    if tampered:
+        served[".gitattributes"] = b"*.safetensors -filter\n"
+    env = {**_git_source(kind, pod, origin, hub, served, bundle), **signer.anchor_env}
+
+    run = pod.run(env=env)
+
+    if tampered:
+        refused(run, pod.cache_dir, sorted(served), "does not have the sha256")
+        return
+    run.ok(files=len(GIT_FILES), fetched=len(GIT_FILES))
+    for rel, data in GIT_FILES.items():
+        assert pod.dest(rel).read_bytes() == data, rel
+    assert ".gitattributes" in json.loads((pod.cache_dir / RECORD).read_text())["files"]
+    pod.run(env=env).ok(files=len(GIT_FILES), fetched=0, reused=len(GIT_FILES))
+
+
+def test_a_default_signature_still_leaves_git_files_out(
+    pod: Pod, origin: Origin, signer: Signer
+) -> None:
+    """model-signing's default records the git paths in ignore_paths: a
+    .gitattributes beside the model is staged outside the signed set."""
+    env = {**pod.multi_env(_http_model(origin, GIT_FILES, signer.sign(FILES)), GIT_FILES)}
+
+    pod.run(env={**env, **signer.anchor_env}).ok(files=len(GIT_FILES), fetched=len(GIT_FILES))

@@ -23,25 +23,12 @@ def signer(tmp_path: Path) -> Signer:
     return Signer(tmp_path / "publisher")
 
 
-def _signed_as_a_file(signer: Signer, name: str, data: bytes) -> bytes:
-    import model_signing
-
-    path = signer.workdir / "as-file" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    bundle = signer.workdir / "as-file.sig"
-    config = model_signing.signing.Config()
-    config.use_elliptic_key_signer(private_key=signer.key_path)
-    config.sign(path, bundle)
-    return bundle.read_bytes()
-
-
 def test_a_single_file_signed_as_a_file_is_published(
     pod: Pod, origin: Origin, signer: Signer
 ) -> None:
     data = payload(40 * KIB, 8)
     origin.put("/files/llama.gguf", data)
-    origin.put("/files/model.sig", _signed_as_a_file(signer, "llama.gguf", data))
+    origin.put("/files/model.sig", signer.sign_file("llama.gguf", data))
     env = pod.single_env(origin.url + "/files/llama.gguf", **signer.anchor_env)
 
     pod.run(env=env).ok(files=1, fetched=1)
@@ -55,7 +42,7 @@ def test_a_single_file_signed_as_a_file_with_other_bytes_is_refused(
     data = payload(40 * KIB, 8)
     origin.put("/files/llama.gguf", data)
     other = payload(40 * KIB, 9)
-    origin.put("/files/model.sig", _signed_as_a_file(signer, "llama.gguf", other))
+    origin.put("/files/model.sig", signer.sign_file("llama.gguf", other))
     env = pod.single_env(origin.url + "/files/llama.gguf", **signer.anchor_env)
 
     refused(pod.run(env=env), pod.cache_dir, ["model.gguf"], "does not have the sha256")
@@ -67,7 +54,7 @@ def test_a_directory_is_never_judged_by_a_bundle_of_one_file(
     for rel, data in FILES.items():
         origin.put(f"/org/repo/{rel}", data)
     rel = "config.json"
-    origin.put("/org/repo/model.sig", _signed_as_a_file(signer, rel, FILES[rel]))
+    origin.put("/org/repo/model.sig", signer.sign_file(rel, FILES[rel]))
     pod.multi(origin.url + "/org/repo/", FILES)
 
     run = pod.run(env=signer.anchor_env)

@@ -1,7 +1,9 @@
 """#40 item 8: words. A key model-signing's key verifier does not take is
 InvalidConfiguration at start (exit 2, before any request); the order of
-certificates in LLMKUBE_SIGNING_CERTS does not make warm starts refuse.
-Bundles made by model-signing's own signing API.
+certificates in LLMKUBE_SIGNING_CERTS, or a second root added during a
+rotation, does not make warm starts refuse; a bundle over the size bound
+is refused with a remedy about the bundle. Bundles made by model-signing's
+own signing API.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from tests.harness.origin import Origin
-from tests.harness.pod import Pod
-from tests.harness.signing import FILES, Signer
+from tests.harness.pod import Pod, as_fuse
+from tests.harness.signing import FILES, REASON, Signer, refused
 
 PATH = "/org/repo"
 
@@ -73,3 +75,54 @@ def test_the_order_of_certificates_does_not_make_a_warm_start_refuse(
 
     warm.ok(files=len(FILES), fetched=0, reused=len(FILES))
     assert origin.requests() == []
+
+
+def test_a_root_added_during_a_rotation_does_not_make_a_warm_start_refuse(
+    pod: Pod, origin: Origin, tmp_path: Path
+) -> None:
+    """The model was verified against the old root alone; the Secret then
+    holds the old root and the new one. The kept bundle, verified against
+    the configured roots, still vouches: the warm start, a reader that may
+    not write and `verify` pass offline. With the old root gone it does
+    not, and every reader refuses."""
+    signer = Signer(tmp_path / "publisher-ca", certs=True)
+    new = Signer(tmp_path / "new-ca", certs=True)
+    _model(pod, origin, signer.sign(FILES))
+    pod.run(LLMKUBE_SIGNING_CERTS=signer.ca_pem.decode()).ok(files=len(FILES), fetched=len(FILES))
+    origin.clear_log()
+
+    both = signer.ca_pem.decode() + new.ca_pem.decode()
+    pod.run(LLMKUBE_SIGNING_CERTS=both).ok(files=len(FILES), fetched=0, reused=len(FILES))
+    pod.stage(fs=as_fuse, LLMKUBE_SIGNING_CERTS=both).ok(
+        files=len(FILES), fetched=0, reused=len(FILES)
+    )
+    assert pod.run("verify", LLMKUBE_SIGNING_CERTS=both).returncode == 0
+    assert origin.requests() == []
+
+    reader = pod.stage(fs=as_fuse, LLMKUBE_SIGNING_CERTS=new.ca_pem.decode())
+    reader.failed(REASON)
+    assert pod.run("verify", LLMKUBE_SIGNING_CERTS=new.ca_pem.decode()).returncode == 4
+    assert origin.requests() == []
+
+
+@pytest.mark.parametrize("where", ["http", "local"])
+def test_a_bundle_over_the_size_bound_gets_a_remedy_about_the_bundle(
+    pod: Pod, origin: Origin, tmp_path: Path, where: str
+) -> None:
+    signer = Signer(tmp_path / "publisher")
+    huge = b"{" + b" " * (64 << 20) + b"}"
+    if where == "http":
+        cache_dir = _model(pod, origin, huge)
+    else:
+        model = tmp_path / "src"
+        for rel, data in FILES.items():
+            (model / rel).parent.mkdir(parents=True, exist_ok=True)
+            (model / rel).write_bytes(data)
+        (model / "model.sig").write_bytes(huge)
+        cache_dir = pod.multi(str(model), FILES)
+
+    run = pod.run(**signer.anchor_env)
+
+    doc = refused(run, cache_dir, sorted(FILES), "larger than 64 MiB")
+    assert "MODEL_FILES" not in str(doc["remedy"]), doc["remedy"]
+    assert "bundle" in str(doc["remedy"]), doc["remedy"]

@@ -211,3 +211,43 @@ def test_a_signed_archive_alone_under_an_s3_prefix_is_unpacked(
 
     assert run.returncode == 0, str(run)
     assert visible(dest) == FILES
+
+
+@pytest.mark.parametrize("where", ["http", "s3"])
+def test_an_archive_signed_as_the_archive_file_is_unpacked(
+    pod: Pod, origin: Origin, signer: Signer, where: str, request: pytest.FixtureRequest
+) -> None:
+    """`model_signing sign key m.tar.gz`: the statement's one resource is
+    '.', the archive file's digest; checked on the archive before any
+    member is unpacked (#40 item 4). The same bundle over other bytes
+    unpacks nothing."""
+    bundle = signer.sign_file("m.tar.gz", ARCHIVE)
+    bad = bytearray(ARCHIVE)
+    bad[len(bad) // 2] ^= 0x01
+    dest = pod.tmp / "mnt" / "models"
+    if where == "http":
+        origin.put("/a/model.sig", bundle)
+
+        def serve(data: bytes) -> tuple[str, dict[str, str]]:
+            origin.put("/a/m.tar.gz", data)
+            return f"{origin.url}/a/m.tar.gz", {}
+    else:
+        s3, bucket = request.getfixturevalue("s3"), request.getfixturevalue("bucket")
+        s3.put(bucket, "arch/model.sig", bundle)
+
+        def serve(data: bytes) -> tuple[str, dict[str, str]]:
+            s3.put(bucket, "arch/m.tar.gz", data)
+            return f"s3://{bucket}/arch", s3_env(s3)
+
+    uri, env = serve(bytes(bad))
+    run = pod.run(uri, str(dest), env={**env, **signer.anchor_env})
+    _refused(run, dest, "does not have the sha256 its signature gives it")
+    assert not list((dest / ".llmkube-stager").glob("unpack.*"))
+
+    uri, env = serve(ARCHIVE)
+    run = pod.run(uri, str(dest), env={**env, **signer.anchor_env})
+    assert run.returncode == 0, str(run)
+    assert visible(dest) == FILES
+    warm = pod.run(uri, str(dest), env={**env, **signer.anchor_env})
+    assert warm.returncode == 0, str(warm)
+    assert visible(dest) == FILES

@@ -262,6 +262,14 @@ CASES += [
         "/etc/llmkube/model.sig",
         "https://host.example/model.sig",
     ),
+    (
+        "LLMKUBE_SIGNED_DIGEST",
+        "SHA256:" + "AB" * 32,
+        {**SINGLE, "LLMKUBE_SIGNING_KEY": KEY_A},
+        "signing.signed_digest",
+        "ab" * 32,
+        "cd" * 32,
+    ),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
