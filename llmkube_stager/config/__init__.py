@@ -28,7 +28,13 @@ Every public name is imported from here (`llmkube_stager.config`).
 """
 
 from llmkube_stager.config.kserve_env import KSERVE_CA_MOUNT_DEFAULT, KSERVE_VARS, with_kserve
-from llmkube_stager.config.load import early_settings, inspect_target, load_config, secret_values
+from llmkube_stager.config.load import (
+    early_settings,
+    inspect_target,
+    load_config,
+    remedy_words,
+    secret_values,
+)
 from llmkube_stager.config.rules import (
     URL_MAX_BYTES,
     load_aws_env,
@@ -83,6 +89,7 @@ __all__ = [
     "load_proxy",
     "load_secrets",
     "load_timeouts",
+    "remedy_words",
     "secret_values",
     "unknown_variables",
     "with_kserve",

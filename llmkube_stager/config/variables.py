@@ -78,6 +78,12 @@ VARS: tuple[Var, ...] = (
         "LLMKUBE_ALLOWED_HOST_ROOTS",
         "colon-separated roots a local source must lie in (unset: no restriction)",
     ),
+    Var(
+        "LLMKUBE_REMEDY_WORDS",
+        "variables (remedies name these variables) or operator (an LLMKube Model's fields, "
+        "as the operator's diagnosis matches them; the image's sh sets it for operator commands)",
+        default="variables",
+    ),
     Var("LLMKUBE_TERMINATION_LOG", "termination message path", default="/dev/termination-log"),
     Var("PROGRESS_INTERVAL", "seconds between progress lines", default="10"),
     Var("LLMKUBE_LOG_FORMAT", "text or json", default="text"),
