@@ -30,7 +30,7 @@ from llmkube_stager.errors import REMEDY_SIGNATURE_RECORD, SignatureError
 from llmkube_stager.schemes import of_source
 
 _MAX_BUNDLE_BYTES = 64 << 20
-_NOT_KEPT = "no signature bundle is kept beside the record (#40 item 3)"
+_NOT_KEPT = "no signature bundle is kept beside the record"
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ VARS: tuple[Var, ...] = (
     ),
     Var(
         "LLMKUBE_SHARDS",
-        "prefetch Jobs: split the model's files into this many shares (#16)",
+        "prefetch Jobs: split the model's files into this many shares",
         default="1",
     ),
     Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),

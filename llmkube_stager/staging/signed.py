@@ -205,7 +205,7 @@ def _kept_vouches(anchor: TrustAnchor, prepared: Prepared, recorded: Verificatio
     if kept is None:
         if prepared.strategy.may_write:
             return False
-        problem: str | None = "no signature bundle is kept beside the record (#40 item 3)"
+        problem: str | None = "no signature bundle is kept beside the record"
     else:
         problem = kept_problem(kept, anchor, recorded, named=prepared.manifest.multi_file)
     if problem is not None:
