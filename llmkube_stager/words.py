@@ -112,7 +112,12 @@ def variables_remedy(remedy: str, kind: SourceKind | None) -> str:
 
 
 def variables_words(text: str) -> str:
-    for field, words in _FIELDS:
+    return replace_fields(text, _FIELDS)
+
+
+def replace_fields(text: str, fields: tuple[tuple[str, str], ...]) -> str:
+    """Each field named in `text` as its words (the longest fields first)."""
+    for field, words in fields:
         if field in text:
             text = text.replace(field, words)
     return text

@@ -35,16 +35,21 @@ _STATEMENT_STARTS = (tokenize.ENCODING, tokenize.NEWLINE, tokenize.INDENT, token
 COMMANDS = ["", "stage", "plan", "verify", "inspect", "diagnose", "check-command"]
 
 
-def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def _python(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` in this checkout, with a bare environment."""
     return subprocess.run(
-        [sys.executable, "-m", "llmkube_stager", *args],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
-        cwd=cwd,
+        cwd=ROOT,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-        timeout=60,
+        timeout=timeout_s,
         check=False,
     )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return _python("-m", "llmkube_stager", *args)
 
 
 def user_docs() -> list[Path]:
@@ -171,15 +176,7 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
 
 
 def test_make_demo_prints_the_commands_it_runs() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.harness.demo"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-        timeout=300,
-        check=False,
-    )
+    run = _python("-m", "tests.harness.demo", timeout_s=300)
     assert run.returncode == 0, run.stdout + run.stderr
     commands = [line for line in run.stdout.splitlines() if line.startswith("$ ")]
     assert len(commands) == 4, run.stdout
