@@ -12,8 +12,8 @@ controller that reads the constants sets it; `variables` (the default)
 everywhere else. KServe mode has its own words (kserve/words.py).
 
 A remedy is replaced whole where it has a counterpart; an operator field
-left in a detail is named as the variable that carries it. Pure: text in,
-text out.
+left in another remedy is named as the variable that carries it. The cause
+(the detail) is left as it is. Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -124,8 +124,10 @@ def replace_fields(text: str, fields: tuple[tuple[str, str], ...]) -> str:
 
 
 def in_variables_words(err: e.StagerError) -> e.StagerError:
-    """A new error saying what `err` says in the variables' words (the one
-    raised is never changed, errors.StagerError.amended)."""
-    new = err.amended(detail=variables_words(err.detail))
+    """A new error whose remedy is in the variables' words (the one raised
+    is never changed, errors.StagerError.amended). The cause keeps its
+    words: the scripts' error texts (`spec.sha256 mismatch`, spec §11.4)
+    are what alerts grep for, whoever runs the agent."""
+    new = err.amended()
     new._remedy = variables_remedy(err.remedy, err.source_kind)
     return new
