@@ -23,6 +23,7 @@ from llmkube_stager.config import (
     early_log_level,
     early_settings,
     load_config,
+    remedy_words,
     secret_values,
     unknown_variables,
 )
@@ -72,6 +73,8 @@ class Boundary:
         self.terminate = terminate
         self.source = display_url(flags.get("MODEL_SOURCE") or environ.get("MODEL_SOURCE", ""))
         self._environ = environ
+        # "kserve": the command reworded its failures already (kserve/command.py).
+        self.words: str = remedy_words(environ, flags)
 
     def config(self, flags: Flags, *, require_source: bool = True) -> Config:
         """The configuration; the values it tolerated (as the scripts did)
@@ -122,6 +125,10 @@ class Boundary:
         self._fail(ConfigError(f"usage: {text}"))
 
     def _fail(self, err: StagerError) -> NoReturn:
+        if self.words == "variables":
+            from llmkube_stager.words import in_variables_words
+
+            err = in_variables_words(err)
         data = encode(failure_doc(err, self.source, self.redact))
         # The log line and the termination message say the same thing, remedy
         # included (scenario 40: log and condition cannot disagree).

@@ -48,6 +48,30 @@ def _flags(kwargs: Mapping[str, Any]) -> Flags:
     return {var.env: kwargs.get(_param(var.env)) for var in VARS}
 
 
+class GroupedHelp(click.Command):
+    """The variables' flags in the README's groups, then examples to copy
+    (helptext.py); the command's own options first."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from llmkube_stager.helptext import grouped
+
+        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)}
+        by_env = {var.env: records.pop(_param(var.env), None) for var in VARS}
+        own = [r for r in records.values() if r is not None]
+        with formatter.section("Options"):
+            formatter.write_dl(own)
+        for title, envs in grouped(e for e, r in by_env.items() if r is not None):
+            with formatter.section(title[:1].upper() + title[1:]):
+                formatter.write_dl([r for r in (by_env[e] for e in envs) if r is not None])
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from llmkube_stager.helptext import EXAMPLES
+
+        formatter.write_paragraph()
+        for line in EXAMPLES.splitlines():
+            formatter.write(f"  {line}\n" if line else "\n")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 # The version is given, so click never scans importlib.metadata for it.
 @click.version_option(__version__, prog_name="llmkube-stager", message="%(prog)s %(version)s")
@@ -76,7 +100,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     sys.exit(EXIT_OK)
 
 
-@cli.command()
+@cli.command(cls=GroupedHelp)
 @config_options
 def stage(**kwargs: Any) -> None:
     """Make the cache hold the model, then exit (init container / prefetch Job)."""
@@ -85,7 +109,7 @@ def stage(**kwargs: Any) -> None:
     stage_command(_flags(kwargs))
 
 
-@cli.command()
+@cli.command(cls=GroupedHelp)
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.option("--probe", is_flag=True, help="ask the origin (HEAD) for sizes and validators")
@@ -96,7 +120,7 @@ def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
     plan_command(_flags(kwargs), as_json, probe)
 
 
-@cli.command()
+@cli.command(cls=GroupedHelp)
 @config_options
 @click.option("--strict", is_flag=True, help="a file without a size record fails too")
 def verify(strict: bool, **kwargs: Any) -> None:

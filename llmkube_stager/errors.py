@@ -170,6 +170,13 @@ REMEDY_CHECKSUM = (
     "the bytes do not match the pinned sha256; correct spec.sha256/spec.fileSha256 or the "
     "source, then delete the .sha256-rejected marker to retry"
 )
+# `verify` found a cached file whose bytes are not its pin's (#46 item 6):
+# verify writes no marker, and `stage` fetches the file again.
+REMEDY_VERIFY_CHECKSUM = (
+    "a cached file's bytes do not match its pinned sha256 (spec.sha256/spec.fileSha256): run "
+    "llmkube-stager stage (the prefetch Job) with the same settings to fetch it again, or "
+    "correct the pin if the file is the right one"
+)
 # The origin's own digest (HF LFS sha256), not a user pin: no marker was
 # written, and a retry may well get good bytes (#12 item 5).
 REMEDY_ORIGIN_CHECKSUM = (
@@ -235,7 +242,7 @@ REMEDY_ARCHIVE_UNSAFE = (
     "rebuild the archive with plain files and directories under relative names (no '..', no "
     "absolute names, no links pointing out, no devices or FIFOs), within "
     "LLMKUBE_ARCHIVE_MAX_BYTES and LLMKUBE_ARCHIVE_MAX_FILES, headers under 64 KiB, no sparse "
-    "files, xz at -8 or lower (#31 item 6)"
+    "files, xz at -8 or lower"
 )
 # Something in the cache is there but this uid cannot read it (#11): not
 # absent, and never overwritten.

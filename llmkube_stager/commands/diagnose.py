@@ -111,9 +111,13 @@ def _failed(reason: Reason, line: str) -> dict[str, Any]:
 def _remedy_in(reason: Reason, line: str) -> str:
     """cacheLockRemedyIn: the remedy the downloader printed (spec §11.3),
     for every reason whose remedy depends on the source kind."""
-    for remedy in REMEDIES_BY_KIND[reason].values():
-        if remedy in line:
-            return remedy
+    from llmkube_stager.words import variables_remedy
+
+    for kind, remedy in REMEDIES_BY_KIND[reason].items():
+        # Either words: the operator's, or a Job's own (#46 item 6).
+        for printed in (remedy, variables_remedy(remedy, kind)):
+            if printed in line:
+                return printed
     if reason is Reason.CACHE_LOCK_UNSUPPORTED:
         return "see the model-downloader container's log for the remedy"
     return remedy_for(reason)

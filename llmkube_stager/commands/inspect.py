@@ -84,6 +84,9 @@ class Report:
     refusal: dict[str, str] | None = None
     # #34 item 4: the verification records of signed models, as recorded.
     signatures: list[dict[str, object]] = field(default_factory=list)
+    # What the run record says the model came from (#46 item 6): the source
+    # (credentials removed), and for Hugging Face the revision and commit.
+    origin: dict[str, str] = field(default_factory=dict)
 
 
 def _leftover_kind(name: str) -> str | None:
@@ -155,6 +158,9 @@ def _judge_set(report: Report, root: str) -> None:
     from llmkube_stager.cache.setstate import judge_set, pending_publishes
 
     record = read_run_record(root)
+    run = record.run()
+    recorded = {"source": record.source, "revision": run.revision, "commit": run.commit}
+    report.origin = {key: value for key, value in recorded.items() if value}
     for pending in pending_publishes(record, root):
         report.publishing[pending.key] = [e.rel for e in pending.entries]
     err = judge_set(record, root)
@@ -195,9 +201,10 @@ def render(report: Report, as_json: bool) -> str:
         f"fs:     {fs['fstype']} (driver {fs['driver']}), fuse={fs['is_fuse']}, "
         f"read_only={fs['read_only']}, lock scope {fs['lock_scope']}, "
         f"free {_size(fs['free_bytes'])}, lock file {'present' if report.lock_file else 'absent'}",
-        "",
-        "FILES",
     ]
+    if report.origin:
+        lines.append("from:   " + ", ".join(f"{k} {v}" for k, v in report.origin.items()))
+    lines += ["", "FILES"]
     for f in report.files:
         record = "no record" if f.record_bytes is None else f"record {f.record_bytes}"
         if f.record_problem:

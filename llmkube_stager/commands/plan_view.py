@@ -32,7 +32,9 @@ def _row(action: Action, local: LocalFile) -> dict[str, Any]:
     }
 
 
-def _probe_rows(prepared: Prepared, rows: list[dict[str, Any]], log: Log) -> None:
+def _probe_rows(prepared: Prepared, rows: list[dict[str, Any]], log: Log) -> StagerError | None:
+    """Each row's answer; the first probe that failed (None: none did)."""
+    first: StagerError | None = None
     fetcher = prepared.source.fetcher()
     try:
         for row in rows:
@@ -40,6 +42,7 @@ def _probe_rows(prepared: Prepared, rows: list[dict[str, Any]], log: Log) -> Non
                 meta = fetcher.probe(prepared.manifest.file(row["file"]))
             except StagerError as err:
                 row["remote"] = {"error": err.reason.value, "detail": err.detail}
+                first = first or err.amended(file=row["file"])
                 continue
             row["remote"] = {
                 "size_bytes": meta.size_bytes,
@@ -48,6 +51,7 @@ def _probe_rows(prepared: Prepared, rows: list[dict[str, Any]], log: Log) -> Non
             }
     finally:
         fetcher.close()
+    return first
 
 
 def _set_verdict(prepared: Prepared) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -67,10 +71,12 @@ def _set_verdict(prepared: Prepared) -> tuple[list[dict[str, Any]], dict[str, An
     return publishing, refusal
 
 
-def plan_document(config: Config, prepared: Prepared, *, probe: bool, log: Log) -> dict[str, Any]:
+def plan_document(
+    config: Config, prepared: Prepared, *, probe: bool, log: Log
+) -> tuple[dict[str, Any], StagerError | None]:
+    """The plan, and the first probe that failed (the command's exit code)."""
     rows = [_row(a, prepared.cache.files[a.rel]) for a in prepared.plan.actions]
-    if probe:
-        _probe_rows(prepared, rows, log)
+    failed = _probe_rows(prepared, rows, log) if probe else None
     fs = prepared.fs
     publishing, refusal = _set_verdict(prepared)
     return {
@@ -95,7 +101,7 @@ def plan_document(config: Config, prepared: Prepared, *, probe: bool, log: Log) 
         "refusal": refusal,
         "signature": _signature(config, prepared),
         "files": rows,
-    }
+    }, failed
 
 
 def _signature(config: Config, prepared: Prepared) -> dict[str, object]:
@@ -108,11 +114,15 @@ def _signature(config: Config, prepared: Prepared) -> dict[str, object]:
     return {**state.as_dict(), "line": state.line()}
 
 
-def render_plan(config: Config, prepared: Prepared, *, as_json: bool, probe: bool, log: Log) -> str:
-    doc = plan_document(config, prepared, probe=probe, log=log)
+def render_plan(
+    config: Config, prepared: Prepared, *, as_json: bool, probe: bool, log: Log
+) -> tuple[str, StagerError | None]:
+    """The plan as text or JSON, and the first probe that failed: the plan
+    is printed whole, then `plan --probe` fails with that probe's reason."""
+    doc, failed = plan_document(config, prepared, probe=probe, log=log)
     if as_json:
-        return json.dumps(doc, indent=2, sort_keys=False)
-    return _table(doc)
+        return json.dumps(doc, indent=2, sort_keys=False), failed
+    return _table(doc), failed
 
 
 def _table(doc: dict[str, Any]) -> str:

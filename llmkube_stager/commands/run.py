@@ -53,7 +53,10 @@ def plan_command(flags: Flags, as_json: bool = False, probe: bool = False) -> No
 
         config = boundary.config(flags)
         prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
-        boundary.echo(render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log))
+        text, failed = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
+        boundary.echo(text)
+        if failed is not None:
+            raise failed  # the origin could not answer for a file: not a plan to trust
 
     boundary.run(body)
 
@@ -116,6 +119,14 @@ def diagnose_command(source: str = "-") -> NoReturn:
         except OSError as exc:
             raise ConfigError(f"cannot read {source}: {exc.strerror}") from exc
         condition = condition_for(text)
+        if condition is None:
+            boundary.log.warning(
+                "nothing_to_diagnose",
+                "no termination message in the input (a JSON object with a reason) and no "
+                "line a known failure matches: no condition to set; give the container's "
+                "termination message (kubectl get pod POD -o jsonpath='{.status."
+                "initContainerStatuses[0].lastState.terminated.message}') or its log",
+            )
         boundary.echo(json.dumps(condition or {}, separators=(",", ":")))
 
     boundary.run(body)

@@ -22,6 +22,7 @@ from llmkube_stager.errors import (
     REMEDY_LEADS_OUTSIDE,
     REMEDY_SIGNATURE_RECORD,
     REMEDY_UNREADABLE,
+    REMEDY_VERIFY_CHECKSUM,
     CacheError,
     ConfigError,
     Reason,
@@ -177,6 +178,7 @@ def judge(report: VerifyReport, strict: bool, log: Log) -> None:
             f"spec.sha256/spec.fileSha256 mismatch for {_names(report.mismatched)}",
             reason=Reason.CHECKSUM_MISMATCH,
             file=report.mismatched[0],
+            remedy=REMEDY_VERIFY_CHECKSUM,
         )
     for rel in report.unrecorded:
         log.warning(

@@ -33,6 +33,7 @@ from llmkube_stager.config.load import (
     early_settings,
     inspect_target,
     load_config,
+    remedy_words,
     secret_values,
 )
 from llmkube_stager.config.rules import (
@@ -92,6 +93,7 @@ __all__ = [
     "load_proxy",
     "load_secrets",
     "load_timeouts",
+    "remedy_words",
     "secret_values",
     "unknown_variables",
     "with_kserve",

@@ -7,6 +7,7 @@ when the rest is invalid (`secret_values`, `early_settings`,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from llmkube_stager.config import paths, rules
 from llmkube_stager.config.anchor import TrustAnchor, trust_anchor
@@ -79,6 +80,7 @@ def _assemble(
         host_model=paths.abs_path(read, "LLMKUBE_HOST_MODEL"),
         allowed_host_roots=paths.allowed_roots(read),
         termination_log=paths.abs_path(read, "LLMKUBE_TERMINATION_LOG"),
+        remedy_words=read.choice("LLMKUBE_REMEDY_WORDS", ("variables", "operator")),
         progress_interval_s=read.interval("PROGRESS_INTERVAL"),
         connections=rules.connections(read),
         files_in_flight=rules.files_in_flight(read),
@@ -158,6 +160,15 @@ def early_log_level(environ: Mapping[str, str], flags: Mapping[str, str | None])
     format (load_config refuses a bad value; the log says so at info)."""
     default = LOG_LEVELS[DEFAULTS["LLMKUBE_LOG_LEVEL"]]
     return LOG_LEVELS.get(Reader(environ, flags).text("LLMKUBE_LOG_LEVEL").lower(), default)
+
+
+def remedy_words(
+    environ: Mapping[str, str], flags: Mapping[str, str | None]
+) -> Literal["operator", "variables"]:
+    """Whose words a failure's remedy uses (words.py), read leniently like
+    `early_settings`: only `operator` asks for the operator's constants."""
+    given = Reader(environ, flags).text("LLMKUBE_REMEDY_WORDS").strip().lower()
+    return "operator" if given == "operator" else "variables"
 
 
 def inspect_target(environ: Mapping[str, str], given: str | None) -> str:

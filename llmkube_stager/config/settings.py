@@ -175,6 +175,9 @@ class Config:
     # like any other, staged apart from the stamp of `x` (layout.staged_rel,
     # #31 item 4). Set by the command, never by a variable.
     kserve_mode: bool = False
+    # Whose words a failure's remedy uses (words.py): the boundary reads it
+    # leniently before this is built; the check of its value is here.
+    remedy_words: str = "variables"
 
     @property
     def multi_file(self) -> bool:

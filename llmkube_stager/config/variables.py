@@ -78,6 +78,12 @@ VARS: tuple[Var, ...] = (
         "LLMKUBE_ALLOWED_HOST_ROOTS",
         "colon-separated roots a local source must lie in (unset: no restriction)",
     ),
+    Var(
+        "LLMKUBE_REMEDY_WORDS",
+        "variables (remedies name these variables) or operator (an LLMKube Model's fields, "
+        "as the operator's diagnosis matches them; the image's sh sets it for operator commands)",
+        default="variables",
+    ),
     Var("LLMKUBE_TERMINATION_LOG", "termination message path", default="/dev/termination-log"),
     Var("PROGRESS_INTERVAL", "seconds between progress lines", default="10"),
     Var("LLMKUBE_LOG_FORMAT", "text or json", default="text"),
@@ -115,7 +121,7 @@ VARS: tuple[Var, ...] = (
     ),
     Var(
         "LLMKUBE_SHARDS",
-        "prefetch Jobs: split the model's files into this many shares (#16)",
+        "prefetch Jobs: split the model's files into this many shares",
         default="1",
     ),
     Var("JOB_COMPLETION_INDEX", "the share this pod stages (set by an Indexed Job)"),

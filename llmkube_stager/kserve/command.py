@@ -34,6 +34,7 @@ def kserve_command(args: list[str]) -> NoReturn:
         pairs_or_error = err
     first = _flags(pairs_or_error[0]) if isinstance(pairs_or_error, tuple) else no_flags()
     boundary = Boundary(first, os.environ, terminate=True)
+    boundary.words = "kserve"  # _in_kserve_words below
     cancel_on_sigterm()
 
     def body() -> dict[str, Any]:

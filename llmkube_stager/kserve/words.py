@@ -13,6 +13,7 @@ users know it. Pure: text in, text out.
 from __future__ import annotations
 
 from llmkube_stager import errors as e
+from llmkube_stager.words import replace_fields
 
 _SECRET = (
     "the secret of the InferenceService's service account (KServe's credential builder sets "
@@ -115,7 +116,4 @@ def kserve_remedy(remedy: str) -> str:
 
 
 def kserve_words(text: str) -> str:
-    for field, words in _FIELDS:
-        if field in text:
-            text = text.replace(field, words)
-    return text
+    return replace_fields(text, _FIELDS)

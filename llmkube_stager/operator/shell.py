@@ -183,6 +183,9 @@ def agent_flags(meaning: Meaning, environ: Mapping[str, str]) -> dict[str, str |
     # LLMKUBE_REFRESH_POLICY, and a value from the source Secret must not
     # override what the Model asked for.
     flags["LLMKUBE_REFRESH_POLICY"] = meaning.policy
+    # The operator reads the termination message: its remedies stay the
+    # constants its diagnosis matches (spec §11.2), not the variables' words.
+    flags["LLMKUBE_REMEDY_WORDS"] = "operator"
     if meaning.pinned and environ.get(meaning.pin_var) is None:
         # A gated command without its pin fails closed, as its precheck did.
         flags[meaning.pin_var] = ""

@@ -238,7 +238,7 @@ def _verify_pvc(prepared: Prepared, effects: Effects) -> Outcome:
         if file.signed:
             raise SignatureError(
                 f"{file.rel} does not have the sha256 its signature gives it: the pre-staged "
-                f"model {file.dest} was changed since it was signed (#40 item 1)",
+                f"model {file.dest} was changed since it was signed",
                 file=file.rel,
                 remedy=REMEDY_SIGNATURE_FILES,
             )

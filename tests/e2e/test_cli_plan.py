@@ -166,10 +166,13 @@ def test_plan_probe_sends_only_head(pod: Pod, origin: Origin, mixed_cache: Path)
     assert snapshot(pod.tmp) == before
 
 
-def test_plan_probe_of_a_missing_file_still_exits_0(pod: Pod, origin: Origin) -> None:
+def test_plan_probe_of_a_missing_file_prints_the_plan_and_exits_4(pod: Pod, origin: Origin) -> None:
+    # A probe that fails fails the plan (#46 item 6), after the whole plan.
     origin.put(BASE + "config.json", b"{}")
     pod.multi(origin.url + BASE, ["config.json", "gone.safetensors"])
-    doc = _plan_json(pod.run("plan", "--json", "--probe"))
+    run = pod.run("plan", "--json", "--probe")
+    assert run.returncode == 4, str(run)
+    doc = json.loads(run.stdout)
     rows = {row["file"]: row for row in doc["files"]}
     assert rows["config.json"]["remote"]["size_bytes"] == 2
     assert rows["gone.safetensors"]["remote"]["error"] == "ModelSourceNotFound"

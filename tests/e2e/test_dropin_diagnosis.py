@@ -50,6 +50,13 @@ class Failure:
         return controller_message(None, self.run.stderr)
 
 
+@pytest.fixture(autouse=True)
+def _under_the_operator(pod: Pod) -> None:
+    """The operator runs the agent through the image's `sh`, which asks for
+    the operator's words (LLMKUBE_REMEDY_WORDS=operator, #46 item 6)."""
+    pod.env["LLMKUBE_REMEDY_WORDS"] = "operator"
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real ENOSPC."""

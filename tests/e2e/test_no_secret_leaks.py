@@ -181,12 +181,13 @@ def _plan(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
 def _plan_json_probe(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
     origin.put("/repo/config.json", b"{}")
     pod.multi(secret_url(origin.url, "/repo/", query=False), ["config.json", "gone.bin"])
-    return Scenario(args=("plan", "--json", "--probe"), exit_code=0)
+    # A failed probe fails the plan (#46 item 6): its error line is checked too.
+    return Scenario(args=("plan", "--json", "--probe"), exit_code=4)
 
 
 def _plan_probe_single_signed(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:
     pod.single(secret_url(origin.url, MODEL))  # the probe gets a 404
-    return Scenario(args=("plan", "--probe"), exit_code=0)
+    return Scenario(args=("plan", "--probe"), exit_code=4)
 
 
 def _plan_invalid(pod: Pod, origin: Origin, stack: ExitStack) -> Scenario:

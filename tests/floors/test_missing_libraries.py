@@ -78,7 +78,9 @@ def test_plan_probe_without_huggingface_hub_names_it(pod, hub, bare_python) -> N
     library is the probe's answer, and closing the fetcher must not import it."""
     run = pod.run("plan", "--json", "--probe", env=hf_env(pod, hub), python=bare_python)
 
-    assert run.returncode == 0, str(run)
+    # The whole plan, then the failed probe's reason and exit code (#46 item 6).
+    assert run.returncode == 2, str(run)
+    assert "huggingface_hub >= " in run.line_with("ERROR: InvalidConfiguration")
     assert "Traceback" not in run.stderr
     doc = json.loads(run.stdout)
     (row,) = doc["files"]

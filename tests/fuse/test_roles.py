@@ -101,7 +101,8 @@ def test_row_serving_pod_on_fuse_writes_nothing_and_refuses_to_stage(
 ) -> None:
     root = _matrix_cache(fuse_cache.backing, origin)
     before = snapshot(fuse_cache.backing)
-    run = _matrix_pod(tmp_path, origin, fuse_cache.mnt / root.name, stager=False).run("stage")
+    pod = _matrix_pod(tmp_path, origin, fuse_cache.mnt / root.name, stager=False)
+    run = pod.run("stage", LLMKUBE_REMEDY_WORDS="operator")  # the operator's serving pod
 
     doc = run.failed("ModelCacheLockUnsupported").term
     assert doc["remedy"] == REMEDY_HTTP
@@ -128,7 +129,8 @@ def test_fuse_refusal_remedy_is_one_constant_in_log_message_and_remedy(
     origin.put("/repo/model.safetensors", WEIGHTS)
     source = origin.url + "/repo/" if kind == "http" else "hf://org/repo/"
     env = multi_env(source, fuse_cache.mnt / "k", ["model.safetensors"])
-    run = Pod(tmp_path, env).run("stage")
+    # Under the operator (whose cacheLockRemedyIn looks for the constant).
+    run = Pod(tmp_path, env).run("stage", LLMKUBE_REMEDY_WORDS="operator")
     doc = run.failed("ModelCacheLockUnsupported").term
     assert doc["remedy"] == REMEDY_HTTP
     assert doc["message"] == (
@@ -138,6 +140,11 @@ def test_fuse_refusal_remedy_is_one_constant_in_log_message_and_remedy(
     error_lines = [line for line in run.stderr.splitlines() if "ModelCacheLockUnsupported" in line]
     assert error_lines and all(REMEDY_HTTP in line for line in error_lines), run.stderr
     assert doc["retryable"] is False
+    assert origin.requests() == []
+    # A Job or a person of one's own: the variable that makes a prefetch Job
+    # (#46 item 6), one remedy in the log and the message alike.
+    own = Pod(tmp_path, env).run("stage").failed("ModelCacheLockUnsupported").term
+    assert "LLMKUBE_PREFETCH_STAGER=true" in own["remedy"] and "spec." not in own["remedy"]
     assert origin.requests() == []
 
 

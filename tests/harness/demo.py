@@ -3,13 +3,14 @@
 No internet: the origin is this project's own server on 127.0.0.1, serving a
 generated GGUF-like file and a safetensors-like multi-file set with a
 subdirectory. The agent runs as a subprocess with pod-like environment, once
-cold and once warm; the origin's request log shows the warm start made zero
-requests.
+cold and once warm, each run's command printed before its log; the origin's
+request log shows the warm start made zero requests.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -19,11 +20,30 @@ from tests.harness.origin import Origin
 from tests.harness.pod import Pod, Run
 from tests.harness.sample import write_sample_tree
 
+# The variables that say what a run stages (the rest is the pod's plumbing).
+_SHOWN = ("MODEL_SOURCE", "CACHE_DIR", "MODEL_PATH", "MODEL_FILES", "PROGRESS_INTERVAL")
+
+
+def command_line(pod: Pod, *args: str, **overrides: str) -> str:
+    """The run as a person would type it in a shell."""
+    env = pod.environ(overrides=overrides)
+    assigned = [f"{name}={_quoted(env[name])}" for name in _SHOWN if name in env]
+    return "$ " + " ".join([*assigned, "python -m llmkube_stager", *args])
+
+
+def _quoted(value: str) -> str:
+    """One line, as bash reads it: a list of files as $'a\\nb'."""
+    if "\n" not in value:
+        return shlex.quote(value)
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
+    return f"$'{escaped}'"
+
 
 def _stage(pod: Pod, label: str, origin: Origin) -> tuple[str, Run, int]:
-    """One `stage`, its log shown; returns (label, run, requests it made)."""
+    """One `stage`, its command and log shown; returns (label, run, requests it made)."""
     before = len(origin.requests())
     print(f"\n--- {label} " + "-" * max(0, 60 - len(label)), flush=True)
+    print(command_line(pod, "stage", PROGRESS_INTERVAL="1"), flush=True)
     run = pod.run("stage", PROGRESS_INTERVAL="1")
     print(run.stderr, end="", flush=True)
     return label, run, len(origin.requests()) - before

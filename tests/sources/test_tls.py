@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llmkube_stager.errors import REMEDY_UNTRUSTED
 from llmkube_stager.sources.wire.tls import make_ssl_context, write_ca_bundle
 from tests.harness.canary import HF_TOKEN, leaks
 from tests.harness.features import missing_feature
@@ -64,7 +65,11 @@ def test_untrusted_termination_matches_the_controller_signature(pod, https_origi
     doc = run.failed("ModelSourceUntrusted", retryable=False).term
     # spec §11.2: the controller's first signature is a lowercase substring match.
     assert "certificate verify failed" in doc["message"].lower()
-    assert "--ca-cert-configmap" in doc["remedy"]
+    # Outside the operator the remedy names the variable (#46 item 6); under
+    # it, the operator's constant with its --ca-cert-configmap.
+    assert "LLMKUBE_CA_DIR" in doc["remedy"] and "--ca-cert-configmap" not in doc["remedy"]
+    operator = pod.run(env=pod.single_env(https_origin.url + PATH), LLMKUBE_REMEDY_WORDS="operator")
+    assert operator.failed("ModelSourceUntrusted").term["remedy"] == REMEDY_UNTRUSTED
 
 
 def test_trusted_with_the_ca_dir(pod, https_origin, ca) -> None:

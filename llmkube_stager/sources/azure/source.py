@@ -148,7 +148,7 @@ class AzureFetcher:
                 "no Azure credentials were given (AZURE_STORAGE_ACCESS_KEY, a SAS, "
                 "AZURE_CLIENT_ID, AZURE_STORAGE_CONNECTION_STRING): asking anonymously "
                 "(a public container); no managed identity is asked for without AZURE_CLIENT_ID "
-                "or LLMKUBE_AZURE_MANAGED_IDENTITY=true (#41 item 3); Azure Arc, Service Fabric "
+                "or LLMKUBE_AZURE_MANAGED_IDENTITY=true; Azure Arc, Service Fabric "
                 "and Cloud Shell identities and AZURE_USERNAME/AZURE_PASSWORD are not supported",
             )
 

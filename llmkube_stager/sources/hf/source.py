@@ -236,14 +236,23 @@ class HfFetcher:
         if self._plain:
             return None
         try:
-            self._resolution = self._memo.get()
-            return self._resolution
+            resolution = self._memo.get()
         except HubApiAbsent as err:
             if not _is_mirror(self._ref.endpoint):
                 raise
             self._plain = True
             self._warn_plain(err)
             return None
+        if self._resolution is None and self._log is not None:
+            # What a person compares with the hub's page (#46 item 6);
+            # `inspect` shows it from the run record.
+            self._log.info(
+                "hf_resolved",
+                f"{self._ref.repo} at {self._ref.revision} is commit {resolution.commit}",
+                commit=resolution.commit,
+            )
+        self._resolution = resolution
+        return resolution
 
     def _warn_plain(self, err: SourceError) -> None:
         if self._log is None:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmkube_stager.config import Config
-from llmkube_stager.errors import ConfigError
-from llmkube_stager.sources.s3.errors import translate_s3_error
+from llmkube_stager.errors import ConfigError, Reason, SourceError
+from llmkube_stager.sources.s3.errors import REMEDY_S3_NO_CREDENTIALS, translate_s3_error
 from llmkube_stager.sources.s3.settings import (
     DEFAULT_REGION,
     S3Settings,
@@ -72,7 +72,7 @@ class S3Clients:
         try:
             answer: dict[str, Any] = self._client().head_object(Bucket=self._bucket, Key=key)
         except Exception as exc:
-            raise translate_s3_error(exc, where) from exc
+            raise self._translated(exc, where) from exc
         return answer
 
     def list_page(self, prefix: str, token: str | None, where: str) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class S3Clients:
         try:
             answer: dict[str, Any] = self._client().list_objects_v2(**params)
         except Exception as exc:
-            raise translate_s3_error(exc, where) from exc
+            raise self._translated(exc, where) from exc
         return answer
 
     def presign(self, key: str, where: str, expiry_s: int) -> str:
@@ -109,6 +109,17 @@ class S3Clients:
         if self._ca_bundle is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._ca_bundle)
+
+    def _translated(self, exc: Exception, where: str) -> SourceError:
+        """An unsigned request refused is told as such (#46 item 6): the
+        fix is credentials the agent did not find, not other ones."""
+        err = translate_s3_error(exc, where)
+        if self._signed is False and err.reason is Reason.SOURCE_UNAUTHORIZED:
+            err = err.amended(
+                detail=f"{err.detail}; the request was unsigned: no AWS credentials were found"
+            )
+            err._remedy = REMEDY_S3_NO_CREDENTIALS
+        return err
 
     # -- clients -----------------------------------------------------------------------
 

@@ -54,6 +54,16 @@ STATUSES: dict[int, Reason] = {
 TRANSIENT: frozenset[Reason] = frozenset({Reason.SOURCE_RATE_LIMITED, Reason.SOURCE_UNAVAILABLE})
 
 
+# An unsigned request refused (#46 item 6): the credentials were not found,
+# so the remedy is where the agent looks for them.
+REMEDY_S3_NO_CREDENTIALS = (
+    "no AWS credentials were found, so the request went unsigned, which only a public bucket "
+    "allows: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (from a Secret, e.g. the one the "
+    "pod's envFrom names), AWS_PROFILE with the shared credentials file, or a web identity "
+    "(AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, as IRSA sets them)"
+)
+
+
 def reason_for(code: str, status: int) -> Reason:
     if code in ERROR_CODES:
         return ERROR_CODES[code]
