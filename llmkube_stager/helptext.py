@@ -1,7 +1,7 @@
 """`stage --help` (and `plan`, `verify`) as a newcomer reads it: the
 variables in the groups the README's table uses, then examples to copy.
 
-The groups are written once, here; tests/unit/test_help_and_docs.py holds
+The groups are written once, here; tests/e2e/test_newcomer_docs.py holds
 the README's table and this to each other. A variable of the table
 (config/variables.py) that no group names is shown under "other settings",
 so a new one is never hidden.
@@ -88,7 +88,36 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "AZ_TENANT_ID",
         ),
     ),
-    ("signed models", ("LLMKUBE_SIGNING_KEY", "LLMKUBE_SIGNING_CERTS", "LLMKUBE_SIGNATURE")),
+    (
+        "OCI registries",
+        (
+            "LLMKUBE_OCI_DOCKER_CONFIG",
+            "KSERVE_OCI_DOCKER_CONFIG",
+            "DOCKER_CONFIG",
+            "LLMKUBE_OCI_PLATFORM",
+        ),
+    ),
+    (
+        "in-cluster mirror",
+        (
+            "LLMKUBE_MIRROR",
+            "LLMKUBE_MIRROR_ENDPOINT",
+            "LLMKUBE_MIRROR_ACCESS_KEY_ID",
+            "LLMKUBE_MIRROR_SECRET_ACCESS_KEY",
+            "LLMKUBE_MIRROR_REGION",
+            "LLMKUBE_MIRROR_ONLY",
+            "LLMKUBE_MIRROR_PUBLISH",
+        ),
+    ),
+    (
+        "signed models",
+        (
+            "LLMKUBE_SIGNING_KEY",
+            "LLMKUBE_SIGNING_CERTS",
+            "LLMKUBE_SIGNATURE",
+            "LLMKUBE_SIGNED_DIGEST",
+        ),
+    ),
     ("local sources", ("LLMKUBE_HOST_MODEL", "LLMKUBE_ALLOWED_HOST_ROOTS")),
     ("TLS and proxies", ("LLMKUBE_CA_DIR", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")),
     (
@@ -111,6 +140,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "LLMKUBE_TERMINATION_LOG",
             "LLMKUBE_LOG_FORMAT",
+            "LLMKUBE_LOG_LEVEL",
             "PROGRESS_INTERVAL",
             "LLMKUBE_REMEDY_WORDS",
         ),
