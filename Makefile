@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup system-deps demo test lint typecheck unit floors torture torture-quick bench bench-setup clean image image-test image-lock
 
+# The editable install in compat mode: the repository on sys.path by a plain
+# .pth, not setuptools' import hook, which costs every interpreter start
+# ~30 ms (57 -> 24 ms for `python -c pass`, 2026-12-08), paid by each of the
+# suite's CLI runs.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# compat: the repository on sys.path by a plain .pth, not setuptools'
-	# import hook, which costs every interpreter start ~30 ms (57 -> 24 ms for
-	# `python -c pass`, 2026-12-08): paid by each of the suite's CLI runs.
 	$(BIN)/pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
