@@ -435,9 +435,12 @@ def test_an_identity_token_is_traded_at_the_realm(pod: Pod) -> None:
 def test_a_token_expiring_mid_pull_is_renewed(pod: Pod) -> None:
     """Tokens live 1 s; the front holds the weights' GET 2 s, so the
     registry itself answers 401 to the token the agent holds: a new token
-    is asked with the last challenge and the file completes."""
-    with _started("token", token_ttl_s=1) as reg, RegistryFront(reg) as fr:
+    is asked with the last challenge and the file completes. The push
+    before it gets long tokens: its own uploads under load outlast 1 s."""
+    with _started("token") as reg, RegistryFront(reg) as fr:
         push_image(reg, "org/private", "v1", _model())
+        assert reg.token_server is not None
+        reg.token_server.ttl_s = 1
         config_dir = pod.tmp / "docker"
         docker_config(str(config_dir), reg)
         _rekey(config_dir, reg.hostport, fr.hostport)
