@@ -49,12 +49,13 @@ from typing import TYPE_CHECKING
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.safeio import read_regular
 from llmkube_stager.errors import CacheError
-from llmkube_stager.kserve.members import ArchiveLimits, ArchiveRefused, Writer
-from llmkube_stager.kserve.uris import MODEL_SUBDIR, PRIVATE_DIR
+from llmkube_stager.layout import KSERVE_MODEL_SUBDIR as MODEL_SUBDIR
+from llmkube_stager.layout import KSERVE_PRIVATE_NAME as PRIVATE_DIR
 from llmkube_stager.layout import record_path, stamp_path
+from llmkube_stager.unpack.members import ArchiveLimits, ArchiveRefused, Writer
 
 if TYPE_CHECKING:
-    from llmkube_stager.kserve.reading import Member
+    from llmkube_stager.unpack.reading import Member
 
 # tarfile, zipfile, zlib, shutil and json are imported where an archive is
 # unpacked: every KServe-form start reads the record, a warm one nothing else
@@ -239,7 +240,7 @@ def _write_work(
     """Every member under `work`, its record beside it (`<work>.list`)."""
     import json
 
-    from llmkube_stager.kserve.reading import Bound
+    from llmkube_stager.unpack.reading import Bound
 
     listing = f"{work}.list"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -258,7 +259,7 @@ def _write_work(
 
 
 def _members(archive: str, kind: str, limits: ArchiveLimits) -> Iterator[Member]:
-    from llmkube_stager.kserve.reading import tar_members, zip_members
+    from llmkube_stager.unpack.reading import tar_members, zip_members
 
     if kind == "zip":
         return zip_members(archive, limits.max_files)
