@@ -144,10 +144,23 @@ def unpack(
     if work is None:
         _clear_stale_work(private)
         work = _unpack_to_work(archive, name, kind, source, private, limits)
-        # One sync for every member's bytes and names, where KServe's
-        # initializer syncs none and #24 synced each file (#31 item 8).
-        sync_filesystem(private)
-        write_atomic(posixpath.join(private, _INTENT_NAME), f"{work}\n{source}".encode())
+        intend(private, work, source)
+    done = publish_work(private, work, source, dest, name)
+    tidy(private, done)
+    return done
+
+
+def intend(private: str, work: str, source: str) -> None:
+    """The finished work directory made durable and named by the intent."""
+    # One sync for every member's bytes and names, where KServe's
+    # initializer syncs none and #24 synced each file (#31 item 8).
+    sync_filesystem(private)
+    write_atomic(posixpath.join(private, _INTENT_NAME), f"{work}\n{source}".encode())
+
+
+def publish_work(private: str, work: str, source: str, dest: str, name: str) -> Unpacked:
+    """The intended work directory's entries renamed into `dest`, then its
+    record into place (again after a kill: entries leave as published)."""
     _publish(posixpath.join(private, work), dest, "")
     sync_filesystem(dest)
     os.replace(posixpath.join(private, f"{work}.list"), posixpath.join(private, RECORD_NAME))
@@ -155,7 +168,6 @@ def unpack(
     done = unpacked_record(private, source, dest)
     if done is None:
         raise CacheError(f"the files unpacked from {name} changed in {dest} while publishing")
-    tidy(private, done)
     return done
 
 

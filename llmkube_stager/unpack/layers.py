@@ -26,20 +26,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import IO
 
-from llmkube_stager.cache.records import write_atomic
-from llmkube_stager.errors import CacheError
 from llmkube_stager.layout import KSERVE_PRIVATE_NAME as PRIVATE_DIR
 from llmkube_stager.unpack.archive import (
     _RECORD_VERSION,
-    RECORD_NAME,
     Unpacked,
     _bad_bytes,
     _clear_stale_work,
-    _fsync_dir,
     _pending_publish,
-    _publish,
-    sync_filesystem,
-    unpacked_record,
+    intend,
+    publish_work,
 )
 from llmkube_stager.unpack.members import ArchiveLimits, ArchiveRefused, Writer
 from llmkube_stager.unpack.reading import HARDLINK, Bound, Member, tar_members
@@ -72,15 +67,8 @@ def unpack_layers(
         except BaseException:
             _clear_stale_work(private)
             raise
-        sync_filesystem(private)
-        write_atomic(posixpath.join(private, _INTENT_NAME), f"{work}\n{source}".encode())
-    _publish(posixpath.join(private, work), dest, "")
-    sync_filesystem(dest)
-    os.replace(posixpath.join(private, f"{work}.list"), posixpath.join(private, RECORD_NAME))
-    _fsync_dir(private)
-    done = unpacked_record(private, source, dest)
-    if done is None:
-        raise CacheError(f"the files unpacked from {source} changed in {dest} while publishing")
+        intend(private, work, source)
+    done = publish_work(private, work, source, dest, source)
     _tidy(private)
     return done
 

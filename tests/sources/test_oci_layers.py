@@ -249,3 +249,33 @@ def test_a_tar_zstd_layer_is_refused_by_name_before_any_blob(
     assert run.reason == "ModelSourceRejected"
     assert "no zstd decoder" in run.stderr
     assert not front.seen("GET", "/blobs/")
+
+
+def test_a_pod_killed_while_unpacking_publishes_nothing_and_the_next_start_finishes(
+    pod: Pod, registry: Registry, front: RegistryFront
+) -> None:
+    """SIGKILL once a file is being written into the private work directory:
+    no file of the model is in CACHE_DIR; the restarted pod removes the
+    half unpack, unpacks again from the checked layer and publishes."""
+    files = [(f"shard-{i:02d}.bin", payload(4 * MIB + i)) for i in range(24)]
+    layer = _tar(files)
+    push_image(registry, "org/many", "v1", [Layer(layer, PACK_TAR)])
+    env = _env(front, "org/many:v1", pod)
+    private = pod.cache_dir / ".llmkube-stager"
+
+    def unpacking() -> bool:
+        return private.is_dir() and any(private.glob("unpack.*/shard-01.bin"))
+
+    proc = pod.popen(env=env)
+    wait_for(unpacking, 60, "the unpack under way", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _published(pod.cache_dir) == []
+    blobs = len(front.seen("GET", "/blobs/"))
+
+    run = pod.run(env=env)
+    assert run.returncode == 0, run
+    assert _published(pod.cache_dir) == sorted(name for name, _ in files)
+    assert (pod.cache_dir / "shard-07.bin").read_bytes() == files[7][1]
+    assert len(front.seen("GET", "/blobs/")) == blobs  # the checked layer was kept
+    assert not list(private.glob("unpack.*"))
