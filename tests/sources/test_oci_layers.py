@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.canary import canary, leaks, outputs_of
 from tests.harness.features import missing_feature
 from tests.harness.pod import ON_CHANGE, Pod, wait_for
 from tests.harness.registry import (
     Layer,
     Registry,
     RegistryUnavailable,
+    docker_config,
     push_image,
     sha256_digest,
 )
@@ -87,6 +89,10 @@ def _published(cache: Path) -> list[str]:
 
 
 def _modelcar(registry: Registry) -> None:
+    push_image(registry, "org/car", "v1", _modelcar_layers(), config_media=IMAGE_CONFIG)
+
+
+def _modelcar_layers() -> list[Layer]:
     os_layer = _tar(
         [
             ("etc/os-release", b"ID=debian\n"),
@@ -105,8 +111,7 @@ def _modelcar(registry: Registry) -> None:
         ],
         gz=True,
     )
-    layers = [Layer(os_layer, IMAGE_TGZ), Layer(models, IMAGE_TGZ)]
-    push_image(registry, "org/car", "v1", layers, config_media=IMAGE_CONFIG)
+    return [Layer(os_layer, IMAGE_TGZ), Layer(models, IMAGE_TGZ)]
 
 
 def test_a_modelcar_image_stages_its_models_folder_and_a_warm_start_asks_nothing(
@@ -279,3 +284,33 @@ def test_a_pod_killed_while_unpacking_publishes_nothing_and_the_next_start_finis
     assert (pod.cache_dir / "shard-07.bin").read_bytes() == files[7][1]
     assert len(front.seen("GET", "/blobs/")) == blobs  # the checked layer was kept
     assert not list(private.glob("unpack.*"))
+
+
+def test_a_modelcar_behind_the_bearer_flow_renews_its_token_mid_layer(pod: Pod) -> None:
+    """Tokens live 1 s and the front holds the models/ layer's GET 2.5 s: the
+    registry answers 401 to the token held, a new one is asked, the layer
+    completes; the password is nowhere in what the agent wrote or said."""
+    import json
+
+    secret = canary("pw")
+    try:
+        reg = Registry(mode="token", token_ttl_s=1, password=secret).start()
+    except RegistryUnavailable as err:
+        missing_feature(str(err))
+    with reg, RegistryFront(reg) as fr:
+        _modelcar(reg)
+        models_layer = _modelcar_layers()[1].data
+        config_dir = pod.tmp / "docker"
+        docker_config(str(config_dir), reg)
+        path = config_dir / "config.json"
+        doc = json.loads(path.read_text())
+        doc["auths"] = {fr.hostport: doc["auths"][reg.hostport]}
+        path.write_text(json.dumps(doc))
+        fr.delay(sha256_digest(models_layer), 2.5)
+        env = {**_env(fr, "org/car:v1", pod), "DOCKER_CONFIG": str(config_dir)}
+        run = pod.run(env={**env, "LLMKUBE_STALL_TIMEOUT": "10"})
+        assert run.returncode == 0, run
+        assert (pod.cache_dir / "weights" / "model.safetensors").read_bytes() == WEIGHTS
+        statuses = [s.status for s in fr.seen("GET", sha256_digest(models_layer))]
+        assert statuses == [401, 200], statuses
+        assert not leaks(secret, *outputs_of(run, pod.models).values())
