@@ -36,6 +36,7 @@ from llmkube_stager.logs import Log
 from llmkube_stager.model import Decision, FileResult, RemoteFile
 from llmkube_stager.sources.oci.manifest import ArchiveArtifact, Descriptor
 from llmkube_stager.sources.oci.source import OciFetcher, OciSource
+from llmkube_stager.staging.prepare import Effects
 from llmkube_stager.staging.room import check_room
 from llmkube_stager.unpack.archive import RECORD_NAME, _record_lines, unpacked_record
 
@@ -62,8 +63,26 @@ def warm_results(config: Config) -> tuple[FileResult, ...] | None:
     return tuple(_results(private, Decision.REUSE))
 
 
-def stage_layers(config: Config, art: ArchiveArtifact, log: Log) -> tuple[FileResult, ...]:
-    """Fetch, check, unpack and publish the artifact's layers."""
+def stage_layers(config: Config, art: ArchiveArtifact, effects: Effects) -> tuple[FileResult, ...]:
+    """Fetch, check, unpack and publish the artifact's layers, under the
+    cache's lock where flock excludes (off FUSE, as the engine's writers):
+    two writers never append to one partial."""
+    os.makedirs(config.cache_dir, exist_ok=True)
+    with _writer_lock(config, effects):
+        return _stage_layers(config, art, effects.log)
+
+
+def _writer_lock(config: Config, effects: Effects) -> contextlib.AbstractContextManager[object]:
+    if effects.probe_fs(config.cache_dir).is_fuse is True:
+        return contextlib.nullcontext()
+    from llmkube_stager.cache.lock import CacheLock
+
+    return CacheLock(
+        config.cache_dir, config.timeouts.lock_s, effects.log, effects.monotonic, effects.sleep
+    )
+
+
+def _stage_layers(config: Config, art: ArchiveArtifact, log: Log) -> tuple[FileResult, ...]:
     from llmkube_stager.unpack.layers import declared_bytes, unpack_layers
     from llmkube_stager.unpack.members import ArchiveLimits
 
@@ -71,7 +90,8 @@ def stage_layers(config: Config, art: ArchiveArtifact, log: Log) -> tuple[FileRe
     key = source_key(config)
     done = unpacked_record(private, key, config.cache_dir)
     if done is not None and done.archive == art.digest:
-        # OnChange of an unmoved manifest: the set stands.
+        # OnChange of an unmoved manifest, or another writer finished it
+        # while this one waited for the lock: the set stands.
         return tuple(_results(private, Decision.REUSE))
     layers_dir = posixpath.join(private, LAYERS_DIR)
     os.makedirs(layers_dir, mode=0o700, exist_ok=True)

@@ -72,7 +72,7 @@ def stage_model(config: Config, effects: Effects) -> tuple[str, Outcome]:
         from llmkube_stager.staging.layers import stage_layers
 
         with from_source("oci"):
-            results = stage_layers(config, art, effects.log)
+            results = stage_layers(config, art, effects)
         return config.source, Outcome(results, effects.monotonic() - started_s)
     return prepared.manifest.display_source, outcome
 

@@ -84,7 +84,7 @@ def _published(cache: Path) -> list[str]:
     return sorted(
         str(p.relative_to(cache))
         for p in cache.rglob("*")
-        if ".llmkube-stager" not in p.parts and not p.is_dir()
+        if ".llmkube-stager" not in p.parts and p.name != ".llmkube.lock" and not p.is_dir()
     )
 
 
