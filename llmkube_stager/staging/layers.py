@@ -28,6 +28,8 @@ import hashlib
 import os
 import posixpath
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 from llmkube_stager.config import Config
 from llmkube_stager.errors import Reason, SourceError, TransferError
@@ -167,13 +169,13 @@ def _fetch_all(config: Config, art: ArchiveArtifact, paths: list[str], log: Log)
                 sha256=layer.hex,
                 size_bytes=layer.size_bytes,
             )
-            got = [0]
+            got = _Received()
             budget.call(
                 lambda r=remote, g=got: _fetch_once(fetcher, r, g),  # type: ignore[misc]
                 f"layer {layer.digest[:19]}",
             )
-            _check_digest(remote, layer)
-            fetched += got[0]
+            _check_digest(remote, layer, got)
+            fetched += got.bytes
     finally:
         fetcher.close()
     return fetched
@@ -185,7 +187,30 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _fetch_once(fetcher: OciFetcher, remote: RemoteFile, got: list[int]) -> None:
+@dataclass
+class _Received:
+    """The bytes received by this run, and the layer's sha256 over the
+    partial's first `hashed` bytes: taken while receiving, so the layer is
+    not read again to be checked (a resumed partial's prefix is read once)."""
+
+    bytes: int = 0
+    hashed: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+
+    def catch_up(self, part: str, offset: int) -> None:
+        if self.hashed == offset:
+            return
+        self.digest, self.hashed = hashlib.sha256(), 0
+        with open(part, "rb") as prefix:
+            while self.hashed < offset:
+                chunk = prefix.read(min(_CHUNK_BYTES, offset - self.hashed))
+                if not chunk:
+                    break
+                self.digest.update(chunk)
+                self.hashed += len(chunk)
+
+
+def _fetch_once(fetcher: OciFetcher, remote: RemoteFile, got: _Received) -> None:
     """Append what the partial lacks; a 200 to the Range restarts it."""
     size = remote.size_bytes or 0
     part = _part(remote.dest)
@@ -215,12 +240,13 @@ def _fetch_once(fetcher: OciFetcher, remote: RemoteFile, got: list[int]) -> None
         os.close(fd)
 
 
-def _receive(fetcher: OciFetcher, remote: RemoteFile, fd: int, offset: int, got: list[int]) -> int:
+def _receive(fetcher: OciFetcher, remote: RemoteFile, fd: int, offset: int, got: _Received) -> int:
     body = fetcher.open(remote, fetcher.probe(remote), offset)
     try:
         if body.start != offset:  # the registry ignored Range: from byte 0
             os.ftruncate(fd, body.start)
             offset = body.start
+        got.catch_up(_part(remote.dest), offset)
         os.lseek(fd, offset, os.SEEK_SET)
         buffer = bytearray(_CHUNK_BYTES)
         view = memoryview(buffer)
@@ -233,8 +259,10 @@ def _receive(fetcher: OciFetcher, remote: RemoteFile, fd: int, offset: int, got:
             chunk = view[:n]
             while chunk:
                 chunk = chunk[os.write(fd, chunk) :]
+            got.digest.update(view[:n])
             offset += n
-            got[0] += n
+            got.hashed = offset
+            got.bytes += n
     finally:
         close = getattr(body, "close", None)
         if close is not None:
@@ -242,15 +270,13 @@ def _receive(fetcher: OciFetcher, remote: RemoteFile, fd: int, offset: int, got:
     return offset
 
 
-def _check_digest(remote: RemoteFile, layer: Descriptor) -> None:
+def _check_digest(remote: RemoteFile, layer: Descriptor, got: _Received) -> None:
     """The whole partial against the layer digest, before anything is
     unpacked; a wrong one is deleted (the next run fetches it again)."""
     part = _part(remote.dest)
-    digest = hashlib.sha256()
-    with open(part, "rb") as layer_file:
-        while chunk := layer_file.read(_CHUNK_BYTES):
-            digest.update(chunk)
-    if digest.hexdigest() != layer.hex:
+    got.catch_up(part, layer.size_bytes)  # a partial complete before this run
+    digest = got.digest
+    if got.hashed != layer.size_bytes or digest.hexdigest() != layer.hex:
         os.unlink(part)
         raise TransferError(
             f"layer {layer.digest[:19]} of {remote.url.split('/v2/', 1)[-1][:200]} does not "
