@@ -106,7 +106,14 @@ def _stage_layers(config: Config, art: ArchiveArtifact, log: Log) -> tuple[FileR
         (f"layer {layer.digest[:19]}", path) for layer, path in zip(art.layers, paths, strict=True)
     ]
     unpacked = sum(declared_bytes(name, path, art.modelcar) for name, path in named)
-    check_room(unpacked, _free_bytes(config.cache_dir), len(paths), config.cache_dir)
+    free = _free_bytes(config.cache_dir)
+    if free is not None and unpacked > free:
+        raise TransferError(
+            f"no space left on device for the model: its layers unpack to {unpacked} bytes "
+            f"(their tar headers) and {config.cache_dir} has {free} bytes free; nothing was "
+            "unpacked",
+            reason=Reason.OUT_OF_SPACE,
+        )
     limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)
     done = unpack_layers(named, art.modelcar, key, art.digest, config.cache_dir, limits)
     log.info("unpacked", f"{done.files} files unpacked from {len(paths)} layers", files=done.files)

@@ -314,3 +314,29 @@ def test_a_modelcar_behind_the_bearer_flow_renews_its_token_mid_layer(pod: Pod) 
         statuses = [s.status for s in fr.seen("GET", sha256_digest(models_layer))]
         assert statuses == [401, 200], statuses
         assert not leaks(secret, *outputs_of(run, pod.models).values())
+
+
+def test_the_room_check_counts_the_layers_then_the_unpacked_sizes(
+    pod: Pod, registry: Registry, front: RegistryFront, tmp_path: Path
+) -> None:
+    """On a 3 MiB volume: a 4 MiB layer is refused before any blob is asked;
+    an 8 KiB tar+gzip layer declaring 8 MiB of zeros is fetched, then
+    refused before anything is unpacked."""
+    from tests.harness.mounts import tmpfs
+
+    with tmpfs(tmp_path / "small", "size=3m") as volume:
+        env = {"CACHE_DIR": str(volume / "m")}
+        big = _tar([("model.safetensors", payload(4 * MIB))])
+        push_image(registry, "org/big", "v1", [Layer(big, PACK_TAR)])
+        run = pod.run(env={**_env(front, "org/big:v1", pod), **env})
+        assert run.reason == "ModelTransferOutOfSpace", run
+        assert not front.seen("GET", "/blobs/")
+
+        bomb = _tar([("model.safetensors", bytes(8 * MIB))], gz=True)
+        push_image(registry, "org/zeros", "v1", [Layer(bomb, PACK_TGZ)])
+        run = pod.run(env={**_env(front, "org/zeros:v1", pod), **env})
+        assert run.reason == "ModelTransferOutOfSpace", run
+        assert "nothing was unpacked" in run.stderr, run
+        assert front.seen("GET", sha256_digest(bomb))
+        assert _published(volume / "m") == []
+        assert not list((volume / "m" / ".llmkube-stager").glob("unpack.*"))
