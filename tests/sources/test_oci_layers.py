@@ -287,14 +287,14 @@ def test_a_pod_killed_while_unpacking_publishes_nothing_and_the_next_start_finis
 
 
 def test_a_modelcar_behind_the_bearer_flow_renews_its_token_mid_layer(pod: Pod) -> None:
-    """Tokens live 1 s and the front holds the models/ layer's GET 2.5 s: the
+    """Tokens live 3 s and the front holds the models/ layer's GET 4 s: the
     registry answers 401 to the token held, a new one is asked, the layer
     completes; the password is nowhere in what the agent wrote or said."""
     import json
 
     secret = canary("pw")
     try:
-        reg = Registry(mode="token", token_ttl_s=1, password=secret).start()
+        reg = Registry(mode="token", token_ttl_s=3, password=secret).start()
     except RegistryUnavailable as err:
         missing_feature(str(err))
     with reg, RegistryFront(reg) as fr:
@@ -306,7 +306,7 @@ def test_a_modelcar_behind_the_bearer_flow_renews_its_token_mid_layer(pod: Pod) 
         doc = json.loads(path.read_text())
         doc["auths"] = {fr.hostport: doc["auths"][reg.hostport]}
         path.write_text(json.dumps(doc))
-        fr.delay(sha256_digest(models_layer), 2.5)
+        fr.delay(sha256_digest(models_layer), 4.0)
         env = {**_env(fr, "org/car:v1", pod), "DOCKER_CONFIG": str(config_dir)}
         run = pod.run(env={**env, "LLMKUBE_STALL_TIMEOUT": "10"})
         assert run.returncode == 0, run
