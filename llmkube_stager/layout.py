@@ -65,6 +65,8 @@ LISTING_NAME = ".llmkube-listing"
 # KServe mode's private directory of DEST_DIR (#24 item 4, kserve/uris.py):
 # no model file may live under that name, or it would replace a staged file.
 KSERVE_PRIVATE_NAME = ".llmkube-stager"
+# Where KServe mode stages a pair's files inside its private directory.
+KSERVE_MODEL_SUBDIR = "model"
 # KServe mode (#31 item 4): a listed object named like a stamp (`x.sha256`)
 # is staged in the private directory as `x.sha256.llmkube-object`, a name no
 # object can have (a reserved marker) and no stamp can take (it does not end

@@ -30,12 +30,12 @@ def stage_command(flags: Flags) -> NoReturn:
     def body() -> dict[str, Any]:
         # The warm path's probe: statfs magic and statvfs flags, no psutil.
         from llmkube_stager.cache.fs import probe_fs_quick
-        from llmkube_stager.staging import Effects, run_stage
+        from llmkube_stager.staging import Effects, stage_model
 
         config = boundary.config(flags)
         effects = Effects(log=boundary.log, probe_fs=probe_fs_quick)
-        prepared, outcome = run_stage(config, effects)
-        doc = success_doc(outcome, prepared.manifest.display_source)
+        shown, outcome = stage_model(config, effects)
+        doc = success_doc(outcome, shown)
         log_staged(boundary.log, doc, outcome)
         return doc
 

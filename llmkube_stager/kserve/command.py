@@ -120,11 +120,11 @@ def _stage_all(
 
 def _stage_pair(boundary: Boundary, pair: Pair, config: Config, effects: Any) -> tuple[Any, str]:
     from llmkube_stager.cache.disk import ensure_dir
-    from llmkube_stager.kserve.archive import tidy, unpacked_record
     from llmkube_stager.kserve.uris import PRIVATE_DIR
     from llmkube_stager.logs import display_url
     from llmkube_stager.model import Decision, FileResult, Outcome
     from llmkube_stager.staging import run_stage
+    from llmkube_stager.unpack.archive import tidy, unpacked_record
 
     done = unpacked_record(pair.private, pair.uri, pair.dest)
     if done is not None:
@@ -175,7 +175,7 @@ def _signed_archive_words(pair: Pair, err: SignatureError) -> SignatureError:
     from urllib.parse import urlsplit
 
     from llmkube_stager.errors import REMEDY_SIGNATURE_FILES
-    from llmkube_stager.kserve.archive import archive_kind
+    from llmkube_stager.unpack.archive import archive_kind
 
     name = pair.archive_name or posixpath.basename(urlsplit(pair.uri).path)
     if archive_kind(name) is None or err.remedy != REMEDY_SIGNATURE_FILES:
@@ -198,7 +198,7 @@ def _archive_of(pair: Pair, files: list[tuple[str, str]]) -> tuple[str, str, str
     ones (`_SUCCESS` markers: KServe skips empty objects, #31 item 1);
     never a Hugging Face repo's file (its _download_hf does not unpack, #24
     review)."""
-    from llmkube_stager.kserve.archive import archive_kind
+    from llmkube_stager.unpack.archive import archive_kind
 
     row = of_source(pair.uri)
     if row is not None and row.kserve == "repo":
@@ -240,8 +240,8 @@ def _expose(boundary: Boundary, pair: Pair, files: list[tuple[str, str]], drop: 
 
 def _unpack(boundary: Boundary, pair: Pair, config: Config, archive: tuple[str, str, str]) -> None:
     from llmkube_stager.cache.disk import disk_error
-    from llmkube_stager.kserve.archive import unpack
-    from llmkube_stager.kserve.members import ArchiveLimits
+    from llmkube_stager.unpack.archive import unpack
+    from llmkube_stager.unpack.members import ArchiveLimits
 
     rel, path, kind = archive
     limits = ArchiveLimits(config.archive_max_bytes, config.archive_max_files)

@@ -27,13 +27,13 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from llmkube_stager.errors import ConfigError, InvalidFileSet
-from llmkube_stager.layout import KSERVE_PRIVATE_NAME, parse_file_list
+from llmkube_stager.layout import KSERVE_MODEL_SUBDIR, KSERVE_PRIVATE_NAME, parse_file_list
 from llmkube_stager.schemes import SCHEMES, of_https_host, of_source
 
 # Hidden from `ls` and from a model server's glob of DEST_DIR (#24 item 4);
 # a reserved name for model files (layout.py).
 PRIVATE_DIR = KSERVE_PRIVATE_NAME
-MODEL_SUBDIR = "model"
+MODEL_SUBDIR = KSERVE_MODEL_SUBDIR
 
 # KServe's own patterns (kserve_storage.py: _AZURE_BLOB_RE, _AZURE_FILE_RE, _GIT_RE).
 _AZURE_BLOB_RE = re.compile(r"https://(.+?)\.blob\.core\.windows\.net/(.+)")

@@ -2,6 +2,6 @@
 above the acting layer (acting/) that carries a plan out."""
 
 from llmkube_stager.staging.prepare import Effects, Prepared, prepare
-from llmkube_stager.staging.run import run_stage
+from llmkube_stager.staging.run import run_stage, stage_model
 
-__all__ = ["Effects", "Prepared", "prepare", "run_stage"]
+__all__ = ["Effects", "Prepared", "prepare", "run_stage", "stage_model"]

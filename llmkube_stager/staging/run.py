@@ -54,6 +54,29 @@ if TYPE_CHECKING:
     from llmkube_stager.cache.sigrecord import Verification
 
 
+def stage_model(config: Config, effects: Effects) -> tuple[str, Outcome]:
+    """run_stage, or an OCI artifact of tar layers unpacked into CACHE_DIR
+    (staging/layers.py, #43 item 3): (the source as shown, the outcome)."""
+    started_s = effects.monotonic()
+    if config.source.startswith(("oci://", "oci+fetch://")):
+        from llmkube_stager.staging.layers import warm_results
+
+        warm = warm_results(config)
+        if warm is not None:  # no request, nothing unpacked again
+            return config.source, Outcome(warm, effects.monotonic() - started_s)
+    from llmkube_stager.sources.oci.manifest import ArchiveArtifact
+
+    try:
+        prepared, outcome = run_stage(config, effects)
+    except ArchiveArtifact as art:
+        from llmkube_stager.staging.layers import stage_layers
+
+        with from_source("oci"):
+            results = stage_layers(config, art, effects)
+        return config.source, Outcome(results, effects.monotonic() - started_s)
+    return prepared.manifest.display_source, outcome
+
+
 def run_stage(config: Config, effects: Effects) -> tuple[Prepared, Outcome]:
     prepared = prepare(config, effects)
     with from_source(prepared.manifest.kind):

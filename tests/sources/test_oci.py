@@ -183,15 +183,26 @@ def test_a_hostile_file_name_refuses_the_artifact_and_writes_nothing(
     assert not pod.cache_dir.exists() or not (pod.cache_dir / "config.json").exists()
 
 
-def test_an_archive_layer_is_refused_before_any_blob_is_fetched(
-    pod: Pod, registry: Registry, front: RegistryFront
+def test_a_layer_that_is_no_tar_is_refused_and_kserve_s_form_refuses_tar_layers(
+    pod: Pod, registry: Registry, front: RegistryFront, tmp_path: Path
 ) -> None:
+    """A tar+gzip layer (its digest right) whose bytes are no archive: refused
+    with nothing published (tests/sources/test_oci_layers.py has the rest).
+    KServe's form does not unpack tar layers: refused before any blob."""
     layer = Layer(b"not really a tar", "application/vnd.oci.image.layer.v1.tar+gzip")
     push_image(registry, "org/car", "v1", [layer])
     run = pod.run(env=_env(front, "org/car:v1", pod))
     assert run.returncode == 4, run
     assert run.reason == "ModelSourceRejected"
-    assert not front.seen("GET", "/blobs/")
+    assert not [
+        p for p in pod.cache_dir.iterdir() if p.name not in (".llmkube-stager", ".llmkube.lock")
+    ]
+
+    mark = len(front.seen())
+    kserve = pod.run(f"oci+fetch://{front.hostport}/org/car:v1", str(tmp_path / "dest"))
+    assert kserve.returncode == 4, kserve
+    assert "archive (tar) layers" in kserve.stderr
+    assert not [s for s in front.seen()[mark:] if "/blobs/" in s.path]
 
 
 def test_on_change_fetches_only_the_layers_whose_digest_moved(

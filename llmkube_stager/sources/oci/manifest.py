@@ -8,8 +8,11 @@ served; the caller checks it (registry.py) before anything here reads them.
 A layer is a file where it is one (ModelPack's `*.raw` layers, in the CNCF
 and the older CNAI names, Docker Model Runner's file layers, and any layer
 that carries a file name annotation as ORAS pushes them); it is named by its
-annotation. Archive layers (tar, tar+gzip, tar+zstd) are not unpacked by
-this build: such a manifest is refused by name, nothing is fetched.
+annotation. A manifest of archive layers (tar, tar+gzip: ModelPack's
+non-raw layers, a modelcar image's layers) is an ArchiveArtifact, staged
+by staging/layers.py; tar+zstd (no zstd decoder in this build) and a
+manifest that mixes archive and file layers are refused by name, nothing
+fetched.
 """
 
 from __future__ import annotations
@@ -189,9 +192,60 @@ def _unsupported(layer: Descriptor, where: str) -> SourceError:
     )
 
 
+_MODELPACK_PREFIXES = ("application/vnd.cncf.model.", "application/vnd.cnai.model.")
+
+
+class ArchiveArtifact(SourceError):
+    """The manifest's layers are tar archives: unpacked into one tree by the
+    stage command (staging/layers.py); refused where nothing unpacks them."""
+
+    def __init__(self, where: str, digest: str, layers: tuple[Descriptor, ...]) -> None:
+        super().__init__(
+            f"{where} is made of archive (tar) layers, which only the stage command unpacks "
+            "(into CACHE_DIR)",
+            reason=Reason.SOURCE_REJECTED,
+            answered=True,
+            remedy=REMEDY_LAYOUT,
+        )
+        self.digest = digest
+        self.layers = layers
+        # A modelcar (a container image): its model is its `models/`
+        # folder; ModelPack's tar layers hold the model's paths.
+        self.modelcar = not any(
+            layer.media_type.startswith(_MODELPACK_PREFIXES) for layer in layers
+        )
+
+
+def check_archives(manifest: Parsed, where: str, digest: str) -> None:
+    """ArchiveArtifact when the layers are tar archives; a layer this build
+    cannot read among them refuses the manifest by name."""
+    archives = tuple(layer for layer in manifest.layers if is_archive(layer.media_type))
+    if not archives:
+        return
+    for layer in manifest.layers:
+        if layer.media_type.endswith(("zstd", "zst")):
+            raise SourceError(
+                f"{where} has a tar+zstd layer ({layer.media_type[:100]}, {layer.digest[:19]}): "
+                "this build has no zstd decoder (neither zstandard nor backports.zstd is "
+                "installed)",
+                reason=Reason.SOURCE_REJECTED,
+                answered=True,
+                remedy="push the model with tar+gzip, tar or raw layers",
+            )
+        if not is_archive(layer.media_type):
+            raise SourceError(
+                f"{where} mixes archive (tar) layers with file layers ({layer.media_type[:100]}, "
+                f"{layer.digest[:19]}): the agent stages one kind per artifact",
+                reason=Reason.SOURCE_REJECTED,
+                answered=True,
+                remedy=REMEDY_LAYOUT,
+            )
+    raise ArchiveArtifact(where, digest, archives)
+
+
 REMEDY_LAYOUT = (
-    "push the model as a ModelPack artifact with raw layers (modctl build --raw), or annotate "
-    "each layer with org.cncf.model.filepath"
+    "push the model as a ModelPack artifact with raw layers (modctl build --raw) or with tar "
+    "layers only, or annotate each file layer with org.cncf.model.filepath"
 )
 
 

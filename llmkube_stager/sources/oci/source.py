@@ -85,11 +85,12 @@ class OciSource:
         return self._client
 
     def list_files(self, retry: Callable[[Callable[[], Any]], Any]) -> Listing:
-        from llmkube_stager.sources.oci.manifest import layer_files
+        from llmkube_stager.sources.oci.manifest import check_archives, layer_files
 
         client = self._registry()
         digest, parsed = retry(lambda: _resolve(client, self._config.oci_platform))
         where = f"{self.ref.display} ({digest[:19]})"
+        check_archives(parsed, where, digest)
         files = tuple(
             ListedFile(rel, layer.size_bytes, layer.digest)
             for rel, layer in layer_files(parsed, where)

@@ -29,10 +29,10 @@ from typing import IO, TYPE_CHECKING
 
 from llmkube_stager.cache.disk import ensure_dir
 from llmkube_stager.errors import REMEDY_ARCHIVE_UNSAFE, CacheError, Reason, StagerError
-from llmkube_stager.kserve.uris import PRIVATE_DIR
+from llmkube_stager.layout import KSERVE_PRIVATE_NAME as PRIVATE_DIR
 
 if TYPE_CHECKING:
-    from llmkube_stager.kserve.reading import Member
+    from llmkube_stager.unpack.reading import Member
 
 _CHUNK_BYTES = 1 << 20
 # Deeper than any model tree; keeps the publish's merge recursion and the
@@ -62,8 +62,20 @@ class Writer:
     """Writes checked members under `root` (the private work directory),
     one record line per file, nothing kept per member in memory (#31 item 6)."""
 
-    def __init__(self, root: str, archive: str, limits: ArchiveLimits, record: IO[str]) -> None:
+    def __init__(
+        self,
+        root: str,
+        archive: str,
+        limits: ArchiveLimits,
+        record: IO[str],
+        *,
+        layered: bool = False,
+    ) -> None:
         self.root = root
+        # OCI layers (#43): a later layer's file replaces an earlier one's,
+        # as a container runtime applies them; an archive alone refuses a
+        # name twice.
+        self.layered = layered
         self.archive = archive
         self.limits = limits
         self.record = record
@@ -78,7 +90,7 @@ class Writer:
         return ArchiveRefused(self.archive, why)
 
     def add(self, member: Member) -> None:
-        from llmkube_stager.kserve import reading
+        from llmkube_stager.unpack import reading
 
         self._count()
         rel = self.rel_of(member.name)
@@ -198,6 +210,8 @@ class Writer:
     def _new_path(self, rel: str) -> str:
         self.directory(posixpath.dirname(rel))
         path = posixpath.join(self.root, rel)
+        if self.layered and os.path.lexists(path) and not os.path.isdir(path):
+            os.unlink(path)
         if os.path.lexists(path):
             # A second member of one name: which one a server reads would
             # depend on the unpacker; refuse rather than guess.

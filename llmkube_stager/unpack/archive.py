@@ -49,12 +49,13 @@ from typing import TYPE_CHECKING
 from llmkube_stager.cache.records import write_atomic
 from llmkube_stager.cache.safeio import read_regular
 from llmkube_stager.errors import CacheError
-from llmkube_stager.kserve.members import ArchiveLimits, ArchiveRefused, Writer
-from llmkube_stager.kserve.uris import MODEL_SUBDIR, PRIVATE_DIR
+from llmkube_stager.layout import KSERVE_MODEL_SUBDIR as MODEL_SUBDIR
+from llmkube_stager.layout import KSERVE_PRIVATE_NAME as PRIVATE_DIR
 from llmkube_stager.layout import record_path, stamp_path
+from llmkube_stager.unpack.members import ArchiveLimits, ArchiveRefused, Writer
 
 if TYPE_CHECKING:
-    from llmkube_stager.kserve.reading import Member
+    from llmkube_stager.unpack.reading import Member
 
 # tarfile, zipfile, zlib, shutil and json are imported where an archive is
 # unpacked: every KServe-form start reads the record, a warm one nothing else
@@ -143,10 +144,23 @@ def unpack(
     if work is None:
         _clear_stale_work(private)
         work = _unpack_to_work(archive, name, kind, source, private, limits)
-        # One sync for every member's bytes and names, where KServe's
-        # initializer syncs none and #24 synced each file (#31 item 8).
-        sync_filesystem(private)
-        write_atomic(posixpath.join(private, _INTENT_NAME), f"{work}\n{source}".encode())
+        intend(private, work, source)
+    done = publish_work(private, work, source, dest, name)
+    tidy(private, done)
+    return done
+
+
+def intend(private: str, work: str, source: str) -> None:
+    """The finished work directory made durable and named by the intent."""
+    # One sync for every member's bytes and names, where KServe's
+    # initializer syncs none and #24 synced each file (#31 item 8).
+    sync_filesystem(private)
+    write_atomic(posixpath.join(private, _INTENT_NAME), f"{work}\n{source}".encode())
+
+
+def publish_work(private: str, work: str, source: str, dest: str, name: str) -> Unpacked:
+    """The intended work directory's entries renamed into `dest`, then its
+    record into place (again after a kill: entries leave as published)."""
     _publish(posixpath.join(private, work), dest, "")
     sync_filesystem(dest)
     os.replace(posixpath.join(private, f"{work}.list"), posixpath.join(private, RECORD_NAME))
@@ -154,7 +168,6 @@ def unpack(
     done = unpacked_record(private, source, dest)
     if done is None:
         raise CacheError(f"the files unpacked from {name} changed in {dest} while publishing")
-    tidy(private, done)
     return done
 
 
@@ -239,7 +252,7 @@ def _write_work(
     """Every member under `work`, its record beside it (`<work>.list`)."""
     import json
 
-    from llmkube_stager.kserve.reading import Bound
+    from llmkube_stager.unpack.reading import Bound
 
     listing = f"{work}.list"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -258,7 +271,7 @@ def _write_work(
 
 
 def _members(archive: str, kind: str, limits: ArchiveLimits) -> Iterator[Member]:
-    from llmkube_stager.kserve.reading import tar_members, zip_members
+    from llmkube_stager.unpack.reading import tar_members, zip_members
 
     if kind == "zip":
         return zip_members(archive, limits.max_files)
