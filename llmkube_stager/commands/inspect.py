@@ -230,6 +230,13 @@ def render(report: Report, as_json: bool) -> str:
     if report.refusal is not None:
         lines.append(f"READERS REFUSE: {report.refusal['reason']}: {report.refusal['detail']}")
     lines.extend(_signature_line(s) for s in report.signatures)
+    for found in report.signatures:
+        unsigned = found.get("unsigned")
+        if isinstance(unsigned, list) and unsigned:
+            lines.append(
+                "NOT SIGNED (readers with a signing key refuse the directory): "
+                + ", ".join(map(str, unsigned))
+            )
     if not report.signatures:
         lines.append("SIGNATURE: no verification record (staged without a trust anchor)")
     return "\n".join(lines)

@@ -169,8 +169,7 @@ def _set_problem(
     from llmkube_stager.staging.bundle import SignedSet
 
     signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
-    bundle_rel = "" if signature.startswith(("/", "http://", "https://")) else signature
-    staged = {r for r in rels if not signed.ignores(r, bundle_rel)}
+    staged = {r for r in rels if not signed.ignores(r, _bundle_rel(signature))}
     if config.kserve_mode and signed.one_file and len(staged) == 1:
         return None  # KServe's one object signed as a file (staging/signed.py)
     differ = sorted(staged ^ set(recorded.files))
@@ -221,6 +220,8 @@ def recorded_signatures(root: str) -> list[dict[str, object]]:
             {
                 "record": name,
                 "valid": True,
+                # #40 item 2: what a reader with an anchor refuses, named.
+                "unsigned": _unsigned(root, recorded) if name == SIGNATURE_RECORD_NAME else [],
                 "anchor": recorded.anchor_fingerprint[:16],
                 "signature": recorded.signature,
                 "bundle_sha256": recorded.bundle_sha256,
@@ -232,6 +233,24 @@ def recorded_signatures(root: str) -> list[dict[str, object]]:
             }
         )
     return found
+
+
+def _unsigned(root: str, recorded: Verification) -> list[str]:
+    """Files beside a signed set that its statement does not sign (nor
+    leaves out by its own rule: git paths, the bundle)."""
+    from llmkube_stager.staging.bundle import SignedSet
+    from llmkube_stager.staging.signed import strays_of
+
+    signed = SignedSet(recorded.files, recorded.method, recorded.ignore_paths)
+    if signed.one_file:
+        return []  # one file signed as '.' (KServe's archive): no names to judge by
+    bundle_rel = _bundle_rel(recorded.signature)
+    return [rel for rel in strays_of(root, recorded.files) if not signed.ignores(rel, bundle_rel)]
+
+
+def _bundle_rel(signature: str) -> str:
+    """The bundle's path in the model's directory ("": it is elsewhere)."""
+    return "" if signature.startswith(("/", "http://", "https://")) else signature
 
 
 def _statement_of(kept: bytes | None) -> str:

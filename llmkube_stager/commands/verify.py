@@ -135,13 +135,16 @@ def check_files(config: Config) -> VerifyReport:
 def _signed_pins(config: Config, report: VerifyReport, rels: tuple[str, ...]) -> dict[str, str]:
     """With a trust anchor: the record must fit it (a refusal, before any
     file is read), and each file is checked against its signed digest
-    (#34 item 4)."""
+    (#34 item 4). The directory must hold the signed set and nothing
+    unsigned beside it, the check `stage` makes (#40 item 2)."""
     if config.signing is None:
         return dict(config.pins)
     from llmkube_stager.commands.signature import pins_of, refuse, signature_state
+    from llmkube_stager.staging.signed import refuse_strays
 
     state = signature_state(config, report.root, rels)
     refuse(state)
+    refuse_strays(report.root, rels, multi_file=config.multi_file)
     report.signature = state.line()
     return pins_of(config, state)
 

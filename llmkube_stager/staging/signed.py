@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from llmkube_stager.cache.safeio import read_small, walk_files
@@ -85,7 +85,7 @@ def gate(
     if config.refresh_policy == "IfNotPresent" or not prepared.strategy.may_write:
         warm = _from_record(config, anchor, prepared, recorded, local)
         if warm is not None:
-            refuse_strays(warm.manifest)
+            refuse_strays_of(warm.manifest)
             log.info("signature_recorded", "the model's signature was verified when staged")
             return warm, None
     data, shown = local if local is not None else _fetch_bundle(config, anchor, prepared, log)
@@ -95,7 +95,7 @@ def gate(
     for note in signed.notes:
         log.warning("signature_note", f"model-signing: {note}")
     pinned = _pinned(config, prepared, signed, anchor)
-    refuse_strays(pinned.manifest)
+    refuse_strays_of(pinned.manifest)
     log.info("signature_verified", f"the signature {shown} verifies against the trust anchor")
     files = {f.rel: f.sha256 or "" for f in pinned.manifest.files if f.signed}
     if signed.one_file and pinned.manifest.multi_file:
@@ -158,17 +158,21 @@ def _from_record(
     return None if warm.plan.writes and may_write else warm
 
 
-def refuse_strays(manifest: Manifest) -> None:
+def refuse_strays_of(manifest: Manifest) -> None:
+    refuse_strays(manifest.root, (f.rel for f in manifest.files), multi_file=manifest.multi_file)
+
+
+def refuse_strays(root: str, rels: Iterable[str], *, multi_file: bool) -> None:
     """Refuse a model directory that holds anything beside the staged set
-    and the agent's own records (#40 item 2): an inference server loads
-    the directory, not the manifest, so an unsigned file there (a run
+    `rels` and the agent's own records (#40 item 2): an inference server
+    loads the directory, not the manifest, so an unsigned file there (a run
     without a key, a file the source no longer lists, another writer's) is
     served as if signed. Refused, not moved out: docs/reliability.md says
-    why. A single file's directory is shared by other models: not judged."""
-    if not manifest.multi_file:
+    why. A single file's directory is shared by other models: not judged.
+    The one check of `stage` (writer and reader) and `verify`."""
+    if not multi_file:
         return
-    staged = {f.rel for f in manifest.files}
-    strays = sorted(_strays(manifest.root, staged))
+    strays = strays_of(root, rels)
     if strays:
         raise SignatureError(
             f"the model's directory holds what the signature does not sign: {_few(strays)} "
@@ -176,6 +180,11 @@ def refuse_strays(manifest: Manifest) -> None:
             file=strays[0],
             remedy=REMEDY_SIGNATURE_STRAY,
         )
+
+
+def strays_of(root: str, rels: Iterable[str]) -> list[str]:
+    """What the directory holds beside `rels` and the agent's records."""
+    return sorted(_strays(root, set(rels)))
 
 
 def _strays(root: str, staged: set[str]) -> Iterator[str]:

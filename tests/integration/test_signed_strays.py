@@ -8,6 +8,7 @@ writer of the cache would (an earlier run without a key, another pod).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,62 @@ def test_the_agents_own_records_beside_a_signed_set_are_not_refused(
     pod.run(env=signer.anchor_env, LLMKUBE_REFRESH_POLICY="OnChange").ok(
         files=len(FILES), fetched=0, reused=len(FILES)
     )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every entry under `root` with its bytes (a symlink: its target)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            found[rel] = b"-> " + str(path.readlink()).encode()
+        elif path.is_file():
+            found[rel] = path.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize(
+    "stray",
+    ["tokenizer.json", "tokenizer/added_tokens.json", "model-00003-of-00002.safetensors"],
+)
+def test_verify_refuses_an_unsigned_file_beside_a_verified_set_as_a_reader_does(
+    pod: Pod, origin: Origin, signer: Signer, stray: str
+) -> None:
+    # Review of #40 item 2: `verify` with a key said "fine" while the
+    # directory served an unsigned tokenizer.json beside the signed set.
+    cache_dir = _signed_model(pod, origin, signer)
+    pod.run(env=signer.anchor_env).ok(files=len(FILES), fetched=len(FILES))
+    if stray.startswith("model-"):
+        # A symlink named like a shard, as another writer might leave.
+        (cache_dir / stray).symlink_to(cache_dir / "model-00001-of-00002.safetensors")
+    else:
+        (cache_dir / stray).write_bytes(b'{"unsigned": true}')
+    before = _tree(cache_dir)
+    origin.clear_log()
+
+    check = pod.run("verify", env=signer.anchor_env)
+
+    check.failed(REASON)
+    assert check.returncode == 4
+    _refused_naming(check.term, stray)
+    reader = pod.stage(signer.anchor_env, fs=as_fuse)
+    reader.failed(REASON)
+    assert check.term["reason"] == reader.term["reason"]
+    # Read-only: nothing moved, removed or rewritten.
+    assert _tree(cache_dir) == before
+    assert origin.requests() == []
+
+
+def test_inspect_lists_an_unsigned_file_beside_a_signed_set(
+    pod: Pod, origin: Origin, signer: Signer
+) -> None:
+    cache_dir = _signed_model(pod, origin, signer)
+    pod.run(env=signer.anchor_env).ok(files=len(FILES), fetched=len(FILES))
+    (cache_dir / "tokenizer.json").write_bytes(b'{"unsigned": true}')
+
+    shown = pod.run("inspect", str(cache_dir), env=signer.anchor_env)
+
+    assert shown.returncode == 0, shown
+    assert "NOT SIGNED" in shown.stdout and "tokenizer.json" in shown.stdout, shown.stdout
+    listed = json.loads(pod.run("inspect", str(cache_dir), "--json").stdout)["signatures"]
+    assert [s["unsigned"] for s in listed] == [["tokenizer.json"]]
