@@ -112,7 +112,11 @@ def stage(**kwargs: Any) -> None:
 @cli.command(cls=GroupedHelp)
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
-@click.option("--probe", is_flag=True, help="ask the origin (HEAD) for sizes and validators")
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="ask the source: its listing where none is recorded, then sizes and validators (HEAD)",
+)
 def plan(as_json: bool, probe: bool, **kwargs: Any) -> None:
     """Print the per-file decisions of `stage` without writing anything."""
     from llmkube_stager.commands.run import plan_command

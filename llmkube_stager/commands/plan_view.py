@@ -1,6 +1,8 @@
 """`plan` output: the per-file decisions as a table or one JSON document.
 
-Writes nothing. Asks the origin only with `--probe` (one HEAD per file).
+Writes nothing. Asks the source only with `--probe` (its listing where
+there is one, then one HEAD per file); without it, what only the source
+could say is reported as unknown (`offline`), never asked for.
 """
 
 from __future__ import annotations
@@ -95,13 +97,28 @@ def plan_document(
             "free_bytes": fs.free_bytes,
         },
         "may_write": prepared.plan.may_write,
-        "needs_network": prepared.plan.needs_network,
+        # Files not known yet are asked for by `stage`: network.
+        "needs_network": prepared.plan.needs_network or bool(prepared.unknown),
+        "offline": _offline(prepared),
         "warnings": list(prepared.plan.warnings),
         "publishing": publishing,
         "refusal": refusal,
         "signature": _signature(config, prepared),
         "files": rows,
     }, failed
+
+
+OFFLINE_REMEDY = "`llmkube-stager plan --probe` asks the source"
+
+
+def _offline(prepared: Prepared) -> dict[str, object]:
+    """What the plan could not know without asking the source, and how to
+    ask it; an empty list and message when nothing was left unknown."""
+    unknown = list(prepared.unknown)
+    message = ""
+    if unknown:
+        message = f"not known without asking the source: {'; '.join(unknown)}; {OFFLINE_REMEDY}"
+    return {"unknown": unknown, "message": message}
 
 
 def _signature(config: Config, prepared: Prepared) -> dict[str, object]:
@@ -142,6 +159,8 @@ def _table(doc: dict[str, Any]) -> str:
         padded = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=True)]
         lines.append("  ".join([*padded, cells[-1]]).rstrip())
     lines.extend(f"warning: {w}" for w in doc["warnings"])
+    if doc["offline"]["unknown"]:
+        lines.append(f"unknown: {doc['offline']['message']}")
     for pending in doc["publishing"]:
         lines.append(
             f"publish in progress ({pending['writer']}): {len(pending['files'])} file(s) "

@@ -52,7 +52,9 @@ def plan_command(flags: Flags, as_json: bool = False, probe: bool = False) -> No
         from llmkube_stager.staging import Effects, prepare
 
         config = boundary.config(flags)
-        prepared = prepare(config, Effects(log=boundary.log, probe_fs=probe_fs))
+        # Without --probe the source is never asked (CONTRACT §2).
+        effects = Effects(log=boundary.log, probe_fs=probe_fs, ask_source=probe)
+        prepared = prepare(config, effects)
         text, failed = render_plan(config, prepared, as_json=as_json, probe=probe, log=boundary.log)
         boundary.echo(text)
         if failed is not None:

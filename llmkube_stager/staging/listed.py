@@ -30,19 +30,21 @@ from llmkube_stager.model import Manifest
 from llmkube_stager.sources.base import DigestListingSource, ListingSource, check_listed
 
 
-def listed_manifest(
-    config: Config, source: ListingSource, log: Log, sleep: Callable[[float], None]
-) -> Manifest:
-    apart = config.kserve_mode  # a `x.sha256` is a file like any other (#31 item 4)
-    recorded = read_listing(config.cache_dir, stamps_beside=not apart)
-    if (
-        config.refresh_policy == "IfNotPresent"
-        and recorded is not None
-        and recorded.source == _answers(config, source)
-        and not _first_signed_run(config)
-    ):
-        source.use_listing(recorded)
-        return source.manifest()
+class NotAsked(Exception):
+    """The source was not asked: `plan` without `--probe` opens no
+    connection (CONTRACT §2), so what only the source could say is left
+    unknown, and `what` names it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+Ask = Callable[[Callable[[], Any]], Any]
+
+
+def asking(config: Config, log: Log, sleep: Callable[[float], None]) -> Ask:
+    """Every request of the listing through one retry budget."""
     from llmkube_stager.transfer.retry import RetryBudget
 
     budget = RetryBudget(config.timeouts, sleep, log)
@@ -50,17 +52,55 @@ def listed_manifest(
     def retry(ask: Callable[[], Any]) -> Any:
         return budget.call(ask, "the listing")
 
+    return retry
+
+
+def refusing(what: str) -> Ask:
+    """In place of `asking` where the source may not be asked: every
+    request the listing would make ends before it connects."""
+
+    def refuse(ask: Callable[[], Any]) -> Any:
+        raise NotAsked(what)
+
+    return refuse
+
+
+def listed_manifest(
+    config: Config, source: ListingSource, log: Log, retry: Ask
+) -> tuple[Manifest, tuple[str, ...]]:
+    """The manifest, and what it could not know because `retry` refused to
+    ask (`refusing`): only where a listing is recorded; without one,
+    NotAsked propagates (nothing is known of the files)."""
+    apart = config.kserve_mode  # a `x.sha256` is a file like any other (#31 item 4)
+    recorded = read_listing(config.cache_dir, stamps_beside=not apart)
+    if recorded is not None and recorded.source != _answers(config, source):
+        recorded = None
     if (
-        recorded is not None
-        and recorded.source == _answers(config, source)
-        and isinstance(source, DigestListingSource)
-        and source.listing_digest(retry) == recorded.base
+        config.refresh_policy == "IfNotPresent"
+        and recorded is not None
+        and not _first_signed_run(config)
     ):
-        # OnChange of an artifact whose digest has not moved: one HEAD,
-        # the recorded listing stands (#43).
         source.use_listing(recorded)
-        return source.manifest()
-    listing = _filtered(config, source, source.list_files(retry))
+        return source.manifest(), ()
+    try:
+        if (
+            recorded is not None
+            and isinstance(source, DigestListingSource)
+            and source.listing_digest(retry) == recorded.base
+        ):
+            # OnChange of an artifact whose digest has not moved: one HEAD,
+            # the recorded listing stands (#43).
+            source.use_listing(recorded)
+            return source.manifest(), ()
+        listing = _filtered(config, source, source.list_files(retry))
+    except NotAsked as not_asked:
+        if recorded is None:
+            raise
+        # Not asked whether the source still lists these files: the
+        # recorded listing is what the plan can be made from.
+        source.use_listing(recorded)
+        changed = f"whether {not_asked.what} changed since their listing was recorded"
+        return source.manifest(), (changed,)
     # After the patterns, as KServe filters first (#31 item 4): a key the
     # user leaves out (a name of the agent's records) refuses nothing.
     check_listed(source.listing_source, listing.files, stamps_beside=not apart)
@@ -73,7 +113,7 @@ def listed_manifest(
         size_bytes=sum(f.size_bytes for f in listing.files),
     )
     source.use_listing(listing)
-    return source.manifest()
+    return source.manifest(), ()
 
 
 def _first_signed_run(config: Config) -> bool:

@@ -48,6 +48,9 @@ class Effects:
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
+    # False for `plan` without `--probe`: no connection to the source at all
+    # (CONTRACT §2); what only it could say is left unknown (`Prepared.unknown`).
+    ask_source: bool = True
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class Prepared:
     # #46 item 2: the source the directory recorded, where it is not this
     # run's and OnChange proves each file by the hub's digests instead.
     other_source: str = ""
+    # What the plan could not know without asking the source (`plan`
+    # without `--probe`): the files of a listing never recorded, or whether
+    # a recorded one still stands. Empty: nothing was left unknown.
+    unknown: tuple[str, ...] = ()
 
 
 def role_of(config: Config) -> Role:
@@ -82,7 +89,7 @@ def prepare(config: Config, effects: Effects) -> Prepared:
     started = effects.monotonic()
     source = open_source(config, effects.log)
     with from_source(source.kind):
-        manifest = _manifest(config, source, effects)
+        manifest, unknown = _manifest(config, source, effects)
     fs = effects.probe_fs(manifest.root)
     if fs.is_fuse is None:
         effects.log.warning(
@@ -92,7 +99,9 @@ def prepare(config: Config, effects: Effects) -> Prepared:
         )
     role = role_of(config)
     strategy = strategy_for(fs, role, config.direct_io)
-    prepared = Prepared(source, manifest, fs, role, CacheState(False), Plan((), False), strategy)
+    prepared = Prepared(
+        source, manifest, fs, role, CacheState(False), Plan((), False), strategy, unknown=unknown
+    )
     prepared = replan(config, replace(prepared, started_s=started))
     return _another_source(config, prepared, effects.log)
 
@@ -127,13 +136,23 @@ def _another_source(config: Config, prepared: Prepared, log: Log) -> Prepared:
     return replan(config, replace(prepared, other_source=recorded))
 
 
-def _manifest(config: Config, source: Source, effects: Effects) -> Manifest:
-    """A source without MODEL_FILES lists its files (#24 item 5, staging/listed.py)."""
-    if isinstance(source, ListingSource) and source.lists:
-        from llmkube_stager.staging.listed import listed_manifest
+def _manifest(config: Config, source: Source, effects: Effects) -> tuple[Manifest, tuple[str, ...]]:
+    """A source without MODEL_FILES lists its files (#24 item 5,
+    staging/listed.py); what the manifest could not know unasked, with it.
+    Only a listing asks the source here: a named file's manifest is the
+    configuration's."""
+    if not (isinstance(source, ListingSource) and source.lists):
+        return source.manifest(), ()
+    from llmkube_stager.staging.listed import NotAsked, asking, listed_manifest, refusing
 
-        return listed_manifest(config, source, effects.log, effects.sleep)
-    return source.manifest()
+    what = f"the files of {source.listing_source}"
+    retry = asking(config, effects.log, effects.sleep) if effects.ask_source else refusing(what)
+    try:
+        return listed_manifest(config, source, effects.log, retry)
+    except NotAsked:
+        # No listing recorded: no file is known, the plan has no row.
+        nothing = Manifest(source.kind, config.cache_dir, (), True, source.listing_source)
+        return nothing, (f"{what}: no listing of them is recorded in the cache",)
 
 
 def replan(config: Config, prepared: Prepared) -> Prepared:

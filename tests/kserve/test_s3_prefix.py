@@ -267,15 +267,20 @@ def test_verify_checks_every_listed_file(pod: Pod, s3: SeaweedS3, bucket: str) -
 
 
 def test_plan_of_a_listed_prefix(pod: Pod, s3: SeaweedS3, bucket: str) -> None:
-    """`plan` lists a prefix it has no record of (read only, nothing
-    written), and plans from the record without a request once staged."""
+    """`plan` asks nothing of a prefix it has no record of: its files are
+    unknown until `plan --probe` lists it (read only, nothing written);
+    once staged, it plans from the record without a request."""
     s3.put(bucket, "m/a.bin", b"A" * 10)
     cache = pod.tmp / "models" / "m"
     env = {**s3_env(s3), "MODEL_SOURCE": f"s3://{bucket}/m/", "CACHE_DIR": str(cache)}
 
     cold = pod.run("plan", "--json", env=env)
     assert cold.returncode == 0, str(cold)
-    assert "a.bin" in cold.stdout
+    assert "a.bin" not in cold.stdout and "--probe" in cold.stdout
+    assert s3.requests() == []
+    probed = pod.run("plan", "--probe", "--json", env=env)
+    assert probed.returncode == 0, str(probed)
+    assert "a.bin" in probed.stdout
     assert not cache.exists()
     pod.run(env=env).ok(files=1, fetched=1)
     s3.clear()
