@@ -10,9 +10,9 @@ process's peak RSS before and after (KiB).
 from __future__ import annotations
 
 import json
-import resource
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from llmkube_stager.sources.azure.listing import PAGE_BLOBS
@@ -99,7 +99,13 @@ def list_through_the_agent(cloud: str, n: int) -> int:
 
 
 def _peak_kib() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux keeps it
+    across execve, so a child of a big pytest (876 MiB late in the full
+    suite) reports the parent's size, whatever the listing used."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 if __name__ == "__main__":
